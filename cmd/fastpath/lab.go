@@ -1,0 +1,428 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+func labCmd() *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "veth testbed in network namespaces, traffic generator, sink and benchmarks",
+	}
+	cmd.PersistentFlags().StringVar(&prefix, "prefix", lab.DefaultPrefix, "prefix of every namespace and interface the lab makes")
+	tb := func(layout string) (lab.Testbed, error) {
+		l, err := lab.ParseLayout(layout)
+		t := lab.Testbed{Prefix: prefix, Layout: l}
+		if err == nil {
+			err = t.Validate()
+		}
+		return t, err
+	}
+	cmd.AddCommand(labUpCmd(tb), labDownCmd(tb), labGenCmd(&prefix), labSinkCmd(&prefix), labPacketsCmd(tb), labBenchCmd(&prefix))
+	return cmd
+}
+
+func labUpCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
+	var layout string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "build the testbed (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := tb(layout)
+			if err != nil {
+				return err
+			}
+			if err := preflight.Root(); err != nil {
+				return err
+			}
+			if err := t.Up(); err != nil {
+				return err
+			}
+			for _, ep := range t.Endpoints() {
+				fmt.Printf("%-10s %-10s %s  %s\n", ep.Netns, ep.Dev, ep.MAC, ep.Addr)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&layout, "layout", string(lab.LayoutDUT), "veth (generator ↔ sink) or dut (generator ↔ DUT ↔ sink)")
+	return cmd
+}
+
+func labDownCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "remove everything lab up made",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := tb(string(lab.LayoutDUT))
+			if err != nil {
+				return err
+			}
+			if err := preflight.Root(); err != nil {
+				return err
+			}
+			return t.Down()
+		},
+	}
+}
+
+// findIface resolves an interface given by name: in the namespace the user
+// named, else the caller's namespace, else the lab's namespaces.
+func findIface(prefix, ns, dev string) (xdp.Iface, error) {
+	if dev == "" {
+		return xdp.Iface{}, fmt.Errorf("--dev is required")
+	}
+	if ns != "" {
+		i := xdp.Iface{Netns: ns, Name: dev}
+		_, err := xdp.Lookup(i)
+		return i, err
+	}
+	if _, err := net.InterfaceByName(dev); err == nil {
+		return xdp.Iface{Name: dev}, nil
+	}
+	names, _ := netns.List()
+	for _, n := range names {
+		if !strings.HasPrefix(n, prefix) {
+			continue
+		}
+		i := xdp.Iface{Netns: n, Name: dev}
+		if _, err := xdp.Lookup(i); err == nil {
+			return i, nil
+		}
+	}
+	return xdp.Iface{}, fmt.Errorf("interface %s not found in this namespace nor in the lab's (%s*); is the lab up? (fastpath lab up)", dev, prefix)
+}
+
+func labGenCmd(prefix *string) *cobra.Command {
+	var (
+		dev, ns, pcap string
+		count, rate   uint64
+		duration      time.Duration
+		cpu           int
+		batch         uint32
+		window        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gen --dev IFACE --pcap FILE [--count N | --duration D]",
+		Short: "replay a capture at top speed from an interface with live frames",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pcap == "" {
+				return fmt.Errorf("--pcap is required")
+			}
+			if count == 0 && duration == 0 {
+				return fmt.Errorf("give --count N or --duration D")
+			}
+			if count > 0 && duration > 0 {
+				return fmt.Errorf("give --count or --duration, not both")
+			}
+			pkts, err := lab.ReadPcap(pcap)
+			if err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			iface, err := findIface(*prefix, ns, dev)
+			if err != nil {
+				return err
+			}
+			g, err := lab.NewGenerator(lab.GenOptions{Iface: iface, Packets: pkts, CPU: cpu, BatchSize: batch, Window: window})
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			fmt.Printf("sending %d distinct packets from %s\n", len(pkts), iface)
+			st, err := g.Send(cmd.Context(), lab.SendOptions{
+				Count: count, Duration: duration, Rate: rate,
+				Progress: func(el time.Duration, sent uint64, pps float64) {
+					fmt.Printf("%7.1fs  %8.3f Mpps  sent %d\n", el.Seconds(), pps/1e6, sent)
+				},
+			})
+			fmt.Printf("sent %d packets in %.3fs: %.3f Mpps; drops reported by %s: %d\n", st.Sent, st.Elapsed.Seconds(), st.Mpps(), iface.Name, st.Drops)
+			if st.Vanished > 0 {
+				fmt.Printf("warning: %d frames vanished without a counter: the peer of %s runs neither XDP nor GRO (ethtool -K PEER gro on)\n", st.Vanished, iface.Name)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dev, "dev", "", "interface to send from (searched in the lab's namespaces too)")
+	f.StringVar(&ns, "netns", "", "network namespace of the interface")
+	f.StringVar(&pcap, "pcap", "", "capture whose packets are sent in turn")
+	f.Uint64Var(&count, "count", 0, "packets to send")
+	f.DurationVar(&duration, "duration", 0, "how long to send (e.g. 10s)")
+	f.Uint64Var(&rate, "rate", 0, "packets per second (0: as fast as possible)")
+	f.IntVar(&cpu, "cpu", -1, "pin the generator to this CPU")
+	f.Uint32Var(&batch, "batch", 0, "frames per kernel batch (default 64, at most 256)")
+	f.BoolVar(&window, "window", false, "write only the bytes where the packets differ: faster, but wrong if the path rewrites frames in place")
+	return cmd
+}
+
+func labSinkCmd(prefix *string) *cobra.Command {
+	var (
+		dev, ns, mode string
+		duration      time.Duration
+		asJSON        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sink --dev IFACE [--duration D] [--json]",
+		Short: "count and drop every packet reaching an interface, per CPU",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := xdp.ParseMode(mode)
+			if err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			iface, err := findIface(*prefix, ns, dev)
+			if err != nil {
+				return err
+			}
+			s, err := lab.AttachSink(iface, m)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if !asJSON {
+				fmt.Printf("counting on %s (%s XDP); Ctrl-C to stop\n", iface, m)
+			}
+			return watchSink(cmd, s, duration, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dev, "dev", "", "interface to count on (searched in the lab's namespaces too)")
+	f.StringVar(&ns, "netns", "", "network namespace of the interface")
+	f.StringVar(&mode, "mode", string(xdp.Native), "XDP mode: native or generic")
+	f.DurationVar(&duration, "duration", 0, "stop after this long (default: until Ctrl-C)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per second")
+	return cmd
+}
+
+type sinkSecond struct {
+	Time    time.Time `json:"time"`
+	PPS     []uint64  `json:"pps_per_cpu"`
+	Total   uint64    `json:"pps"`
+	Packets uint64    `json:"packets"`
+}
+
+func watchSink(cmd *cobra.Command, s *lab.Sink, duration time.Duration, asJSON bool) error {
+	ctx := cmd.Context()
+	prev, err := s.PerCPU()
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	if duration > 0 {
+		deadline = time.After(duration)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline:
+			return nil
+		case now := <-tick.C:
+			cur, err := s.PerCPU()
+			if err != nil {
+				return err
+			}
+			sec := sinkSecond{Time: now.UTC(), PPS: make([]uint64, len(cur))}
+			for i := range cur {
+				sec.PPS[i] = cur[i].Packets - prev[i].Packets
+				sec.Total += sec.PPS[i]
+				sec.Packets += cur[i].Packets
+			}
+			prev = cur
+			if asJSON {
+				if err := enc.Encode(sec); err != nil {
+					return err
+				}
+				continue
+			}
+			var parts []string
+			for i, v := range sec.PPS {
+				if v > 0 {
+					parts = append(parts, fmt.Sprintf("cpu%d %d pkt/s", i, v))
+				}
+			}
+			if len(parts) == 0 {
+				parts = []string{"0 pkt/s"}
+			}
+			fmt.Printf("%s  %s  (total %d)\n", now.Format("15:04:05"), strings.Join(parts, ", "), sec.Packets)
+		}
+	}
+}
+
+func labPacketsCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
+	var (
+		out, srcMAC, dstMAC, src, dst string
+		size, count                   int
+		dport                         uint16
+	)
+	cmd := &cobra.Command{
+		Use:   "packets --out FILE [--size 138] [--count 1000]",
+		Short: "write a pcap of UDP/IPv4 test packets addressed across the testbed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			t, err := tb(string(lab.LayoutDUT))
+			if err != nil {
+				return err
+			}
+			o := t.DefaultUDP()
+			o.Size, o.Count, o.DstPort = size, count, dport
+			for _, m := range []struct {
+				flag, val string
+				dst       *net.HardwareAddr
+			}{{"--src-mac", srcMAC, &o.SrcMAC}, {"--dst-mac", dstMAC, &o.DstMAC}} {
+				if m.val == "" {
+					continue
+				}
+				if *m.dst, err = net.ParseMAC(m.val); err != nil {
+					return fmt.Errorf("%s %q: %w", m.flag, m.val, err)
+				}
+			}
+			for _, a := range []struct {
+				flag, val string
+				dst       *netip.Addr
+			}{{"--src", src, &o.Src}, {"--dst", dst, &o.Dst}} {
+				if a.val == "" {
+					continue
+				}
+				if *a.dst, err = netip.ParseAddr(a.val); err != nil {
+					return fmt.Errorf("%s %q: %w", a.flag, a.val, err)
+				}
+			}
+			pkts, err := lab.UDPPackets(o)
+			if err != nil {
+				return err
+			}
+			if dir := filepath.Dir(out); dir != "." {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return err
+				}
+			}
+			if err := lab.WritePcap(out, pkts); err != nil {
+				return err
+			}
+			fmt.Printf("wrote %d packets of %d bytes to %s (%s → %s)\n", len(pkts), size, out, o.Src, o.Dst)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "pcap file to write")
+	f.IntVar(&size, "size", 138, "frame length in bytes, without FCS")
+	f.IntVar(&count, "count", 1000, "number of distinct packets (one flow each)")
+	f.Uint16Var(&dport, "dport", 9, "UDP destination port")
+	f.StringVar(&srcMAC, "src-mac", "", "source MAC (default: the generator's veth0)")
+	f.StringVar(&dstMAC, "dst-mac", "", "destination MAC (default: the sink's veth2)")
+	f.StringVar(&src, "src", "", "source IPv4 address (default: the generator's)")
+	f.StringVar(&dst, "dst", "", "destination IPv4 address (default: the sink's)")
+	return cmd
+}
+
+func labBenchCmd(prefix *string) *cobra.Command {
+	var (
+		runs, size, cpu int
+		packets         uint64
+		jsonOut, mdOut  string
+		plotOut         string
+		list            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [SCENARIO...]",
+		Short: "run scenarios on fresh testbeds and print one table",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if list {
+				for _, s := range lab.Scenarios() {
+					fmt.Printf("%-14s %s\n", s.Name, s.Description)
+				}
+				return nil
+			}
+			if len(args) == 0 {
+				args = []string{"veth", "bridge", "xdp-redirect"}
+			}
+			o := lab.BenchOptions{
+				Scenarios: args, Runs: runs, Packets: packets, Size: size, Prefix: *prefix, CPU: cpu,
+				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr,
+			}
+			if _, err := o.Validate(); err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			rep, err := lab.Bench(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Println(strings.TrimRight(rep.Table(), "\n"))
+			return writeReport(rep, jsonOut, mdOut, plotOut)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&runs, "runs", 5, "runs per scenario")
+	f.Uint64Var(&packets, "packets", 2_000_000, "packets per run")
+	f.IntVar(&size, "size", 138, "frame length in bytes")
+	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the generator and the whole path run on")
+	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
+	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
+	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
+	f.BoolVar(&list, "list", false, "list the scenarios and exit")
+	return cmd
+}
+
+func writeReport(rep *lab.Report, jsonOut, mdOut, plotOut string) error {
+	write := func(path string, fill func(*os.File) error) error {
+		if path == "" {
+			return nil
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := fill(f); err != nil {
+			f.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return f.Close()
+	}
+	if err := write(jsonOut, func(f *os.File) error {
+		enc := json.NewEncoder(f)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}); err != nil {
+		return err
+	}
+	if err := write(mdOut, func(f *os.File) error { _, err := f.WriteString(rep.Markdown()); return err }); err != nil {
+		return err
+	}
+	return write(plotOut, func(f *os.File) error { return rep.WritePNG(f) })
+}

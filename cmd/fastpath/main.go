@@ -1,0 +1,29 @@
+// Command fastpath is the control plane and lab of fastpath's XDP network
+// functions. This file wires the command tree; the work is in internal/.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "fastpath",
+		Short:         "eBPF fast path for network functions, and the lab that measures them",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(labCmd())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "fastpath:", err)
+		os.Exit(1)
+	}
+}

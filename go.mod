@@ -1,0 +1,25 @@
+module github.com/fastpath-dev/fastpath
+
+go 1.25.0
+
+require (
+	github.com/cilium/ebpf v0.22.0
+	github.com/safchain/ethtool v0.7.0
+	github.com/spf13/cobra v1.10.2
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
+	golang.org/x/image v0.23.0
+	golang.org/x/sys v0.43.0
+)
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+)
+
+require (
+	github.com/gopacket/gopacket v1.2.0
+	golang.org/x/net v0.48.0 // indirect
+)
+
+tool github.com/cilium/ebpf/cmd/bpf2go

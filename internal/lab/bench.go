@@ -1,0 +1,202 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// BenchOptions configures a benchmark run.
+type BenchOptions struct {
+	Scenarios []string
+	Runs      int
+	// Packets sent per run.
+	Packets uint64
+	// Size of the default UDP frames.
+	Size int
+	// Prefix of the testbed's names (DefaultPrefix if empty).
+	Prefix string
+	// CPU the generator is pinned to, which is also where the whole path runs:
+	// the veths process in the generator's softirq context.
+	CPU     int
+	Command string
+	// Log receives one line per run; nil discards them.
+	Log io.Writer
+}
+
+// Validate checks the options and resolves the scenarios before anything is set up.
+func (o *BenchOptions) Validate() ([]Scenario, error) {
+	if len(o.Scenarios) == 0 {
+		return nil, errors.New("no scenario given")
+	}
+	scs, err := LookupScenarios(o.Scenarios)
+	if err != nil {
+		return nil, err
+	}
+	if o.Runs < 1 {
+		return nil, fmt.Errorf("--runs %d: at least one run is needed", o.Runs)
+	}
+	if o.Packets < 1000 {
+		return nil, fmt.Errorf("--packets %d: send at least 1000 packets per run", o.Packets)
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if err := (Testbed{Prefix: o.Prefix, Layout: LayoutDUT}).Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := UDPPackets(UDPOptions{Size: o.Size, Count: 1, SrcMAC: make([]byte, 6), DstMAC: make([]byte, 6), Src: Testbed{}.Gen().Addr.Addr(), Dst: Testbed{}.Sink().Addr.Addr()}); err != nil {
+		return nil, err
+	}
+	return scs, nil
+}
+
+// Bench runs each scenario on a fresh testbed and returns the report. The
+// testbed is taken down after each scenario, also on error or cancellation.
+func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
+	scs, err := o.Validate()
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
+	for _, s := range scs {
+		if s.Name == "veth" {
+			rep.Baseline = "veth"
+		}
+		rep.Restore = rep.Restore || s.Rewrites
+	}
+	for _, s := range scs {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		row, err := benchScenario(ctx, s, o, rep.Restore)
+		if err != nil {
+			return rep, fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	rep.Finish()
+	return rep, nil
+}
+
+func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool) (row Row, err error) {
+	tb := Testbed{Prefix: o.Prefix, Layout: s.Layout}
+	if err := tb.Up(); err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, tb.Down()) }()
+	teardown, err := s.Setup(tb)
+	if err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, teardown()) }()
+
+	var pkts [][]byte
+	if s.Packets != nil {
+		pkts, err = s.Packets(tb, o.Size)
+	} else {
+		u := tb.DefaultUDP()
+		u.Size = o.Size
+		pkts, err = UDPPackets(u)
+	}
+	if err != nil {
+		return row, err
+	}
+	sinkEP := tb.Sink()
+	sink, err := AttachSink(xdp.Iface{Netns: sinkEP.Netns, Name: sinkEP.Dev}, xdp.Native)
+	if err != nil {
+		return row, err
+	}
+	defer sink.Close()
+	gen, err := NewGenerator(GenOptions{Iface: xdp.Iface{Netns: tb.Gen().Netns, Name: tb.Gen().Dev}, Packets: pkts, CPU: o.CPU, Window: !restore})
+	if err != nil {
+		return row, err
+	}
+	defer gen.Close()
+
+	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0])}
+	// One short warm-up run fills the bridge's FDB, the neighbour caches and
+	// the page pools before anything is measured.
+	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000)}); err != nil {
+		return row, err
+	}
+	for i := 0; i < o.Runs; i++ {
+		before, err := sink.Total()
+		if err != nil {
+			return row, err
+		}
+		st, err := gen.Send(ctx, SendOptions{Count: o.Packets})
+		if err != nil {
+			return row, err
+		}
+		after, err := settle(sink)
+		if err != nil {
+			return row, err
+		}
+		r := Run{Sent: st.Sent, Received: after.Packets - before.Packets, Seconds: st.Elapsed.Seconds(), OfferedMpps: st.Mpps()}
+		if r.Seconds > 0 {
+			r.Mpps = float64(r.Received) / r.Seconds / 1e6
+		}
+		row.Runs = append(row.Runs, r)
+		fmt.Fprintf(o.Log, "%-14s run %d/%d: sent %d, sink %d, %.3f Mpps\n", s.Name, i+1, o.Runs, r.Sent, r.Received, r.Mpps)
+		if st.Vanished > 0 {
+			row.Note = fmt.Sprintf("%d frames vanished at the generator's veth", st.Vanished)
+		}
+		if ctx.Err() != nil {
+			return row, ctx.Err()
+		}
+	}
+	return row, nil
+}
+
+// settle waits until the sink's count stops moving: the veths finish their
+// NAPI polls shortly after the test run returns.
+func settle(s *Sink) (SinkCounters, error) {
+	last, err := s.Total()
+	for i := 0; i < 50 && err == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+		var cur SinkCounters
+		cur, err = s.Total()
+		if cur == last {
+			return cur, err
+		}
+		last = cur
+	}
+	return last, err
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,322 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/safchain/ethtool"
+	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// GenMaxFrame is the longest frame the generator sends (GEN_MAX_FRAME).
+const GenMaxFrame = len(genGenPacket{}.Data)
+
+// xdpMD mirrors the kernel's struct xdp_md, the context of an XDP test run:
+// live frames are sent from the interface named by IngressIfindex, and the
+// kernel insists that DataEnd equals the length of the input.
+type xdpMD struct {
+	Data, DataEnd, DataMeta uint32
+	IngressIfindex          uint32
+	RxQueueIndex            uint32
+	EgressIfindex           uint32
+}
+
+// GenOptions configures a generator.
+type GenOptions struct {
+	Iface   xdp.Iface
+	Packets [][]byte
+	// BatchSize is how many frames the kernel prepares and sends at once (64
+	// if 0, at most 256). Larger batches overflow the peer veth's 256-slot ring.
+	BatchSize uint32
+	// CPU pins the sending thread to one CPU; -1 leaves it to the scheduler.
+	CPU int
+	// Window writes only the bytes where the capture's packets differ, instead
+	// of the whole packet on every run. It needs packets of one length, and is
+	// wrong when anything on the path rewrites frames in place (the kernel
+	// recycles live-frame pages without restoring them). Ignored when the
+	// packets' lengths differ.
+	Window bool
+}
+
+// Generator replays a capture at top speed through BPF_PROG_TEST_RUN in
+// live-frames mode: the kernel builds frames and the program sends them with
+// XDP_TX out of Iface, so no skb and no socket is involved.
+type Generator struct {
+	opts    GenOptions
+	ifindex int
+	maxLen  int
+	window  bool
+	objs    genObjects
+}
+
+// GenStats is what one Send did.
+type GenStats struct {
+	Sent    uint64
+	Elapsed time.Duration
+	// Drops is what the interface reported it could not pass to its peer
+	// (its peer's ring was full).
+	Drops uint64
+	// Vanished counts frames the interface neither passed on nor reported as
+	// dropped: a veth does that when its peer runs neither XDP nor GRO.
+	Vanished uint64
+}
+
+// Mpps is the rate the generator sent at.
+func (s GenStats) Mpps() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Sent) / s.Elapsed.Seconds() / 1e6
+}
+
+// NewGenerator checks the capture against the interface and loads the
+// program with the capture in its map. Nothing is attached.
+func NewGenerator(opts GenOptions) (*Generator, error) {
+	if len(opts.Packets) == 0 {
+		return nil, errors.New("no packets to send: the capture is empty")
+	}
+	if opts.BatchSize > 256 {
+		return nil, fmt.Errorf("batch size %d too large: the kernel allows at most 256", opts.BatchSize)
+	}
+	attrs, err := xdp.Lookup(opts.Iface)
+	if err != nil {
+		return nil, err
+	}
+	// A veth passes frames up to MTU + Ethernet header + one VLAN tag.
+	limit := min(attrs.MTU+14+4, GenMaxFrame)
+	maxLen := 0
+	for i, p := range opts.Packets {
+		if len(p) < 14 {
+			return nil, fmt.Errorf("packet %d is %d bytes, shorter than an Ethernet header", i+1, len(p))
+		}
+		if len(p) > limit {
+			return nil, fmt.Errorf("packet %d is %d bytes, longer than %s allows (MTU %d, at most %d bytes per frame)", i+1, len(p), opts.Iface, attrs.MTU, limit)
+		}
+		maxLen = max(maxLen, len(p))
+	}
+
+	spec, err := loadGen()
+	if err != nil {
+		return nil, fmt.Errorf("load generator spec: %w", err)
+	}
+	spec.Maps["gen_packets"].MaxEntries = uint32(len(opts.Packets))
+	if err := spec.Variables["gen_count"].Set(uint32(len(opts.Packets))); err != nil {
+		return nil, err
+	}
+	lo, hi, window := 0, 0, false
+	if opts.Window {
+		lo, hi, window = diffWindow(opts.Packets)
+		if err := spec.Variables["gen_window"].Set(uint32(1)); window && err != nil {
+			return nil, err
+		}
+		if err := spec.Variables["gen_window_offset"].Set(uint32(lo)); window && err != nil {
+			return nil, err
+		}
+	}
+	if !window {
+		lo, hi = 0, -1
+	}
+	g := &Generator{opts: opts, ifindex: attrs.Index, maxLen: maxLen, window: window}
+	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
+		return nil, fmt.Errorf("load generator: %w", err)
+	}
+	keys := make([]uint32, len(opts.Packets))
+	vals := make([]genGenPacket, len(opts.Packets))
+	for i, p := range opts.Packets {
+		part := p[lo:]
+		if hi >= 0 {
+			part = p[lo:hi]
+		}
+		keys[i] = uint32(i)
+		vals[i].Len = uint32(len(part))
+		copy(vals[i].Data[:], part)
+	}
+	if _, err := g.objs.GenPackets.BatchUpdate(keys, vals, nil); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("fill generator map: %w", err)
+	}
+	return g, nil
+}
+
+// diffWindow returns the byte range [lo, hi) outside which all packets equal
+// the first, and whether window mode applies (all packets of one length).
+// Identical packets get a one-byte window: the program always writes.
+func diffWindow(pkts [][]byte) (lo, hi int, ok bool) {
+	first := pkts[0]
+	lo, hi = len(first), 0
+	for _, p := range pkts[1:] {
+		if len(p) != len(first) {
+			return 0, 0, false
+		}
+		for i := range p {
+			if p[i] != first[i] {
+				lo, hi = min(lo, i), max(hi, i+1)
+			}
+		}
+	}
+	if lo >= hi {
+		return 0, 1, true
+	}
+	return lo, hi, true
+}
+
+// Window reports whether the generator writes only the differing bytes.
+func (g *Generator) Window() bool { return g.window }
+
+// Close unloads the generator.
+func (g *Generator) Close() error { return g.objs.Close() }
+
+// SendOptions says how much to send and how fast.
+type SendOptions struct {
+	// Count stops after this many packets; 0 means no limit.
+	Count uint64
+	// Duration stops after this long; 0 means no limit. One of the two is needed.
+	Duration time.Duration
+	// Rate paces the generator to about this many packets per second, in
+	// bursts every 50 ms; 0 means as fast as the path takes them.
+	Rate uint64
+	// Progress, if set, is called about once a second with the totals so far.
+	Progress func(elapsed time.Duration, sent uint64, pps float64)
+}
+
+// Send runs the generator until Count packets are sent, Duration passes or
+// ctx is done. It returns what was sent even when it stops early.
+func (g *Generator) Send(ctx context.Context, o SendOptions) (GenStats, error) {
+	if o.Count == 0 && o.Duration == 0 {
+		return GenStats{}, errors.New("send: give a packet count or a duration")
+	}
+	var stats GenStats
+	err := netns.Run(g.opts.Iface.Netns, func() error {
+		if g.opts.CPU >= 0 {
+			var set unix.CPUSet
+			set.Set(g.opts.CPU)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				return fmt.Errorf("pin generator to CPU %d: %w", g.opts.CPU, err)
+			}
+		}
+		before, err := g.xmitStats()
+		if err != nil {
+			return err
+		}
+		startRuns, err := g.runs()
+		if err != nil {
+			return err
+		}
+		err = g.loop(ctx, o, startRuns, &stats)
+		after, serr := g.xmitStats()
+		if serr == nil {
+			stats.Drops = after.errors - before.errors
+			passed := after.xmit - before.xmit
+			if passed+stats.Drops < stats.Sent {
+				stats.Vanished = stats.Sent - passed - stats.Drops
+			}
+		}
+		return errors.Join(err, serr)
+	})
+	return stats, err
+}
+
+// loop issues test runs. Each run costs milliseconds to set up, so runs are
+// long: a whole count at once, or slices of about 100 ms when the generator
+// must report progress, stop on time or keep a rate.
+func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, stats *GenStats) error {
+	frame := make([]byte, g.maxLen)
+	copy(frame, g.opts.Packets[0])
+	start := time.Now()
+	lastReport, lastSent := start, uint64(0)
+	chunk := uint64(1 << 20)
+	if o.Rate > 0 {
+		chunk = max(1, o.Rate/20)
+	}
+	for {
+		if o.Count > 0 && stats.Sent >= o.Count {
+			return nil
+		}
+		if o.Duration > 0 && time.Since(start) >= o.Duration {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		n := chunk
+		if o.Count > 0 {
+			n = min(n, o.Count-stats.Sent)
+			if o.Progress == nil && o.Duration == 0 && o.Rate == 0 {
+				n = min(o.Count-stats.Sent, 1<<31)
+			}
+		}
+		t0 := time.Now()
+		_, err := g.objs.LabGen.Run(&ebpf.RunOptions{
+			Data:      frame,
+			Repeat:    uint32(n),
+			Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+			Context:   xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(g.ifindex)},
+			BatchSize: g.opts.BatchSize,
+		})
+		if err != nil {
+			return fmt.Errorf("live-frames test run on %s: %w", g.opts.Iface, err)
+		}
+		runs, err := g.runs()
+		if err != nil {
+			return err
+		}
+		stats.Sent = runs - startRuns
+		stats.Elapsed = time.Since(start)
+		// Size slices to about 100 ms at the rate just seen.
+		if o.Rate == 0 {
+			if d := time.Since(t0); d > 0 {
+				chunk = max(1<<14, uint64(float64(n)*0.1/d.Seconds()))
+			}
+		} else {
+			due := start.Add(time.Duration(float64(stats.Sent) / float64(o.Rate) * float64(time.Second)))
+			time.Sleep(time.Until(due))
+		}
+		if o.Progress != nil && time.Since(lastReport) >= time.Second {
+			now := time.Now()
+			o.Progress(now.Sub(start), stats.Sent, float64(stats.Sent-lastSent)/now.Sub(lastReport).Seconds())
+			lastReport, lastSent = now, stats.Sent
+		}
+	}
+}
+
+func (g *Generator) runs() (uint64, error) {
+	var n uint64
+	if err := g.objs.GenRuns.Get(&n); err != nil {
+		return 0, fmt.Errorf("read generator counter: %w", err)
+	}
+	return n, nil
+}
+
+type xmitCounters struct{ xmit, errors uint64 }
+
+// xmitStats reads the veth's counters of frames it passed to its peer's ring
+// by ndo_xdp_xmit, and of those the full ring refused. Devices without these
+// counters report zeros. Call inside the interface's namespace.
+func (g *Generator) xmitStats() (xmitCounters, error) {
+	et, err := ethtool.NewEthtool()
+	if err != nil {
+		return xmitCounters{}, fmt.Errorf("ethtool: %w", err)
+	}
+	defer et.Close()
+	st, err := et.Stats(g.opts.Iface.Name)
+	if err != nil {
+		return xmitCounters{}, nil
+	}
+	var c xmitCounters
+	for k, v := range st {
+		switch {
+		case strings.HasPrefix(k, "tx_queue_") && strings.HasSuffix(k, "_xdp_xmit"):
+			c.xmit += v
+		case strings.HasPrefix(k, "tx_queue_") && strings.HasSuffix(k, "_xdp_xmit_errors"):
+			c.errors += v
+		}
+	}
+	return c, nil
+}

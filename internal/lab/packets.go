@@ -1,0 +1,161 @@
+package lab
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// UDPOptions describes a set of UDP/IPv4 test packets.
+type UDPOptions struct {
+	// Size is the frame length without FCS; 42 bytes of headers, the rest payload.
+	Size           int
+	Count          int
+	SrcMAC, DstMAC net.HardwareAddr
+	Src, Dst       netip.Addr
+	// DstPort is fixed; source ports count up from 1024 so that every packet
+	// is its own flow, like the seed's 1,000 distinct packets.
+	DstPort uint16
+}
+
+const udpHeaders = 14 + 20 + 8
+
+// DefaultUDP returns 138-byte packets from the testbed's generator to its sink.
+func (t Testbed) DefaultUDP() UDPOptions {
+	return UDPOptions{
+		Size: 138, Count: 1000,
+		SrcMAC: t.Gen().MAC, DstMAC: t.Sink().MAC,
+		Src: t.Gen().Addr.Addr(), Dst: t.Sink().Addr.Addr(),
+		DstPort: 9,
+	}
+}
+
+// Validate checks the options before any packet is built.
+func (o UDPOptions) Validate() error {
+	if o.Size < udpHeaders+8 || o.Size > GenMaxFrame {
+		return fmt.Errorf("packet size %d out of range: UDP/IPv4 test packets are %d to %d bytes", o.Size, udpHeaders+8, GenMaxFrame)
+	}
+	if o.Count < 1 || o.Count > 1<<16 {
+		return fmt.Errorf("packet count %d out of range: 1 to 65536", o.Count)
+	}
+	if !o.Src.Is4() || !o.Dst.Is4() {
+		return fmt.Errorf("addresses %s → %s: UDP test packets are IPv4", o.Src, o.Dst)
+	}
+	if len(o.SrcMAC) != 6 || len(o.DstMAC) != 6 {
+		return errors.New("source and destination MAC are needed")
+	}
+	return nil
+}
+
+// UDPPackets builds the packets with correct IPv4 and UDP checksums. Each
+// payload starts with the packet's sequence number.
+func UDPPackets(o UDPOptions) ([][]byte, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	pkts := make([][]byte, o.Count)
+	for i := range pkts {
+		eth := &layers.Ethernet{SrcMAC: o.SrcMAC, DstMAC: o.DstMAC, EthernetType: layers.EthernetTypeIPv4}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: o.Src.AsSlice(), DstIP: o.Dst.AsSlice(), Id: uint16(i)}
+		udp := &layers.UDP{SrcPort: layers.UDPPort(1024 + i), DstPort: layers.UDPPort(o.DstPort)}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			return nil, err
+		}
+		payload := make([]byte, o.Size-udpHeaders)
+		binary.BigEndian.PutUint64(payload, uint64(i))
+		for j := 8; j < len(payload); j++ {
+			payload[j] = byte(j)
+		}
+		buf := gopacket.NewSerializeBuffer()
+		opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
+		if err := gopacket.SerializeLayers(buf, opts, eth, ip, udp, gopacket.Payload(payload)); err != nil {
+			return nil, fmt.Errorf("build packet %d: %w", i, err)
+		}
+		pkts[i] = buf.Bytes()
+	}
+	return pkts, nil
+}
+
+// WritePcap writes Ethernet frames as a pcap file.
+func WritePcap(path string, pkts [][]byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := pcapgo.NewWriter(f)
+	err = w.WriteFileHeader(65535, layers.LinkTypeEthernet)
+	ts := time.Unix(0, 0)
+	for i := 0; err == nil && i < len(pkts); i++ {
+		err = w.WritePacket(gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Microsecond), CaptureLength: len(pkts[i]), Length: len(pkts[i])}, pkts[i])
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadPcap reads the Ethernet frames of a pcap or pcapng file. A capture
+// that is empty, truncated, not Ethernet, or cut short by the snap length is
+// an error naming the file and the packet.
+func ReadPcap(path string) ([][]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read capture: %w", err)
+	}
+	defer f.Close()
+	src, link, err := openCapture(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a pcap or pcapng file: %w", path, err)
+	}
+	if link != layers.LinkTypeEthernet {
+		return nil, fmt.Errorf("%s: link type %s, the generator sends Ethernet frames only", path, link)
+	}
+	var pkts [][]byte
+	for {
+		data, ci, err := src.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: packet %d: %w", path, len(pkts)+1, err)
+		}
+		if ci.CaptureLength < ci.Length {
+			return nil, fmt.Errorf("%s: packet %d was captured with %d of its %d bytes (snap length): recapture it whole", path, len(pkts)+1, ci.CaptureLength, ci.Length)
+		}
+		pkts = append(pkts, append([]byte(nil), data...))
+	}
+	if len(pkts) == 0 {
+		return nil, fmt.Errorf("%s: the capture holds no packets", path)
+	}
+	return pkts, nil
+}
+
+type packetSource interface {
+	ReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+}
+
+func openCapture(f *os.File) (packetSource, layers.LinkType, error) {
+	if r, err := pcapgo.NewReader(f); err == nil {
+		return r, r.LinkType(), nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, 0, err
+	}
+	r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, r.LinkType(), nil
+}

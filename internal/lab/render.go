@@ -1,0 +1,399 @@
+package lab
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+)
+
+// Finish fills each row's derived figures from its runs. It leaves
+// Scenario, Description, Size and Note alone, so it can be called again after
+// runs are added.
+func (r *Report) Finish() {
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		mpps := make([]float64, 0, len(row.Runs))
+		loss := make([]float64, 0, len(row.Runs))
+		for _, run := range row.Runs {
+			mpps = append(mpps, run.Mpps)
+			loss = append(loss, lossOf(run))
+		}
+		row.MedianMpps = median(mpps)
+		row.MinMpps, row.MaxMpps = 0, 0
+		if len(mpps) > 0 {
+			row.MinMpps, row.MaxMpps = slices.Min(mpps), slices.Max(mpps)
+		}
+		row.NsPerPacket = 0
+		if row.MedianMpps > 0 {
+			row.NsPerPacket = 1e3 / row.MedianMpps
+		}
+		row.Loss = median(loss)
+	}
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		row.Ratio = 0
+		if base := r.baselineMpps(row.Size); base > 0 {
+			row.Ratio = row.MedianMpps / base
+		}
+	}
+}
+
+// baselineMpps returns the median Mpps of the baseline scenario at the given
+// frame size, or 0. Matching the size keeps a 1500 B row from being divided by
+// a 64 B baseline when one run sweeps sizes.
+func (r *Report) baselineMpps(size int) float64 {
+	if r.Baseline == "" {
+		return 0
+	}
+	for _, row := range r.Rows {
+		if row.Scenario == r.Baseline && row.Size == size {
+			return row.MedianMpps
+		}
+	}
+	return 0
+}
+
+// lossOf is the fraction of sent packets the sink did not count. A sink that
+// counted more than was sent (stray traffic) is not negative loss.
+func lossOf(run Run) float64 {
+	if run.Sent == 0 {
+		return 0
+	}
+	return max(0, (float64(run.Sent)-float64(run.Received))/float64(run.Sent))
+}
+
+// median of xs without reordering them; 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// columns heads both the terminal and the Markdown table; rightAligned marks
+// the numeric ones.
+var (
+	columns      = []string{"scenario", "size (B)", "Mpps", "min–max", "ns/pkt", "ratio", "loss", "note"}
+	rightAligned = []bool{false, true, true, true, true, true, true, false}
+)
+
+// cells formats one row in the order of columns.
+func (r *Report) cells(row Row) []string {
+	ratio := "—"
+	if r.Baseline != "" && row.Ratio != 0 {
+		ratio = fmt.Sprintf("%.2f×", row.Ratio)
+	}
+	return []string{
+		row.Scenario,
+		fmt.Sprint(row.Size),
+		fmt.Sprintf("%.2f", row.MedianMpps),
+		fmt.Sprintf("%.2f–%.2f", row.MinMpps, row.MaxMpps),
+		fmt.Sprintf("%.1f", row.NsPerPacket),
+		ratio,
+		fmt.Sprintf("%.1f%%", row.Loss*100),
+		row.Note,
+	}
+}
+
+// Table renders the report as a fixed-width table for a terminal.
+func (r *Report) Table() string {
+	lines := [][]string{columns}
+	for _, row := range r.Rows {
+		lines = append(lines, r.cells(row))
+	}
+	// fmt pads by runes, so widths are counted in runes too: "–" and "×"
+	// are one column each but several bytes.
+	widths := make([]int, len(columns))
+	for _, l := range lines {
+		for i, c := range l {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	rule := make([]string, len(columns))
+	for i, w := range widths {
+		rule[i] = strings.Repeat("-", w)
+	}
+	lines = slices.Insert(lines, 1, rule)
+
+	var b strings.Builder
+	for _, l := range lines {
+		var line strings.Builder
+		for i, c := range l {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			if rightAligned[i] {
+				fmt.Fprintf(&line, "%*s", widths[i], c)
+			} else {
+				fmt.Fprintf(&line, "%-*s", widths[i], c)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteByte('\n')
+	}
+	if r.Baseline != "" {
+		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
+	}
+	b.WriteString("ns/pkt: whole path on one core\n")
+	return b.String()
+}
+
+// Markdown renders the report as a Markdown document for docs and PRs.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	b.WriteString("# fastpath lab bench\n\n")
+	fmt.Fprintf(&b, "- date: %s\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintf(&b, "- command: `%s`\n", r.Command)
+	fmt.Fprintf(&b, "- kernel: %s\n", r.Kernel)
+	fmt.Fprintf(&b, "- CPU: %s (%d CPUs)\n", r.CPUModel, r.CPUs)
+	if r.Baseline != "" {
+		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s in the same run\n", r.Baseline)
+	}
+	b.WriteString("\n")
+
+	mdRow(&b, columns)
+	for _, right := range rightAligned {
+		b.WriteString("|---")
+		if right {
+			b.WriteString(":")
+		}
+	}
+	b.WriteString("|\n")
+	for _, row := range r.Rows {
+		mdRow(&b, r.cells(row))
+	}
+
+	if len(r.Rows) > 0 {
+		b.WriteString("\nMpps of each run:\n\n")
+	}
+	for _, row := range r.Rows {
+		runs := make([]string, len(row.Runs))
+		for i, run := range row.Runs {
+			runs[i] = fmt.Sprintf("%.2f", run.Mpps)
+		}
+		fmt.Fprintf(&b, "- %s (%d B) runs: %s\n", row.Scenario, row.Size, strings.Join(runs, ", "))
+	}
+	return b.String()
+}
+
+// mdRow writes one table line; a "|" in a note would otherwise split its cell.
+func mdRow(b *strings.Builder, cells []string) {
+	for _, c := range cells {
+		fmt.Fprintf(b, "| %s ", strings.ReplaceAll(c, "|", `\|`))
+	}
+	b.WriteString("|\n")
+}
+
+// Chart geometry in pixels; the height grows with the number of rows.
+const (
+	chartWidth  = 900
+	chartTop    = 50 // title
+	chartBottom = 70 // tick labels and axis label
+	rowHeight   = 60
+	barHeight   = 30
+	maxLabel    = 28 // runes of a scenario name before it is cut
+)
+
+var (
+	colBar      = color.RGBA{0x3b, 0x6e, 0xa8, 0xff}
+	colBaseline = color.RGBA{0x99, 0x99, 0x99, 0xff}
+	colWhisker  = color.RGBA{0x20, 0x20, 0x20, 0xff}
+	colGrid     = color.RGBA{0xe4, 0xe4, 0xe4, 0xff}
+	colText     = color.Black
+)
+
+// WritePNG draws a horizontal bar chart of each row's median Mpps with a
+// min–max whisker and writes it as PNG. The baseline's bar is grey.
+func (r *Report) WritePNG(w io.Writer) error {
+	height := chartTop + chartBottom + rowHeight*len(r.Rows)
+	img := image.NewRGBA(image.Rect(0, 0, chartWidth, height))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+
+	drawText(img, 16, 32, 2, colText, r.title())
+	if len(r.Rows) == 0 {
+		drawText(img, 16, chartTop+30, 1, colText, "no scenarios were run")
+		return png.Encode(w, img)
+	}
+
+	labelW := 0
+	for _, row := range r.Rows {
+		labelW = max(labelW, textWidth(label(row.Scenario)))
+	}
+	// Room on the right for a value printed past a short bar's whisker.
+	x0, x1 := 24+labelW+8, chartWidth-80
+	yAxis := height - chartBottom
+
+	top, step := axisScale(r.Rows)
+	scale := func(v float64) int {
+		// !(v > 0) also catches NaN, whose int conversion is undefined.
+		if !(v > 0) {
+			return x0
+		}
+		return x0 + int(math.Round(min(v, top)/top*float64(x1-x0)))
+	}
+
+	for v := 0.0; v <= top+step/2; v += step {
+		x := scale(v)
+		fill(img, image.Rect(x, chartTop, x+1, yAxis), colGrid)
+		fill(img, image.Rect(x, yAxis, x+1, yAxis+5), colText)
+		s := trimFloat(v)
+		drawText(img, x-textWidth(s)/2, yAxis+18, 1, colText, s)
+	}
+	fill(img, image.Rect(x0, yAxis, x1+1, yAxis+1), colText)
+	fill(img, image.Rect(x0, chartTop, x0+1, yAxis), colText)
+	axis := "Mpps delivered at the sink (bar: median, whisker: min-max)"
+	drawText(img, (x0+x1-textWidth(axis))/2, yAxis+46, 1, colText, axis)
+
+	for i, row := range r.Rows {
+		cy := chartTop + i*rowHeight + rowHeight/2
+		name := label(row.Scenario)
+		drawText(img, x0-8-textWidth(name), cy+5, 1, colText, name)
+
+		bar := colBar
+		if row.Scenario == r.Baseline {
+			bar = colBaseline
+		}
+		// image.Rect swaps reversed corners, so a zero bar must be skipped
+		// rather than drawn from x0+1 back to x0.
+		xm := scale(row.MedianMpps)
+		if xm > x0+1 {
+			fill(img, image.Rect(x0+1, cy-barHeight/2, xm, cy+barHeight/2), bar)
+		}
+
+		lo, hi := scale(row.MinMpps), scale(row.MaxMpps)
+		fill(img, image.Rect(lo, cy-1, hi+1, cy+1), colWhisker)
+		fill(img, image.Rect(lo, cy-8, lo+2, cy+8), colWhisker)
+		fill(img, image.Rect(hi-1, cy-8, hi+1, cy+8), colWhisker)
+
+		// The value goes inside the bar's left end when it fits, clear of
+		// the whisker at its right end; otherwise after the whisker.
+		v := fmt.Sprintf("%.2f", row.MedianMpps)
+		if xm-x0 >= textWidth(v)+2*12 && lo-x0 >= textWidth(v)+12 {
+			drawText(img, x0+8, cy+5, 1, color.White, v)
+		} else {
+			drawText(img, max(xm, hi)+8, cy+5, 1, colText, v)
+		}
+	}
+	return png.Encode(w, img)
+}
+
+// title names the frame size when all rows share one.
+func (r *Report) title() string {
+	t := "fastpath lab bench - Mpps"
+	sizes := map[int]bool{}
+	for _, row := range r.Rows {
+		sizes[row.Size] = true
+	}
+	switch {
+	case len(sizes) == 1:
+		return fmt.Sprintf("%s (%d B frames)", t, r.Rows[0].Size)
+	case len(sizes) > 1:
+		return t + " (mixed frame sizes)"
+	}
+	return t
+}
+
+// axisScale picks the axis end and tick step: 1, 2 or 5 times a power of ten,
+// about six ticks, covering every whisker.
+func axisScale(rows []Row) (top, step float64) {
+	hi := 0.0
+	for _, row := range rows {
+		for _, v := range []float64{row.MedianMpps, row.MaxMpps} {
+			if v > hi && !math.IsInf(v, 1) {
+				hi = v
+			}
+		}
+	}
+	if hi == 0 {
+		return 1, 0.2
+	}
+	raw := hi / 6
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step = 10 * mag
+	for _, m := range []float64{1, 2, 5} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	return math.Ceil(hi/step) * step, step
+}
+
+// trimFloat prints a tick value without trailing zeros.
+func trimFloat(v float64) string {
+	s := fmt.Sprintf("%.2f", v)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+// label cuts long scenario names so the bars keep most of the width, and
+// replaces what basicfont cannot draw (it has ASCII only).
+func label(s string) string {
+	s = ascii(s)
+	if len(s) > maxLabel {
+		s = s[:maxLabel-3] + "..."
+	}
+	return s
+}
+
+func ascii(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '–' || r == '—':
+			return '-'
+		case r < 0x20 || r > 0x7e:
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+func textWidth(s string) int {
+	return len([]rune(s)) * basicfont.Face7x13.Advance
+}
+
+func fill(img draw.Image, r image.Rectangle, c color.Color) {
+	draw.Draw(img, r, image.NewUniform(c), image.Point{}, draw.Src)
+}
+
+// drawText draws s with its baseline at y, scaled by an integer factor:
+// basicfont is a 13 px bitmap font, too small for a title at 1×.
+func drawText(dst draw.Image, x, y, scale int, c color.Color, s string) {
+	s = ascii(s)
+	face := basicfont.Face7x13
+	if scale == 1 {
+		d := font.Drawer{Dst: dst, Src: image.NewUniform(c), Face: face, Dot: fixed.P(x, y)}
+		d.DrawString(s)
+		return
+	}
+	mask := image.NewAlpha(image.Rect(0, 0, textWidth(s), face.Height))
+	d := font.Drawer{Dst: mask, Src: image.Opaque, Face: face, Dot: fixed.P(0, face.Ascent)}
+	d.DrawString(s)
+	src := image.NewUniform(c)
+	top := y - face.Ascent*scale
+	for my := range face.Height {
+		for mx := range mask.Rect.Dx() {
+			if mask.AlphaAt(mx, my).A == 0 {
+				continue
+			}
+			p := image.Rect(x+mx*scale, top+my*scale, x+(mx+1)*scale, top+(my+1)*scale)
+			draw.Draw(dst, p, src, image.Point{}, draw.Over)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package lab
+
+import "time"
+
+// Report is everything one `lab bench` run measured. The table, the Markdown
+// and the plot are all printed from it, and it is what --json writes.
+type Report struct {
+	Started  time.Time `json:"started"`
+	Command  string    `json:"command"`
+	Kernel   string    `json:"kernel"`
+	CPUModel string    `json:"cpu_model"`
+	CPUs     int       `json:"cpus"`
+	// Baseline is the scenario every ratio is taken to ("veth"), or "" when it
+	// was not part of the run.
+	Baseline string `json:"baseline"`
+	// Restore says the generator wrote every packet whole on each run (needed
+	// when a DUT rewrites frames); otherwise it wrote only the bytes in which
+	// the packets differ.
+	Restore bool  `json:"restore"`
+	Rows    []Row `json:"rows"`
+}
+
+// Row is one scenario's figures over all its runs.
+type Row struct {
+	Scenario    string `json:"scenario"`
+	Description string `json:"description"`
+	// Size is the frame length in bytes without the Ethernet FCS.
+	Size int   `json:"size"`
+	Runs []Run `json:"runs"`
+	// Mpps over the runs: delivered packets per second at the sink, in millions.
+	MedianMpps float64 `json:"median_mpps"`
+	MinMpps    float64 `json:"min_mpps"`
+	MaxMpps    float64 `json:"max_mpps"`
+	// NsPerPacket is 1e3 / MedianMpps: the whole path's cost per packet on the
+	// one core that generator, device under test and sink share.
+	NsPerPacket float64 `json:"ns_per_packet"`
+	// Ratio is MedianMpps divided by the baseline row's; 0 without a baseline.
+	Ratio float64 `json:"ratio"`
+	// Loss is the fraction of sent packets the sink did not count (median).
+	Loss float64 `json:"loss"`
+	// Note says what limits the figure, e.g. that the path lost packets.
+	Note string `json:"note,omitempty"`
+}
+
+// Run is one generation of a fixed number of packets through a scenario.
+type Run struct {
+	Sent     uint64  `json:"sent"`
+	Received uint64  `json:"received"`
+	Seconds  float64 `json:"seconds"`
+	// OfferedMpps is what the generator sent per second; Mpps what the sink got.
+	OfferedMpps float64 `json:"offered_mpps"`
+	Mpps        float64 `json:"mpps"`
+}

@@ -1,0 +1,162 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// Scenario is one row of the benchmark: a device under test set up on a
+// testbed. Network functions add their own through Register.
+type Scenario struct {
+	Name        string
+	Description string
+	Layout      Layout
+	// Order sorts the rows of a report: baselines first.
+	Order int
+	// Rewrites says the DUT changes frames in place (MACs, TTL, path fields),
+	// so the generator must restore every packet whole on each run. A bench
+	// run restores for all its rows if any row needs it, to keep the ratios fair.
+	Rewrites bool
+	// Setup makes the testbed's DUT namespace the device under test and
+	// returns what undoes it. The testbed is up when it is called.
+	Setup func(tb Testbed) (teardown func() error, err error)
+	// Packets, if set, builds the packets to send; otherwise the testbed's
+	// default UDP packets of the requested size are sent.
+	Packets func(tb Testbed, size int) ([][]byte, error)
+}
+
+var scenarios = map[string]Scenario{}
+
+// Register adds a scenario; names are unique.
+func Register(s Scenario) {
+	if _, dup := scenarios[s.Name]; dup {
+		panic("lab: scenario registered twice: " + s.Name)
+	}
+	scenarios[s.Name] = s
+}
+
+// Scenarios returns every registered scenario in report order.
+func Scenarios() []Scenario {
+	var all []Scenario
+	for _, s := range scenarios {
+		all = append(all, s)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].Order != all[j].Order {
+			return all[i].Order < all[j].Order
+		}
+		return all[i].Name < all[j].Name
+	})
+	return all
+}
+
+// LookupScenarios resolves names, failing on the first unknown one with the
+// list of known ones.
+func LookupScenarios(names []string) ([]Scenario, error) {
+	var out []Scenario
+	for _, n := range names {
+		s, ok := scenarios[n]
+		if !ok {
+			var known []string
+			for _, s := range Scenarios() {
+				known = append(known, s.Name)
+			}
+			return nil, fmt.Errorf("unknown scenario %q: known are %s", n, strings.Join(known, ", "))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func init() {
+	Register(Scenario{
+		Name:        "veth",
+		Description: "generator straight into the sink over one veth pair",
+		Layout:      LayoutVeth,
+		Order:       0,
+		Setup:       func(Testbed) (func() error, error) { return func() error { return nil }, nil },
+	})
+	Register(Scenario{
+		Name:        "bridge",
+		Description: "Linux bridge joining veth1 and veth3 in the DUT namespace",
+		Layout:      LayoutDUT,
+		Order:       10,
+		Setup:       setupBridge,
+	})
+	Register(Scenario{
+		Name:        "xdp-redirect",
+		Description: "minimal XDP program redirecting veth1 to veth3",
+		Layout:      LayoutDUT,
+		Order:       20,
+		Setup:       setupRedirect,
+	})
+}
+
+// setupBridge enslaves both DUT veths to a bridge. The packets are addressed
+// to the sink's MAC, which the bridge floods to veth3 until it learns it.
+func setupBridge(tb Testbed) (func() error, error) {
+	in, out := tb.DUTIn(), tb.DUTOut()
+	h, err := netns.Handle(in.Netns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: tb.Prefix + "br0", HardwareAddr: net.HardwareAddr{0x02, 0x66, 0x70, 0x00, 0x00, 0xb0}}}
+	if err := h.LinkAdd(br); err != nil {
+		return nil, fmt.Errorf("create bridge %s: %w", br.Name, err)
+	}
+	teardown := func() error {
+		h, err := netns.Handle(in.Netns)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		return h.LinkDel(br)
+	}
+	for _, ep := range []Endpoint{in, out} {
+		l, err := h.LinkByName(ep.Dev)
+		if err == nil {
+			err = h.LinkSetMaster(l, br)
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("add %s to bridge: %w", ep.Dev, err), teardown())
+		}
+	}
+	if err := h.LinkSetUp(br); err != nil {
+		return nil, errors.Join(fmt.Errorf("set bridge up: %w", err), teardown())
+	}
+	return teardown, nil
+}
+
+// setupRedirect attaches the minimal redirect program to veth1.
+func setupRedirect(tb Testbed) (func() error, error) {
+	in, out := tb.DUTIn(), tb.DUTOut()
+	attrs, err := xdp.Lookup(xdp.Iface{Netns: out.Netns, Name: out.Dev})
+	if err != nil {
+		return nil, err
+	}
+	var objs redirectObjects
+	if err := loadRedirectObjects(&objs, nil); err != nil {
+		return nil, fmt.Errorf("load redirect program: %w", err)
+	}
+	// A devmap resolves the index in the namespace of the thread updating it.
+	if err := netns.Run(out.Netns, func() error { return objs.RedirectPort.Put(uint32(0), uint32(attrs.Index)) }); err != nil {
+		objs.Close()
+		return nil, fmt.Errorf("set redirect port: %w", err)
+	}
+	var l link.Link
+	if l, err = xdp.Attach(xdp.Iface{Netns: in.Netns, Name: in.Dev}, objs.LabRedirect, xdp.Native); err != nil {
+		objs.Close()
+		return nil, err
+	}
+	return func() error { return errors.Join(l.Close(), objs.Close()) }, nil
+}

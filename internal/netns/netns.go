@@ -1,0 +1,174 @@
+// Package netns is the one place that creates, enters and removes network
+// namespaces. Everything else names a namespace and calls Run or Handle.
+//
+// Namespaces are bind-mounted under /run/netns like `ip netns add` does, so
+// iproute2 sees them too. Only the network namespace is switched, never the
+// mount namespace: `ip netns exec` remounts /sys, which hides bpffs pins.
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Dir is where named namespaces are bind-mounted.
+const Dir = "/run/netns"
+
+// ErrNotExist is returned when a named namespace does not exist.
+var ErrNotExist = errors.New("network namespace does not exist")
+
+// Path returns the bind-mount path of a named namespace.
+func Path(name string) string { return filepath.Join(Dir, name) }
+
+// Exists reports whether the named namespace exists.
+func Exists(name string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(Path(name), &st); err != nil {
+		return false
+	}
+	return st.Type == unix.NSFS_MAGIC
+}
+
+// Create makes a named namespace; an existing one is kept as it is.
+func Create(name string) error {
+	if Exists(name) {
+		return nil
+	}
+	// NewNamed switches the calling thread into the new namespace, so run it on
+	// a thread of its own that switches back before it is released.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			// Leave the thread locked: its namespace state is unknown, and a
+			// locked thread is discarded when the goroutine exits.
+			errc <- fmt.Errorf("create netns %s: %w", name, err)
+			return
+		}
+		ns.Close()
+		if err := netns.Set(orig); err != nil {
+			errc <- fmt.Errorf("return to original netns: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// Delete removes a named namespace; a missing one is not an error. The
+// interfaces inside go with it (a veth takes its peer along).
+func Delete(name string) error {
+	if !Exists(name) {
+		if _, err := os.Stat(Path(name)); err == nil {
+			// A leftover mount point from a crashed run.
+			_ = os.Remove(Path(name))
+		}
+		return nil
+	}
+	if err := netns.DeleteNamed(name); err != nil {
+		return fmt.Errorf("delete netns %s: %w", name, err)
+	}
+	return nil
+}
+
+// Run calls fn on an OS thread that has entered the named namespace. An empty
+// name runs fn in the caller's namespace. Syscalls that resolve interfaces by
+// index (XDP attach, BPF_PROG_TEST_RUN live frames) must be made inside fn.
+func Run(name string, fn func() error) error {
+	if name == "" {
+		return fn()
+	}
+	if !Exists(name) {
+		return fmt.Errorf("%s: %w", name, ErrNotExist)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- fmt.Errorf("open netns %s: %w", name, err)
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", name, err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			// The thread stays locked and dies with the goroutine.
+			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", name, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// Handle returns a netlink handle that acts inside the named namespace (the
+// caller's own for ""). Close it when done.
+func Handle(name string) (*netlink.Handle, error) {
+	if name == "" {
+		return netlink.NewHandle()
+	}
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", name, ErrNotExist)
+		}
+		return nil, fmt.Errorf("open netns %s: %w", name, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in netns %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// FD opens the named namespace for netlink calls that move links into it.
+func FD(name string) (netns.NsHandle, error) {
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return 0, fmt.Errorf("open netns %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+// List returns the names of the namespaces under Dir.
+func List() ([]string, error) {
+	ents, err := os.ReadDir(Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}

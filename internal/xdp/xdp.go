@@ -1,0 +1,95 @@
+// Package xdp attaches XDP programs to interfaces in any network namespace
+// through bpf links, so that a crashed process leaves nothing attached.
+package xdp
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+)
+
+// Mode is how a program is attached.
+type Mode string
+
+const (
+	// Native runs the program in the driver, before an skb exists.
+	Native Mode = "native"
+	// Generic runs it on skbs in the stack: works everywhere, slower.
+	Generic Mode = "generic"
+)
+
+// ErrNativeUnsupported is returned when the driver refuses native XDP.
+var ErrNativeUnsupported = errors.New("native XDP not supported by the device")
+
+// ParseMode checks a mode given on the command line.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case Native, Generic:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("unknown XDP mode %q: use native or generic", s)
+}
+
+// Iface is an interface in a network namespace ("" is the caller's).
+type Iface struct {
+	Netns string
+	Name  string
+}
+
+func (i Iface) String() string {
+	if i.Netns == "" {
+		return i.Name
+	}
+	return i.Netns + "/" + i.Name
+}
+
+// Lookup returns the interface's link attributes, or an error that names the
+// interface and the namespace it was looked for in.
+func Lookup(i Iface) (*netlink.LinkAttrs, error) {
+	h, err := netns.Handle(i.Netns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(i.Name)
+	if err != nil {
+		where := "the current network namespace"
+		if i.Netns != "" {
+			where = "network namespace " + i.Netns
+		}
+		return nil, fmt.Errorf("interface %s not found in %s", i.Name, where)
+	}
+	return l.Attrs(), nil
+}
+
+// Attach attaches prog to the interface through a bpf link. The link lives as
+// long as the returned handle (or its pin): close it to detach.
+func Attach(i Iface, prog *ebpf.Program, mode Mode) (link.Link, error) {
+	attrs, err := Lookup(i)
+	if err != nil {
+		return nil, err
+	}
+	flags := link.XDPDriverMode
+	if mode == Generic {
+		flags = link.XDPGenericMode
+	}
+	var l link.Link
+	err = netns.Run(i.Netns, func() error {
+		var err error
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: attrs.Index, Flags: flags})
+		return err
+	})
+	if err != nil {
+		if mode == Native && (errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EOPNOTSUPP)) {
+			return nil, fmt.Errorf("attach XDP to %s: %w; use generic mode instead", i, ErrNativeUnsupported)
+		}
+		return nil, fmt.Errorf("attach XDP (%s mode) to %s: %w", mode, i, err)
+	}
+	return l, nil
+}
