@@ -115,13 +115,12 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	if err != nil {
 		return row, err
 	}
-	sinkEP := tb.Sink()
-	sink, err := AttachSink(xdp.Iface{Netns: sinkEP.Netns, Name: sinkEP.Dev}, xdp.Native)
+	sink, err := AttachSink(tb.Sink().Iface(), xdp.Native)
 	if err != nil {
 		return row, err
 	}
 	defer sink.Close()
-	gen, err := NewGenerator(GenOptions{Iface: xdp.Iface{Netns: tb.Gen().Netns, Name: tb.Gen().Dev}, Packets: pkts, CPU: o.CPU, Window: !restore})
+	gen, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: o.CPU, Window: !restore})
 	if err != nil {
 		return row, err
 	}

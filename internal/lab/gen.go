@@ -113,14 +113,15 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 	lo, hi, window := 0, 0, false
 	if opts.Window {
 		lo, hi, window = diffWindow(opts.Packets)
-		if err := spec.Variables["gen_window"].Set(uint32(1)); window && err != nil {
-			return nil, err
-		}
-		if err := spec.Variables["gen_window_offset"].Set(uint32(lo)); window && err != nil {
-			return nil, err
-		}
 	}
-	if !window {
+	if window {
+		if err := spec.Variables["gen_window"].Set(uint32(1)); err != nil {
+			return nil, err
+		}
+		if err := spec.Variables["gen_window_offset"].Set(uint32(lo)); err != nil {
+			return nil, err
+		}
+	} else {
 		lo, hi = 0, -1
 	}
 	g := &Generator{opts: opts, ifindex: attrs.Index, maxLen: maxLen, window: window}

@@ -110,7 +110,13 @@ func setupBridge(tb Testbed) (func() error, error) {
 		return nil, err
 	}
 	defer h.Close()
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: tb.Prefix + "br0", HardwareAddr: net.HardwareAddr{0x02, 0x66, 0x70, 0x00, 0x00, 0xb0}}}
+	// With multicast snooping on, the bridge joins 224.0.0.106 and sends IGMP
+	// reports of its own, which the sink would count as forwarded packets.
+	snooping := false
+	br := &netlink.Bridge{
+		LinkAttrs:         netlink.LinkAttrs{Name: tb.Prefix + "br0", HardwareAddr: net.HardwareAddr{0x02, 0x66, 0x70, 0x00, 0x00, 0xb0}},
+		MulticastSnooping: &snooping,
+	}
 	if err := h.LinkAdd(br); err != nil {
 		return nil, fmt.Errorf("create bridge %s: %w", br.Name, err)
 	}
@@ -140,7 +146,7 @@ func setupBridge(tb Testbed) (func() error, error) {
 // setupRedirect attaches the minimal redirect program to veth1.
 func setupRedirect(tb Testbed) (func() error, error) {
 	in, out := tb.DUTIn(), tb.DUTOut()
-	attrs, err := xdp.Lookup(xdp.Iface{Netns: out.Netns, Name: out.Dev})
+	attrs, err := xdp.Lookup(out.Iface())
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +160,7 @@ func setupRedirect(tb Testbed) (func() error, error) {
 		return nil, fmt.Errorf("set redirect port: %w", err)
 	}
 	var l link.Link
-	if l, err = xdp.Attach(xdp.Iface{Netns: in.Netns, Name: in.Dev}, objs.LabRedirect, xdp.Native); err != nil {
+	if l, err = xdp.Attach(in.Iface(), objs.LabRedirect, xdp.Native); err != nil {
 		objs.Close()
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // Layout is the shape of a testbed.
@@ -51,6 +52,9 @@ type Endpoint struct {
 	MAC   net.HardwareAddr
 	Addr  netip.Prefix
 }
+
+// Iface names the endpoint for attaching and generating.
+func (e Endpoint) Iface() xdp.Iface { return xdp.Iface{Netns: e.Netns, Name: e.Dev} }
 
 // Addresses come from 198.18.0.0/15, the range RFC 2544 sets aside for
 // benchmarking, so that no lab address can be someone else's.
