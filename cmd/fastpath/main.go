@@ -15,6 +15,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := rootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "fastpath:", err)
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fastpath",
 		Short:         "eBPF fast path for network functions, and the lab that measures them",
@@ -22,8 +29,5 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(labCmd())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "fastpath:", err)
-		os.Exit(1)
-	}
+	return root
 }

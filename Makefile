@@ -1,0 +1,40 @@
+# fastpath — build, test and demo. `make demo` and `make test` install what is
+# missing through `make deps` first.
+
+GO      ?= go
+BIN     := bin/fastpath
+# Every Go package with BPF programs keeps its bpf2go directives in bpf.go and
+# its C under bpf/<name>/ (the lab's under bpf/lab/).
+BPF_PKGS := $(patsubst %/bpf.go,%,$(wildcard internal/*/bpf.go))
+BPF_STAMPS := $(BPF_PKGS:%=%/.bpf-stamp)
+BPF_INCLUDE := $(wildcard bpf/include/*.h)
+
+.PHONY: all build deps test demo clean bench lab-down
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+# bpf2go output is regenerated when the C it comes from changes.
+.SECONDEXPANSION:
+internal/%/.bpf-stamp: $$(wildcard bpf/$$*/*.c bpf/$$*/*.h) $(BPF_INCLUDE) internal/%/bpf.go
+	cd internal/$* && $(GO) generate
+	@touch $@
+
+build: $(BPF_STAMPS)
+	$(GO) build -o $(BIN) ./cmd/fastpath
+
+test: deps build
+	@bash scripts/test.sh
+
+demo: deps build
+	./$(BIN) lab bench veth bridge xdp-redirect --runs 5 \
+		--json results/bench.json --md results/bench.md --plot results/bench.png
+	@echo "results: results/bench.json results/bench.md results/bench.png"
+
+lab-down: build
+	./$(BIN) lab down
+
+clean:
+	rm -rf bin results
+	rm -f $(BPF_STAMPS) $(foreach p,$(BPF_PKGS),$(wildcard $(p)/*_bpfel.go $(p)/*_bpfel.o))

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+)
+
+// Bad input is refused with a message that says what is wrong, before
+// anything is set up.
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.pcap")
+	if err := os.WriteFile(empty, []byte{0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"unknown scenario": {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
+		"unknown layout":   {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
+		"missing pcap":     {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},
+		"empty pcap":       {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "1"}, "holds no packets"},
+		"no limit":         {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty}, "give --count N or --duration D"},
+		"two limits":       {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "5", "--duration", "1s"}, "not both"},
+		"unknown iface":    {[]string{"lab", "sink", "--dev", "fp-nosuch0", "--prefix", "fp-tcli-"}, "interface fp-nosuch0 not found"},
+		"bad xdp mode":     {[]string{"lab", "sink", "--dev", "fp-veth2", "--mode", "turbo"}, `unknown XDP mode "turbo"`},
+		"packet too small": {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--size", "20"}, "packet size 20"},
+		"bad mac":          {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--dst-mac", "zz"}, `--dst-mac "zz"`},
+		"long prefix":      {[]string{"lab", "up", "--prefix", "fp-much-too-long-"}, "too long"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := rootCmd()
+			cmd.SetArgs(c.args)
+			cmd.SetOut(new(strings.Builder))
+			err := cmd.ExecuteContext(context.Background())
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("fastpath %s: error %v, want one containing %q", strings.Join(c.args, " "), err, c.want)
+			}
+			for _, ns := range []string{"fp-tcli-gen", "fp-tcli-dut", "fp-tcli-sink"} {
+				if netns.Exists(ns) {
+					netns.Delete(ns)
+					t.Fatalf("a refused command left %s behind", ns)
+				}
+			}
+		})
+	}
+}
+
+func TestPacketsWritesCapture(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "sub", "p.pcap")
+	cmd := rootCmd()
+	cmd.SetArgs([]string{"lab", "packets", "--out", out, "--count", "10", "--size", "200"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pcap: 24-byte file header, then 16 bytes of record header per packet.
+	if want := int64(24 + 10*(16+200)); st.Size() != want {
+		t.Fatalf("capture is %d bytes, want %d", st.Size(), want)
+	}
+}

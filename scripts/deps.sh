@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what fastpath needs on Debian 12 and prepares the kernel
+# interfaces it uses. Safe to run again: it only adds what is missing.
+set -euo pipefail
+
+say() { printf 'deps: %s\n' "$*"; }
+die() { printf 'deps: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (sudo make ...): packages are installed with apt and XDP needs CAP_SYS_ADMIN"
+
+# Debian packages: the BPF toolchain, the lab's tools and the baselines the
+# benchmarks compare against.
+pkgs=(clang llvm libbpf-dev linux-libc-dev iproute2 ethtool bpftool tcpdump tcpreplay iperf3 iptables nftables xdp-tools make gcc m4 libpcap-dev pkg-config)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	say "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Go: the module asks for the version in go.mod; an older go fetches that
+# toolchain from the module proxy by itself (GOTOOLCHAIN=auto), if it is 1.21+.
+if ! command -v go >/dev/null 2>&1; then
+	for d in /usr/local/go/bin /usr/lib/go/bin; do [ -x "$d/go" ] && export PATH="$d:$PATH"; done
+fi
+command -v go >/dev/null 2>&1 || die "Go is not installed: install Go 1.24 or newer (https://go.dev/doc/install) and run make again"
+gover=$(go env GOVERSION | sed 's/^go//')
+case "$gover" in
+	1.[0-9].*|1.1[0-9]*|1.20*) die "Go $gover is too old: install Go 1.24 or newer (https://go.dev/doc/install)";;
+esac
+go mod download
+
+# bpffs: fastpath pins its maps and links under /sys/fs/bpf/fastpath.
+if [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs" ]; then
+	say "mounting bpffs at /sys/fs/bpf"
+	mount -t bpf bpf /sys/fs/bpf || die "cannot mount bpffs at /sys/fs/bpf"
+fi
+[ -e /sys/kernel/btf/vmlinux ] || die "the kernel has no BTF (/sys/kernel/btf/vmlinux): use a kernel with CONFIG_DEBUG_INFO_BTF=y"
+say "ready"
