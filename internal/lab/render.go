@@ -165,6 +165,12 @@ func (r *Report) Markdown() string {
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s in the same run\n", r.Baseline)
 	}
+	if r.Restore {
+		b.WriteString("- generator: every packet written whole on each run (a DUT rewrites frames)\n")
+	} else {
+		b.WriteString("- generator: only the bytes where the packets differ written on each run\n")
+	}
+	b.WriteString("- one core runs generator, DUT and sink: ns/pkt is the whole path's cost\n")
 	b.WriteString("\n")
 
 	mdRow(&b, columns)

@@ -35,6 +35,9 @@ func ParseLayout(s string) (Layout, error) {
 	return "", fmt.Errorf("unknown layout %q: use veth or dut", s)
 }
 
+// labMTU is the MTU of every lab veth.
+const labMTU = 1500
+
 // DefaultPrefix starts the name of everything the lab creates.
 const DefaultPrefix = "fp-"
 
@@ -217,7 +220,7 @@ func (t Testbed) ensurePair(a, b Endpoint) error {
 	}
 	defer peerNS.Close()
 	veth := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: a.Dev, HardwareAddr: a.MAC, MTU: 1500},
+		LinkAttrs:        netlink.LinkAttrs{Name: a.Dev, HardwareAddr: a.MAC, MTU: labMTU},
 		PeerName:         b.Dev,
 		PeerHardwareAddr: b.MAC,
 		PeerNamespace:    netlink.NsFd(int(peerNS)),

@@ -21,7 +21,7 @@ var ErrNotReady = errors.New("system not ready")
 // creating namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN.
 func Root() error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: fastpath must run as root (loading XDP programs needs CAP_SYS_ADMIN and CAP_NET_ADMIN); run it with sudo", ErrNotReady)
+		return fmt.Errorf("%w: fastpath must run as root (namespaces and XDP programs need CAP_NET_ADMIN and CAP_SYS_ADMIN); run it with sudo", ErrNotReady)
 	}
 	return nil
 }
