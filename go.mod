@@ -3,8 +3,11 @@ module github.com/fastpath-dev/fastpath
 go 1.25.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/cilium/ebpf v0.22.0
+	github.com/google/gopacket v1.1.19
 	github.com/safchain/ethtool v0.7.0
+	github.com/scionproto/scion v0.12.0
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
@@ -13,13 +16,23 @@ require (
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dchest/cmac v1.0.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/opentracing/opentracing-go v1.2.0 // indirect
+	github.com/pelletier/go-toml/v2 v2.2.2 // indirect
+	github.com/prometheus/client_golang v1.19.1 // indirect
+	github.com/prometheus/client_model v0.6.1 // indirect
+	github.com/prometheus/common v0.53.0 // indirect
+	github.com/prometheus/procfs v0.14.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.0 // indirect
+	golang.org/x/crypto v0.46.0 // indirect
+	google.golang.org/protobuf v1.34.1 // indirect
 )
 
-require (
-	github.com/gopacket/gopacket v1.2.0
-	golang.org/x/net v0.48.0 // indirect
-)
+require golang.org/x/net v0.48.0 // indirect
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -1,0 +1,1192 @@
+/* SCION border router: the standard-path data plane in XDP.
+ *
+ * The steps follow scionproto v0.12.0 router/dataplane.go process() in its
+ * order, with its names. Each step returns CONTINUE or a verdict's action.
+ * Nothing in the packet is written before the last step has decided to
+ * forward: a packet passed up the stack reaches the userspace router as it
+ * arrived, so that it can answer with SCMP or handle what we do not.
+ *
+ * Variants: BR_NO_MAC builds the router without hop-field MAC checks (the
+ * br-nomac benchmark row and `mac_check = false`). */
+#include "common.h"
+#include "parse.h"
+#include "csum.h"
+#include "scion.h"
+#include "br_shared.h"
+#ifndef BR_NO_MAC
+#include "aes.h"
+#endif
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+/* Router configuration, written by the control plane. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct br_config);
+} br_conf SEC(".maps");
+
+/* Hop-field keys: slot 0 from master0.key, slot 1 (rollover) from master1.key. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct br_key);
+} br_keys SEC(".maps");
+
+/* Underlay addresses the router receives on: external locals and internal_addr. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BR_MAX_IFACES);
+	__type(key, struct br_socket_key);
+	__type(value, struct br_socket);
+} br_sockets SEC(".maps");
+
+/* Every interface of the AS by ID: an array, since IDs are 16 bits and an
+ * array lookup is inlined by the verifier. kind == 0: unknown interface. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct br_iface);
+} br_ifaces SEC(".maps");
+
+/* Packets and bytes per counter slot and verdict, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BR_MAX_IFACES * BR_VERDICT_MAX);
+	__type(key, __u32);
+	__type(value, struct br_counter);
+} br_counters SEC(".maps");
+
+/* Devices the router is attached to, for bulked redirects between them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} br_tx_ports SEC(".maps");
+
+/* Worker CPUs for the `cpus` option: br_spread hashes flows onto them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} br_cpus SEC(".maps");
+
+/* Unused by the program: it puts enum br_verdict into BTF, where bpf2go
+ * finds the verdict names for the Go side. */
+volatile const enum br_verdict br_verdict_anchor = BR_VERDICT_MAX;
+
+/* Number of entries in br_cpus; 0 when spreading is off. */
+volatile const __u32 br_num_cpus = 0;
+/* Offline runs (`br run --no-fib`) skip the FIB: next-hop MACs stay zero and
+ * the frame leaves with XDP_TX. */
+volatile const __u32 br_skip_fib = 0;
+
+/* Where the packet stands; offsets are from the start of the frame. */
+struct br_pkt {
+	void *data;
+	void *data_end;
+	struct br_config *cfg;
+	__u32 ingress_ifindex;
+
+	/* Underlay */
+	__u8 family;   /* 4 or 6 */
+	__u16 l3_off;
+	__u16 udp_off;
+	__u16 udp_len; /* UDP length field: the datagram the socket would see */
+	__u16 udp_csum;
+	/* Aligned: compared as words, and the verifier rejects misaligned
+	 * stack access. */
+	__u8 ul_src[16] __attribute__((aligned(8)));
+	__u8 ul_dst[16] __attribute__((aligned(8)));
+	__u16 ul_sport;
+	__u16 ul_dport;
+
+	__u16 ingress; /* interface ID the packet came in on; 0: internal */
+	__u16 slot;
+
+	/* SCION */
+	__u16 scion_off;
+	__u16 path_off;
+	__u16 hdr_bytes;
+	__u16 payload_len;
+	__u8 next_hdr;
+	__u8 path_type;
+	__u8 dst_type;
+	__u8 src_type;
+	__u64 dst_ia; /* network byte order */
+	__u64 src_ia;
+
+	__u32 meta_word;
+	struct scion_meta meta;
+	struct scion_inf inf;
+	struct scion_hf hf;
+	__u8 peering;
+	__u8 effective_xover;
+	__u16 egress;
+
+	/* SegID updates to write when forwarding: up to two info fields change
+	 * (against construction before a crossover, along it after). */
+	__u8 seg_upd_n;
+	__u8 seg_upd_idx0;
+	__u8 seg_upd_idx1;
+	__u16 seg_upd_val0;
+	__u16 seg_upd_val1;
+	__u8 meta_changed;
+
+	/* Where the packet goes */
+	struct br_addr next_hop __attribute__((aligned(8)));
+	const struct br_addr *src;
+};
+
+static __always_inline void count(const struct br_pkt *p, __u32 verdict)
+{
+	__u32 key = (__u32)p->slot * BR_VERDICT_MAX + verdict;
+	struct br_counter *c;
+
+	if (key >= BR_MAX_IFACES * BR_VERDICT_MAX)
+		return;
+	c = bpf_map_lookup_elem(&br_counters, &key);
+	if (c) {
+		c->packets++;
+		c->bytes += p->data_end - p->data;
+	}
+}
+
+/* verdict: count it and return its action. */
+static __always_inline int verdict(const struct br_pkt *p, __u32 v, int action)
+{
+	count(p, v);
+	return action;
+}
+
+/* A packet that needs an SCMP error: the slow path answers or it is dropped. */
+static __always_inline int slow_path(const struct br_pkt *p, __u32 v)
+{
+	count(p, v);
+	return p->cfg->scmp_action == BR_SCMP_DROP ? XDP_DROP : XDP_PASS;
+}
+
+static __always_inline __u16 load_be16(const __u8 *b)
+{
+	return ((__u16)b[0] << 8) | b[1];
+}
+
+static __always_inline __u32 load_be32(const __u8 *b)
+{
+	return ((__u32)b[0] << 24) | ((__u32)b[1] << 16) | ((__u32)b[2] << 8) | b[3];
+}
+
+/* ---- Underlay ---------------------------------------------------------- */
+
+static __always_inline int parse_underlay(struct br_pkt *p)
+{
+	struct ethhdr *eth = p->data;
+	struct udphdr *udp;
+	__u16 l3_payload;
+
+	if (!PKT_HAS(eth, sizeof(*eth), p->data_end))
+		return verdict(p, BR_NOT_SCION, XDP_PASS);
+	p->l3_off = sizeof(*eth);
+
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = p->data + sizeof(*eth);
+		__u32 ihl;
+
+		if (!PKT_HAS(ip, sizeof(*ip), p->data_end))
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		/* Fragments and anything but UDP are the kernel's. */
+		if (ip->protocol != IPPROTO_UDP || ipv4_is_fragment(ip) || ip->version != 4)
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		if (bpf_ntohs(ip->tot_len) < ihl + sizeof(struct udphdr))
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		l3_payload = bpf_ntohs(ip->tot_len) - ihl;
+		p->family = 4;
+		__builtin_memcpy(p->ul_src, &ip->saddr, 4);
+		__builtin_memcpy(p->ul_dst, &ip->daddr, 4);
+		p->udp_off = (sizeof(*eth) + ihl) & 0x7f;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = p->data + sizeof(*eth);
+
+		if (!PKT_HAS(ip6, sizeof(*ip6), p->data_end))
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		/* Extension headers go to the kernel. */
+		if (ip6->nexthdr != IPPROTO_UDP)
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		l3_payload = bpf_ntohs(ip6->payload_len);
+		p->family = 6;
+		__builtin_memcpy(p->ul_src, &ip6->saddr, 16);
+		__builtin_memcpy(p->ul_dst, &ip6->daddr, 16);
+		p->udp_off = sizeof(*eth) + sizeof(*ip6);
+	} else {
+		return verdict(p, BR_NOT_SCION, XDP_PASS);
+	}
+
+	udp = p->data + p->udp_off;
+	if (!PKT_HAS(udp, sizeof(*udp), p->data_end))
+		return verdict(p, BR_NOT_SCION, XDP_PASS);
+	p->ul_sport = udp->source;
+	p->ul_dport = udp->dest;
+	p->udp_len = bpf_ntohs(udp->len);
+	p->udp_csum = udp->check;
+	/* The kernel drops datagrams whose UDP length exceeds the IP payload or
+	 * the frame, and trims the rest to the UDP length; so do we. */
+	if (p->udp_len < sizeof(*udp) || p->udp_len > l3_payload ||
+	    p->udp_off + p->udp_len > (__u32)(p->data_end - p->data))
+		return verdict(p, BR_NOT_SCION, XDP_PASS);
+	return CONTINUE;
+}
+
+/* Which of the router's sockets the datagram is for decides the ingress
+ * interface, as the reference router has one socket per interface. */
+static __always_inline int lookup_socket(struct br_pkt *p)
+{
+	struct br_socket_key key = {};
+	struct br_socket *s;
+
+	__builtin_memcpy(key.addr, p->ul_dst, 16);
+	key.port = p->ul_dport;
+	key.family = p->family;
+	s = bpf_map_lookup_elem(&br_sockets, &key);
+	if (!s)
+		return verdict(p, BR_NOT_SCION, XDP_PASS);
+	p->ingress = s->ifid;
+	p->slot = s->slot < BR_MAX_IFACES ? s->slot : BR_SLOT_UNMATCHED;
+	return CONTINUE;
+}
+
+static __always_inline int addr_eq(const __u8 *a, const __u8 *b, __u8 family)
+{
+	if (family == 4)
+		return *(const __u32 *)a == *(const __u32 *)b;
+	return ((const __u64 *)a)[0] == ((const __u64 *)b)[0] &&
+	       ((const __u64 *)a)[1] == ((const __u64 *)b)[1];
+}
+
+/* An external interface's socket is connected to the neighbour: the kernel
+ * would deliver nothing from another source to the reference router. */
+static __always_inline int check_underlay_source(struct br_pkt *p)
+{
+	struct br_iface *ifc;
+	__u32 key = p->ingress;
+
+	if (p->ingress == 0)
+		return CONTINUE;
+	ifc = bpf_map_lookup_elem(&br_ifaces, &key);
+	if (!ifc || ifc->kind != BR_IFACE_EXTERNAL)
+		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
+	if (ifc->remote.family != p->family || ifc->remote.port != p->ul_sport ||
+	    !addr_eq(ifc->remote.addr, p->ul_src, p->family))
+		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
+	return CONTINUE;
+}
+
+/* ---- SCION common and address header ------------------------------------ */
+
+static __always_inline int parse_scion(struct br_pkt *p)
+{
+	__u8 *c;
+	__u32 addr_len, dl, sl, datagram;
+
+	p->scion_off = (p->udp_off + sizeof(struct udphdr)) & 0xff;
+	c = p->data + p->scion_off;
+	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN, p->data_end))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	p->next_hdr = c[4];
+	p->hdr_bytes = c[5] * SCION_LINE;
+	p->payload_len = load_be16(c + 6);
+	p->path_type = c[8];
+	p->dst_type = c[9] >> 4;
+	p->src_type = c[9] & 0xf;
+	dl = (p->dst_type & 3) + 1;
+	sl = (p->src_type & 3) + 1;
+	addr_len = 2 * SCION_IA_LEN + 4 * (dl + sl);
+	__builtin_memcpy(&p->dst_ia, c + SCION_CMN_LEN, 8);
+	__builtin_memcpy(&p->src_ia, c + SCION_CMN_LEN + 8, 8);
+
+	datagram = p->udp_len - sizeof(struct udphdr);
+	if (datagram < SCION_CMN_LEN + addr_len)
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	/* HdrLen must cover common and address header, and the datagram the header. */
+	if (p->hdr_bytes < SCION_CMN_LEN + addr_len || p->hdr_bytes > datagram)
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	p->path_off = p->scion_off + SCION_CMN_LEN + addr_len;
+	return CONTINUE;
+}
+
+/* Empty, one-hop and EPIC paths, BFD and extension headers. */
+static __always_inline int dispatch_path_type(struct br_pkt *p)
+{
+	switch (p->path_type) {
+	case SCION_PATH_SCION:
+		break;
+	case SCION_PATH_EMPTY:
+		/* v0.12.0 handles only BFD on empty paths and discards the rest. */
+		if (p->next_hdr == SCION_PROTO_BFD)
+			return verdict(p, BR_BFD, XDP_PASS);
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	case SCION_PATH_ONEHOP:
+		if (p->next_hdr == SCION_PROTO_BFD)
+			return verdict(p, BR_BFD, XDP_PASS);
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	case SCION_PATH_EPIC:
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	default:
+		/* The reference discards unknown path types. */
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	}
+	/* Extensions are validated by the reference before anything else, and
+	 * needed to find the L4 header: the slow path takes them. */
+	if (p->next_hdr == SCION_PROTO_HBH || p->next_hdr == SCION_PROTO_E2E)
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	return CONTINUE;
+}
+
+/* ---- Path access -------------------------------------------------------- */
+
+static __always_inline __u8 *inf_ptr(const struct br_pkt *p, __u32 idx)
+{
+	__u32 off = p->path_off + SCION_META_LEN + (idx & 3) * SCION_INF_LEN;
+	__u8 *f = p->data + (off & 0x3ff);
+
+	if (!PKT_HAS(f, SCION_INF_LEN, p->data_end))
+		return NULL;
+	return f;
+}
+
+static __always_inline __u8 *hf_ptr(const struct br_pkt *p, __u32 idx)
+{
+	__u32 off = p->path_off + SCION_META_LEN + p->meta.num_inf * SCION_INF_LEN +
+		    (idx & 0x3f) * SCION_HOP_LEN;
+	__u8 *f = p->data + (off & 0x7ff);
+
+	if (!PKT_HAS(f, SCION_HOP_LEN, p->data_end))
+		return NULL;
+	return f;
+}
+
+static __always_inline int load_inf(const struct br_pkt *p, __u32 idx, struct scion_inf *inf)
+{
+	__u8 *f = inf_ptr(p, idx);
+
+	if (!f)
+		return -1;
+	inf->flags = f[0];
+	inf->seg_id = load_be16(f + 2);
+	inf->timestamp = load_be32(f + 4);
+	return 0;
+}
+
+static __always_inline int load_hf(const struct br_pkt *p, __u32 idx, struct scion_hf *hf)
+{
+	__u8 *f = hf_ptr(p, idx);
+
+	if (!f)
+		return -1;
+	hf->flags = f[0];
+	hf->exp_time = f[1];
+	hf->cons_ingress = load_be16(f + 2);
+	hf->cons_egress = load_be16(f + 4);
+	__builtin_memcpy(hf->mac, f + 6, SCION_MAC_LEN);
+	return 0;
+}
+
+/* The current info field as this router sees it: with its SegID as updated
+ * by an earlier step of this run. */
+static __always_inline void note_seg_id(struct br_pkt *p, __u8 idx, __u16 seg_id)
+{
+	/* Fields, not arrays: a variable index into the stack does not verify. */
+	if (p->seg_upd_n == 0 || p->seg_upd_idx0 == idx) {
+		p->seg_upd_idx0 = idx;
+		p->seg_upd_val0 = seg_id;
+		if (p->seg_upd_n == 0)
+			p->seg_upd_n = 1;
+		return;
+	}
+	p->seg_upd_idx1 = idx;
+	p->seg_upd_val1 = seg_id;
+	p->seg_upd_n = 2;
+}
+
+/* IncPath: CurrHF + 1, CurrINF follows. */
+static __always_inline int inc_path(struct br_pkt *p)
+{
+	if (p->meta.curr_hf >= p->meta.num_hops - 1)
+		return -1;
+	p->meta.curr_hf++;
+	p->meta.curr_inf = scion_inf_for_hf(&p->meta, p->meta.curr_hf);
+	p->meta_changed = 1;
+	return 0;
+}
+
+static __always_inline int is_xover(const struct br_pkt *p)
+{
+	return p->meta.curr_hf + 1 < p->meta.num_hops &&
+	       p->meta.curr_inf != scion_inf_for_hf(&p->meta, p->meta.curr_hf + 1);
+}
+
+static __always_inline int is_first_hop_after_xover(const struct br_pkt *p)
+{
+	return p->meta.curr_inf > 0 && p->meta.curr_hf > 0 &&
+	       p->meta.curr_inf - 1 == scion_inf_for_hf(&p->meta, p->meta.curr_hf - 1);
+}
+
+/* ---- process() steps ------------------------------------------------------ */
+
+static __always_inline int parse_path(struct br_pkt *p)
+{
+	__u8 *m = p->data + (p->path_off & 0x1ff);
+	__u32 path_len;
+
+	if (!PKT_HAS(m, SCION_META_LEN, p->data_end))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	p->meta_word = load_be32(m);
+	p->meta = scion_decode_meta(p->meta_word);
+	/* Segments fill from the first: a zero length after a non-zero one is malformed. */
+	if (p->meta.seg_len[2] > 0) {
+		if (p->meta.seg_len[1] == 0 || p->meta.seg_len[0] == 0)
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		p->meta.num_inf = 3;
+	} else if (p->meta.seg_len[1] > 0) {
+		if (p->meta.seg_len[0] == 0)
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		p->meta.num_inf = 2;
+	} else if (p->meta.seg_len[0] > 0) {
+		p->meta.num_inf = 1;
+	} else {
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	}
+	p->meta.num_hops = p->meta.seg_len[0] + p->meta.seg_len[1] + p->meta.seg_len[2];
+	if (p->meta.num_hops > SCION_MAX_HOPS)
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	path_len = SCION_META_LEN + p->meta.num_inf * SCION_INF_LEN + p->meta.num_hops * SCION_HOP_LEN;
+	if (p->hdr_bytes < (p->path_off - p->scion_off) + path_len)
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	/* Bounds of the current fields: CurrINF < NumINF, CurrHF < NumHops. */
+	if (p->meta.curr_inf >= p->meta.num_inf || p->meta.curr_hf >= p->meta.num_hops)
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	if (load_hf(p, p->meta.curr_hf, &p->hf) || load_inf(p, p->meta.curr_inf, &p->inf))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	/* Segments without the Peering flag have at least two hop fields. */
+	if (!(p->inf.flags & SCION_INF_PEER) &&
+	    (p->meta.seg_len[0] == 1 || p->meta.seg_len[1] == 1 || p->meta.seg_len[2] == 1))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	if (p->meta.curr_inf != scion_inf_for_hf(&p->meta, p->meta.curr_hf))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	return CONTINUE;
+}
+
+static __always_inline int determine_peer(struct br_pkt *p)
+{
+	__u8 seg0 = p->meta.seg_len[0];
+
+	if (!(p->inf.flags & SCION_INF_PEER))
+		return CONTINUE;
+	if (seg0 == 0 || p->meta.seg_len[1] == 0 || p->meta.seg_len[2] != 0)
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	p->peering = p->meta.curr_hf == seg0 - 1 || p->meta.curr_hf == seg0;
+	return CONTINUE;
+}
+
+static __always_inline int validate_hop_expiry(struct br_pkt *p)
+{
+	__u64 now = bpf_ktime_get_tai_ns() + p->cfg->tai_to_unix_ns;
+	__u64 expiry = (__u64)p->inf.timestamp * 1000000000ULL +
+		       ((__u64)p->hf.exp_time + 1) * SCION_EXP_UNIT_NS;
+
+	if (expiry < now)
+		return slow_path(p, BR_EXPIRED);
+	return CONTINUE;
+}
+
+static __always_inline int validate_ingress_id(struct br_pkt *p)
+{
+	__u16 hdr_ingress = (p->inf.flags & SCION_INF_CONSDIR) ? p->hf.cons_ingress : p->hf.cons_egress;
+
+	if (p->ingress != 0 && p->ingress != hdr_ingress)
+		return slow_path(p, BR_INGRESS_MISMATCH);
+	return CONTINUE;
+}
+
+static __always_inline int validate_pkt_len(struct br_pkt *p)
+{
+	__u32 payload = p->udp_len - sizeof(struct udphdr) - p->hdr_bytes;
+
+	if (p->payload_len != payload)
+		return slow_path(p, BR_BAD_LENGTH);
+	return CONTINUE;
+}
+
+/* ingressInterface(): the interface the packet entered the AS through, which
+ * for the first hop after a crossover is in the previous hop field. */
+static __always_inline int ingress_interface(const struct br_pkt *p, __u16 *ifid)
+{
+	struct scion_inf inf = p->inf;
+	struct scion_hf hf = p->hf;
+
+	if (!p->peering && is_first_hop_after_xover(p)) {
+		if (load_inf(p, p->meta.curr_inf - 1, &inf) || load_hf(p, p->meta.curr_hf - 1, &hf))
+			return -1;
+	}
+	*ifid = (inf.flags & SCION_INF_CONSDIR) ? hf.cons_ingress : hf.cons_egress;
+	return 0;
+}
+
+/* Transit packets from the internal network must come from the sibling
+ * router that owns the interface they entered the AS through. */
+static __always_inline int validate_transit_underlay_src(struct br_pkt *p)
+{
+	struct br_iface *ifc;
+	__u16 ifid;
+	__u32 key;
+
+	if (p->meta.curr_hf == 0 || p->ingress != 0)
+		return CONTINUE;
+	if (ingress_interface(p, &ifid))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	key = ifid;
+	ifc = bpf_map_lookup_elem(&br_ifaces, &key);
+	if (!ifc || ifc->kind != BR_IFACE_SIBLING || ifc->remote.family != p->family ||
+	    !addr_eq(ifc->remote.addr, p->ul_src, p->family))
+		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
+	return CONTINUE;
+}
+
+static __always_inline int validate_src_dst_ia(struct br_pkt *p)
+{
+	int src_local = p->src_ia == p->cfg->local_ia;
+	int dst_local = p->dst_ia == p->cfg->local_ia;
+
+	if (p->ingress == 0) {
+		/* Outbound: SrcIA is checked on the first hop only. */
+		if (p->meta.curr_hf == 0 && !src_local)
+			return slow_path(p, BR_BAD_SRC_IA);
+		if (dst_local)
+			return slow_path(p, BR_BAD_DST_IA);
+	} else {
+		if (src_local)
+			return slow_path(p, BR_BAD_SRC_IA);
+		if ((p->meta.curr_hf == p->meta.num_hops - 1) != dst_local)
+			return slow_path(p, BR_BAD_DST_IA);
+	}
+	return CONTINUE;
+}
+
+static __always_inline __u8 *src_host_ptr(const struct br_pkt *p, __u32 len)
+{
+	__u32 off = p->scion_off + SCION_CMN_LEN + 2 * SCION_IA_LEN + 4 * ((p->dst_type & 3) + 1);
+	__u8 *a = p->data + (off & 0x1ff);
+
+	if (!PKT_HAS(a, 16, p->data_end))
+		return NULL;
+	return a;
+}
+
+/* IPv4-mapped IPv6 address (::ffff:a.b.c.d). */
+static __always_inline int is_4in6(const __u8 *a)
+{
+	return ((const __u64 *)a)[0] == 0 && ((const __u32 *)a)[2] == bpf_htonl(0xffff);
+}
+
+static __always_inline int validate_src_host(struct br_pkt *p)
+{
+	__u8 *a;
+
+	if (p->src_ia != p->cfg->local_ia)
+		return CONTINUE;
+	switch (p->src_type) {
+	case SCION_ADDR_IP4:
+	case SCION_ADDR_SVC:
+		return CONTINUE;
+	case SCION_ADDR_IP6:
+		a = src_host_ptr(p, 16);
+		if (!a)
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		if (is_4in6(a))
+			return slow_path(p, BR_BAD_HOST_ADDR);
+		return CONTINUE;
+	}
+	return slow_path(p, BR_BAD_HOST_ADDR);
+}
+
+static __always_inline __u16 mac_prefix16(const struct scion_hf *hf)
+{
+	return ((__u16)hf->mac[0] << 8) | hf->mac[1];
+}
+
+static __always_inline int update_non_cons_dir_ingress_seg_id(struct br_pkt *p)
+{
+	if (!(p->inf.flags & SCION_INF_CONSDIR) && p->ingress != 0 && !p->peering) {
+		p->inf.seg_id ^= mac_prefix16(&p->hf);
+		note_seg_id(p, p->meta.curr_inf, p->inf.seg_id);
+	}
+	return CONTINUE;
+}
+
+#ifndef BR_NO_MAC
+/* A hop field's MAC input as big-endian words, and its 6-byte MAC. */
+struct mac_check {
+	__u32 in[4];
+	__u32 mac_hi; /* MAC bytes 0-3 */
+	__u32 mac_lo; /* MAC bytes 4-5 */
+};
+
+/* AES-CMAC of the 16-byte MAC input, compared with the hop field's MAC.
+ * Not inlined: a crossover verifies two hop fields, with up to two keys. */
+static __noinline int hop_mac_matches(const struct br_key *k, const struct mac_check *m)
+{
+	__u32 s[4] = { m->in[0], m->in[1], m->in[2], m->in[3] };
+
+	aes128_encrypt_words(k->rk, s);
+	return s[0] == m->mac_hi && (s[1] >> 16) == m->mac_lo;
+}
+#endif
+
+static __always_inline int verify_current_mac(struct br_pkt *p)
+{
+#ifndef BR_NO_MAC
+	struct mac_check m = {
+		.in = { p->inf.seg_id, p->inf.timestamp,
+			((__u32)p->hf.exp_time << 16) | p->hf.cons_ingress,
+			(__u32)p->hf.cons_egress << 16 },
+		.mac_hi = load_be32(p->hf.mac),
+		.mac_lo = load_be16(p->hf.mac + 4),
+	};
+	struct br_key *k;
+	__u32 slot = 0;
+
+	k = bpf_map_lookup_elem(&br_keys, &slot);
+	if (k && k->valid && hop_mac_matches(k, &m))
+		return CONTINUE;
+	/* Slot 1 is filled only while a key rollover is configured. */
+	slot = 1;
+	k = bpf_map_lookup_elem(&br_keys, &slot);
+	if (k && k->valid && hop_mac_matches(k, &m))
+		return CONTINUE;
+	return slow_path(p, BR_INVALID_MAC);
+#else
+	return CONTINUE;
+#endif
+}
+
+static __always_inline int handle_ingress_router_alert(struct br_pkt *p)
+{
+	__u8 flag = (p->inf.flags & SCION_INF_CONSDIR) ? SCION_HF_INGRESS_ALERT : SCION_HF_EGRESS_ALERT;
+
+	if (p->ingress == 0 || !(p->hf.flags & flag))
+		return CONTINUE;
+	return verdict(p, BR_ROUTER_ALERT, XDP_PASS);
+}
+
+/* resolveInbound(): the end host and its port. */
+static __always_inline int resolve_inbound(struct br_pkt *p)
+{
+	__u32 dst_off = p->scion_off + SCION_CMN_LEN + 2 * SCION_IA_LEN;
+	__u8 *a = p->data + (dst_off & 0x1ff);
+	__u8 *l4 = p->data + ((p->scion_off + p->hdr_bytes) & 0x7ff);
+	__u32 l4_len = p->payload_len;
+	__u16 port = SCION_ENDHOST_PORT;
+
+	if (!PKT_HAS(a, 16, p->data_end))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	__builtin_memset(&p->next_hop, 0, sizeof(p->next_hop));
+	switch (p->dst_type) {
+	case SCION_ADDR_IP4:
+		if (*(__u32 *)a == 0)
+			return slow_path(p, BR_BAD_HOST_ADDR);
+		__builtin_memcpy(p->next_hop.addr, a, 4);
+		p->next_hop.family = 4;
+		break;
+	case SCION_ADDR_IP6:
+		if (is_4in6(a) || (((__u64 *)a)[0] == 0 && ((__u64 *)a)[1] == 0))
+			return slow_path(p, BR_BAD_HOST_ADDR);
+		__builtin_memcpy(p->next_hop.addr, a, 16);
+		p->next_hop.family = 6;
+		break;
+	case SCION_ADDR_SVC:
+		/* Service resolution stays with the slow path. */
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	default:
+		return slow_path(p, BR_BAD_HOST_ADDR);
+	}
+
+	switch (p->next_hdr) {
+	case SCION_PROTO_UDP:
+		if (l4_len < 8 || !PKT_HAS(l4, 8, p->data_end))
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		port = load_be16(l4 + 2);
+		break;
+	case SCION_PROTO_SCMP:
+		if (l4_len < 4 || !PKT_HAS(l4, 8, p->data_end))
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		switch (l4[0]) {
+		case SCMP_ECHO_REQUEST:
+		case SCMP_TRACEROUTE_REQUEST:
+			port = SCION_ENDHOST_PORT;
+			break;
+		case SCMP_ECHO_REPLY:
+		case SCMP_TRACEROUTE_REPLY:
+			if (l4_len < 8)
+				return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+			port = load_be16(l4 + 4); /* Identifier */
+			break;
+		default:
+			/* Errors are delivered by the quoted packet's port: slow path. */
+			return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+		}
+		break;
+	default:
+		break;
+	}
+	if (port < p->cfg->dispatched_port_start || port > p->cfg->dispatched_port_end)
+		port = SCION_ENDHOST_PORT;
+	p->next_hop.port = bpf_htons(port);
+	p->src = &p->cfg->internal;
+	p->egress = 0;
+	return CONTINUE;
+}
+
+static __always_inline int do_xover(struct br_pkt *p)
+{
+	p->effective_xover = 1;
+	if (inc_path(p))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	if (load_hf(p, p->meta.curr_hf, &p->hf) || load_inf(p, p->meta.curr_inf, &p->inf))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	return CONTINUE;
+}
+
+static __always_inline __u16 egress_interface(const struct br_pkt *p)
+{
+	return (p->inf.flags & SCION_INF_CONSDIR) ? p->hf.cons_egress : p->hf.cons_ingress;
+}
+
+static __always_inline __u8 link_type_of(__u16 ifid)
+{
+	__u32 key = ifid;
+	struct br_iface *ifc;
+
+	if (ifid == 0)
+		return BR_LINK_UNSET;
+	ifc = bpf_map_lookup_elem(&br_ifaces, &key);
+	return ifc ? ifc->link_type : BR_LINK_UNSET;
+}
+
+/* validateEgressID(): the egress interface exists, and the pair of link
+ * types is allowed within a segment or at a segment change. */
+static __always_inline int validate_egress_id(struct br_pkt *p, struct br_iface **out)
+{
+	__u32 key = p->egress;
+	struct br_iface *eg = bpf_map_lookup_elem(&br_ifaces, &key);
+	__u8 in_lt, eg_lt;
+
+	if (!eg || eg->kind == 0 || p->egress == 0 || (p->ingress == 0 && eg->kind != BR_IFACE_EXTERNAL))
+		return slow_path(p, BR_NO_INTERFACE);
+	*out = eg;
+	in_lt = link_type_of(p->ingress);
+	eg_lt = eg->link_type;
+	if (!p->effective_xover) {
+		if (p->ingress == 0)
+			return CONTINUE;
+		if ((in_lt == BR_LINK_CORE && eg_lt == BR_LINK_CORE) ||
+		    (in_lt == BR_LINK_CHILD && eg_lt == BR_LINK_PARENT) ||
+		    (in_lt == BR_LINK_PARENT && eg_lt == BR_LINK_CHILD) ||
+		    (in_lt == BR_LINK_CHILD && eg_lt == BR_LINK_PEER) ||
+		    (in_lt == BR_LINK_PEER && eg_lt == BR_LINK_CHILD))
+			return CONTINUE;
+		return slow_path(p, BR_LINK_TYPE);
+	}
+	if ((in_lt == BR_LINK_CORE && eg_lt == BR_LINK_CHILD) ||
+	    (in_lt == BR_LINK_CHILD && eg_lt == BR_LINK_CORE) ||
+	    (in_lt == BR_LINK_CHILD && eg_lt == BR_LINK_CHILD))
+		return CONTINUE;
+	return slow_path(p, BR_LINK_TYPE);
+}
+
+static __always_inline int handle_egress_router_alert(struct br_pkt *p, const struct br_iface *eg)
+{
+	__u8 flag = (p->inf.flags & SCION_INF_CONSDIR) ? SCION_HF_EGRESS_ALERT : SCION_HF_INGRESS_ALERT;
+
+	if (!(p->hf.flags & flag) || eg->kind != BR_IFACE_EXTERNAL)
+		return CONTINUE;
+	return verdict(p, BR_ROUTER_ALERT, XDP_PASS);
+}
+
+static __always_inline int process_egress(struct br_pkt *p)
+{
+	if ((p->inf.flags & SCION_INF_CONSDIR) && !p->peering) {
+		p->inf.seg_id ^= mac_prefix16(&p->hf);
+		note_seg_id(p, p->meta.curr_inf, p->inf.seg_id);
+	}
+	if (inc_path(p))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	return CONTINUE;
+}
+
+/* ---- Forwarding --------------------------------------------------------- */
+
+struct br_underlay_v4 {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+} __attribute__((packed));
+
+struct br_underlay_v6 {
+	struct ethhdr eth;
+	struct ipv6hdr ip;
+	struct udphdr udp;
+} __attribute__((packed));
+
+/* Next-hop MAC and device from the kernel's FIB, looked up as the router's
+ * own socket would send: from src to the next hop. */
+static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct bpf_fib_lookup *fib)
+{
+	int rc;
+
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->ifindex = p->ingress_ifindex;
+	fib->l4_protocol = IPPROTO_UDP;
+	fib->sport = p->src->port;
+	fib->dport = p->next_hop.port;
+	if (p->next_hop.family == 4) {
+		fib->family = AF_INET;
+		fib->tot_len = p->udp_len + sizeof(struct iphdr);
+		__builtin_memcpy(&fib->ipv4_src, p->src->addr, 4);
+		__builtin_memcpy(&fib->ipv4_dst, p->next_hop.addr, 4);
+	} else {
+		fib->family = AF_INET6;
+		fib->tot_len = p->udp_len;
+		__builtin_memcpy(fib->ipv6_src, p->src->addr, 16);
+		__builtin_memcpy(fib->ipv6_dst, p->next_hop.addr, 16);
+	}
+	if (br_skip_fib) {
+		fib->ifindex = p->ingress_ifindex;
+		return CONTINUE;
+	}
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		return CONTINUE;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+		return verdict(p, BR_FIB_DROP, XDP_DROP);
+	default:
+		/* No neighbour entry yet, or a route the FIB cannot resolve here:
+		 * the userspace router sends it and the kernel resolves. */
+		return verdict(p, BR_FIB_PASS, XDP_PASS);
+	}
+}
+
+static __always_inline __u64 addr_sum(const __u8 *a, __u8 family)
+{
+	const __u16 *w = (const __u16 *)a;
+	__u64 sum = 0;
+	int n = family == 4 ? 2 : 8;
+
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		if (i < n)
+			sum += w[i];
+	return sum;
+}
+
+static __always_inline int write_seg_id(struct br_pkt *p, __u8 idx, __u16 val, __u64 *add, __u64 *sub)
+{
+	__u8 *f = inf_ptr(p, idx);
+
+	if (!f)
+		return -1;
+	*sub += bpf_htons(load_be16(f + 2));
+	*add += bpf_htons(val);
+	f[2] = val >> 8;
+	f[3] = val;
+	return 0;
+}
+
+/* Writes the new path meta and SegIDs into the SCION header. Returns the
+ * ones' complement difference they make to the UDP checksum. */
+static __always_inline int write_path(struct br_pkt *p, __u64 *add, __u64 *sub)
+{
+	__u8 *m = p->data + (p->path_off & 0x1ff);
+
+	if (!PKT_HAS(m, SCION_META_LEN, p->data_end))
+		return -1;
+	if (p->meta_changed) {
+		__u32 old = p->meta_word;
+		/* As the reference serializes it: the reserved bits come out zero. */
+		__u32 w = ((__u32)p->meta.curr_inf << 30) | ((__u32)(p->meta.curr_hf & 0x3f) << 24) |
+			  (old & 0x3ffff);
+
+		*sub += bpf_htons(old >> 16) + bpf_htons(old & 0xffff);
+		*add += bpf_htons(w >> 16) + bpf_htons(w & 0xffff);
+		m[0] = w >> 24;
+		m[1] = w >> 16;
+		m[2] = w >> 8;
+		m[3] = w;
+	}
+	if (p->seg_upd_n >= 1 && write_seg_id(p, p->seg_upd_idx0, p->seg_upd_val0, add, sub))
+		return -1;
+	if (p->seg_upd_n >= 2 && write_seg_id(p, p->seg_upd_idx1, p->seg_upd_val1, add, sub))
+		return -1;
+	return 0;
+}
+
+/* Sends the packet to p->next_hop from p->src: a new underlay in front of the
+ * SCION header, written only now that every check has passed. A function of
+ * its own so that its stack frame (the FIB request) is not added to the
+ * pipeline's. */
+static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
+{
+	struct bpf_fib_lookup fib;
+	__u32 old_hdr = p->scion_off, new_hdr;
+	__u64 add = 0, sub = 0;
+	__u16 udp_csum = p->udp_csum;
+	int ret, delta;
+
+	if (p->next_hop.family != p->src->family)
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	/* IPv6 requires a UDP checksum; a zero one from IPv4 would need the
+	 * whole datagram summed: the slow path does that. */
+	if (udp_csum == 0 && p->next_hop.family == 6)
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	ret = fib_next_hop(ctx, p, &fib);
+	if (ret != CONTINUE)
+		return ret;
+
+	/* The SCION header first, while the offsets still hold. */
+	if (write_path(p, &add, &sub))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	if (udp_csum != 0) {
+		/* Pseudo-header addresses and ports change too; length and protocol do not. */
+		sub += addr_sum(p->ul_src, p->family) + addr_sum(p->ul_dst, p->family);
+		sub += p->ul_sport + p->ul_dport;
+		add += addr_sum(p->src->addr, p->src->family) + addr_sum(p->next_hop.addr, p->next_hop.family);
+		add += p->src->port + p->next_hop.port;
+		/* ~new = ~old + (-sub) + add, in ones' complement. */
+		{
+			__u64 s = (__u16)~udp_csum;
+			__u16 sub16 = csum_fold32(sub);
+
+			s += (__u16)~sub16;
+			s += add;
+			udp_csum = ~csum_fold32(s);
+			if (udp_csum == 0)
+				udp_csum = 0xffff;
+		}
+	}
+
+	new_hdr = p->next_hop.family == 4 ? sizeof(struct br_underlay_v4) : sizeof(struct br_underlay_v6);
+	delta = (int)old_hdr - (int)new_hdr;
+	if (delta && bpf_xdp_adjust_head(ctx, delta))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	p->data = (void *)(long)ctx->data;
+	p->data_end = (void *)(long)ctx->data_end;
+
+	if (p->next_hop.family == 4) {
+		struct br_underlay_v4 *u = p->data;
+
+		if (!PKT_HAS(u, sizeof(*u), p->data_end))
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		__builtin_memcpy(u->eth.h_dest, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(u->eth.h_source, fib.smac, ETH_ALEN);
+		u->eth.h_proto = bpf_htons(ETH_P_IP);
+		u->ip.version = 4;
+		u->ip.ihl = 5;
+		u->ip.tos = 0;
+		u->ip.tot_len = bpf_htons(p->udp_len + sizeof(struct iphdr));
+		u->ip.id = 0;
+		/* Linux sends UDP with DF set (path MTU discovery). */
+		u->ip.frag_off = bpf_htons(0x4000);
+		u->ip.ttl = 64;
+		u->ip.protocol = IPPROTO_UDP;
+		u->ip.check = 0;
+		__builtin_memcpy(&u->ip.saddr, p->src->addr, 4);
+		__builtin_memcpy(&u->ip.daddr, p->next_hop.addr, 4);
+		u->ip.check = ipv4_hdr_csum(&u->ip);
+		u->udp.source = p->src->port;
+		u->udp.dest = p->next_hop.port;
+		u->udp.len = bpf_htons(p->udp_len);
+		u->udp.check = udp_csum;
+	} else {
+		struct br_underlay_v6 *u = p->data;
+
+		if (!PKT_HAS(u, sizeof(*u), p->data_end))
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		__builtin_memcpy(u->eth.h_dest, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(u->eth.h_source, fib.smac, ETH_ALEN);
+		u->eth.h_proto = bpf_htons(ETH_P_IPV6);
+		u->ip.version = 6;
+		u->ip.priority = 0;
+		__builtin_memset(u->ip.flow_lbl, 0, sizeof(u->ip.flow_lbl));
+		u->ip.payload_len = bpf_htons(p->udp_len);
+		u->ip.nexthdr = IPPROTO_UDP;
+		u->ip.hop_limit = 64;
+		__builtin_memcpy(&u->ip.saddr, p->src->addr, 16);
+		__builtin_memcpy(&u->ip.daddr, p->next_hop.addr, 16);
+		u->udp.source = p->src->port;
+		u->udp.dest = p->next_hop.port;
+		u->udp.len = bpf_htons(p->udp_len);
+		u->udp.check = udp_csum;
+	}
+	/* Frames longer than the datagram (Ethernet padding, trailing bytes) end
+	 * where the datagram ends. */
+	{
+		int excess = (int)(p->data_end - p->data) - (int)(new_hdr + p->udp_len - sizeof(struct udphdr));
+
+		if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	}
+
+	count(p, BR_FORWARDED);
+	if (br_skip_fib || fib.ifindex == p->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect_map(&br_tx_ports, fib.ifindex, 0) == XDP_REDIRECT ?
+		       XDP_REDIRECT : bpf_redirect(fib.ifindex, 0);
+}
+
+/* ---- The pipeline ------------------------------------------------------- */
+
+static __always_inline int process(struct xdp_md *ctx, struct br_pkt *p)
+{
+	struct br_iface *eg = NULL;
+	int ret;
+
+	if ((ret = parse_path(p)) != CONTINUE)
+		return ret;
+	if ((ret = determine_peer(p)) != CONTINUE)
+		return ret;
+	if ((ret = validate_hop_expiry(p)) != CONTINUE)
+		return ret;
+	if ((ret = validate_ingress_id(p)) != CONTINUE)
+		return ret;
+	if ((ret = validate_pkt_len(p)) != CONTINUE)
+		return ret;
+	if ((ret = validate_transit_underlay_src(p)) != CONTINUE)
+		return ret;
+	if ((ret = validate_src_dst_ia(p)) != CONTINUE)
+		return ret;
+	if ((ret = validate_src_host(p)) != CONTINUE)
+		return ret;
+	if ((ret = update_non_cons_dir_ingress_seg_id(p)) != CONTINUE)
+		return ret;
+	if ((ret = verify_current_mac(p)) != CONTINUE)
+		return ret;
+	if ((ret = handle_ingress_router_alert(p)) != CONTINUE)
+		return ret;
+
+	/* Inbound: to a host of this AS. */
+	if (p->dst_ia == p->cfg->local_ia) {
+		if ((ret = resolve_inbound(p)) != CONTINUE)
+			return ret;
+		return forward(ctx, p);
+	}
+
+	/* Outbound, AS transit or BR transit. */
+	if (is_xover(p) && !p->peering) {
+		if ((ret = do_xover(p)) != CONTINUE)
+			return ret;
+		if ((ret = validate_hop_expiry(p)) != CONTINUE)
+			return ret;
+		if ((ret = verify_current_mac(p)) != CONTINUE)
+			return ret;
+	}
+	p->egress = egress_interface(p);
+	if ((ret = validate_egress_id(p, &eg)) != CONTINUE)
+		return ret;
+	if ((ret = handle_egress_router_alert(p, eg)) != CONTINUE)
+		return ret;
+
+	if (eg->kind == BR_IFACE_EXTERNAL) {
+		if ((ret = process_egress(p)) != CONTINUE)
+			return ret;
+		p->next_hop = eg->remote;
+		p->src = &eg->local;
+		return forward(ctx, p);
+	}
+	/* AS transit in: to the sibling router that owns the egress interface. */
+	p->next_hop = eg->remote;
+	p->src = &p->cfg->internal;
+	p->egress = 0;
+	return forward(ctx, p);
+}
+
+SEC("xdp")
+int br_router(struct xdp_md *ctx)
+{
+	struct br_pkt p = {};
+	__u32 zero = 0;
+	int ret;
+
+	p.data = (void *)(long)ctx->data;
+	p.data_end = (void *)(long)ctx->data_end;
+	p.ingress_ifindex = ctx->ingress_ifindex;
+	p.slot = BR_SLOT_UNMATCHED;
+	p.cfg = bpf_map_lookup_elem(&br_conf, &zero);
+	if (!p.cfg)
+		return XDP_PASS;
+
+	if ((ret = parse_underlay(&p)) != CONTINUE)
+		return ret;
+	if ((ret = lookup_socket(&p)) != CONTINUE)
+		return ret;
+	if ((ret = check_underlay_source(&p)) != CONTINUE)
+		return ret;
+	if ((ret = parse_scion(&p)) != CONTINUE)
+		return ret;
+	if ((ret = dispatch_path_type(&p)) != CONTINUE)
+		return ret;
+	return process(ctx, &p);
+}
+
+/* With `cpus`: spread packets over the worker CPUs by a hash of the underlay
+ * flow, so that one flow stays on one CPU and is not reordered. */
+SEC("xdp")
+int br_spread(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u32 hash = 0x9747b28c, cpu;
+
+	if (br_num_cpus == 0)
+		return XDP_PASS;
+	if (PKT_HAS(eth, sizeof(*eth), data_end) && eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if (PKT_HAS(ip, sizeof(*ip) + 4, data_end) && ip->ihl == 5) {
+			__u32 ports = *(__u32 *)(ip + 1);
+
+			hash ^= ip->saddr * 0x85ebca6b;
+			hash ^= ip->daddr * 0xc2b2ae35;
+			hash ^= ports * 0x27d4eb2f;
+		}
+	} else if (PKT_HAS(eth, sizeof(*eth), data_end) && eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if (PKT_HAS(ip6, sizeof(*ip6) + 4, data_end)) {
+			hash ^= ip6->saddr.in6_u.u6_addr32[3] * 0x85ebca6b;
+			hash ^= ip6->daddr.in6_u.u6_addr32[3] * 0xc2b2ae35;
+			hash ^= *(__u32 *)(ip6 + 1) * 0x27d4eb2f;
+		}
+	}
+	hash ^= hash >> 16;
+	hash *= 0x7feb352d;
+	hash ^= hash >> 15;
+	cpu = hash % br_num_cpus;
+	return bpf_redirect_map(&br_cpus, cpu, XDP_PASS);
+}
+
+char _license[] SEC("license") = "GPL";

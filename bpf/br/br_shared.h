@@ -1,0 +1,115 @@
+/* What the border router's XDP program and its Go control plane agree on:
+ * verdicts, configuration and map layouts. */
+#ifndef FASTPATH_BR_SHARED_H
+#define FASTPATH_BR_SHARED_H
+
+#ifndef BR_MAX_IFACES
+#define BR_MAX_IFACES 64 /* interfaces of this router and its siblings */
+#endif
+/* Counter slots: 0 internal, 1..BR_MAX_IFACES-2 external, last: packets that
+ * matched none of the router's sockets. */
+#define BR_SLOT_INTERNAL 0
+#define BR_SLOT_UNMATCHED (BR_MAX_IFACES - 1)
+
+/* Why the program did what it did; each has a per-CPU counter per slot.
+ * Keep in step with verdictNames in internal/br. */
+enum br_verdict {
+	BR_FORWARDED = 0,      /* sent on: external neighbour, sibling or local host */
+	BR_PARSE_ERROR,        /* malformed underlay or SCION header: dropped */
+	BR_NOT_SCION,          /* not UDP to one of the router's sockets: passed */
+	BR_NOT_IMPLEMENTED,    /* valid, but for the slow path (EPIC, SVC, extensions, …): passed */
+	BR_NO_INTERFACE,       /* egress interface unknown or not allowed: SCMP */
+	BR_UNDERLAY_MISMATCH,  /* underlay source is not the neighbour or sibling: dropped */
+	BR_ROUTER_ALERT,       /* router alert for this router: passed */
+	BR_FIB_DROP,           /* no route to the next hop: dropped */
+	BR_FIB_PASS,           /* next hop not resolved (no neighbour entry): passed */
+	BR_INVALID_MAC,        /* hop-field MAC check failed: SCMP */
+	BR_EXPIRED,            /* hop field expired: SCMP */
+	BR_LINK_TYPE,          /* interface pair or segment change not allowed: SCMP */
+	BR_INGRESS_MISMATCH,   /* hop field's ingress is not the arrival interface: SCMP */
+	BR_BAD_LENGTH,         /* PayloadLen disagrees with the datagram: SCMP */
+	BR_BAD_SRC_IA,         /* source ISD-AS invalid here: SCMP */
+	BR_BAD_DST_IA,         /* destination ISD-AS invalid here: SCMP */
+	BR_BAD_HOST_ADDR,      /* source or destination host address invalid: SCMP */
+	BR_BFD,                /* BFD for the control plane: passed */
+	BR_VERDICT_MAX,
+};
+
+/* What an SCMP-worthy verdict does: the fast path never builds SCMP errors. */
+enum br_scmp_action {
+	BR_SCMP_PASS = 0, /* up the stack, for a userspace router to answer */
+	BR_SCMP_DROP = 1,
+};
+
+enum br_link_type {
+	BR_LINK_UNSET = 0,
+	BR_LINK_CORE = 1,
+	BR_LINK_PARENT = 2,
+	BR_LINK_CHILD = 3,
+	BR_LINK_PEER = 4,
+};
+
+/* Underlay address: IPv4 in the first 4 bytes of addr with family 4, or IPv6. */
+struct br_addr {
+	__u8 addr[16];
+	__u16 port; /* network byte order */
+	__u8 family; /* 4 or 6 */
+	__u8 pad;
+};
+
+/* Key of br_sockets: an underlay address the router receives on. */
+struct br_socket_key {
+	__u8 addr[16];
+	__u16 port; /* network byte order */
+	__u8 family;
+	__u8 pad;
+};
+
+/* Value of br_sockets: which interface the address belongs to. */
+struct br_socket {
+	__u16 ifid; /* 0: the internal interface */
+	__u16 slot; /* counter slot */
+};
+
+enum br_iface_kind {
+	BR_IFACE_EXTERNAL = 1, /* one of this router's links to a neighbour AS */
+	BR_IFACE_SIBLING = 2,  /* an interface of another router of this AS */
+};
+
+/* Value of br_ifaces, keyed by interface ID (__u16). */
+struct br_iface {
+	__u8 kind;      /* enum br_iface_kind */
+	__u8 link_type; /* enum br_link_type; external interfaces only */
+	__u16 slot;     /* counter slot; external interfaces only */
+	__u64 neighbor_ia; /* ISD-AS across the link, network byte order */
+	struct br_addr local;  /* external: our underlay end */
+	struct br_addr remote; /* external: the neighbour's end; sibling: its internal_addr */
+};
+
+/* The single entry of br_config. */
+struct br_config {
+	__u64 local_ia;          /* network byte order, as in the SCION header */
+	struct br_addr internal; /* this router's internal_addr */
+	__u16 dispatched_port_start; /* host byte order */
+	__u16 dispatched_port_end;
+	__u8 scmp_action;        /* enum br_scmp_action */
+	__u8 pad[3];
+	/* Added to bpf_ktime_get_tai_ns() to get Unix time in ns: the kernel's TAI
+	 * offset, measured by the control plane when it configures the router. */
+	__s64 tai_to_unix_ns;
+};
+
+/* One hop-field key: AES-128 round keys, with round key 0 already XORed
+ * with the CMAC subkey K1 (the MAC input is always one complete block). */
+struct br_key {
+	__u32 valid;
+	__u32 rk[44];
+};
+
+/* Per-CPU counters, indexed slot * BR_VERDICT_MAX + verdict. */
+struct br_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+#endif

@@ -1,0 +1,371 @@
+package br
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"sort"
+
+	"github.com/cilium/ebpf"
+	"github.com/scionproto/scion/pkg/addr"
+	"golang.org/x/sys/unix"
+)
+
+// Verdict is why the router did what it did with a packet (enum br_verdict).
+type Verdict = routerBrVerdict
+
+// VerdictCount is the number of verdicts.
+const VerdictCount = int(routerBrVerdictBR_VERDICT_MAX)
+
+var verdictNames = map[Verdict]string{
+	routerBrVerdictBR_FORWARDED:         "forwarded",
+	routerBrVerdictBR_PARSE_ERROR:       "parse_error",
+	routerBrVerdictBR_NOT_SCION:         "not_scion",
+	routerBrVerdictBR_NOT_IMPLEMENTED:   "not_implemented",
+	routerBrVerdictBR_NO_INTERFACE:      "no_interface",
+	routerBrVerdictBR_UNDERLAY_MISMATCH: "underlay_mismatch",
+	routerBrVerdictBR_ROUTER_ALERT:      "router_alert",
+	routerBrVerdictBR_FIB_DROP:          "fib_drop",
+	routerBrVerdictBR_FIB_PASS:          "fib_pass",
+	routerBrVerdictBR_INVALID_MAC:       "invalid_mac",
+	routerBrVerdictBR_EXPIRED:           "expired",
+	routerBrVerdictBR_LINK_TYPE:         "link_type",
+	routerBrVerdictBR_INGRESS_MISMATCH:  "ingress_mismatch",
+	routerBrVerdictBR_BAD_LENGTH:        "bad_length",
+	routerBrVerdictBR_BAD_SRC_IA:        "bad_src_ia",
+	routerBrVerdictBR_BAD_DST_IA:        "bad_dst_ia",
+	routerBrVerdictBR_BAD_HOST_ADDR:     "bad_host_addr",
+	routerBrVerdictBR_BFD:               "bfd",
+}
+
+// VerdictName is the counter name of a verdict.
+func VerdictName(v Verdict) string {
+	if n, ok := verdictNames[v]; ok {
+		return n
+	}
+	return fmt.Sprintf("verdict_%d", v)
+}
+
+// Counter slots (BR_SLOT_*): 0 is the internal interface, the router's
+// external interfaces follow in ID order, the last counts what matched no socket.
+const (
+	maxSlots      = 64
+	slotInternal  = 0
+	slotUnmatched = maxSlots - 1
+)
+
+// objects are the router's programs and maps, whichever variant is loaded.
+type objects struct {
+	Router   *ebpf.Program `ebpf:"br_router"`
+	Spread   *ebpf.Program `ebpf:"br_spread"`
+	Conf     *ebpf.Map     `ebpf:"br_conf"`
+	Keys     *ebpf.Map     `ebpf:"br_keys"`
+	Sockets  *ebpf.Map     `ebpf:"br_sockets"`
+	Ifaces   *ebpf.Map     `ebpf:"br_ifaces"`
+	Counters *ebpf.Map     `ebpf:"br_counters"`
+	TxPorts  *ebpf.Map     `ebpf:"br_tx_ports"`
+	CPUs     *ebpf.Map     `ebpf:"br_cpus"`
+}
+
+func (o *objects) Close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ifaces, o.Counters, o.TxPorts, o.CPUs} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadOptions say which variant to load and where its maps live.
+type LoadOptions struct {
+	// SkipFIB makes forwarded packets leave by XDP_TX with zero MACs instead
+	// of a FIB lookup: for offline runs that must not depend on the host.
+	SkipFIB bool
+	// PinPath, if set, pins the maps there (or reuses the maps pinned there).
+	PinPath string
+}
+
+// Router is a loaded, configured router program; nothing is attached.
+type Router struct {
+	cfg   *Config
+	objs  objects
+	slots map[uint16]uint16 // interface ID → counter slot, this router's
+}
+
+// Load validates cfg, loads the router variant it asks for and fills its
+// maps. The caller attaches Program() or runs it.
+func Load(cfg *Config, opts LoadOptions) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	load := loadRouter
+	if !cfg.MACCheck {
+		load = loadRouternomac
+	}
+	spec, err := load()
+	if err != nil {
+		return nil, fmt.Errorf("load router spec: %w", err)
+	}
+	if opts.SkipFIB {
+		if err := spec.Variables["br_skip_fib"].Set(uint32(1)); err != nil {
+			return nil, err
+		}
+	}
+	if n := len(cfg.CPUs); n > 0 {
+		if err := spec.Variables["br_num_cpus"].Set(uint32(n)); err != nil {
+			return nil, err
+		}
+	}
+	var copts ebpf.CollectionOptions
+	if opts.PinPath != "" {
+		for _, m := range spec.Maps {
+			if m.Type != ebpf.CPUMap && m.Name != ".rodata" && m.Name != ".bss" && m.Name != ".data" {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+		copts.Maps.PinPath = opts.PinPath
+	}
+	r := &Router{cfg: cfg, slots: map[uint16]uint16{}}
+	if err := spec.LoadAndAssign(&r.objs, &copts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("the kernel refused the router program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load router: %w", err)
+	}
+	if err := r.configure(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close unloads the router (pinned maps stay pinned).
+func (r *Router) Close() error { return r.objs.Close() }
+
+// Program is the XDP program to attach: the spreader when packets are
+// spread over worker CPUs, else the router itself.
+func (r *Router) Program() *ebpf.Program {
+	if len(r.cfg.CPUs) > 0 {
+		return r.objs.Spread
+	}
+	return r.objs.Router
+}
+
+// Config returns the configuration the router was loaded with.
+func (r *Router) Config() *Config { return r.cfg }
+
+// beIA is an ISD-AS as the kernel compares it: the header's 8 bytes.
+func beIA(ia addr.IA) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(ia))
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// htons gives the in-memory form of a port in network byte order.
+func htons(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+func ntohs(p uint16) uint16 { return htons(p) }
+
+func brAddr(a netip.AddrPort) routerBrAddr {
+	var out routerBrAddr
+	ip := a.Addr().Unmap()
+	if ip.Is4() {
+		out.Family = 4
+		b := ip.As4()
+		copy(out.Addr[:], b[:])
+	} else {
+		out.Family = 6
+		b := ip.As16()
+		copy(out.Addr[:], b[:])
+	}
+	out.Port = htons(a.Port())
+	return out
+}
+
+func socketKey(a netip.AddrPort) routerBrSocketKey {
+	b := brAddr(a)
+	return routerBrSocketKey{Addr: b.Addr, Port: b.Port, Family: b.Family}
+}
+
+var linkTypes = map[string]uint8{"core": 1, "parent": 2, "child": 3, "peer": 4}
+
+// taiToUnix is what turns the kernel's TAI clock into Unix time: CLOCK_TAI
+// runs ahead of CLOCK_REALTIME by the TAI offset the kernel was told (often 0).
+func taiToUnix() (int64, error) {
+	var tai, real unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_TAI, &tai); err != nil {
+		return 0, err
+	}
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &real); err != nil {
+		return 0, err
+	}
+	// Whole seconds: the offset is a count of leap seconds.
+	return int64(math.Round(float64(real.Nano()-tai.Nano())/1e9)) * 1e9, nil
+}
+
+// configure writes the configuration into the maps.
+func (r *Router) configure() error {
+	cfg := r.cfg
+	off, err := taiToUnix()
+	if err != nil {
+		return fmt.Errorf("read clocks: %w", err)
+	}
+	conf := routerBrConfig{
+		LocalIa:             beIA(cfg.IA),
+		Internal:            brAddr(cfg.Internal),
+		DispatchedPortStart: cfg.DispatchedPortStart,
+		DispatchedPortEnd:   cfg.DispatchedPortEnd,
+		TaiToUnixNs:         off,
+	}
+	if cfg.SCMP == SCMPDrop {
+		conf.ScmpAction = 1
+	}
+	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
+		return fmt.Errorf("write router config: %w", err)
+	}
+	if err := r.SetKey(0, cfg.Keys[0]); err != nil {
+		return err
+	}
+	var k1 []byte
+	if cfg.KeyRollover {
+		k1 = cfg.Keys[1]
+	}
+	if err := r.SetKey(1, k1); err != nil {
+		return err
+	}
+
+	// Sockets: internal_addr and each external interface's local address.
+	sockets := map[routerBrSocketKey]routerBrSocket{
+		socketKey(cfg.Internal): {Ifid: 0, Slot: slotInternal},
+	}
+	ifaces := make(map[uint32]routerBrIface)
+	var ext []Interface
+	for _, i := range cfg.Interfaces {
+		if i.Kind == External {
+			ext = append(ext, i)
+		}
+	}
+	sort.Slice(ext, func(a, b int) bool { return ext[a].ID < ext[b].ID })
+	if len(ext) > maxSlots-2 {
+		return fmt.Errorf("%s: %d external interfaces; the router counts at most %d", cfg.Path, len(ext), maxSlots-2)
+	}
+	for n, i := range ext {
+		r.slots[i.ID] = uint16(n + 1)
+		sockets[socketKey(i.Local)] = routerBrSocket{Ifid: i.ID, Slot: uint16(n + 1)}
+	}
+	for _, i := range cfg.Interfaces {
+		v := routerBrIface{LinkType: linkTypes[i.LinkType], NeighborIa: beIA(i.NeighborIA)}
+		switch i.Kind {
+		case External:
+			v.Kind = 1
+			v.Slot = r.slots[i.ID]
+			v.Local = brAddr(i.Local)
+			v.Remote = brAddr(i.Remote)
+		case Sibling:
+			v.Kind = 2
+			v.Remote = brAddr(i.SiblingAddr)
+		}
+		ifaces[uint32(i.ID)] = v
+	}
+	for k, v := range sockets {
+		if err := r.objs.Sockets.Put(k, v); err != nil {
+			return fmt.Errorf("write socket table: %w", err)
+		}
+	}
+	// Interfaces no longer in the configuration are cleared (a reload).
+	var empty routerBrIface
+	var key uint32
+	var val routerBrIface
+	it := r.objs.Ifaces.Iterate()
+	var stale []uint32
+	for it.Next(&key, &val) {
+		if _, ok := ifaces[key]; !ok && val.Kind != 0 {
+			stale = append(stale, key)
+		}
+	}
+	for _, k := range stale {
+		if err := r.objs.Ifaces.Put(k, &empty); err != nil {
+			return err
+		}
+	}
+	for k, v := range ifaces {
+		if err := r.objs.Ifaces.Put(k, &v); err != nil {
+			return fmt.Errorf("write interface %d: %w", k, err)
+		}
+	}
+	// Sockets of an earlier configuration go too.
+	var sk routerBrSocketKey
+	var sv routerBrSocket
+	var oldSockets []routerBrSocketKey
+	sit := r.objs.Sockets.Iterate()
+	for sit.Next(&sk, &sv) {
+		if _, ok := sockets[sk]; !ok {
+			oldSockets = append(oldSockets, sk)
+		}
+	}
+	for _, k := range oldSockets {
+		_ = r.objs.Sockets.Delete(k)
+	}
+	return nil
+}
+
+// SetKey puts a forwarding key (the 16-byte AES key derived from a master
+// key) into a slot, or clears the slot for a nil key. Slot 1 is checked only
+// after slot 0 fails: it serves key rollovers.
+func (r *Router) SetKey(slot int, key []byte) error {
+	return setKey(r.objs.Keys, slot, key)
+}
+
+func setKey(m *ebpf.Map, slot int, key []byte) error {
+	if slot < 0 || slot > 1 {
+		return fmt.Errorf("key slot %d: the router has slots 0 and 1", slot)
+	}
+	var k routerBrKey
+	if key != nil {
+		rk, err := CMACRoundKeys(key)
+		if err != nil {
+			return err
+		}
+		k.Valid = 1
+		k.Rk = rk
+	}
+	if err := m.Put(uint32(slot), &k); err != nil {
+		return fmt.Errorf("write key slot %d: %w", slot, err)
+	}
+	return nil
+}
+
+// Counts are the router's counters summed over CPUs: [slot][verdict].
+type Counts [maxSlots][VerdictCount]struct{ Packets, Bytes uint64 }
+
+func readCounters(m *ebpf.Map) (*Counts, error) {
+	var c Counts
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]routerBrCounter, ncpu)
+	for slot := 0; slot < maxSlots; slot++ {
+		for v := 0; v < VerdictCount; v++ {
+			if err := m.Lookup(uint32(slot*VerdictCount+v), vals); err != nil {
+				return nil, fmt.Errorf("read counters: %w", err)
+			}
+			for _, x := range vals {
+				c[slot][v].Packets += x.Packets
+				c[slot][v].Bytes += x.Bytes
+			}
+		}
+	}
+	return &c, nil
+}
+
+// Counters reads the router's counters.
+func (r *Router) Counters() (*Counts, error) { return readCounters(r.objs.Counters) }

@@ -1,0 +1,593 @@
+package br
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/scionproto/scion/pkg/addr"
+
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+)
+
+// The AS of the tests: 1-ff00:0:110, router br1 with interfaces of every
+// link type, a sibling router br2, IPv4 and IPv6 underlays.
+var (
+	localIA   = addr.MustParseIA("1-ff00:0:110")
+	childIA   = addr.MustParseIA("1-ff00:0:111")
+	parentIA  = addr.MustParseIA("1-ff00:0:100")
+	coreIA    = addr.MustParseIA("1-ff00:0:120")
+	peerIA    = addr.MustParseIA("2-ff00:0:210")
+	child6IA  = addr.MustParseIA("1-ff00:0:113")
+	sibChild  = addr.MustParseIA("1-ff00:0:112")
+	farIA     = addr.MustParseIA("1-ff00:0:999")
+	internal  = netip.MustParseAddrPort("198.18.0.1:30042")
+	sibling   = netip.MustParseAddrPort("198.18.0.2:30042")
+	testKey   = b64("xEg7WN/vMCn+ccb3P7O/5A==") // derived from master key IAOYbTs/CobLFV3T3jt6lQ==
+	otherKey  = b64("AAECAwQFBgcICQoLDA0ODw==")
+	nowTS     = uint32(time.Now().Unix()) - 600
+	hostA     = addr.HostIP(netip.MustParseAddr("198.18.0.100"))
+	hostFar   = addr.HostIP(netip.MustParseAddr("198.51.100.7"))
+	extLocal  = map[uint16]netip.AddrPort{}
+	extRemote = map[uint16]netip.AddrPort{}
+)
+
+func b64(s string) []byte {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func testConfig() *Config {
+	ifs := []Interface{
+		{ID: 1, Kind: External, LinkType: "child", NeighborIA: childIA},
+		{ID: 2, Kind: External, LinkType: "parent", NeighborIA: parentIA},
+		{ID: 3, Kind: External, LinkType: "core", NeighborIA: coreIA},
+		{ID: 4, Kind: External, LinkType: "peer", NeighborIA: peerIA},
+		{ID: 6, Kind: External, LinkType: "core", NeighborIA: coreIA},
+		{ID: 7, Kind: External, LinkType: "child", NeighborIA: child6IA},
+		{ID: 5, Kind: Sibling, LinkType: "child", NeighborIA: sibChild, SiblingAddr: sibling, Router: "br2", MTU: 1472},
+	}
+	for i := range ifs {
+		f := &ifs[i]
+		if f.Kind != External {
+			continue
+		}
+		if f.ID == 7 {
+			f.Local = netip.MustParseAddrPort("[2001:2::1]:50000")
+			f.Remote = netip.MustParseAddrPort("[2001:2::2]:50000")
+		} else {
+			f.Local = netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(f.ID), 1}), 50000)
+			f.Remote = netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(f.ID), 2}), 50000)
+		}
+		f.Router = "br1"
+		f.MTU = 1472
+		extLocal[f.ID], extRemote[f.ID] = f.Local, f.Remote
+	}
+	return &Config{
+		Path: "test.toml", RouterID: "br1", MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative,
+		IA: localIA, MTU: 1472, Internal: internal,
+		DispatchedPortStart: 31000, DispatchedPortEnd: 32767,
+		Interfaces: ifs, Keys: [2][]byte{testKey, nil},
+	}
+}
+
+func requireKernel(t testing.TB) {
+	t.Helper()
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+}
+
+func loadTestRouter(t testing.TB, cfg *Config) *Router {
+	t.Helper()
+	requireKernel(t)
+	r, err := Load(cfg, LoadOptions{SkipFIB: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// result is what one run of the router did to one frame.
+type result struct {
+	action  uint32
+	verdict string
+	out     []byte
+}
+
+func (r *Router) runOne(t testing.TB, frame []byte) result {
+	t.Helper()
+	before, err := r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(frame)+256)
+	opts := ebpf.RunOptions{Data: frame, DataOut: out}
+	ret, err := r.objs.Router.Run(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := result{action: ret, out: opts.DataOut, verdict: "none"}
+	n := 0
+	for s := range after {
+		for v := range after[s] {
+			if after[s][v].Packets != before[s][v].Packets {
+				res.verdict = VerdictName(Verdict(v))
+				n++
+			}
+		}
+	}
+	if n > 1 {
+		t.Fatalf("one packet moved %d counters", n)
+	}
+	return res
+}
+
+const (
+	xdpAborted = 0
+	xdpDrop    = 1
+	xdpPass    = 2
+	xdpTX      = 3
+)
+
+// seg is a shorthand for a segment with hops given as (ingress, egress) pairs.
+func seg(consDir bool, carried int, hops ...[2]uint16) Segment {
+	s := Segment{ConsDir: consDir, Timestamp: nowTS, SegID: 0x1234, Carried: carried}
+	for _, h := range hops {
+		s.Hops = append(s.Hops, Hop{ConsIngress: h[0], ConsEgress: h[1], ExpTime: 63})
+	}
+	return s
+}
+
+type hopPair = [2]uint16
+
+// arrival says where a packet comes from: an external interface, or the
+// internal network from a given address.
+type arrival struct {
+	ifid uint16
+	from netip.AddrPort // for ifid 0
+}
+
+type pktCase struct {
+	path     PathSpec
+	src, dst addr.IA
+	dstHost  addr.Host
+	dstPort  uint16
+	in       arrival
+	mutate   func([]byte)
+	mac      func(*SCIONPacket)
+	cfg      func(*Config)
+
+	wantAction  uint32
+	wantVerdict string
+	// For forwarded packets: the path as it must leave, and where to.
+	wantPath PathSpec
+	wantFrom netip.AddrPort
+	wantTo   netip.AddrPort
+}
+
+func (c pktCase) packet() SCIONPacket {
+	p := SCIONPacket{
+		Path: c.path, Key: testKey, SrcIA: c.src, DstIA: c.dst,
+		SrcHost: hostFar, DstHost: c.dstHost, SrcPort: 40000, DstPort: c.dstPort,
+		Payload: []byte("fastpath test payload"),
+		Mutate:  c.mutate,
+	}
+	if c.dstHost == (addr.Host{}) {
+		p.DstHost = hostFar
+	}
+	if p.DstPort == 0 {
+		p.DstPort = 9
+	}
+	if c.in.ifid != 0 {
+		p.UnderlaySrc, p.UnderlayDst = extRemote[c.in.ifid], extLocal[c.in.ifid]
+	} else {
+		p.UnderlaySrc, p.UnderlayDst = c.in.from, internal
+		if !p.UnderlaySrc.IsValid() {
+			p.UnderlaySrc = netip.MustParseAddrPort("198.18.0.100:40000")
+		}
+	}
+	if c.mac != nil {
+		c.mac(&p)
+	}
+	return p
+}
+
+func intp(i int) *int { return &i }
+
+func TestRouterPackets(t *testing.T) {
+	// Paths as seen by br1 of 1-ff00:0:110 (interfaces: 1 child, 2 parent,
+	// 3 and 6 core, 4 peer, 7 child over IPv6; 5 belongs to sibling br2).
+	up := func(carried int) Segment { // child 111 → 110 → parent 100, against construction
+		return seg(false, carried, hopPair{0, 21}, hopPair{2, 1}, hopPair{31, 0})
+	}
+	down := func(carried int) Segment { // parent 100 → 110 → child 111, along construction
+		return seg(true, carried, hopPair{0, 31}, hopPair{2, 1}, hopPair{21, 0})
+	}
+	core := func(carried int) Segment { // 120 → 110 → 130 along a core segment
+		return seg(true, carried, hopPair{0, 41}, hopPair{3, 6}, hopPair{51, 0})
+	}
+	cases := map[string]pktCase{
+		"transit up, child to parent": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{up(1)}, CurrHF: 2},
+			wantFrom: extLocal[2], wantTo: extRemote[2],
+		},
+		"transit down, parent to child": {
+			path: PathSpec{Segments: []Segment{down(1)}, CurrHF: 1},
+			src:  farIA, dst: childIA, in: arrival{ifid: 2},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{down(2)}, CurrHF: 2},
+			wantFrom: extLocal[1], wantTo: extRemote[1],
+		},
+		"transit core to core": {
+			path: PathSpec{Segments: []Segment{core(1)}, CurrHF: 1},
+			src:  farIA, dst: coreIA, in: arrival{ifid: 3},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{core(2)}, CurrHF: 2},
+			wantFrom: extLocal[6], wantTo: extRemote[6],
+		},
+		"transit child to IPv6 child is a link-type error": {
+			path: PathSpec{Segments: []Segment{seg(true, 1, hopPair{0, 11}, hopPair{1, 7}, hopPair{21, 0})}, CurrHF: 1},
+			src:  farIA, dst: child6IA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "link_type",
+		},
+		"outbound from a local host, first hop": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{2, 0}, hopPair{31, 21}, hopPair{0, 41})}, CurrHF: 0},
+			src:  localIA, dst: farIA, in: arrival{ifid: 0},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(false, 2, hopPair{2, 0}, hopPair{31, 21}, hopPair{0, 41})}, CurrHF: 1},
+			wantFrom: extLocal[2], wantTo: extRemote[2],
+		},
+		"inbound to a local host, UDP port in the dispatched range": {
+			path: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			src:  farIA, dst: localIA, dstHost: hostA, dstPort: 31500, in: arrival{ifid: 2},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			wantFrom: internal, wantTo: netip.MustParseAddrPort("198.18.0.100:31500"),
+		},
+		"inbound to a local host, port outside the range goes to 30041": {
+			path: PathSpec{Segments: []Segment{seg(false, 1, hopPair{0, 1}, hopPair{21, 41}, hopPair{31, 0})}, CurrHF: 0},
+			src:  childIA, dst: localIA, dstHost: hostA, dstPort: 8080, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "bad_dst_ia", // CurrHF 0 is not the last hop
+		},
+		"inbound against construction updates SegID": {
+			path: PathSpec{Segments: []Segment{seg(false, 1, hopPair{21, 41}, hopPair{31, 11}, hopPair{0, 1})}, CurrHF: 2},
+			src:  childIA, dst: localIA, dstHost: hostA, dstPort: 8080, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(false, 0, hopPair{21, 41}, hopPair{31, 11}, hopPair{0, 1})}, CurrHF: 2},
+			wantFrom: internal, wantTo: netip.MustParseAddrPort("198.18.0.100:30041"),
+		},
+		"AS transit in: to the sibling owning the egress": {
+			path: PathSpec{Segments: []Segment{seg(true, 1, hopPair{0, 31}, hopPair{2, 5}, hopPair{21, 0})}, CurrHF: 1},
+			src:  farIA, dst: sibChild, in: arrival{ifid: 2},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(true, 1, hopPair{0, 31}, hopPair{2, 5}, hopPair{21, 0})}, CurrHF: 1},
+			wantFrom: internal, wantTo: sibling,
+		},
+		"AS transit out: from the sibling to our interface": {
+			path: PathSpec{Segments: []Segment{seg(false, 1, hopPair{0, 21}, hopPair{2, 5}, hopPair{31, 0})}, CurrHF: 1},
+			src:  sibChild, dst: farIA, in: arrival{from: sibling},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(false, 1, hopPair{0, 21}, hopPair{2, 5}, hopPair{31, 0})}, CurrHF: 2},
+			wantFrom: extLocal[2], wantTo: extRemote[2],
+		},
+		"AS transit out from a host posing as the sibling": {
+			path: PathSpec{Segments: []Segment{seg(false, 1, hopPair{0, 21}, hopPair{2, 5}, hopPair{31, 0})}, CurrHF: 1},
+			src:  sibChild, dst: farIA, in: arrival{from: netip.MustParseAddrPort("198.18.0.66:30042")},
+			wantAction: xdpDrop, wantVerdict: "underlay_mismatch",
+		},
+		"crossover up to down, IPv4 in, IPv6 out": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 0, hopPair{0, 7}, hopPair{31, 0}),
+			}, CurrHF: 1},
+			src: childIA, dst: child6IA, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{
+				seg(false, 0, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 1, hopPair{0, 7}, hopPair{31, 0}),
+			}, CurrHF: 3},
+			wantFrom: extLocal[7], wantTo: extRemote[7],
+		},
+		"crossover up to core segment": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 0, hopPair{0, 3}, hopPair{41, 0}),
+			}, CurrHF: 1},
+			src: childIA, dst: coreIA, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{
+				seg(false, 0, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 1, hopPair{0, 3}, hopPair{41, 0}),
+			}, CurrHF: 3},
+			wantFrom: extLocal[3], wantTo: extRemote[3],
+		},
+		"crossover with a bad MAC in the second segment": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 1}),
+				{ConsDir: true, Timestamp: nowTS, SegID: 7, Hops: []Hop{{ConsEgress: 3, ExpTime: 63, Key: otherKey}, {ConsIngress: 41, ExpTime: 63}}},
+			}, CurrHF: 1},
+			src: childIA, dst: coreIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "invalid_mac",
+		},
+		"crossover core to child is allowed, parent to child across segments is not": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 2}),
+				seg(true, 0, hopPair{0, 1}, hopPair{11, 0}),
+			}, CurrHF: 1},
+			src: parentIA, dst: childIA, in: arrival{ifid: 2},
+			wantAction: xdpPass, wantVerdict: "link_type",
+		},
+		"peering: child to peer": {
+			path: PathSpec{Segments: []Segment{
+				{ConsDir: false, Peer: true, Timestamp: nowTS, SegID: 0x4242, Carried: 1, Hops: []Hop{{ConsIngress: 0, ConsEgress: 21, ExpTime: 63}, {ConsIngress: 4, ConsEgress: 1, ExpTime: 63}}},
+				{ConsDir: true, Peer: true, Timestamp: nowTS, SegID: 0x5151, Carried: 1, Hops: []Hop{{ConsIngress: 9, ConsEgress: 8, ExpTime: 63, Key: otherKey}, {ConsIngress: 31, ConsEgress: 0, ExpTime: 63, Key: otherKey}}},
+			}, CurrHF: 1},
+			src: childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{
+				{ConsDir: false, Peer: true, Timestamp: nowTS, SegID: 0x4242, Carried: 1, Hops: []Hop{{ConsIngress: 0, ConsEgress: 21, ExpTime: 63}, {ConsIngress: 4, ConsEgress: 1, ExpTime: 63}}},
+				{ConsDir: true, Peer: true, Timestamp: nowTS, SegID: 0x5151, Carried: 1, Hops: []Hop{{ConsIngress: 9, ConsEgress: 8, ExpTime: 63, Key: otherKey}, {ConsIngress: 31, ConsEgress: 0, ExpTime: 63, Key: otherKey}}},
+			}, CurrHF: 2},
+			wantFrom: extLocal[4], wantTo: extRemote[4],
+		},
+		"peering: peer to child": {
+			path: PathSpec{Segments: []Segment{
+				{ConsDir: false, Peer: true, Timestamp: nowTS, SegID: 0x4242, Carried: 1, Hops: []Hop{{ConsIngress: 0, ConsEgress: 21, ExpTime: 63, Key: otherKey}, {ConsIngress: 9, ConsEgress: 8, ExpTime: 63, Key: otherKey}}},
+				{ConsDir: true, Peer: true, Timestamp: nowTS, SegID: 0x5151, Carried: 1, Hops: []Hop{{ConsIngress: 4, ConsEgress: 1, ExpTime: 63}, {ConsIngress: 11, ConsEgress: 0, ExpTime: 63}}},
+			}, CurrHF: 2},
+			src: peerIA, dst: childIA, in: arrival{ifid: 4},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{
+				{ConsDir: false, Peer: true, Timestamp: nowTS, SegID: 0x4242, Carried: 1, Hops: []Hop{{ConsIngress: 0, ConsEgress: 21, ExpTime: 63, Key: otherKey}, {ConsIngress: 9, ConsEgress: 8, ExpTime: 63, Key: otherKey}}},
+				{ConsDir: true, Peer: true, Timestamp: nowTS, SegID: 0x5151, Carried: 1, Hops: []Hop{{ConsIngress: 4, ConsEgress: 1, ExpTime: 63}, {ConsIngress: 11, ConsEgress: 0, ExpTime: 63}}},
+			}, CurrHF: 3},
+			wantFrom: extLocal[1], wantTo: extRemote[1],
+		},
+		"IPv6 in, IPv4 out: child over IPv6 to parent": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{0, 21}, hopPair{2, 7}, hopPair{31, 0})}, CurrHF: 1},
+			src:  child6IA, dst: farIA, in: arrival{ifid: 7},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(false, 1, hopPair{0, 21}, hopPair{2, 7}, hopPair{31, 0})}, CurrHF: 2},
+			wantFrom: extLocal[2], wantTo: extRemote[2],
+		},
+		"IPv6 in, inbound to a host on the IPv4 internal network": {
+			path: PathSpec{Segments: []Segment{seg(false, 1, hopPair{21, 41}, hopPair{31, 11}, hopPair{0, 7})}, CurrHF: 2},
+			src:  child6IA, dst: localIA, dstHost: hostA, dstPort: 31001, in: arrival{ifid: 7},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{seg(false, 0, hopPair{21, 41}, hopPair{31, 11}, hopPair{0, 7})}, CurrHF: 2},
+			wantFrom: internal, wantTo: netip.MustParseAddrPort("198.18.0.100:31001"),
+		},
+		"inbound to an IPv6 host over the IPv4 internal network goes to the slow path": {
+			path: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			src:  farIA, dst: localIA, dstHost: addr.HostIP(netip.MustParseAddr("2001:2::100")), dstPort: 31500, in: arrival{ifid: 2},
+			wantAction: xdpPass, wantVerdict: "not_implemented",
+		},
+		"expired hop field": {
+			path: PathSpec{Segments: []Segment{{ConsDir: false, Timestamp: nowTS - 86400*2, SegID: 0x1234, Carried: 2, Hops: []Hop{{0, 21, 63, false, false, nil}, {2, 1, 63, false, false, nil}, {31, 0, 63, false, false, nil}}}}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "expired",
+		},
+		"expiry is Timestamp + (1+ExpTime)·337.5 s: 600 s old, ExpTime 1 lives": {
+			path: PathSpec{Segments: []Segment{{ConsDir: false, Timestamp: uint32(time.Now().Unix()) - 600, SegID: 0x1234, Carried: 2, Hops: []Hop{{0, 21, 0, false, false, nil}, {2, 1, 1, false, false, nil}, {31, 0, 0, false, false, nil}}}}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+		},
+		"expiry is Timestamp + (1+ExpTime)·337.5 s: 700 s old, ExpTime 1 expired": {
+			path: PathSpec{Segments: []Segment{{ConsDir: false, Timestamp: uint32(time.Now().Unix()) - 700, SegID: 0x1234, Carried: 2, Hops: []Hop{{0, 21, 0, false, false, nil}, {2, 1, 1, false, false, nil}, {31, 0, 0, false, false, nil}}}}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "expired",
+		},
+		"expiry of the second hop field at a crossover": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 1}),
+				{ConsDir: true, Timestamp: nowTS - 86400*3, SegID: 9, Hops: []Hop{{ConsEgress: 3, ExpTime: 63}, {ConsIngress: 41, ExpTime: 63}}},
+			}, CurrHF: 1},
+			src: childIA, dst: coreIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "expired",
+		},
+		"wrong ingress interface": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 3},
+			wantAction: xdpPass, wantVerdict: "ingress_mismatch",
+		},
+		"invalid MAC": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mac: func(p *SCIONPacket) {
+				p.Path.Segments[0].Hops[1].Key = otherKey
+			},
+			wantAction: xdpPass, wantVerdict: "invalid_mac",
+		},
+		"invalid MAC dropped when scmp = drop": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mac: func(p *SCIONPacket) {
+				p.Path.Segments[0].Hops[1].Key = otherKey
+			},
+			cfg:        func(c *Config) { c.SCMP = SCMPDrop },
+			wantAction: xdpDrop, wantVerdict: "invalid_mac",
+		},
+		"SegID not updated against construction fails the MAC": {
+			path: PathSpec{Segments: []Segment{up(1)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "invalid_mac",
+		},
+		"source IA is local on an external interface": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  localIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "bad_src_ia",
+		},
+		"outbound first hop with a foreign source IA": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{2, 0}, hopPair{31, 21}, hopPair{0, 41})}, CurrHF: 0},
+			src:  farIA, dst: childIA, in: arrival{ifid: 0},
+			wantAction: xdpPass, wantVerdict: "bad_src_ia",
+		},
+		"outbound to the local IA": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{2, 0}, hopPair{31, 21}, hopPair{0, 41})}, CurrHF: 0},
+			src:  localIA, dst: localIA, in: arrival{ifid: 0},
+			wantAction: xdpPass, wantVerdict: "bad_dst_ia",
+		},
+		"last hop but destination elsewhere": {
+			path: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			src:  farIA, dst: childIA, in: arrival{ifid: 2},
+			wantAction: xdpPass, wantVerdict: "bad_dst_ia",
+		},
+		"unknown egress interface": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{0, 21}, hopPair{99, 1}, hopPair{31, 0})}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "no_interface",
+		},
+		"from internal to a sibling interface": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{5, 0}, hopPair{31, 21}, hopPair{0, 41})}, CurrHF: 0},
+			src:  localIA, dst: farIA, in: arrival{ifid: 0},
+			wantAction: xdpPass, wantVerdict: "no_interface",
+		},
+		"child to child within a segment is a link-type error": {
+			path: PathSpec{Segments: []Segment{seg(false, 2, hopPair{0, 21}, hopPair{7, 1}, hopPair{31, 0})}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "link_type",
+		},
+		"ingress router alert": {
+			path: PathSpec{Segments: []Segment{{ConsDir: false, Timestamp: nowTS, SegID: 0x1234, Carried: 2, Hops: []Hop{{0, 21, 63, false, false, nil}, {2, 1, 63, false, true, nil}, {31, 0, 63, false, false, nil}}}}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "router_alert",
+		},
+		"egress router alert": {
+			path: PathSpec{Segments: []Segment{{ConsDir: false, Timestamp: nowTS, SegID: 0x1234, Carried: 2, Hops: []Hop{{0, 21, 63, false, false, nil}, {2, 1, 63, true, false, nil}, {31, 0, 63, false, false, nil}}}}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpPass, wantVerdict: "router_alert",
+		},
+		"payload length disagrees": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { binary.BigEndian.PutUint16(b[6:], binary.BigEndian.Uint16(b[6:])+1) },
+			wantAction: xdpPass, wantVerdict: "bad_length",
+		},
+		"HdrLen shorter than the path": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[5] -= 3 },
+			wantAction: xdpDrop, wantVerdict: "parse_error",
+		},
+		"CurrINF does not match CurrHF": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 0, hopPair{0, 3}, hopPair{41, 0}),
+			}, CurrHF: 1, CurrINF: intp(1)},
+			src: childIA, dst: coreIA, in: arrival{ifid: 1},
+			wantAction: xdpDrop, wantVerdict: "parse_error",
+		},
+		"singleton segment without peering": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 0, hopPair{2, 1}),
+				seg(true, 0, hopPair{0, 3}, hopPair{41, 0}),
+			}, CurrHF: 0},
+			src: childIA, dst: coreIA, in: arrival{ifid: 1},
+			wantAction: xdpDrop, wantVerdict: "parse_error",
+		},
+		"SVC destination goes to the slow path": {
+			path: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			src:  farIA, dst: localIA, dstHost: addr.HostSVC(addr.SvcCS), in: arrival{ifid: 2},
+			wantAction: xdpPass, wantVerdict: "not_implemented",
+		},
+		"empty path without BFD is discarded": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[8] = 0 },
+			wantAction: xdpDrop, wantVerdict: "parse_error",
+		},
+		"EPIC path goes to the slow path": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[8] = 3 },
+			wantAction: xdpPass, wantVerdict: "not_implemented",
+		},
+		"unknown path type is discarded": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[8] = 9 },
+			wantAction: xdpDrop, wantVerdict: "parse_error",
+		},
+		"key rollover: slot 1 accepted when configured": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mac: func(p *SCIONPacket) {
+				p.Key = otherKey
+				p.Path.Segments[0].Hops[0].Key = testKey
+			},
+			cfg:        func(c *Config) { c.Keys[1] = otherKey; c.KeyRollover = true },
+			wantAction: xdpTX, wantVerdict: "forwarded",
+		},
+		"key rollover: slot 1 ignored without key_rollover": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mac:        func(p *SCIONPacket) { p.Key = otherKey },
+			cfg:        func(c *Config) { c.Keys[1] = otherKey },
+			wantAction: xdpPass, wantVerdict: "invalid_mac",
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig()
+			if c.cfg != nil {
+				c.cfg(cfg)
+			}
+			r := loadTestRouter(t, cfg)
+			p := c.packet()
+			frame, err := p.Frame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.runOne(t, frame)
+			if res.action != c.wantAction || res.verdict != c.wantVerdict {
+				t.Fatalf("action %d verdict %s, want action %d verdict %s", res.action, res.verdict, c.wantAction, c.wantVerdict)
+			}
+			if res.action != xdpTX && res.action != xdpPass {
+				return
+			}
+			if res.action == xdpPass && !bytes.Equal(res.out, frame) {
+				t.Fatal("a passed packet was modified: the slow path must see it as it arrived")
+			}
+			if c.wantFrom.IsValid() {
+				want := p
+				want.Path = c.wantPath
+				want.UnderlaySrc, want.UnderlayDst = c.wantFrom, c.wantTo
+				if c.mac != nil {
+					c.mac(&want)
+				}
+				wantFrame, err := want.Frame()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(res.out, wantFrame) {
+					t.Fatalf("frame\n%s\nwant\n%s", hexdump(res.out), hexdump(wantFrame))
+				}
+			}
+		})
+	}
+}
+
+func hexdump(b []byte) string {
+	var s bytes.Buffer
+	for i := 0; i < len(b); i += 16 {
+		fmt.Fprintf(&s, "%04x  % x\n", i, b[i:min(i+16, len(b))])
+	}
+	return s.String()
+}
