@@ -502,7 +502,9 @@ static __always_inline int determine_peer(struct br_pkt *p)
 
 static __always_inline int validate_hop_expiry(struct br_pkt *p)
 {
-	__u64 now = bpf_ktime_get_tai_ns() + p->cfg->tai_to_unix_ns;
+	/* The coarse clock (a few ms) costs a quarter of the precise ones here;
+	 * expiry has a granularity of 337.5 s. */
+	__u64 now = bpf_ktime_get_coarse_ns() + p->cfg->mono_to_unix_ns;
 	__u64 expiry = (__u64)p->inf.timestamp * 1000000000ULL +
 		       ((__u64)p->hf.exp_time + 1) * SCION_EXP_UNIT_NS;
 
@@ -849,8 +851,10 @@ struct br_underlay_v6 {
 	struct udphdr udp;
 } __attribute__((packed));
 
-/* Next-hop MAC and device from the kernel's FIB, looked up as the router's
- * own socket would send: from src to the next hop. */
+/* Next-hop MAC and device from the kernel's FIB: a forwarding lookup from
+ * the arrival device, from src to the next hop. (BPF_FIB_LOOKUP_OUTPUT would
+ * confine the route to the arrival device.) The kernel answers
+ * FWD_DISABLED unless forwarding is on for that device; `br attach` warns. */
 static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct bpf_fib_lookup *fib)
 {
 	int rc;
@@ -875,7 +879,7 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		fib->ifindex = p->ingress_ifindex;
 		return CONTINUE;
 	}
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), BPF_FIB_LOOKUP_OUTPUT);
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		return CONTINUE;

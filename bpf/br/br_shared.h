@@ -94,9 +94,11 @@ struct br_config {
 	__u16 dispatched_port_end;
 	__u8 scmp_action;        /* enum br_scmp_action */
 	__u8 pad[3];
-	/* Added to bpf_ktime_get_tai_ns() to get Unix time in ns: the kernel's TAI
-	 * offset, measured by the control plane when it configures the router. */
-	__s64 tai_to_unix_ns;
+	/* Added to bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC_COARSE) to get Unix
+	 * time in ns: CLOCK_REALTIME - CLOCK_MONOTONIC when the control plane
+	 * configured the router. Both run at the same NTP-disciplined rate, so it
+	 * holds until the clock is stepped; `br attach` measures it anew. */
+	__s64 mono_to_unix_ns;
 };
 
 /* One hop-field key: AES-128 round keys, with round key 0 already XORed

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -280,11 +281,17 @@ func labPacketsCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
 		out, srcMAC, dstMAC, src, dst string
 		size, count                   int
 		dport                         uint16
+		scion                         bool
+		config                        string
 	)
 	cmd := &cobra.Command{
-		Use:   "packets --out FILE [--size 138] [--count 1000]",
-		Short: "write a pcap of UDP/IPv4 test packets addressed across the testbed",
-		Args:  cobra.NoArgs,
+		Use:   "packets --out FILE [--size 138] [--count 1000] [--scion [--config FILE]]",
+		Short: "write a pcap of UDP/IPv4 test packets addressed across the testbed, or SCION transit packets",
+		Long: `Without --scion: UDP/IPv4 packets from the generator's veth to the sink's.
+With --scion: SCION/UDP packets with valid hop-field MACs that cross the border router of
+--config (default: the lab's own router configuration) from its lowest-numbered external
+interface to the next. Their hop fields are valid for 24 hours from now.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required")
@@ -292,6 +299,12 @@ func labPacketsCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
 			t, err := tb(string(lab.LayoutDUT))
 			if err != nil {
 				return err
+			}
+			if scion {
+				return writeSCIONPackets(t, out, config, size, count)
+			}
+			if config != "" {
+				return fmt.Errorf("--config is for --scion packets")
 			}
 			o := t.DefaultUDP()
 			o.Size, o.Count, o.DstPort = size, count, dport
@@ -342,6 +355,8 @@ func labPacketsCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
 	f.StringVar(&dstMAC, "dst-mac", "", "destination MAC (default: the sink's veth2)")
 	f.StringVar(&src, "src", "", "source IPv4 address (default: the generator's)")
 	f.StringVar(&dst, "dst", "", "destination IPv4 address (default: the sink's)")
+	f.BoolVar(&scion, "scion", false, "SCION transit packets for a border router")
+	f.StringVar(&config, "config", "", "border router configuration for --scion (default: the lab's)")
 	return cmd
 }
 
@@ -425,4 +440,29 @@ func writeReport(rep *lab.Report, jsonOut, mdOut, plotOut string) error {
 		return err
 	}
 	return write(plotOut, func(f *os.File) error { return rep.WritePNG(f) })
+}
+
+func writeSCIONPackets(t lab.Testbed, out, config string, size, count int) error {
+	var (
+		cfg *br.Config
+		err error
+	)
+	if config == "" {
+		var cleanup func()
+		if cfg, cleanup, err = br.LabConfig(); err != nil {
+			return err
+		}
+		defer cleanup()
+	} else if cfg, err = br.LoadConfig(config); err != nil {
+		return err
+	}
+	pkts, err := br.TransitPackets(cfg, br.TransitOptions{Count: count, Size: size, SrcMAC: t.Gen().MAC, DstMAC: t.DUTIn().MAC})
+	if err != nil {
+		return err
+	}
+	if err := lab.WritePcap(out, pkts); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %d SCION packets of %d bytes to %s (router %s of %s)\n", len(pkts), size, out, cfg.RouterID, cfg.IA)
+	return nil
 }

@@ -28,6 +28,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCmd())
+	root.AddCommand(labCmd(), brCmd())
 	return root
 }

@@ -24,8 +24,8 @@ type aesVector struct {
 // aesVectors are the published CMACs of one complete block the Go and the
 // kernel implementation must both reproduce.
 var aesVectors = map[string]aesVector{
-	// scionproto pkg/slayers/path: TestMAC (the forwarding key of the
-	// SCION test topology and a hop field's MAC input).
+	// A SCION forwarding key (the one scapy-scion's tests derive from the
+	// master key IAOYbTs/CobLFV3T3jt6lQ==) and a hop field's MAC input.
 	"SCION hop field": {"xEg7WN/vMCn+ccb3P7O/5A==", "0000123461000000003f000100020000", "09abf7f041e45badb5c5ec36911e68a8"},
 	// RFC 4493 §4, example 2.
 	"RFC 4493 example 2": {"K34VFiiu0qar9xWICc9PPA==", "6bc1bee22e409f96e93d7e117393172a", "070a16b46b4d4144f79bdd9dd04a287c"},
@@ -142,7 +142,7 @@ func refEncrypt(rk RoundKeys, in [16]byte) [16]byte {
 	return st
 }
 
-func randomBytes(t testing.TB, n int) []byte {
+func aesRandomBytes(t testing.TB, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -210,8 +210,8 @@ func TestAESExpandKey(t *testing.T) {
 
 func TestAESGoRandom(t *testing.T) {
 	for range 1000 {
-		key := randomBytes(t, 16)
-		input := [16]byte(randomBytes(t, 16))
+		key := aesRandomBytes(t, 16)
+		input := [16]byte(aesRandomBytes(t, 16))
 		want := genericCMAC(t, key, input[:])
 		if got := cmacOneBlock(key, input); got != want {
 			t.Fatalf("key %x input %x: CMAC %x, want %x", key, input, got, want)
@@ -226,11 +226,21 @@ func TestAESGoRandom(t *testing.T) {
 	}
 }
 
-func TestAESRoundKeysBadKey(t *testing.T) {
+// TestAESBadKey checks that only AES-128 keys are taken, also the AES-192
+// and AES-256 sizes crypto/aes would accept.
+func TestAESBadKey(t *testing.T) {
 	for _, n := range []int{0, 15, 17, 24, 32} {
 		if _, err := CMACRoundKeys(make([]byte, n)); !errors.Is(err, ErrKeySize) {
-			t.Errorf("%d-byte key: error %v, want ErrKeySize", n, err)
+			t.Errorf("CMACRoundKeys, %d-byte key: error %v, want ErrKeySize", n, err)
 		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("HopMAC, %d-byte key: no panic", n)
+				}
+			}()
+			HopMAC(make([]byte, n), [16]byte{})
+		}()
 	}
 }
 
@@ -307,8 +317,8 @@ func TestAESKernel(t *testing.T) {
 	}
 	t.Run("random", func(t *testing.T) {
 		for range 1000 {
-			key := randomBytes(t, 16)
-			input := [16]byte(randomBytes(t, 16))
+			key := aesRandomBytes(t, 16)
+			input := [16]byte(aesRandomBytes(t, 16))
 			rk, err := CMACRoundKeys(key)
 			if err != nil {
 				t.Fatal(err)

@@ -2,6 +2,7 @@ package br
 
 import (
 	"crypto/aes"
+	"crypto/cipher"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,14 +23,12 @@ type RoundKeys [44]uint32
 // CMAC(K, M) = AES_K(M ⊕ K1) (RFC 4493 §2.4), and M ⊕ K1 ⊕ rk0 is the first
 // AddRoundKey: plain AES with these round keys is the CMAC.
 func CMACRoundKeys(key []byte) (RoundKeys, error) {
-	if len(key) != 16 {
-		return RoundKeys{}, fmt.Errorf("%w, got %d", ErrKeySize, len(key))
-	}
-	rk := expandKey(key)
-	k1, err := cmacSubkey(key)
+	c, err := newCipher128(key)
 	if err != nil {
 		return RoundKeys{}, err
 	}
+	rk := expandKey(key)
+	k1 := cmacSubkey(c)
 	for i := range 4 {
 		rk[i] ^= binary.BigEndian.Uint32(k1[4*i:])
 	}
@@ -45,12 +44,13 @@ func HopMAC(key []byte, input [16]byte) [6]byte {
 }
 
 // cmacOneBlock is AES-CMAC of exactly one complete block: AES_K(M ⊕ K1).
+// It panics if key is not 16 bytes long.
 func cmacOneBlock(key []byte, m [16]byte) [16]byte {
-	k1, err := cmacSubkey(key)
+	c, err := newCipher128(key)
 	if err != nil {
 		panic(err)
 	}
-	c, _ := aes.NewCipher(key) // the key size was checked by cmacSubkey
+	k1 := cmacSubkey(c)
 	for i := range m {
 		m[i] ^= k1[i]
 	}
@@ -59,13 +59,18 @@ func cmacOneBlock(key []byte, m [16]byte) [16]byte {
 	return out
 }
 
+// newCipher128 is aes.NewCipher restricted to AES-128, the only cipher of
+// SCION's hop-field MAC (aes.NewCipher would take 24 and 32 bytes too).
+func newCipher128(key []byte) (cipher.Block, error) {
+	if len(key) != 16 {
+		return nil, fmt.Errorf("%w, got %d", ErrKeySize, len(key))
+	}
+	return aes.NewCipher(key)
+}
+
 // cmacSubkey derives K1 (RFC 4493 §2.3): L = AES_K(0^128), K1 = L << 1,
 // with the last byte XORed with 0x87 if the most significant bit of L was set.
-func cmacSubkey(key []byte) ([16]byte, error) {
-	c, err := aes.NewCipher(key)
-	if err != nil {
-		return [16]byte{}, fmt.Errorf("%w: %v", ErrKeySize, err)
-	}
+func cmacSubkey(c cipher.Block) [16]byte {
 	var l, k1 [16]byte
 	c.Encrypt(l[:], l[:])
 	for i := range 15 {
@@ -75,7 +80,7 @@ func cmacSubkey(key []byte) ([16]byte, error) {
 	if l[0]&0x80 != 0 {
 		k1[15] ^= 0x87
 	}
-	return k1, nil
+	return k1
 }
 
 // expandKey is the AES-128 key expansion of FIPS-197 §5.2; key must be 16

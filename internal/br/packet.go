@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -244,3 +245,5 @@ func Underlay(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload 
 	}
 	return buf.Bytes(), nil
 }
+
+func nowUnix() int64 { return time.Now().Unix() }

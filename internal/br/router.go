@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"sort"
 
@@ -197,24 +196,22 @@ func socketKey(a netip.AddrPort) routerBrSocketKey {
 
 var linkTypes = map[string]uint8{"core": 1, "parent": 2, "child": 3, "peer": 4}
 
-// taiToUnix is what turns the kernel's TAI clock into Unix time: CLOCK_TAI
-// runs ahead of CLOCK_REALTIME by the TAI offset the kernel was told (often 0).
-func taiToUnix() (int64, error) {
-	var tai, real unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_TAI, &tai); err != nil {
+// monoToUnix is what turns the kernel's monotonic clock into Unix time.
+func monoToUnix() (int64, error) {
+	var mono, real unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
 		return 0, err
 	}
 	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &real); err != nil {
 		return 0, err
 	}
-	// Whole seconds: the offset is a count of leap seconds.
-	return int64(math.Round(float64(real.Nano()-tai.Nano())/1e9)) * 1e9, nil
+	return real.Nano() - mono.Nano(), nil
 }
 
 // configure writes the configuration into the maps.
 func (r *Router) configure() error {
 	cfg := r.cfg
-	off, err := taiToUnix()
+	off, err := monoToUnix()
 	if err != nil {
 		return fmt.Errorf("read clocks: %w", err)
 	}
@@ -223,7 +220,7 @@ func (r *Router) configure() error {
 		Internal:            brAddr(cfg.Internal),
 		DispatchedPortStart: cfg.DispatchedPortStart,
 		DispatchedPortEnd:   cfg.DispatchedPortEnd,
-		TaiToUnixNs:         off,
+		MonoToUnixNs:        off,
 	}
 	if cfg.SCMP == SCMPDrop {
 		conf.ScmpAction = 1

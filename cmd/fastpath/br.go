@@ -1,0 +1,427 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+func brCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "br",
+		Short: "SCION border router in XDP",
+	}
+	cmd.AddCommand(brAttachCmd(), brDetachCmd(), brKeyCmd(), brStatsCmd(), brWatchCmd(), brRunCmd(), brListCmd())
+	return cmd
+}
+
+func ifaces(ns string, names []string) []xdp.Iface {
+	var out []xdp.Iface
+	for _, n := range names {
+		out = append(out, xdp.Iface{Netns: ns, Name: n})
+	}
+	return out
+}
+
+func brAttachCmd() *cobra.Command {
+	var (
+		config, ns string
+		noFallback bool
+	)
+	cmd := &cobra.Command{
+		Use:   "attach --config FILE [IFACE...]",
+		Short: "attach the router to devices (again: reload the configuration in place)",
+		Long: `Attach the router to the named devices, or, without names, to the configuration's
+internal_interfaces (or the device holding internal_addr) and the devices holding the
+external interfaces' underlay addresses. Maps and links are pinned under
+/sys/fs/bpf/fastpath/br/<router_id>/. Running it again updates the configuration and
+keys in place and swaps the program without detaching.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if config == "" {
+				return fmt.Errorf("--config is required")
+			}
+			cfg, err := br.LoadConfig(config)
+			if err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			if err := br.Attach(cfg, br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, NoFallback: noFallback, Warn: os.Stderr}); err != nil {
+				return err
+			}
+			fmt.Printf("router %s attached; pins in %s\n", cfg.RouterID, br.PinDir(cfg.RouterID))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
+	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	return cmd
+}
+
+func brDetachCmd() *cobra.Command {
+	var router, ns string
+	cmd := &cobra.Command{
+		Use:   "detach IFACE... | --router BR",
+		Short: "detach the router from devices; the last detach removes its maps too",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			switch {
+			case router != "" && len(args) > 0:
+				return br.Detach(router, ifaces(ns, args))
+			case router != "":
+				return br.Detach(router, nil)
+			case len(args) > 0:
+				return br.DetachDevices(ifaces(ns, args))
+			}
+			return fmt.Errorf("name the devices to detach from, or --router BR for all of its devices")
+		},
+	}
+	cmd.Flags().StringVar(&router, "router", "", "router ID (all of its devices unless devices are named)")
+	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
+	return cmd
+}
+
+func brListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "list attached routers",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rs, err := br.Attached()
+			for _, r := range rs {
+				fmt.Println(r)
+			}
+			return err
+		},
+	}
+}
+
+func brKeyCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "key", Short: "hop-field keys of an attached router (never printed)"}
+	parseSlot := func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 1 {
+			return 0, fmt.Errorf("key index %q: use 0 or 1", s)
+		}
+		return n, nil
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "add BR INDEX BASE64-KEY",
+		Short: "put a pre-derived 16-byte forwarding key into slot INDEX (0, or 1 during a rollover)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			slot, err := parseSlot(args[1])
+			if err != nil {
+				return err
+			}
+			key, err := base64.StdEncoding.DecodeString(args[2])
+			if err != nil || len(key) != 16 {
+				return fmt.Errorf("key: want the base64 of 16 bytes (an AES-128 forwarding key, as derived from a master key)")
+			}
+			p, err := br.OpenPinned(args[0])
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			return p.SetKey(slot, key)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "remove BR INDEX",
+		Short: "clear a key slot",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			slot, err := parseSlot(args[1])
+			if err != nil {
+				return err
+			}
+			p, err := br.OpenPinned(args[0])
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			return p.SetKey(slot, nil)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list BR",
+		Short: "show which key slots are set",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := br.OpenPinned(args[0])
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			slots, err := p.KeySlots()
+			if err != nil {
+				return err
+			}
+			for i, set := range slots {
+				state := "empty"
+				if set {
+					state = "set"
+				}
+				fmt.Printf("slot %d: %s\n", i, state)
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+func brStatsCmd() *cobra.Command {
+	var (
+		asJSON  bool
+		metrics string
+	)
+	cmd := &cobra.Command{
+		Use:   "stats [BR]",
+		Short: "counters per interface and verdict; --metrics serves them to Prometheus",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			routers := args
+			if len(routers) == 0 {
+				var err error
+				if routers, err = br.Attached(); err != nil {
+					return err
+				}
+				if len(routers) == 0 {
+					return fmt.Errorf("no router is attached (fastpath br attach)")
+				}
+			}
+			if metrics != "" {
+				return serveMetrics(cmd, metrics, routers)
+			}
+			all := map[string]map[string]map[string]br.Stat{}
+			for _, id := range routers {
+				p, err := br.OpenPinned(id)
+				if err != nil {
+					return err
+				}
+				c, err := p.ReadCounters()
+				var slots map[int]int
+				if err == nil {
+					slots, err = p.Slots()
+				}
+				p.Close()
+				if err != nil {
+					return err
+				}
+				all[id] = c.ByInterface(slots)
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(all)
+			}
+			for id, ifs := range all {
+				fmt.Printf("router %s\n", id)
+				fmt.Printf("  %-10s %-18s %14s %16s\n", "interface", "verdict", "packets", "bytes")
+				for ifn, vs := range ifs {
+					for v, s := range vs {
+						fmt.Printf("  %-10s %-18s %14d %16d\n", ifn, v, s.Packets, s.Bytes)
+					}
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9120) until stopped")
+	return cmd
+}
+
+func serveMetrics(cmd *cobra.Command, addr string, routers []string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		for _, id := range routers {
+			p, err := br.OpenPinned(id)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			c, err := p.ReadCounters()
+			var slots map[int]int
+			if err == nil {
+				slots, err = p.Slots()
+			}
+			p.Close()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			c.WriteMetrics(w, id, slots)
+		}
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-cmd.Context().Done()
+		srv.Close()
+	}()
+	fmt.Fprintf(os.Stderr, "serving metrics on http://%s/metrics\n", addr)
+	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+func brWatchCmd() *cobra.Command {
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch BR [INTERFACE]",
+		Short: "refreshing table per verdict: packets, pkts/s, bytes, Mbit/s",
+		Long:  "INTERFACE is a SCION interface ID, internal, unmatched or all (default).",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			iface := "all"
+			if len(args) == 2 {
+				iface = args[1]
+			}
+			p, err := br.OpenPinned(args[0])
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			slots, err := p.Slots()
+			if err != nil {
+				return err
+			}
+			read := func() ([br.VerdictCount]br.Stat, error) {
+				c, err := p.ReadCounters()
+				if err != nil {
+					return [br.VerdictCount]br.Stat{}, err
+				}
+				return c.Verdicts(slots, iface)
+			}
+			prev, err := read()
+			if err != nil {
+				return err
+			}
+			last := time.Now()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case now := <-tick.C:
+					cur, err := read()
+					if err != nil {
+						return err
+					}
+					var b strings.Builder
+					br.WriteWatch(&b, args[0], iface, cur, prev, now.Sub(last))
+					fmt.Print("\033[H\033[2J" + b.String())
+					prev, last = cur, now
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval")
+	return cmd
+}
+
+func brRunCmd() *cobra.Command {
+	var (
+		config, in, out, ns string
+		asJSON, noFIB       bool
+		repeat              int
+	)
+	cmd := &cobra.Command{
+		Use:   "run --config FILE --in IN.pcap [--out OUT.pcap] [--json] [--repeat N]",
+		Short: "run a capture through the router offline (BPF_PROG_TEST_RUN, nothing attached)",
+		Long: `Every packet of the capture goes through the kernel program once, in the current
+network namespace (--netns: another), whose routes and neighbours the FIB lookups see;
+--no-fib skips them. Prints per packet the action, the verdict, the egress interface and
+the next hop; --out writes the frames the router emitted; --repeat N times each packet
+over N runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if config == "" || in == "" {
+				return fmt.Errorf("--config and --in are required")
+			}
+			if repeat < 0 {
+				return fmt.Errorf("--repeat %d: give a positive count", repeat)
+			}
+			cfg, err := br.LoadConfig(config)
+			if err != nil {
+				return err
+			}
+			frames, err := lab.ReadPcap(in)
+			if err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			r, err := br.Load(cfg, br.LoadOptions{SkipFIB: noFIB})
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			var res []br.RunResult
+			if err := netns.Run(ns, func() error {
+				var err error
+				res, err = r.Run(frames, repeat)
+				return err
+			}); err != nil {
+				return err
+			}
+			enc := json.NewEncoder(os.Stdout)
+			var emitted [][]byte
+			for _, x := range res {
+				if x.Action == "forward" {
+					emitted = append(emitted, x.Out)
+				}
+				if asJSON {
+					if err := enc.Encode(x); err != nil {
+						return err
+					}
+					continue
+				}
+				line := fmt.Sprintf("%5d  %-7s %-17s", x.Index, x.Action, x.Verdict)
+				if x.Action == "forward" {
+					line += fmt.Sprintf(" egress %d → %s", x.EgressIfid, x.NextHop)
+				}
+				if repeat > 0 {
+					line += fmt.Sprintf("  %.0f ns", x.Ns)
+				}
+				fmt.Println(line)
+			}
+			if out != "" {
+				if err := lab.WritePcap(out, emitted); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&config, "config", "", "router configuration (TOML)")
+	f.StringVar(&in, "in", "", "capture to run")
+	f.StringVar(&out, "out", "", "write the emitted frames here")
+	f.StringVar(&ns, "netns", "", "network namespace whose FIB the lookups see")
+	f.BoolVar(&asJSON, "json", false, "one JSON object per packet")
+	f.BoolVar(&noFIB, "no-fib", false, "skip FIB lookups: forwarded frames keep zero MACs")
+	f.IntVar(&repeat, "repeat", 0, "time each packet over this many runs (ns per packet)")
+	return cmd
+}

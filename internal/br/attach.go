@@ -1,0 +1,367 @@
+package br
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// PinRoot holds one directory per attached router, named by its router ID:
+// the maps, pinned by name, and one link per device.
+var PinRoot = filepath.Join(preflight.BPFFS, "fastpath", "br")
+
+// ErrNotAttached is returned for a router or device with nothing attached.
+var ErrNotAttached = errors.New("not attached")
+
+// PinDir is where a router's maps and links are pinned.
+func PinDir(routerID string) string { return filepath.Join(PinRoot, routerID) }
+
+func linkPinName(i xdp.Iface) string {
+	if i.Netns == "" {
+		return "link_" + i.Name
+	}
+	return "link_" + i.Netns + "_" + i.Name
+}
+
+// AttachOptions configure Attach.
+type AttachOptions struct {
+	// Devices to attach to; empty: the configuration's internal interfaces
+	// and the devices that hold its external interfaces' local addresses.
+	Devices []xdp.Iface
+	// Netns is where devices found from the configuration are looked for.
+	Netns string
+	// NoFallback forbids falling back to generic XDP where native fails.
+	NoFallback bool
+	// Warn receives warnings (a fallback to generic mode).
+	Warn io.Writer
+	// Name is the pin directory's name; the router ID if empty.
+	Name string
+}
+
+// Attach loads the router for cfg and attaches it to the devices, pinning
+// maps and links under PinDir. Attaching again with the same or a changed
+// configuration updates the maps and swaps the program in place on devices
+// that already have it; nothing is detached. Everything is validated before
+// the first change.
+func Attach(cfg *Config, opts AttachOptions) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if opts.Warn == nil {
+		opts.Warn = io.Discard
+	}
+	devs := opts.Devices
+	if len(devs) == 0 {
+		var err error
+		if devs, err = configDevices(cfg, opts.Netns); err != nil {
+			return err
+		}
+	}
+	mode := xdp.Native
+	if cfg.XDPMode == XDPModeGeneric {
+		mode = xdp.Generic
+	}
+	ifindex := map[xdp.Iface]int{}
+	for _, d := range devs {
+		attrs, err := xdp.Lookup(d)
+		if err != nil {
+			return err
+		}
+		ifindex[d] = attrs.Index
+	}
+	name := opts.Name
+	if name == "" {
+		name = cfg.RouterID
+	}
+	dir := PinDir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	r, err := Load(cfg, LoadOptions{PinPath: dir})
+	if err != nil {
+		removeIfEmpty(dir)
+		return err
+	}
+	defer r.Close()
+	if err := r.fillCPUs(); err != nil {
+		return err
+	}
+	var attached []string
+	for _, d := range devs {
+		// A devmap resolves indexes in the namespace of the thread updating it.
+		if err := netns.Run(d.Netns, func() error {
+			return r.objs.TxPorts.Put(uint32(ifindex[d]), uint32(ifindex[d]))
+		}); err != nil {
+			return fmt.Errorf("add %s to the redirect map: %w", d, err)
+		}
+		pin := filepath.Join(dir, linkPinName(d))
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			err = l.Update(r.Program())
+			l.Close()
+			if err != nil {
+				return fmt.Errorf("replace the program on %s: %w", d, err)
+			}
+			continue
+		}
+		l, err := xdp.Attach(d, r.Program(), mode)
+		if errors.Is(err, xdp.ErrNativeUnsupported) && !opts.NoFallback {
+			fmt.Fprintf(opts.Warn, "warning: %s has no native XDP; attaching in generic mode (slower). --no-fallback forbids this.\n", d)
+			l, err = xdp.Attach(d, r.Program(), xdp.Generic)
+		}
+		if err != nil {
+			return errors.Join(err, rollback(dir, attached))
+		}
+		if err := l.Pin(pin); err != nil {
+			l.Close()
+			return errors.Join(fmt.Errorf("pin link of %s: %w", d, err), rollback(dir, attached))
+		}
+		l.Close()
+		attached = append(attached, pin)
+	}
+	return nil
+}
+
+// rollback removes the links this Attach pinned, so that a failure leaves
+// the devices as they were.
+func rollback(dir string, pins []string) error {
+	var errs []error
+	for _, p := range pins {
+		errs = append(errs, os.Remove(p))
+	}
+	if len(links(dir)) == 0 {
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfEmpty(dir string) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 0 {
+		os.Remove(dir)
+	}
+}
+
+// links returns the link pins of a router directory.
+func links(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "link_") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// fillCPUs points the CPU map at the router program on each worker CPU.
+func (r *Router) fillCPUs() error {
+	for i, cpu := range r.cfg.CPUs {
+		v := struct {
+			Qsize  uint32
+			ProgFD uint32
+		}{Qsize: 2048, ProgFD: uint32(r.objs.Router.FD())}
+		if err := r.objs.CPUs.Put(uint32(i), v); err != nil {
+			return fmt.Errorf("cpus: set up worker CPU %d: %w", cpu, err)
+		}
+		_ = cpu
+	}
+	return nil
+}
+
+// configDevices finds the devices the configuration implies.
+func configDevices(cfg *Config, ns string) ([]xdp.Iface, error) {
+	seen := map[string]bool{}
+	var devs []xdp.Iface
+	add := func(name string) {
+		if !seen[name] {
+			seen[name] = true
+			devs = append(devs, xdp.Iface{Netns: ns, Name: name})
+		}
+	}
+	for _, d := range cfg.InternalInterfaces {
+		add(d)
+	}
+	addrs := map[string]string{} // IP → device
+	err := netns.Run(ns, func() error {
+		ifs, err := net.Interfaces()
+		if err != nil {
+			return err
+		}
+		for _, i := range ifs {
+			as, _ := i.Addrs()
+			for _, a := range as {
+				if n, ok := a.(*net.IPNet); ok {
+					addrs[n.IP.String()] = i.Name
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.InternalInterfaces) == 0 {
+		d, ok := addrs[cfg.Internal.Addr().String()]
+		if !ok {
+			return nil, fmt.Errorf("%s: no device holds internal_addr %s; name the devices on the command line or in internal_interfaces", cfg.Path, cfg.Internal.Addr())
+		}
+		add(d)
+	}
+	for _, i := range cfg.Interfaces {
+		if i.Kind != External {
+			continue
+		}
+		d, ok := addrs[i.Local.Addr().String()]
+		if !ok {
+			return nil, fmt.Errorf("%s: interface %d: no device holds its underlay local address %s; name the devices on the command line", cfg.Path, i.ID, i.Local.Addr())
+		}
+		add(d)
+	}
+	return devs, nil
+}
+
+// Detach removes the router from the devices; with no devices, from all.
+// When no device is left, the router's maps and directory go too.
+func Detach(routerID string, devs []xdp.Iface) error {
+	dir := PinDir(routerID)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("router %s: %w (nothing under %s)", routerID, ErrNotAttached, dir)
+	}
+	var pins []string
+	if len(devs) == 0 {
+		pins = links(dir)
+	}
+	for _, d := range devs {
+		p := filepath.Join(dir, linkPinName(d))
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("router %s is not attached to %s: %w", routerID, d, ErrNotAttached)
+		}
+		pins = append(pins, p)
+	}
+	var errs []error
+	for _, p := range pins {
+		// Unpinning drops the last reference: the kernel detaches the program.
+		errs = append(errs, os.Remove(p))
+	}
+	if len(links(dir)) == 0 {
+		errs = append(errs, os.RemoveAll(dir))
+		removeIfEmpty(PinRoot)
+		removeIfEmpty(filepath.Dir(PinRoot))
+	}
+	return errors.Join(errs...)
+}
+
+// DetachDevices finds which routers are attached to the devices and detaches them.
+func DetachDevices(devs []xdp.Iface) error {
+	routers, _ := Attached()
+	var errs []error
+	for _, d := range devs {
+		found := false
+		for _, r := range routers {
+			if _, err := os.Stat(filepath.Join(PinDir(r), linkPinName(d))); err == nil {
+				found = true
+				errs = append(errs, Detach(r, []xdp.Iface{d}))
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("no router is attached to %s: %w", d, ErrNotAttached))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Attached lists the routers with pins.
+func Attached() ([]string, error) {
+	ents, err := os.ReadDir(PinRoot)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, err
+}
+
+// Pinned opens an attached router's maps.
+type Pinned struct {
+	ID       string
+	Counters *ebpf.Map
+	Keys     *ebpf.Map
+	Sockets  *ebpf.Map
+}
+
+// OpenPinned opens the pinned maps of an attached router.
+func OpenPinned(routerID string) (*Pinned, error) {
+	dir := PinDir(routerID)
+	p := &Pinned{ID: routerID}
+	for name, dst := range map[string]**ebpf.Map{"br_counters": &p.Counters, "br_keys": &p.Keys, "br_sockets": &p.Sockets} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			p.Close()
+			if errors.Is(err, os.ErrNotExist) {
+				known, _ := Attached()
+				return nil, fmt.Errorf("router %s: %w (attached: %s)", routerID, ErrNotAttached, strings.Join(known, ", "))
+			}
+			return nil, fmt.Errorf("open %s of router %s: %w", name, routerID, err)
+		}
+		*dst = m
+	}
+	return p, nil
+}
+
+// Close closes the maps (the pins stay).
+func (p *Pinned) Close() {
+	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// SetKey writes a pre-derived forwarding key into a slot, or clears it.
+func (p *Pinned) SetKey(slot int, key []byte) error { return setKey(p.Keys, slot, key) }
+
+// KeySlots reports which slots hold a key; key material is never read out.
+func (p *Pinned) KeySlots() ([2]bool, error) {
+	var out [2]bool
+	for i := range out {
+		var k routerBrKey
+		if err := p.Keys.Lookup(uint32(i), &k); err != nil {
+			return out, err
+		}
+		out[i] = k.Valid != 0
+	}
+	return out, nil
+}
+
+// Slots maps counter slots to interface IDs; -1 for the unmatched slot.
+func (p *Pinned) Slots() (map[int]int, error) { return slotsOf(p.Sockets) }
+
+func slotsOf(m *ebpf.Map) (map[int]int, error) {
+	out := map[int]int{slotUnmatched: -1}
+	var k routerBrSocketKey
+	var v routerBrSocket
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[int(v.Slot)] = int(v.Ifid)
+	}
+	return out, it.Err()
+}
+
+// Counters reads the pinned counters.
+func (p *Pinned) ReadCounters() (*Counts, error) { return readCounters(p.Counters) }

@@ -1,0 +1,121 @@
+package br
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Stat is one interface's count of one verdict.
+type Stat struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// InterfaceName names a counter slot: an interface ID, "internal" or "unmatched".
+func InterfaceName(ifid int) string {
+	switch ifid {
+	case 0:
+		return "internal"
+	case -1:
+		return "unmatched"
+	}
+	return strconv.Itoa(ifid)
+}
+
+// ByInterface arranges counts as interface → verdict → figures, leaving out
+// zeros. Interfaces are named by InterfaceName.
+func (c *Counts) ByInterface(slots map[int]int) map[string]map[string]Stat {
+	out := map[string]map[string]Stat{}
+	for slot, ifid := range slots {
+		if slot < 0 || slot >= maxSlots {
+			continue
+		}
+		for v := 0; v < VerdictCount; v++ {
+			s := c[slot][v]
+			if s.Packets == 0 {
+				continue
+			}
+			name := InterfaceName(ifid)
+			if out[name] == nil {
+				out[name] = map[string]Stat{}
+			}
+			out[name][VerdictName(Verdict(v))] = Stat{Packets: s.Packets, Bytes: s.Bytes}
+		}
+	}
+	return out
+}
+
+// Verdicts sums the counts of the interfaces selected by want (an
+// InterfaceName, or "all") per verdict.
+func (c *Counts) Verdicts(slots map[int]int, want string) ([VerdictCount]Stat, error) {
+	var out [VerdictCount]Stat
+	found := want == "all"
+	for slot, ifid := range slots {
+		if want != "all" && InterfaceName(ifid) != want {
+			continue
+		}
+		found = true
+		for v := 0; v < VerdictCount; v++ {
+			out[v].Packets += c[slot][v].Packets
+			out[v].Bytes += c[slot][v].Bytes
+		}
+	}
+	if !found {
+		var names []string
+		for _, ifid := range slots {
+			names = append(names, InterfaceName(ifid))
+		}
+		sort.Strings(names)
+		return out, fmt.Errorf("interface %q: the router counts %s, or all", want, strings.Join(names, ", "))
+	}
+	return out, nil
+}
+
+// WriteMetrics writes counts in the Prometheus text format.
+func (c *Counts) WriteMetrics(w io.Writer, router string, slots map[int]int) {
+	byIf := c.ByInterface(slots)
+	names := make([]string, 0, len(byIf))
+	for n := range byIf {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, metric := range []string{"packets", "bytes"} {
+		fmt.Fprintf(w, "# HELP fastpath_br_%s_total %s the XDP border router handled, by ingress interface and verdict.\n", metric, map[string]string{"packets": "Packets", "bytes": "Bytes"}[metric])
+		fmt.Fprintf(w, "# TYPE fastpath_br_%s_total counter\n", metric)
+		for _, n := range names {
+			verdicts := make([]string, 0, len(byIf[n]))
+			for v := range byIf[n] {
+				verdicts = append(verdicts, v)
+			}
+			sort.Strings(verdicts)
+			for _, v := range verdicts {
+				val := byIf[n][v].Packets
+				if metric == "bytes" {
+					val = byIf[n][v].Bytes
+				}
+				fmt.Fprintf(w, "fastpath_br_%s_total{router=%q,interface=%q,verdict=%q} %d\n", metric, router, n, v, val)
+			}
+		}
+	}
+}
+
+// WriteWatch writes one refresh of `br watch`: per verdict the totals and
+// the rates since prev, dt ago.
+func WriteWatch(w io.Writer, router, iface string, cur, prev [VerdictCount]Stat, dt time.Duration) {
+	fmt.Fprintf(w, "router %s, interface %s   %s\n\n", router, iface, time.Now().Format("15:04:05"))
+	fmt.Fprintf(w, "%-18s %14s %12s %16s %10s\n", "verdict", "packets", "pkts/s", "bytes", "Mbit/s")
+	sec := dt.Seconds()
+	for v := 0; v < VerdictCount; v++ {
+		c, p := cur[v], prev[v]
+		pps, mbps := 0.0, 0.0
+		if sec > 0 {
+			pps = float64(c.Packets-p.Packets) / sec
+			mbps = float64(c.Bytes-p.Bytes) * 8 / sec / 1e6
+		}
+		fmt.Fprintf(w, "%-18s %14d %12.0f %16d %10.2f\n", VerdictName(Verdict(v)), c.Packets, pps, c.Bytes, mbps)
+	}
+}
