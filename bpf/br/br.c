@@ -48,6 +48,15 @@ struct {
 	__type(value, struct br_socket);
 } br_sockets SEC(".maps");
 
+/* IPv4 sockets by UDP port: an array lookup where a hash would cost more
+ * than all of the path checks together. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct br_port);
+} br_ports SEC(".maps");
+
 /* Every interface of the AS by ID: an array, since IDs are 16 bits and an
  * array lookup is inlined by the verifier. kind == 0: unknown interface. */
 struct {
@@ -73,6 +82,26 @@ struct {
 	__type(value, __u32);
 } br_tx_ports SEC(".maps");
 
+/* Next hops the FIB gave for an egress interface ID, per CPU, for
+ * BR_NH_CACHE_NS: the FIB lookup is the costliest step after the MAC. */
+struct br_nh {
+	__u64 expires;
+	__u32 ifindex;
+	__u8 smac[6];
+	__u8 dmac[6];
+};
+
+#ifndef BR_NH_CACHE_NS
+#define BR_NH_CACHE_NS 500000000ULL /* route and neighbour changes apply within 0.5 s */
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct br_nh);
+} br_nh_cache SEC(".maps");
+
 /* Worker CPUs for the `cpus` option: br_spread hashes flows onto them. */
 struct {
 	__uint(type, BPF_MAP_TYPE_CPUMAP);
@@ -80,6 +109,32 @@ struct {
 	__type(key, __u32);
 	__type(value, struct bpf_cpumap_val);
 } br_cpus SEC(".maps");
+
+#ifndef BR_NO_MAC
+/* Hop fields whose MAC this CPU verified recently. A flow repeats its hop
+ * fields in every packet, and a hit costs a compare instead of an AES
+ * encryption. Entries are written only after a successful check, so the
+ * cache holds nothing a sender chose; a hit needs the same 16-byte MAC input,
+ * the same MAC and the current key generation. */
+#ifndef BR_MAC_CACHE_SIZE
+#define BR_MAC_CACHE_SIZE 4096 /* power of two */
+#endif
+struct br_mac_entry {
+	__u32 in[4];
+	__u32 mac_hi;
+	__u32 mac_lo_gen; /* MAC bytes 4-5 << 16 | key generation & 0xffff */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BR_MAC_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct br_mac_entry);
+} br_mac_cache SEC(".maps");
+#endif
+
+/* 0: every MAC is computed (`mac_cache = false`, and the cold benchmark). */
+volatile const __u32 br_use_mac_cache = 1;
 
 /* Unused by the program: it puts enum br_verdict into BTF, where bpf2go
  * finds the verdict names for the Go side. */
@@ -133,6 +188,9 @@ struct br_pkt {
 	__u8 peering;
 	__u8 effective_xover;
 	__u16 egress;
+	/* Interface ID whose next hop may come from br_nh_cache; 0: look up. */
+	__u16 nh_cache_key;
+	__u64 now;
 
 	/* SegID updates to write when forwarding: up to two info fields change
 	 * (against construction before a crossover, along it after). */
@@ -256,6 +314,24 @@ static __always_inline int lookup_socket(struct br_pkt *p)
 	struct br_socket_key key = {};
 	struct br_socket *s;
 
+	if (p->family == 4) {
+		__u32 port = bpf_ntohs(p->ul_dport);
+		__u32 dst = *(__u32 *)p->ul_dst;
+		struct br_port *bp = bpf_map_lookup_elem(&br_ports, &port);
+
+		if (!bp)
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+#pragma unroll
+		for (int i = 0; i < BR_PORT_SOCKETS; i++) {
+			if (i < bp->n && bp->v4[i].addr4 == dst) {
+				p->ingress = bp->v4[i].ifid;
+				p->slot = bp->v4[i].slot < BR_MAX_IFACES ? bp->v4[i].slot : BR_SLOT_UNMATCHED;
+				return CONTINUE;
+			}
+		}
+		if (!bp->overflow)
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
+	}
 	__builtin_memcpy(key.addr, p->ul_dst, 16);
 	key.port = p->ul_dport;
 	key.family = p->family;
@@ -502,9 +578,7 @@ static __always_inline int determine_peer(struct br_pkt *p)
 
 static __always_inline int validate_hop_expiry(struct br_pkt *p)
 {
-	/* The coarse clock (a few ms) costs a quarter of the precise ones here;
-	 * expiry has a granularity of 337.5 s. */
-	__u64 now = bpf_ktime_get_coarse_ns() + p->cfg->mono_to_unix_ns;
+	__u64 now = p->now;
 	__u64 expiry = (__u64)p->inf.timestamp * 1000000000ULL +
 		       ((__u64)p->hf.exp_time + 1) * SCION_EXP_UNIT_NS;
 
@@ -656,6 +730,17 @@ static __noinline int hop_mac_matches(const struct br_key *k, const struct mac_c
 }
 #endif
 
+#ifndef BR_NO_MAC
+static __always_inline struct br_mac_entry *mac_cache_slot(const struct mac_check *m)
+{
+	__u32 h = m->in[0] * 0x9e3779b1 ^ m->in[1] * 0x85ebca77 ^ m->in[2] * 0xc2b2ae3d ^
+		  m->in[3] * 0x27d4eb2f ^ m->mac_hi;
+	__u32 idx = (h >> 16 ^ h) & (BR_MAC_CACHE_SIZE - 1);
+
+	return bpf_map_lookup_elem(&br_mac_cache, &idx);
+}
+#endif
+
 static __always_inline int verify_current_mac(struct br_pkt *p)
 {
 #ifndef BR_NO_MAC
@@ -666,18 +751,36 @@ static __always_inline int verify_current_mac(struct br_pkt *p)
 		.mac_hi = load_be32(p->hf.mac),
 		.mac_lo = load_be16(p->hf.mac + 4),
 	};
+	__u32 lo_gen = m.mac_lo << 16 | (p->cfg->key_gen & 0xffff);
+	struct br_mac_entry *e = NULL;
 	struct br_key *k;
 	__u32 slot = 0;
 
+	if (br_use_mac_cache) {
+		e = mac_cache_slot(&m);
+		if (e && e->mac_hi == m.mac_hi && e->mac_lo_gen == lo_gen && e->in[0] == m.in[0] &&
+		    e->in[1] == m.in[1] && e->in[2] == m.in[2] && e->in[3] == m.in[3])
+			return CONTINUE;
+	}
 	k = bpf_map_lookup_elem(&br_keys, &slot);
 	if (k && k->valid && hop_mac_matches(k, &m))
-		return CONTINUE;
+		goto valid;
 	/* Slot 1 is filled only while a key rollover is configured. */
 	slot = 1;
 	k = bpf_map_lookup_elem(&br_keys, &slot);
 	if (k && k->valid && hop_mac_matches(k, &m))
-		return CONTINUE;
+		goto valid;
 	return slow_path(p, BR_INVALID_MAC);
+valid:
+	if (e) {
+		e->in[0] = m.in[0];
+		e->in[1] = m.in[1];
+		e->in[2] = m.in[2];
+		e->in[3] = m.in[3];
+		e->mac_hi = m.mac_hi;
+		e->mac_lo_gen = lo_gen;
+	}
+	return CONTINUE;
 #else
 	return CONTINUE;
 #endif
@@ -857,6 +960,7 @@ struct br_underlay_v6 {
  * FWD_DISABLED unless forwarding is on for that device; `br attach` warns. */
 static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct bpf_fib_lookup *fib)
 {
+	struct br_nh *nh = NULL;
 	int rc;
 
 	__builtin_memset(fib, 0, sizeof(*fib));
@@ -879,9 +983,26 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		fib->ifindex = p->ingress_ifindex;
 		return CONTINUE;
 	}
+	if (p->nh_cache_key) {
+		__u32 key = p->nh_cache_key;
+
+		nh = bpf_map_lookup_elem(&br_nh_cache, &key);
+		if (nh && nh->expires > p->now) {
+			fib->ifindex = nh->ifindex;
+			__builtin_memcpy(fib->smac, nh->smac, ETH_ALEN);
+			__builtin_memcpy(fib->dmac, nh->dmac, ETH_ALEN);
+			return CONTINUE;
+		}
+	}
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
+		if (nh) {
+			nh->expires = p->now + BR_NH_CACHE_NS;
+			nh->ifindex = fib->ifindex;
+			__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+			__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
+		}
 		return CONTINUE;
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
 	case BPF_FIB_LKUP_RET_UNREACHABLE:
@@ -1118,11 +1239,13 @@ static __always_inline int process(struct xdp_md *ctx, struct br_pkt *p)
 			return ret;
 		p->next_hop = eg->remote;
 		p->src = &eg->local;
+		p->nh_cache_key = p->egress;
 		return forward(ctx, p);
 	}
 	/* AS transit in: to the sibling router that owns the egress interface. */
 	p->next_hop = eg->remote;
 	p->src = &p->cfg->internal;
+	p->nh_cache_key = p->egress;
 	p->egress = 0;
 	return forward(ctx, p);
 }
@@ -1141,6 +1264,9 @@ int br_router(struct xdp_md *ctx)
 	p.cfg = bpf_map_lookup_elem(&br_conf, &zero);
 	if (!p.cfg)
 		return XDP_PASS;
+	/* The coarse clock (a few ms) costs a quarter of the precise ones here;
+	 * hop expiry has a granularity of 337.5 s. */
+	p.now = bpf_ktime_get_coarse_ns() + p.cfg->mono_to_unix_ns;
 
 	if ((ret = parse_underlay(&p)) != CONTINUE)
 		return ret;

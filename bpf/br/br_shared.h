@@ -71,6 +71,23 @@ struct br_socket {
 	__u16 slot; /* counter slot */
 };
 
+/* Value of br_ports, keyed by UDP port (host byte order): the IPv4 sockets
+ * on that port, so that the common case needs no hash lookup. With more than
+ * BR_PORT_SOCKETS of them, overflow is set and br_sockets decides. */
+#define BR_PORT_SOCKETS 4
+struct br_port_socket {
+	__u32 addr4; /* network byte order */
+	__u16 ifid;
+	__u16 slot;
+};
+
+struct br_port {
+	__u8 n;
+	__u8 overflow;
+	__u16 pad;
+	struct br_port_socket v4[BR_PORT_SOCKETS];
+};
+
 enum br_iface_kind {
 	BR_IFACE_EXTERNAL = 1, /* one of this router's links to a neighbour AS */
 	BR_IFACE_SIBLING = 2,  /* an interface of another router of this AS */
@@ -99,6 +116,10 @@ struct br_config {
 	 * configured the router. Both run at the same NTP-disciplined rate, so it
 	 * holds until the clock is stepped; `br attach` measures it anew. */
 	__s64 mono_to_unix_ns;
+	/* Bumped whenever a key changes: MAC cache entries of an older
+	 * generation no longer count. */
+	__u32 key_gen;
+	__u32 pad2;
 };
 
 /* One hop-field key: AES-128 round keys, with round key 0 already XORed

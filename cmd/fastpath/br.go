@@ -343,7 +343,7 @@ func brWatchCmd() *cobra.Command {
 func brRunCmd() *cobra.Command {
 	var (
 		config, in, out, ns string
-		asJSON, noFIB       bool
+		asJSON, noFIB, cold bool
 		repeat              int
 	)
 	cmd := &cobra.Command{
@@ -373,7 +373,7 @@ over N runs.`,
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			r, err := br.Load(cfg, br.LoadOptions{SkipFIB: noFIB})
+			r, err := br.Load(cfg, br.LoadOptions{SkipFIB: noFIB, NoMACCache: cold})
 			if err != nil {
 				return err
 			}
@@ -423,5 +423,6 @@ over N runs.`,
 	f.BoolVar(&asJSON, "json", false, "one JSON object per packet")
 	f.BoolVar(&noFIB, "no-fib", false, "skip FIB lookups: forwarded frames keep zero MACs")
 	f.IntVar(&repeat, "repeat", 0, "time each packet over this many runs (ns per packet)")
+	f.BoolVar(&cold, "cold", false, "compute every hop-field MAC, bypassing the per-CPU MAC cache (worst-case timing)")
 	return cmd
 }

@@ -303,13 +303,14 @@ type Pinned struct {
 	Counters *ebpf.Map
 	Keys     *ebpf.Map
 	Sockets  *ebpf.Map
+	Conf     *ebpf.Map
 }
 
 // OpenPinned opens the pinned maps of an attached router.
 func OpenPinned(routerID string) (*Pinned, error) {
 	dir := PinDir(routerID)
 	p := &Pinned{ID: routerID}
-	for name, dst := range map[string]**ebpf.Map{"br_counters": &p.Counters, "br_keys": &p.Keys, "br_sockets": &p.Sockets} {
+	for name, dst := range map[string]**ebpf.Map{"br_counters": &p.Counters, "br_keys": &p.Keys, "br_sockets": &p.Sockets, "br_conf": &p.Conf} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			p.Close()
@@ -326,7 +327,7 @@ func OpenPinned(routerID string) (*Pinned, error) {
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets, p.Conf} {
 		if m != nil {
 			m.Close()
 		}
@@ -334,7 +335,9 @@ func (p *Pinned) Close() {
 }
 
 // SetKey writes a pre-derived forwarding key into a slot, or clears it.
-func (p *Pinned) SetKey(slot int, key []byte) error { return setKey(p.Keys, slot, key) }
+func (p *Pinned) SetKey(slot int, key []byte) error {
+	return setKeys(p.Conf, p.Keys, map[int][]byte{slot: key})
+}
 
 // KeySlots reports which slots hold a key; key material is never read out.
 func (p *Pinned) KeySlots() ([2]bool, error) {

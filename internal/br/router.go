@@ -62,6 +62,7 @@ type objects struct {
 	Conf     *ebpf.Map     `ebpf:"br_conf"`
 	Keys     *ebpf.Map     `ebpf:"br_keys"`
 	Sockets  *ebpf.Map     `ebpf:"br_sockets"`
+	Ports    *ebpf.Map     `ebpf:"br_ports"`
 	Ifaces   *ebpf.Map     `ebpf:"br_ifaces"`
 	Counters *ebpf.Map     `ebpf:"br_counters"`
 	TxPorts  *ebpf.Map     `ebpf:"br_tx_ports"`
@@ -70,7 +71,7 @@ type objects struct {
 
 func (o *objects) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ifaces, o.Counters, o.TxPorts, o.CPUs} {
+	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.CPUs} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -85,6 +86,8 @@ type LoadOptions struct {
 	SkipFIB bool
 	// PinPath, if set, pins the maps there (or reuses the maps pinned there).
 	PinPath string
+	// NoMACCache computes every hop-field MAC: for timing the worst case.
+	NoMACCache bool
 }
 
 // Router is a loaded, configured router program; nothing is attached.
@@ -110,6 +113,11 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 	}
 	if opts.SkipFIB {
 		if err := spec.Variables["br_skip_fib"].Set(uint32(1)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.NoMACCache {
+		if err := spec.Variables["br_use_mac_cache"].Set(uint32(0)); err != nil {
 			return nil, err
 		}
 	}
@@ -225,17 +233,20 @@ func (r *Router) configure() error {
 	if cfg.SCMP == SCMPDrop {
 		conf.ScmpAction = 1
 	}
+	// A reload keeps the key generation counting: cached MACs of the old
+	// keys must not match the new generation.
+	var old routerBrConfig
+	if err := r.objs.Conf.Lookup(uint32(0), &old); err == nil {
+		conf.KeyGen = old.KeyGen
+	}
 	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("write router config: %w", err)
-	}
-	if err := r.SetKey(0, cfg.Keys[0]); err != nil {
-		return err
 	}
 	var k1 []byte
 	if cfg.KeyRollover {
 		k1 = cfg.Keys[1]
 	}
-	if err := r.SetKey(1, k1); err != nil {
+	if err := setKeys(r.objs.Conf, r.objs.Keys, map[int][]byte{0: cfg.Keys[0], 1: k1}); err != nil {
 		return err
 	}
 
@@ -311,6 +322,44 @@ func (r *Router) configure() error {
 	for _, k := range oldSockets {
 		_ = r.objs.Sockets.Delete(k)
 	}
+	return r.writePorts(sockets, oldSockets)
+}
+
+// writePorts fills br_ports, the IPv4 sockets by port, from the socket
+// table, and clears the ports only old sockets used.
+func (r *Router) writePorts(sockets map[routerBrSocketKey]routerBrSocket, old []routerBrSocketKey) error {
+	ports := map[uint16]*routerBrPort{}
+	for k, v := range sockets {
+		port := ntohs(k.Port)
+		bp := ports[port]
+		if bp == nil {
+			bp = &routerBrPort{}
+			ports[port] = bp
+		}
+		if k.Family != 4 {
+			continue
+		}
+		if int(bp.N) == len(bp.V4) {
+			bp.Overflow = 1
+			continue
+		}
+		bp.V4[bp.N].Addr4 = binary.NativeEndian.Uint32(k.Addr[:4])
+		bp.V4[bp.N].Ifid = v.Ifid
+		bp.V4[bp.N].Slot = v.Slot
+		bp.N++
+	}
+	for _, k := range old {
+		if _, used := ports[ntohs(k.Port)]; !used {
+			if err := r.objs.Ports.Put(uint32(ntohs(k.Port)), &routerBrPort{}); err != nil {
+				return err
+			}
+		}
+	}
+	for port, bp := range ports {
+		if err := r.objs.Ports.Put(uint32(port), bp); err != nil {
+			return fmt.Errorf("write port table: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -318,24 +367,48 @@ func (r *Router) configure() error {
 // key) into a slot, or clears the slot for a nil key. Slot 1 is checked only
 // after slot 0 fails: it serves key rollovers.
 func (r *Router) SetKey(slot int, key []byte) error {
-	return setKey(r.objs.Keys, slot, key)
+	return setKeys(r.objs.Conf, r.objs.Keys, map[int][]byte{slot: key})
 }
 
-func setKey(m *ebpf.Map, slot int, key []byte) error {
-	if slot < 0 || slot > 1 {
-		return fmt.Errorf("key slot %d: the router has slots 0 and 1", slot)
-	}
-	var k routerBrKey
-	if key != nil {
-		rk, err := CMACRoundKeys(key)
-		if err != nil {
-			return err
+// setKeys writes key slots between two bumps of the key generation: before,
+// so that no packet checked with an old key is cached as the new generation
+// while the keys change; after, so that none checked during the change is.
+func setKeys(conf, keys *ebpf.Map, slots map[int][]byte) error {
+	vals := map[int]routerBrKey{}
+	for slot, key := range slots {
+		if slot < 0 || slot > 1 {
+			return fmt.Errorf("key slot %d: the router has slots 0 and 1", slot)
 		}
-		k.Valid = 1
-		k.Rk = rk
+		var k routerBrKey
+		if key != nil {
+			rk, err := CMACRoundKeys(key)
+			if err != nil {
+				return err
+			}
+			k.Valid = 1
+			k.Rk = rk
+		}
+		vals[slot] = k
 	}
-	if err := m.Put(uint32(slot), &k); err != nil {
-		return fmt.Errorf("write key slot %d: %w", slot, err)
+	if err := bumpKeyGen(conf); err != nil {
+		return err
+	}
+	for slot, k := range vals {
+		if err := keys.Put(uint32(slot), &k); err != nil {
+			return fmt.Errorf("write key slot %d: %w", slot, err)
+		}
+	}
+	return bumpKeyGen(conf)
+}
+
+func bumpKeyGen(conf *ebpf.Map) error {
+	var c routerBrConfig
+	if err := conf.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read router config: %w", err)
+	}
+	c.KeyGen++
+	if err := conf.Put(uint32(0), &c); err != nil {
+		return fmt.Errorf("write router config: %w", err)
 	}
 	return nil
 }

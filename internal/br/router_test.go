@@ -591,3 +591,41 @@ func hexdump(b []byte) string {
 	}
 	return s.String()
 }
+
+// The MAC cache must never accept what a full check would refuse.
+func TestMACCache(t *testing.T) {
+	r := loadTestRouter(t, testConfig())
+	good := transitFrame(t)
+	if res := r.runOne(t, good); res.verdict != "forwarded" {
+		t.Fatalf("valid packet: %s", res.verdict)
+	}
+	// Same MAC input, one MAC byte off: same cache slot candidates, no hit.
+	bad := append([]byte(nil), good...)
+	hf := 14 + 20 + 8 + 12 + 16 + 4 + 4 + 4 + 8 + 12 // start of hop field 1
+	bad[hf+6+5] ^= 0x01
+	if res := r.runOne(t, bad); res.verdict != "invalid_mac" {
+		t.Fatalf("packet with a wrong MAC after a cached valid one: %s", res.verdict)
+	}
+	// Same MAC, other input (ExpTime): no hit.
+	bad2 := append([]byte(nil), good...)
+	bad2[hf+1] ^= 0x01
+	if res := r.runOne(t, bad2); res.verdict != "invalid_mac" {
+		t.Fatalf("packet with a changed hop field after a cached valid one: %s", res.verdict)
+	}
+	if res := r.runOne(t, good); res.verdict != "forwarded" {
+		t.Fatalf("valid packet again: %s", res.verdict)
+	}
+	// A new key invalidates what the old one verified.
+	if err := r.SetKey(0, otherKey); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.runOne(t, good); res.verdict != "invalid_mac" {
+		t.Fatalf("packet of the old key after a key change: %s", res.verdict)
+	}
+	if err := r.SetKey(0, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.runOne(t, good); res.verdict != "forwarded" {
+		t.Fatalf("packet after the key came back: %s", res.verdict)
+	}
+}
