@@ -140,8 +140,10 @@ volatile const __u32 br_use_mac_cache = 1;
  * finds the verdict names for the Go side. */
 volatile const enum br_verdict br_verdict_anchor = BR_VERDICT_MAX;
 
-/* Number of entries in br_cpus; 0 when spreading is off. */
+/* Worker CPUs for spreading: br_cpu_ids[0..br_num_cpus-1] are the CPU
+ * numbers, which are also br_cpus' keys; 0 CPUs: spreading is off. */
 volatile const __u32 br_num_cpus = 0;
+volatile const __u32 br_cpu_ids[64] = {};
 /* Offline runs (`br run --no-fib`) skip the FIB: next-hop MACs stay zero and
  * the frame leaves with XDP_TX. */
 volatile const __u32 br_skip_fib = 0;
@@ -1250,8 +1252,7 @@ static __always_inline int process(struct xdp_md *ctx, struct br_pkt *p)
 	return forward(ctx, p);
 }
 
-SEC("xdp")
-int br_router(struct xdp_md *ctx)
+static __always_inline int router_main(struct xdp_md *ctx)
 {
 	struct br_pkt p = {};
 	__u32 zero = 0;
@@ -1281,6 +1282,20 @@ int br_router(struct xdp_md *ctx)
 	return process(ctx, &p);
 }
 
+SEC("xdp")
+int br_router(struct xdp_md *ctx)
+{
+	return router_main(ctx);
+}
+
+/* The same router for the worker CPUs of a CPU map, which only runs
+ * programs loaded for it (expected attach type BPF_XDP_CPUMAP). */
+SEC("xdp/cpumap")
+int br_router_cpu(struct xdp_md *ctx)
+{
+	return router_main(ctx);
+}
+
 /* With `cpus`: spread packets over the worker CPUs by a hash of the underlay
  * flow, so that one flow stays on one CPU and is not reordered. */
 SEC("xdp")
@@ -1296,12 +1311,17 @@ int br_spread(struct xdp_md *ctx)
 	if (PKT_HAS(eth, sizeof(*eth), data_end) && eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
 
-		if (PKT_HAS(ip, sizeof(*ip) + 4, data_end) && ip->ihl == 5) {
+		if (PKT_HAS(ip, sizeof(*ip) + 12, data_end) && ip->ihl == 5) {
 			__u32 ports = *(__u32 *)(ip + 1);
+			/* SCION's first line after the UDP header: its FlowID keeps
+			 * apart the flows that share one underlay link, as the
+			 * reference router's computeProcID does. */
+			__u32 line = *(__u32 *)((void *)(ip + 1) + 8) & bpf_htonl(0x000fffff);
 
 			hash ^= ip->saddr * 0x85ebca6b;
 			hash ^= ip->daddr * 0xc2b2ae35;
 			hash ^= ports * 0x27d4eb2f;
+			hash ^= line * 0x165667b1;
 		}
 	} else if (PKT_HAS(eth, sizeof(*eth), data_end) && eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
@@ -1315,7 +1335,7 @@ int br_spread(struct xdp_md *ctx)
 	hash ^= hash >> 16;
 	hash *= 0x7feb352d;
 	hash ^= hash >> 15;
-	cpu = hash % br_num_cpus;
+	cpu = br_cpu_ids[(hash % br_num_cpus) & 63];
 	return bpf_redirect_map(&br_cpus, cpu, XDP_PASS);
 }
 

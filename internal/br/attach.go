@@ -80,6 +80,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 			return err
 		}
 		ifindex[d] = attrs.Index
+		warnForwarding(d, opts.Warn)
 	}
 	name := opts.Name
 	if name == "" {
@@ -166,15 +167,15 @@ func links(dir string) []string {
 
 // fillCPUs points the CPU map at the router program on each worker CPU.
 func (r *Router) fillCPUs() error {
-	for i, cpu := range r.cfg.CPUs {
+	for _, cpu := range r.cfg.CPUs {
 		v := struct {
 			Qsize  uint32
 			ProgFD uint32
-		}{Qsize: 2048, ProgFD: uint32(r.objs.Router.FD())}
-		if err := r.objs.CPUs.Put(uint32(i), v); err != nil {
+		}{Qsize: 2048, ProgFD: uint32(r.cpuProg.FD())}
+		// A CPU map is keyed by CPU number.
+		if err := r.objs.CPUs.Put(uint32(cpu), v); err != nil {
 			return fmt.Errorf("cpus: set up worker CPU %d: %w", cpu, err)
 		}
-		_ = cpu
 	}
 	return nil
 }
@@ -368,3 +369,18 @@ func slotsOf(m *ebpf.Map) (map[int]int, error) {
 
 // Counters reads the pinned counters.
 func (p *Pinned) ReadCounters() (*Counts, error) { return readCounters(p.Counters) }
+
+// warnForwarding says when a device has IP forwarding off: the kernel then
+// answers the router's FIB lookups with FWD_DISABLED, and every packet that
+// arrives there takes the slow path.
+func warnForwarding(d xdp.Iface, w io.Writer) {
+	_ = netns.Run(d.Netns, func() error {
+		for _, fam := range []string{"ipv4", "ipv6"} {
+			b, err := os.ReadFile(filepath.Join("/proc/sys/net", fam, "conf", d.Name, "forwarding"))
+			if err == nil && strings.TrimSpace(string(b)) == "0" && fam == "ipv4" {
+				fmt.Fprintf(w, "warning: %s: IPv4 forwarding is off, so the fast path's FIB lookups fail and packets arriving there go to the slow path; enable it with sysctl net.ipv4.conf.%s.forwarding=1\n", d, d.Name)
+			}
+		}
+		return nil
+	})
+}

@@ -92,9 +92,13 @@ type LoadOptions struct {
 
 // Router is a loaded, configured router program; nothing is attached.
 type Router struct {
-	cfg   *Config
-	objs  objects
-	slots map[uint16]uint16 // interface ID → counter slot, this router's
+	cfg      *Config
+	objs     objects
+	coll     *ebpf.Collection // what objs does not hold (.rodata, caches)
+	maps     map[string]*ebpf.Map
+	mapSpecs map[string]*ebpf.MapSpec
+	cpuProg  *ebpf.Program     // the worker-CPU router, with cpus only
+	slots    map[uint16]uint16 // interface ID → counter slot, this router's
 }
 
 // Load validates cfg, loads the router variant it asks for and fills its
@@ -125,7 +129,17 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		if err := spec.Variables["br_num_cpus"].Set(uint32(n)); err != nil {
 			return nil, err
 		}
+		var ids [64]uint32
+		for i, c := range cfg.CPUs {
+			ids[i] = uint32(c)
+		}
+		if err := spec.Variables["br_cpu_ids"].Set(ids); err != nil {
+			return nil, err
+		}
 	}
+	// The worker-CPU copy of the program is loaded only when it is used.
+	cpuProg := spec.Programs["br_router_cpu"]
+	delete(spec.Programs, "br_router_cpu")
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {
@@ -135,13 +149,30 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		}
 		copts.Maps.PinPath = opts.PinPath
 	}
-	r := &Router{cfg: cfg, slots: map[uint16]uint16{}}
-	if err := spec.LoadAndAssign(&r.objs, &copts); err != nil {
+	r := &Router{cfg: cfg, slots: map[uint16]uint16{}, mapSpecs: spec.Maps}
+	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("the kernel refused the router program: %+v", ve)
 		}
 		return nil, fmt.Errorf("load router: %w", err)
+	}
+	// Assign takes the maps it hands out off the collection: keep them all.
+	r.maps = make(map[string]*ebpf.Map, len(coll.Maps))
+	for n, m := range coll.Maps {
+		r.maps[n] = m
+	}
+	r.coll = coll
+	if err := coll.Assign(&r.objs); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	if len(cfg.CPUs) > 0 {
+		if err := r.loadCPUProgram(cpuProg); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 	if err := r.configure(); err != nil {
 		r.Close()
@@ -150,8 +181,42 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 	return r, nil
 }
 
+// loadCPUProgram loads the router's copy for CPU-map workers, on the maps
+// already loaded.
+func (r *Router) loadCPUProgram(ps *ebpf.ProgramSpec) error {
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router_cpu": ps}, Maps: map[string]*ebpf.MapSpec{}}
+	repl := map[string]*ebpf.Map{}
+	for _, ins := range ps.Instructions {
+		if ref := ins.Reference(); ref != "" {
+			if m, ok := r.maps[ref]; ok {
+				repl[ref] = m
+			}
+		}
+	}
+	for name := range repl {
+		spec.Maps[name] = r.mapSpecs[name]
+	}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"br_router_cpu"`
+	}
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return fmt.Errorf("load the worker-CPU router: %w", err)
+	}
+	r.cpuProg = objs.Prog
+	return nil
+}
+
 // Close unloads the router (pinned maps stay pinned).
-func (r *Router) Close() error { return r.objs.Close() }
+func (r *Router) Close() error {
+	err := r.objs.Close()
+	if r.cpuProg != nil {
+		err = errors.Join(err, r.cpuProg.Close())
+	}
+	if r.coll != nil {
+		r.coll.Close()
+	}
+	return err
+}
 
 // Program is the XDP program to attach: the spreader when packets are
 // spread over worker CPUs, else the router itself.
@@ -422,16 +487,23 @@ func readCounters(m *ebpf.Map) (*Counts, error) {
 	if err != nil {
 		return nil, err
 	}
-	vals := make([]routerBrCounter, ncpu)
-	for slot := 0; slot < maxSlots; slot++ {
-		for v := 0; v < VerdictCount; v++ {
-			if err := m.Lookup(uint32(slot*VerdictCount+v), vals); err != nil {
-				return nil, fmt.Errorf("read counters: %w", err)
-			}
-			for _, x := range vals {
-				c[slot][v].Packets += x.Packets
-				c[slot][v].Bytes += x.Bytes
-			}
+	n := maxSlots * VerdictCount
+	keys := make([]uint32, n)
+	vals := make([]routerBrCounter, n*ncpu)
+	var cursor ebpf.MapBatchCursor
+	got, err := m.BatchLookup(&cursor, keys, vals, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	for i := 0; i < got; i++ {
+		k := int(keys[i])
+		if k >= n {
+			continue
+		}
+		for cpu := 0; cpu < ncpu; cpu++ {
+			x := vals[i*ncpu+cpu]
+			c[k/VerdictCount][k%VerdictCount].Packets += x.Packets
+			c[k/VerdictCount][k%VerdictCount].Bytes += x.Bytes
 		}
 	}
 	return &c, nil

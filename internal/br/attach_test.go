@@ -1,0 +1,183 @@
+package br
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+func labTestbed(t *testing.T) lab.Testbed {
+	t.Helper()
+	requireKernel(t)
+	b := make([]byte, 2)
+	rand.Read(b)
+	tb := lab.Testbed{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Layout: lab.LayoutDUT}
+	t.Cleanup(func() {
+		if err := tb.Down(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := tb.Up(); err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// The lab router end to end: attach, forward a fixed count through the
+// kernel FIB into the sink, reload in place, detach without a trace.
+func TestAttachForwardDetach(t *testing.T) {
+	tb := labTestbed(t)
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	name := tb.Prefix + "br"
+	devs := []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}
+	if err := Attach(cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Detach(name, nil) })
+	// Attaching again is a reload: no error, same pins.
+	if err := Attach(cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
+		t.Fatalf("second attach: %v", err)
+	}
+	if n := len(links(PinDir(name))); n != 2 {
+		t.Fatalf("%d link pins, want 2", n)
+	}
+
+	pkts, err := TransitPackets(cfg, TransitOptions{Count: 100, Size: 200, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	const count = 50_000
+	st, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: 200_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	got, err := sink.Total()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.ReadCounters()
+	p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := c[1][routerBrVerdictBR_FORWARDED].Packets // slot 1: interface 1, the generator side
+	if st.Sent != count || got.Packets != count || fwd != count {
+		t.Fatalf("sent %d, router forwarded %d, sink counted %d; want %d each", st.Sent, fwd, got.Packets, count)
+	}
+
+	if err := Detach(name, []xdp.Iface{tb.DUTIn().Iface()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(links(PinDir(name))); n != 1 {
+		t.Fatalf("%d link pins after detaching one device, want 1", n)
+	}
+	if err := Detach(name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PinDir(name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin directory left behind: %v", err)
+	}
+	if err := Detach(name, nil); !errors.Is(err, ErrNotAttached) {
+		t.Fatalf("detaching twice: %v, want ErrNotAttached", err)
+	}
+}
+
+func TestAttachRefusesBeforeChanging(t *testing.T) {
+	tb := labTestbed(t)
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	name := tb.Prefix + "br"
+	devs := []xdp.Iface{tb.DUTIn().Iface(), {Netns: tb.DUTIn().Netns, Name: "fp-nosuch"}}
+	err = Attach(cfg, AttachOptions{Devices: devs, Name: name})
+	if err == nil {
+		Detach(name, nil)
+		t.Fatal("attach to a missing device succeeded")
+	}
+	if _, serr := os.Stat(filepath.Join(PinRoot, name)); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("a refused attach left %s behind (%v)", filepath.Join(PinRoot, name), err)
+	}
+}
+
+// With cpus, the spreader hands packets to the router on worker CPUs
+// through a CPU map, and every packet still arrives.
+func TestAttachSpreadsOverCPUs(t *testing.T) {
+	tb := labTestbed(t)
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	cfg.CPUs = []int{0, 1}
+	name := tb.Prefix + "br"
+	if err := Attach(cfg, AttachOptions{Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, Name: name, NoFallback: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Detach(name, nil) })
+	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1000, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	const count = 20_000
+	if _, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: 20_000}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	per, err := sink.PerCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	busy := 0
+	for _, c := range per {
+		total += c.Packets
+		if c.Packets > 0 {
+			busy++
+		}
+	}
+	if total != count {
+		t.Fatalf("sink counted %d, want %d", total, count)
+	}
+	if busy < 2 {
+		t.Fatalf("all packets went through one CPU: %+v", per)
+	}
+}
