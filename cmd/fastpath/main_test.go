@@ -22,17 +22,24 @@ func TestBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		"unknown scenario": {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
-		"unknown layout":   {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
-		"missing pcap":     {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},
-		"empty pcap":       {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "1"}, "holds no packets"},
-		"no limit":         {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty}, "give --count N or --duration D"},
-		"two limits":       {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "5", "--duration", "1s"}, "not both"},
-		"unknown iface":    {[]string{"lab", "sink", "--dev", "fp-nosuch0", "--prefix", "fp-tcli-"}, "interface fp-nosuch0 not found"},
-		"bad xdp mode":     {[]string{"lab", "sink", "--dev", "fp-veth2", "--mode", "turbo"}, `unknown XDP mode "turbo"`},
-		"packet too small": {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--size", "20"}, "packet size 20"},
-		"bad mac":          {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--dst-mac", "zz"}, `--dst-mac "zz"`},
-		"long prefix":      {[]string{"lab", "up", "--prefix", "fp-much-too-long-"}, "too long"},
+		"unknown scenario":         {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
+		"unknown layout":           {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
+		"missing pcap":             {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},
+		"empty pcap":               {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "1"}, "holds no packets"},
+		"no limit":                 {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty}, "give --count N or --duration D"},
+		"two limits":               {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "5", "--duration", "1s"}, "not both"},
+		"unknown iface":            {[]string{"lab", "sink", "--dev", "fp-nosuch0", "--prefix", "fp-tcli-"}, "interface fp-nosuch0 not found"},
+		"bad xdp mode":             {[]string{"lab", "sink", "--dev", "fp-veth2", "--mode", "turbo"}, `unknown XDP mode "turbo"`},
+		"packet too small":         {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--size", "20"}, "packet size 20"},
+		"bad mac":                  {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--dst-mac", "zz"}, `--dst-mac "zz"`},
+		"long prefix":              {[]string{"lab", "up", "--prefix", "fp-much-too-long-"}, "too long"},
+		"br no config":             {[]string{"br", "attach", "eth0"}, "--config is required"},
+		"br missing config":        {[]string{"br", "attach", "--config", filepath.Join(dir, "none.toml")}, "none.toml"},
+		"br bad key slot":          {[]string{"br", "key", "add", "br1", "2", "AAAAAAAAAAAAAAAAAAAAAA=="}, `key index "2": use 0 or 1`},
+		"br bad key":               {[]string{"br", "key", "add", "br1", "0", "short"}, "base64 of 16 bytes"},
+		"br unknown router":        {[]string{"br", "watch", "fp-no-such-router"}, "not attached"},
+		"br run no input":          {[]string{"br", "run", "--config", "x.toml"}, "--config and --in are required"},
+		"scion packets bad config": {[]string{"lab", "packets", "--scion", "--config", filepath.Join(dir, "none.toml"), "--out", filepath.Join(dir, "s.pcap")}, "none.toml"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

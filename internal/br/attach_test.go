@@ -1,16 +1,19 @@
 package br
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -179,5 +182,61 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 	}
 	if busy < 2 {
 		t.Fatalf("all packets went through one CPU: %+v", per)
+	}
+}
+
+// The kernel FIB decides the next-hop MACs: a resolved neighbour is used,
+// a missing one sends the packet up the stack, a blackhole drops it.
+func TestFIBVerdicts(t *testing.T) {
+	tb := labTestbed(t)
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dut := tb.DUTIn().Netns
+	run := func() RunResult {
+		t.Helper()
+		r, err := Load(cfg, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var res []RunResult
+		if err := netns.Run(dut, func() error {
+			var err error
+			res, err = r.Run(pkts, 0)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"-n", dut}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+
+	res := run()
+	if res.Verdict != "forwarded" || res.NextHop != "198.18.1.1:50000" {
+		t.Fatalf("resolved neighbour: %+v", res)
+	}
+	if dst, src := res.Out[0:6], res.Out[6:12]; !bytes.Equal(dst, tb.Sink().MAC) || !bytes.Equal(src, tb.DUTOut().MAC) {
+		t.Fatalf("MACs %x → %x, want %s → %s", src, dst, tb.DUTOut().MAC, tb.Sink().MAC)
+	}
+
+	ip("neigh", "del", "198.18.1.1", "dev", tb.DUTOut().Dev)
+	if res := run(); res.Verdict != "fib_pass" || res.Action != "pass" {
+		t.Fatalf("no neighbour entry: %+v", res)
+	}
+	ip("route", "add", "blackhole", "198.18.1.1/32")
+	if res := run(); res.Verdict != "fib_drop" || res.Action != "drop" {
+		t.Fatalf("blackhole route: %+v", res)
 	}
 }

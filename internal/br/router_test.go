@@ -525,6 +525,82 @@ func TestRouterPackets(t *testing.T) {
 			mutate:     func(b []byte) { b[8] = 9 },
 			wantAction: xdpDrop, wantVerdict: "parse_error",
 		},
+		"three segments: up, core, down, crossing from up to core here": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 1, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 0, hopPair{0, 3}, hopPair{41, 42}, hopPair{51, 0}),
+				seg(true, 0, hopPair{0, 61}, hopPair{71, 0}),
+			}, CurrHF: 1},
+			src: childIA, dst: farIA, in: arrival{ifid: 1},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{
+				seg(false, 0, hopPair{0, 21}, hopPair{0, 1}),
+				seg(true, 1, hopPair{0, 3}, hopPair{41, 42}, hopPair{51, 0}),
+				seg(true, 0, hopPair{0, 61}, hopPair{71, 0}),
+			}, CurrHF: 3},
+			wantFrom: extLocal[3], wantTo: extRemote[3],
+		},
+		"three segments: core to core in the middle segment": {
+			path: PathSpec{Segments: []Segment{
+				seg(false, 0, hopPair{0, 21}, hopPair{0, 11}),
+				seg(true, 1, hopPair{0, 41}, hopPair{3, 6}, hopPair{51, 0}),
+				seg(true, 0, hopPair{0, 61}, hopPair{71, 0}),
+			}, CurrHF: 3},
+			src: childIA, dst: farIA, in: arrival{ifid: 3},
+			wantAction: xdpTX, wantVerdict: "forwarded",
+			wantPath: PathSpec{Segments: []Segment{
+				seg(false, 0, hopPair{0, 21}, hopPair{0, 11}),
+				seg(true, 2, hopPair{0, 41}, hopPair{3, 6}, hopPair{51, 0}),
+				seg(true, 0, hopPair{0, 61}, hopPair{71, 0}),
+			}, CurrHF: 4},
+			wantFrom: extLocal[6], wantTo: extRemote[6],
+		},
+		"underlay source is not the neighbour": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mac: func(p *SCIONPacket) {
+				p.UnderlaySrc = netip.AddrPortFrom(p.UnderlaySrc.Addr(), 50001)
+			},
+			wantAction: xdpDrop, wantVerdict: "underlay_mismatch",
+		},
+		"BFD on an empty path goes up the stack": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[8] = 0; b[4] = 203 },
+			wantAction: xdpPass, wantVerdict: "bfd",
+		},
+		"BFD on a one-hop path goes up the stack": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[8] = 2; b[4] = 203 },
+			wantAction: xdpPass, wantVerdict: "bfd",
+		},
+		"one-hop path goes to the slow path": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[8] = 2 },
+			wantAction: xdpPass, wantVerdict: "not_implemented",
+		},
+		"extension header goes to the slow path": {
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			mutate:     func(b []byte) { b[4] = 200 },
+			wantAction: xdpPass, wantVerdict: "not_implemented",
+		},
+		"inbound to the unspecified address": {
+			path: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			src:  farIA, dst: localIA, dstHost: addr.HostIP(netip.MustParseAddr("0.0.0.0")), dstPort: 31500, in: arrival{ifid: 2},
+			wantAction: xdpPass, wantVerdict: "bad_host_addr",
+		},
+		"inbound to an IPv4-mapped IPv6 address": {
+			path: PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2},
+			src:  farIA, dst: localIA, dstHost: addr.HostIP(netip.MustParseAddr("2001:2::100")), dstPort: 31500, in: arrival{ifid: 2},
+			// slayers packs ::ffff:a.b.c.d as IPv4: write it by hand.
+			mutate: func(b []byte) {
+				copy(b[28:44], netip.MustParseAddr("::ffff:198.18.0.100").AsSlice())
+			},
+			wantAction: xdpPass, wantVerdict: "bad_host_addr",
+		},
 		"key rollover: slot 1 accepted when configured": {
 			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
 			src:  childIA, dst: farIA, in: arrival{ifid: 1},
