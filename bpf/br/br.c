@@ -1030,14 +1030,20 @@ static __always_inline __u64 addr_sum(const __u8 *a, __u8 family)
 	return sum;
 }
 
+/* The reference rewrites the whole info field when it updates the SegID: the
+ * flags byte keeps only ConsDir and Peer, the reserved byte becomes zero. */
 static __always_inline int write_seg_id(struct br_pkt *p, __u8 idx, __u16 val, __u64 *add, __u64 *sub)
 {
 	__u8 *f = inf_ptr(p, idx);
+	__u8 flags;
 
 	if (!f)
 		return -1;
-	*sub += bpf_htons(load_be16(f + 2));
-	*add += bpf_htons(val);
+	flags = f[0] & (SCION_INF_CONSDIR | SCION_INF_PEER);
+	*sub += bpf_htons(load_be16(f)) + bpf_htons(load_be16(f + 2));
+	*add += bpf_htons((__u16)flags << 8) + bpf_htons(val);
+	f[0] = flags;
+	f[1] = 0;
 	f[2] = val >> 8;
 	f[3] = val;
 	return 0;

@@ -209,6 +209,27 @@ func (c pktCase) packet() SCIONPacket {
 func intp(i int) *int { return &i }
 
 func TestRouterPackets(t *testing.T) {
+	cases := routerCases()
+	// Loading a router takes a third of a second: cases that keep the
+	// default configuration share one.
+	shared := loadTestRouter(t, testConfig())
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := shared
+			if c.cfg != nil {
+				cfg := testConfig()
+				c.cfg(cfg)
+				r = loadTestRouter(t, cfg)
+			}
+			checkCase(t, r, c)
+		})
+	}
+}
+
+// routerCases is the packet fixture table: each case's input and what the
+// router must do with it.
+func routerCases() map[string]pktCase {
+	testConfig() // fills extLocal and extRemote
 	// Paths as seen by br1 of 1-ff00:0:110 (interfaces: 1 child, 2 parent,
 	// 3 and 6 core, 4 peer, 7 child over IPv6; 5 belongs to sibling br2).
 	up := func(carried int) Segment { // child 111 → 110 → parent 100, against construction
@@ -619,48 +640,40 @@ func TestRouterPackets(t *testing.T) {
 			wantAction: xdpPass, wantVerdict: "invalid_mac",
 		},
 	}
-	// Loading a router takes a third of a second: cases that keep the
-	// default configuration share one.
-	shared := loadTestRouter(t, testConfig())
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			r := shared
-			if c.cfg != nil {
-				cfg := testConfig()
-				c.cfg(cfg)
-				r = loadTestRouter(t, cfg)
-			}
-			p := c.packet()
-			frame, err := p.Frame()
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := r.runOne(t, frame)
-			if res.action != c.wantAction || res.verdict != c.wantVerdict {
-				t.Fatalf("action %d verdict %s, want action %d verdict %s", res.action, res.verdict, c.wantAction, c.wantVerdict)
-			}
-			if res.action != xdpTX && res.action != xdpPass {
-				return
-			}
-			if res.action == xdpPass && !bytes.Equal(res.out, frame) {
-				t.Fatal("a passed packet was modified: the slow path must see it as it arrived")
-			}
-			if c.wantFrom.IsValid() {
-				want := p
-				want.Path = c.wantPath
-				want.UnderlaySrc, want.UnderlayDst = c.wantFrom, c.wantTo
-				if c.mac != nil {
-					c.mac(&want)
-				}
-				wantFrame, err := want.Frame()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(res.out, wantFrame) {
-					t.Fatalf("frame\n%s\nwant\n%s", hexdump(res.out), hexdump(wantFrame))
-				}
-			}
-		})
+	return cases
+}
+
+func checkCase(t *testing.T, r *Router, c pktCase) {
+	t.Helper()
+	p := c.packet()
+	frame, err := p.Frame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.runOne(t, frame)
+	if res.action != c.wantAction || res.verdict != c.wantVerdict {
+		t.Fatalf("action %d verdict %s, want action %d verdict %s", res.action, res.verdict, c.wantAction, c.wantVerdict)
+	}
+	if res.action != xdpTX && res.action != xdpPass {
+		return
+	}
+	if res.action == xdpPass && !bytes.Equal(res.out, frame) {
+		t.Fatal("a passed packet was modified: the slow path must see it as it arrived")
+	}
+	if c.wantFrom.IsValid() {
+		want := p
+		want.Path = c.wantPath
+		want.UnderlaySrc, want.UnderlayDst = c.wantFrom, c.wantTo
+		if c.mac != nil {
+			c.mac(&want)
+		}
+		wantFrame, err := want.Frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(res.out, wantFrame) {
+			t.Fatalf("frame\n%s\nwant\n%s", hexdump(res.out), hexdump(wantFrame))
+		}
 	}
 }
 
