@@ -18,35 +18,6 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
-// The reference router, scionproto v0.12.0's router/cmd/router, built once
-// per machine from the module proxy (FASTPATH_SCION_ROUTER names a binary
-// to use instead).
-func referenceRouter(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FASTPATH_SCION_ROUTER"); p != "" {
-		return p
-	}
-	bin := filepath.Join(os.TempDir(), "fastpath-scion-router-v0.12.0")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	dir := t.TempDir()
-	mod := "module refrouter\n\ngo 1.24\n\nrequire github.com/scionproto/scion v0.12.0\n"
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("go", "build", "-o", bin+".tmp", "github.com/scionproto/scion/router/cmd/router")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the reference router (scionproto v0.12.0): %v\n%s", err, out)
-	}
-	if err := os.Rename(bin+".tmp", bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
 // The AS of the differential test: the test AS without its core links,
 // which a non-core AS may not have.
 const refTopology = `{
@@ -76,60 +47,24 @@ const refTopology = `{
 // socket at every address it may send to.
 type refBed struct {
 	ns      string
+	dir     string
 	sockets map[netip.AddrPort]*net.UDPConn
 	arrived chan datagram
-
-	bin, config string
-	cmd         *exec.Cmd
-	exited      chan struct{}
-	logs        bytes.Buffer
+	router  *ReferenceRouter
 }
 
-// start runs the reference router and waits until its internal socket is bound.
 func (b *refBed) start(t *testing.T) {
 	t.Helper()
-	b.cmd = exec.Command("ip", "netns", "exec", b.ns, b.bin, "--config", b.config)
-	b.cmd.Stdout, b.cmd.Stderr = &b.logs, &b.logs
-	if err := b.cmd.Start(); err != nil {
+	r, err := StartReferenceRouter(b.ns, "br1", b.dir, "198.18.0.1:30042")
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	b.exited = exited
-	go func(c *exec.Cmd) { c.Wait(); close(exited) }(b.cmd)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		out, _ := exec.Command("ip", "netns", "exec", b.ns, "ss", "-uln").CombinedOutput()
-		if strings.Contains(string(out), "198.18.0.1:30042") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reference router did not start:\n%s", b.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (b *refBed) stop() {
-	if b.cmd != nil && b.cmd.Process != nil {
-		b.cmd.Process.Kill()
-		<-b.exited
-	}
-}
-
-// crashed reports whether the reference router has exited.
-func (b *refBed) crashed() bool {
-	select {
-	case <-b.exited:
-		return true
-	default:
-		return false
-	}
+	b.router = r
 }
 
 func startReference(t *testing.T) *refBed {
 	t.Helper()
 	requireKernel(t)
-	bin := referenceRouter(t)
 	b := make([]byte, 2)
 	rand.Read(b)
 	bed := &refBed{ns: "fp-tref" + hex.EncodeToString(b), sockets: map[netip.AddrPort]*net.UDPConn{}, arrived: make(chan datagram, 1024)}
@@ -169,17 +104,16 @@ func startReference(t *testing.T) *refBed {
 	must(os.WriteFile(filepath.Join(dir, "topology.json"), []byte(refTopology), 0o600))
 	must(os.WriteFile(filepath.Join(dir, "keys", "master0.key"), []byte("IAOYbTs/CobLFV3T3jt6lQ=="), 0o600))
 	must(os.WriteFile(filepath.Join(dir, "keys", "master1.key"), []byte("8fiM4fdey8zv/9OaQw8lKg=="), 0o600))
-	// BFD off: the reference would otherwise refuse every egress until a
-	// BFD session came up, a state the XDP router does not keep.
-	must(os.WriteFile(filepath.Join(dir, "router.toml"), []byte(fmt.Sprintf(
-		"[general]\nid = \"br1\"\nconfig_dir = %q\n\n[log.console]\nlevel = \"error\"\n\n[router.bfd]\ndisable = true\n", dir)), 0o600))
 	must(os.WriteFile(filepath.Join(dir, "br.toml"), []byte("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\n"), 0o600))
 
-	bed.bin, bed.config = bin, filepath.Join(dir, "router.toml")
+	bed.dir = dir
 	t.Cleanup(func() {
-		bed.stop()
+		if bed.router == nil {
+			return
+		}
+		bed.router.Stop()
 		if t.Failed() {
-			t.Logf("reference router output:\n%s", bed.logs.String())
+			t.Logf("reference router output:\n%s", bed.router.Logs.String())
 		}
 	})
 
@@ -323,13 +257,12 @@ func TestAgreesWithReferenceRouter(t *testing.T) {
 		}
 		sc := scionPayload(in.frame)
 		got := bed.exchange(t, from, to, sc, 150*time.Millisecond)
-		if bed.crashed() {
+		if bed.router.Exited() {
 			// v0.12.0 panics on some inputs (an SVC source address from the
 			// local AS, an SVC destination without services): nothing to
 			// compare with; start it again.
 			crashes++
 			t.Logf("%s: the reference router crashed (XDP: %s)", in.name, res.verdict)
-			bed.logs.Reset()
 			bed.start(t)
 			continue
 		}

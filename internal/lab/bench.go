@@ -93,8 +93,12 @@ func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
 	}
 	rep.Finish()
 	for i := range rep.Rows {
-		if r := &rep.Rows[i]; r.Loss > 0.01 && r.Note == "" {
-			r.Note = fmt.Sprintf("%.1f%% lost on the path: the figure is the DUT's saturation rate", 100*r.Loss)
+		if r := &rep.Rows[i]; r.Loss > 0.01 {
+			note := fmt.Sprintf("%.1f%% lost on the path: the figure is the DUT's saturation rate", 100*r.Loss)
+			if r.Note != "" {
+				note += "; " + r.Note
+			}
+			r.Note = note
 		}
 	}
 	return rep, nil
@@ -134,7 +138,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	}
 	defer gen.Close()
 
-	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0])}
+	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Note: s.Note}
 	// One short warm-up run fills the bridge's FDB, the neighbour caches and
 	// the page pools before anything is measured.
 	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000)}); err != nil {

@@ -26,6 +26,9 @@ type Scenario struct {
 	// so the generator must restore every packet whole on each run. A bench
 	// run restores for all its rows if any row needs it, to keep the ratios fair.
 	Rewrites bool
+	// Note is printed with the row: what its figure means beyond the table's
+	// assumptions.
+	Note string
 	// Setup makes the testbed's DUT namespace the device under test and
 	// returns what undoes it. The testbed is up when it is called.
 	Setup func(tb Testbed) (teardown func() error, err error)
