@@ -965,6 +965,24 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 	struct br_nh *nh = NULL;
 	int rc;
 
+	/* forward() reads only ifindex and the MACs: a cache hit fills just those. */
+	if (br_skip_fib) {
+		fib->ifindex = p->ingress_ifindex;
+		__builtin_memset(fib->smac, 0, ETH_ALEN);
+		__builtin_memset(fib->dmac, 0, ETH_ALEN);
+		return CONTINUE;
+	}
+	if (p->nh_cache_key) {
+		__u32 key = p->nh_cache_key;
+
+		nh = bpf_map_lookup_elem(&br_nh_cache, &key);
+		if (nh && nh->expires > p->now) {
+			fib->ifindex = nh->ifindex;
+			__builtin_memcpy(fib->smac, nh->smac, ETH_ALEN);
+			__builtin_memcpy(fib->dmac, nh->dmac, ETH_ALEN);
+			return CONTINUE;
+		}
+	}
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->ifindex = p->ingress_ifindex;
 	fib->l4_protocol = IPPROTO_UDP;
@@ -980,21 +998,6 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		fib->tot_len = p->udp_len;
 		__builtin_memcpy(fib->ipv6_src, p->src->addr, 16);
 		__builtin_memcpy(fib->ipv6_dst, p->next_hop.addr, 16);
-	}
-	if (br_skip_fib) {
-		fib->ifindex = p->ingress_ifindex;
-		return CONTINUE;
-	}
-	if (p->nh_cache_key) {
-		__u32 key = p->nh_cache_key;
-
-		nh = bpf_map_lookup_elem(&br_nh_cache, &key);
-		if (nh && nh->expires > p->now) {
-			fib->ifindex = nh->ifindex;
-			__builtin_memcpy(fib->smac, nh->smac, ETH_ALEN);
-			__builtin_memcpy(fib->dmac, nh->dmac, ETH_ALEN);
-			return CONTINUE;
-		}
 	}
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	switch (rc) {
