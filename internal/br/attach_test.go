@@ -34,6 +34,28 @@ func labTestbed(t *testing.T) lab.Testbed {
 	return tb
 }
 
+// sendThrough sends count of pkts from the testbed's generator at rate and
+// returns what was sent and the sink, which the caller reads.
+func sendThrough(t *testing.T, tb lab.Testbed, pkts [][]byte, count, rate uint64) (lab.GenStats, *lab.Sink) {
+	t.Helper()
+	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	st, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	return st, sink
+}
+
 // The lab router end to end: attach, forward a fixed count through the
 // kernel FIB into the sink, reload in place, detach without a trace.
 func TestAttachForwardDetach(t *testing.T) {
@@ -61,22 +83,8 @@ func TestAttachForwardDetach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gen.Close()
 	const count = 50_000
-	st, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: 200_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
+	st, sink := sendThrough(t, tb, pkts, count, 200_000)
 	got, err := sink.Total()
 	if err != nil {
 		t.Fatal(err)
@@ -150,21 +158,8 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gen.Close()
 	const count = 20_000
-	if _, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: 20_000}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
+	_, sink := sendThrough(t, tb, pkts, count, 20_000)
 	per, err := sink.PerCPU()
 	if err != nil {
 		t.Fatal(err)

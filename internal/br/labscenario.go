@@ -135,14 +135,18 @@ func init() {
 				}
 				return func() error { return Detach(name, nil) }, nil
 			},
-			Packets: func(tb lab.Testbed, size int) ([][]byte, error) {
-				cfg, cleanup, err := LabConfig()
-				if err != nil {
-					return nil, err
-				}
-				defer cleanup()
-				return TransitPackets(cfg, TransitOptions{Count: 1000, Size: size, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
-			},
+			Packets: labTransitPackets,
 		})
 	}
+}
+
+// labTransitPackets are 1,000 transit packets through the lab's router,
+// from the generator's veth to the DUT's.
+func labTransitPackets(tb lab.Testbed, size int) ([][]byte, error) {
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	return TransitPackets(cfg, TransitOptions{Count: 1000, Size: size, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 }

@@ -136,13 +136,6 @@ func init() {
 			}
 			return func() error { r.Stop(); return os.RemoveAll(dir) }, nil
 		},
-		Packets: func(tb lab.Testbed, size int) ([][]byte, error) {
-			cfg, cleanup, err := LabConfig()
-			if err != nil {
-				return nil, err
-			}
-			defer cleanup()
-			return TransitPackets(cfg, TransitOptions{Count: 1000, Size: size, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
-		},
+		Packets: labTransitPackets,
 	})
 }
