@@ -272,6 +272,10 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 			return verdict(p, BR_NOT_SCION, XDP_PASS);
 		if (bpf_ntohs(ip->tot_len) < ihl + sizeof(struct udphdr))
 			return verdict(p, BR_NOT_SCION, XDP_PASS);
+		/* A header the kernel would refuse never reaches the reference
+		 * router; the kernel may have it. (Ours is rebuilt on output.) */
+		if (!ipv4_hdr_csum_ok(ip, p->data_end, ip->ihl))
+			return verdict(p, BR_NOT_SCION, XDP_PASS);
 		l3_payload = bpf_ntohs(ip->tot_len) - ihl;
 		p->family = 4;
 		__builtin_memcpy(p->ul_src, &ip->saddr, 4);

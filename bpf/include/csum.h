@@ -24,4 +24,22 @@ static __always_inline __u16 ipv4_hdr_csum(const void *iph)
 	return ~csum_fold32(sum);
 }
 
+/* Whether an IPv4 header with options sums to zero: the kernel drops the
+ * packet otherwise, before any socket sees it. */
+static __always_inline int ipv4_hdr_csum_ok(const void *iph, const void *end, __u32 ihl_words)
+{
+	const __u16 *w = iph;
+	__u64 sum = 0;
+
+	/* A bounded loop: the header is 10 to 30 words. */
+	for (int i = 0; i < 30; i++) {
+		if (i >= ihl_words * 2)
+			break;
+		if ((const void *)(w + i + 1) > end)
+			return 0;
+		sum += w[i];
+	}
+	return csum_fold32(sum) == 0xffff;
+}
+
 #endif

@@ -61,3 +61,18 @@ func TestRunTimesTransitPacket(t *testing.T) {
 		t.Logf("mac_check=%v: %.1f ns per transit packet", mac, res[0].Ns)
 	}
 }
+
+// An IPv4 header with a wrong checksum is the kernel's to drop, as it would
+// before the reference router's socket saw it.
+func TestBadIPv4ChecksumGoesToTheKernel(t *testing.T) {
+	r := loadTestRouter(t, testConfig())
+	f := transitFrame(t)
+	f[14+10] ^= 0x40
+	res, err := r.Run([][]byte{f}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Action != "pass" || res[0].Verdict != "not_scion" {
+		t.Fatalf("bad IPv4 header checksum: %s/%s, want pass/not_scion", res[0].Action, res[0].Verdict)
+	}
+}
