@@ -235,3 +235,25 @@ func TestFIBVerdicts(t *testing.T) {
 		t.Fatalf("blackhole route: %+v", res)
 	}
 }
+
+// A bench run that dies leaves the router attached and pinned: lab down
+// removes the pins with the namespaces.
+func TestLabDownRemovesRouterPins(t *testing.T) {
+	tb := labTestbed(t)
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	name := tb.Prefix + "br"
+	if err := Attach(cfg, AttachOptions{Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, Name: name, NoFallback: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
+		Detach(name, nil)
+		t.Fatalf("lab down left %s (%v)", PinDir(name), err)
+	}
+}

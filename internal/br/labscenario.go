@@ -1,6 +1,7 @@
 package br
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -109,6 +110,16 @@ func LabConfig() (*Config, func(), error) {
 }
 
 func init() {
+	// A bench run that dies leaves the router's pins; lab down removes them.
+	lab.RegisterCleanup(func(tb lab.Testbed) error {
+		var errs []error
+		for _, n := range []string{"br", "br-nomac"} {
+			if _, err := os.Stat(PinDir(tb.Prefix + n)); err == nil {
+				errs = append(errs, Detach(tb.Prefix+n, nil))
+			}
+		}
+		return errors.Join(errs...)
+	})
 	for _, v := range []struct {
 		name, desc string
 		mac        bool

@@ -318,11 +318,22 @@ func (t Testbed) Down() error {
 		return errors.New("testbed prefix is empty: refusing to guess what to remove")
 	}
 	var errs []error
+	for _, c := range cleanups {
+		errs = append(errs, c(t))
+	}
 	for _, ns := range t.allNamespaces() {
 		errs = append(errs, netns.Delete(ns))
 	}
 	return errors.Join(errs...)
 }
+
+// cleanups remove what scenarios leave outside the namespaces (bpffs pins)
+// when a bench run dies before its teardown.
+var cleanups []func(Testbed) error
+
+// RegisterCleanup adds what Down must also remove for a testbed: only what
+// carries the testbed's prefix.
+func RegisterCleanup(c func(Testbed) error) { cleanups = append(cleanups, c) }
 
 // sysctl writes a /proc/sys/net key; it acts on the calling thread's
 // network namespace, so call it inside netns.Run.
