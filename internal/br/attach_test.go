@@ -34,6 +34,25 @@ func labTestbed(t *testing.T) lab.Testbed {
 	return tb
 }
 
+// labConfig is the lab router's configuration, removed when the test ends.
+func labConfig(t *testing.T) *Config {
+	t.Helper()
+	cfg, cleanup, err := LabConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	return cfg
+}
+
+// attachLab attaches the router to the testbed's DUT veths under a name of
+// the testbed's, detached when the test ends.
+func attachLab(t *testing.T, tb lab.Testbed, cfg *Config) string {
+	t.Helper()
+	name := attachLab(t, tb, cfg)
+	return name
+}
+
 // sendThrough sends count of pkts from the testbed's generator at rate and
 // returns what was sent and the sink, which the caller reads.
 func sendThrough(t *testing.T, tb lab.Testbed, pkts [][]byte, count, rate uint64) (lab.GenStats, *lab.Sink) {
@@ -60,17 +79,9 @@ func sendThrough(t *testing.T, tb lab.Testbed, pkts [][]byte, count, rate uint64
 // kernel FIB into the sink, reload in place, detach without a trace.
 func TestAttachForwardDetach(t *testing.T) {
 	tb := labTestbed(t)
-	cfg, cleanup, err := LabConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	name := tb.Prefix + "br"
+	cfg := labConfig(t)
+	name := attachLab(t, tb, cfg)
 	devs := []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}
-	if err := Attach(cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { Detach(name, nil) })
 	// Attaching again is a reload: no error, same pins.
 	if err := Attach(cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
 		t.Fatalf("second attach: %v", err)
@@ -122,14 +133,10 @@ func TestAttachForwardDetach(t *testing.T) {
 
 func TestAttachRefusesBeforeChanging(t *testing.T) {
 	tb := labTestbed(t)
-	cfg, cleanup, err := LabConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	cfg := labConfig(t)
 	name := tb.Prefix + "br"
 	devs := []xdp.Iface{tb.DUTIn().Iface(), {Netns: tb.DUTIn().Netns, Name: "fp-nosuch"}}
-	err = Attach(cfg, AttachOptions{Devices: devs, Name: name})
+	err := Attach(cfg, AttachOptions{Devices: devs, Name: name})
 	if err == nil {
 		Detach(name, nil)
 		t.Fatal("attach to a missing device succeeded")
@@ -143,17 +150,9 @@ func TestAttachRefusesBeforeChanging(t *testing.T) {
 // through a CPU map, and every packet still arrives.
 func TestAttachSpreadsOverCPUs(t *testing.T) {
 	tb := labTestbed(t)
-	cfg, cleanup, err := LabConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	cfg := labConfig(t)
 	cfg.CPUs = []int{0, 1}
-	name := tb.Prefix + "br"
-	if err := Attach(cfg, AttachOptions{Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, Name: name, NoFallback: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { Detach(name, nil) })
+	attachLab(t, tb, cfg)
 	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1000, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 	if err != nil {
 		t.Fatal(err)
@@ -184,11 +183,7 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 // a missing one sends the packet up the stack, a blackhole drops it.
 func TestFIBVerdicts(t *testing.T) {
 	tb := labTestbed(t)
-	cfg, cleanup, err := LabConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	cfg := labConfig(t)
 	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 	if err != nil {
 		t.Fatal(err)
@@ -240,15 +235,8 @@ func TestFIBVerdicts(t *testing.T) {
 // removes the pins with the namespaces.
 func TestLabDownRemovesRouterPins(t *testing.T) {
 	tb := labTestbed(t)
-	cfg, cleanup, err := LabConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	name := tb.Prefix + "br"
-	if err := Attach(cfg, AttachOptions{Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, Name: name, NoFallback: true}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := labConfig(t)
+	name := attachLab(t, tb, cfg)
 	if err := tb.Down(); err != nil {
 		t.Fatal(err)
 	}
