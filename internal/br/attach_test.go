@@ -49,7 +49,11 @@ func labConfig(t *testing.T) *Config {
 // the testbed's, detached when the test ends.
 func attachLab(t *testing.T, tb lab.Testbed, cfg *Config) string {
 	t.Helper()
-	name := attachLab(t, tb, cfg)
+	name := tb.Prefix + "br"
+	if err := Attach(cfg, AttachOptions{Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, Name: name, NoFallback: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Detach(name, nil) })
 	return name
 }
 
