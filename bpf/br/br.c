@@ -666,7 +666,7 @@ static __always_inline int validate_src_dst_ia(struct br_pkt *p)
 	return CONTINUE;
 }
 
-static __always_inline __u8 *src_host_ptr(const struct br_pkt *p, __u32 len)
+static __always_inline __u8 *src_host_ptr(const struct br_pkt *p)
 {
 	__u32 off = p->scion_off + SCION_CMN_LEN + 2 * SCION_IA_LEN + 4 * ((p->dst_type & 3) + 1);
 	__u8 *a = p->data + (off & 0x1ff);
@@ -693,7 +693,7 @@ static __always_inline int validate_src_host(struct br_pkt *p)
 	case SCION_ADDR_SVC:
 		return CONTINUE;
 	case SCION_ADDR_IP6:
-		a = src_host_ptr(p, 16);
+		a = src_host_ptr(p);
 		if (!a)
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 		if (is_4in6(a))

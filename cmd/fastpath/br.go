@@ -135,12 +135,7 @@ func brKeyCmd() *cobra.Command {
 			if err != nil || len(key) != 16 {
 				return fmt.Errorf("key: want the base64 of 16 bytes (an AES-128 forwarding key, as derived from a master key)")
 			}
-			p, err := br.OpenPinned(args[0])
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			return p.SetKey(slot, key)
+			return withPinned(args[0], func(p *br.Pinned) error { return p.SetKey(slot, key) })
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -152,12 +147,7 @@ func brKeyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := br.OpenPinned(args[0])
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			return p.SetKey(slot, nil)
+			return withPinned(args[0], func(p *br.Pinned) error { return p.SetKey(slot, nil) })
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -425,4 +415,14 @@ over N runs.`,
 	f.IntVar(&repeat, "repeat", 0, "time each packet over this many runs (ns per packet)")
 	f.BoolVar(&cold, "cold", false, "compute every hop-field MAC, bypassing the per-CPU MAC cache (worst-case timing)")
 	return cmd
+}
+
+// withPinned runs fn on the pinned maps of an attached router.
+func withPinned(router string, fn func(*br.Pinned) error) error {
+	p, err := br.OpenPinned(router)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return fn(p)
 }

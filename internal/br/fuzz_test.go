@@ -17,8 +17,7 @@ import (
 // the length it claims, and carry a current hop field whose MAC is right
 // under testKey (with the SegID as the router sees it on arrival).
 func forwardable(frame []byte) (bool, string) {
-	src, dst, ok := underlayEnds(frame)
-	_ = src
+	_, dst, ok := underlayEnds(frame)
 	if !ok || len(frame) < 14+20+8 {
 		return false, "no underlay"
 	}

@@ -227,9 +227,6 @@ func (r *Router) Program() *ebpf.Program {
 	return r.objs.Router
 }
 
-// Config returns the configuration the router was loaded with.
-func (r *Router) Config() *Config { return r.cfg }
-
 // beIA is an ISD-AS as the kernel compares it: the header's 8 bytes.
 func beIA(ia addr.IA) uint64 {
 	var b [8]byte

@@ -27,9 +27,9 @@ var actionNames = map[uint32]string{0: "drop", 1: "drop", 2: "pass", 3: "forward
 
 // Run runs every frame through the router program with BPF_PROG_TEST_RUN,
 // one at a time, in the caller's network namespace; nothing is attached.
-// With repeat > 0 each frame is also timed over repeat single runs: each run
-// starts from the frame as given, so that a router rewriting the path does
-// not time a different packet on the next round.
+// With repeat > 0 each frame is also timed over repeat runs in the timing
+// harness, which restores the frame before each run so that a router
+// rewriting the path does not time a different packet the next round.
 func (r *Router) Run(frames [][]byte, repeat int) ([]RunResult, error) {
 	var err error
 	locals := map[netip.AddrPort]int{r.cfg.Internal: 0}
