@@ -1,0 +1,491 @@
+package fw
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+)
+
+// PinRoot holds one directory per firewall instance: its maps pinned by
+// name and one link per device.
+var PinRoot = filepath.Join(preflight.BPFFS, "fastpath", "fw")
+
+// DefaultName is the instance name when none is given.
+const DefaultName = "default"
+
+// ErrNotAttached is returned for an instance or device with nothing attached.
+var ErrNotAttached = errors.New("not attached")
+
+// PinDir is where an instance's maps and links are pinned.
+func PinDir(name string) string { return filepath.Join(PinRoot, name) }
+
+// LoadOptions configure Load.
+type LoadOptions struct {
+	// PinPath, if set, pins the maps there or reuses those pinned there.
+	PinPath string
+	// MaxFlows sizes the flow table (default 131072). Ignored when the
+	// maps are reused from pins.
+	MaxFlows uint32
+}
+
+// Firewall is a loaded firewall: its program and maps.
+type Firewall struct {
+	objs  fwObjects
+	specs map[string]*ebpf.MapSpec
+}
+
+// Load loads the program and creates (or reopens) its maps.
+func Load(opts LoadOptions) (*Firewall, error) {
+	spec, err := loadFw()
+	if err != nil {
+		return nil, fmt.Errorf("read the firewall program: %w", err)
+	}
+	if opts.MaxFlows > 0 {
+		spec.Maps["fw_flows"].MaxEntries = opts.MaxFlows
+	}
+	var copts ebpf.CollectionOptions
+	if opts.PinPath != "" {
+		pinAll(spec)
+		copts.Maps.PinPath = opts.PinPath
+	}
+	f := &Firewall{specs: spec.Maps}
+	if err := spec.LoadAndAssign(&f.objs, &copts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load the firewall program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load the firewall program: %w", err)
+	}
+	return f, nil
+}
+
+func pinAll(spec *ebpf.CollectionSpec) {
+	for _, m := range spec.Maps {
+		if m.Name != ".bss" && m.Name != ".data" && m.Name != ".rodata" {
+			m.Pinning = ebpf.PinByName
+		}
+	}
+}
+
+// OpenPinned opens the maps of an attached instance (not the program).
+func OpenPinned(name string) (*Firewall, error) {
+	dir := PinDir(name)
+	if _, err := os.Stat(filepath.Join(dir, "fw_gen")); err != nil {
+		known, _ := Attached()
+		return nil, fmt.Errorf("firewall %q: %w (attached: %v); run fastpath fw attach first", name, ErrNotAttached, known)
+	}
+	spec, err := loadFw()
+	if err != nil {
+		return nil, err
+	}
+	pinAll(spec)
+	f := &Firewall{specs: spec.Maps}
+	if err := spec.LoadAndAssign(&f.objs.fwMaps, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
+		return nil, fmt.Errorf("open the maps of firewall %q: %w", name, err)
+	}
+	return f, nil
+}
+
+// Attached lists the instances with pins.
+func Attached() ([]string, error) {
+	ents, err := os.ReadDir(PinRoot)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, err
+}
+
+// Program is the XDP program (nil for an instance opened from pins).
+func (f *Firewall) Program() *ebpf.Program { return f.objs.FwXdp }
+
+// Close releases the handles; pinned maps stay.
+func (f *Firewall) Close() error {
+	if f.objs.FwXdp != nil {
+		return f.objs.Close()
+	}
+	return f.objs.fwMaps.Close()
+}
+
+// slotMaps are one rule set's maps, in the order of their outer arrays.
+type slotMaps struct {
+	src4, dst4, src6, dst6, sport, dport, cand, rule, set, stats *ebpf.Map
+}
+
+func (s *slotMaps) all() []**ebpf.Map {
+	return []**ebpf.Map{&s.src4, &s.dst4, &s.src6, &s.dst6, &s.sport, &s.dport, &s.cand, &s.rule, &s.set, &s.stats}
+}
+
+func (s *slotMaps) close() {
+	for _, m := range s.all() {
+		if *m != nil {
+			(*m).Close()
+		}
+	}
+}
+
+func (f *Firewall) outers() []*ebpf.Map {
+	m := &f.objs.fwMaps
+	return []*ebpf.Map{m.FwSrc4, m.FwDst4, m.FwSrc6, m.FwDst6, m.FwSport, m.FwDport, m.FwCand, m.FwRuleSlots, m.FwSetSlots, m.FwStatSlots}
+}
+
+var outerNames = []string{"fw_src4", "fw_dst4", "fw_src6", "fw_dst6", "fw_sport", "fw_dport", "fw_cand", "fw_rule_slots", "fw_set_slots", "fw_stat_slots"}
+
+// Generation is the active rule set's generation; 0 before the first Install.
+func (f *Firewall) Generation() (uint32, error) {
+	var gen uint32
+	if err := f.objs.FwGen.Lookup(uint32(0), &gen); err != nil {
+		return 0, fmt.Errorf("read the rule-set generation: %w", err)
+	}
+	return gen, nil
+}
+
+// Install validates rs, builds it in the unused slot and then makes it the
+// active set with one write. A packet sees the old set or the new one, never
+// a mix; flows are classified again on their next packet. On error the
+// running rules are untouched.
+func (f *Firewall) Install(rs *RuleSet) error {
+	if err := rs.Validate(); err != nil {
+		return err
+	}
+	c := compile(rs)
+	gen, err := f.Generation()
+	if err != nil {
+		return err
+	}
+	next := gen + 1
+	slot := next & 1
+	var s slotMaps
+	defer s.close()
+	if err := f.build(c, &s); err != nil {
+		return err
+	}
+	for i, outer := range f.outers() {
+		if err := outer.Put(slot, *s.all()[i]); err != nil {
+			return fmt.Errorf("install %s: %w", outerNames[i], err)
+		}
+	}
+	if err := f.setRateLimit(rs.RateLimit); err != nil {
+		return err
+	}
+	// The switch: the data path reads fw_gen once per packet.
+	if err := f.objs.FwGen.Put(uint32(0), next); err != nil {
+		return fmt.Errorf("activate the rule set: %w", err)
+	}
+	return nil
+}
+
+// build creates and fills a slot's maps.
+func (f *Firewall) build(c *compiled, s *slotMaps) error {
+	sizes := []int{len(c.src4), len(c.dst4), len(c.src6), len(c.dst6), 65536, 65536, len(c.cands), len(c.rules), 1, len(c.rules)}
+	for i, name := range outerNames {
+		in := f.specs[name].InnerMap.Copy()
+		in.MaxEntries = uint32(max(sizes[i], 1))
+		in.Name = ""
+		m, err := ebpf.NewMap(in)
+		if err != nil {
+			return fmt.Errorf("create a %s map for %d entries: %w", name, sizes[i], err)
+		}
+		*s.all()[i] = m
+	}
+	for _, fill := range []func() error{
+		func() error { return putAll(s.src4, c.src4) },
+		func() error { return putAll(s.dst4, c.dst4) },
+		func() error { return putAll(s.src6, c.src6) },
+		func() error { return putAll(s.dst6, c.dst6) },
+		func() error { return putArray(s.sport, c.sport) },
+		func() error { return putArray(s.dport, c.dport) },
+		func() error { return putArray(s.cand, c.cands) },
+		func() error { return putArray(s.rule, c.rules) },
+		func() error { return s.set.Put(uint32(0), c.set) },
+		func() error { return zeroStats(s.stats, len(c.rules)) },
+	} {
+		if err := fill(); err != nil {
+			return fmt.Errorf("fill the new rule set: %w", err)
+		}
+	}
+	return nil
+}
+
+func putAll[K comparable, V any](m *ebpf.Map, entries map[K]V) error {
+	for k, v := range entries {
+		if err := m.Put(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func putArray[V any](m *ebpf.Map, vals []V) error {
+	if len(vals) == 0 {
+		return nil
+	}
+	keys := make([]uint32, len(vals))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := m.BatchUpdate(keys, vals, nil); err == nil {
+		return nil
+	}
+	for i, v := range vals {
+		if err := m.Put(uint32(i), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// zeroStats creates every rule's counters: the data path only updates.
+func zeroStats(m *ebpf.Map, n int) error {
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	vals := make([]fwFwRuleStats, n*ebpf.MustPossibleCPU())
+	if _, err := m.BatchUpdate(keys, vals, nil); err == nil {
+		return nil
+	}
+	zero := make([]fwFwRuleStats, ebpf.MustPossibleCPU())
+	for _, k := range keys {
+		if err := m.Put(k, zero); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *Firewall) setRateLimit(rl *RateLimit) error {
+	var c fwFwConfig
+	if rl != nil && rl.Enabled() {
+		c = fwFwConfig{RatePps: rl.PPS, RateBps: rl.BPS, RateBlockNs: uint64(rl.BlockFor.Nanoseconds())}
+	}
+	if err := f.objs.FwConf.Put(uint32(0), c); err != nil {
+		return fmt.Errorf("set the rate limit: %w", err)
+	}
+	return nil
+}
+
+// activeSlot opens the maps of the active rule set.
+func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, error) {
+	gen, err := f.Generation()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string]*ebpf.Map{}
+	for i, name := range outerNames {
+		want := len(names) == 0
+		for _, n := range names {
+			want = want || n == name
+		}
+		if !want {
+			continue
+		}
+		var id uint32
+		if err := f.outers()[i].Lookup(gen&1, &id); err != nil {
+			for _, m := range out {
+				m.Close()
+			}
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				return nil, gen, nil
+			}
+			return nil, gen, fmt.Errorf("read %s: %w", name, err)
+		}
+		m, err := ebpf.NewMapFromID(ebpf.MapID(id))
+		if err != nil {
+			for _, m := range out {
+				m.Close()
+			}
+			return nil, gen, fmt.Errorf("open %s: %w", name, err)
+		}
+		out[name] = m
+	}
+	return out, gen, nil
+}
+
+// Rules reads the active rule set back from the kernel: what is enforced,
+// not what a file says. Comments are not kept.
+func (f *Firewall) Rules() (*RuleSet, error) {
+	ms, _, err := f.activeSlot("fw_rule_slots", "fw_set_slots")
+	if err != nil {
+		return nil, err
+	}
+	rs := &RuleSet{}
+	if ms == nil {
+		return rs, nil
+	}
+	defer closeAll(ms)
+	var set fwFwSet
+	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
+		return nil, fmt.Errorf("read the rule-set header: %w", err)
+	}
+	rs.Default = Action(set.DefaultAction)
+	for id := uint32(1); id <= set.Nrules; id++ {
+		var k fwFwRule
+		if err := ms["fw_rule_slots"].Lookup(id, &k); err != nil {
+			return nil, fmt.Errorf("read rule %d: %w", id, err)
+		}
+		rs.Rules = append(rs.Rules, ruleFromKernel(k))
+	}
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return nil, fmt.Errorf("read the rate limit: %w", err)
+	}
+	if c.RatePps > 0 || c.RateBps > 0 {
+		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
+	}
+	return rs, nil
+}
+
+func closeAll(ms map[string]*ebpf.Map) {
+	for _, m := range ms {
+		m.Close()
+	}
+}
+
+// RuleStats are a rule's counters in the active set.
+type RuleStats struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Stats returns the active set's counters: index 0 is the default policy,
+// index i rule i. They start at zero when a set is installed.
+func (f *Firewall) Stats() ([]RuleStats, error) {
+	ms, _, err := f.activeSlot("fw_stat_slots")
+	if err != nil || ms == nil {
+		return nil, err
+	}
+	defer closeAll(ms)
+	m := ms["fw_stat_slots"]
+	n := m.MaxEntries()
+	out := make([]RuleStats, n)
+	var per []fwFwRuleStats
+	for i := uint32(0); i < n; i++ {
+		if err := m.Lookup(i, &per); err != nil {
+			return nil, fmt.Errorf("read counters of rule %d: %w", i, err)
+		}
+		for _, p := range per {
+			out[i].Packets += p.Packets
+			out[i].Bytes += p.Bytes
+		}
+	}
+	return out, nil
+}
+
+// Counters are the per-reason packet counts, summed over CPUs.
+type Counters map[string]uint64
+
+var counterNames = map[fwFwCounter]string{
+	fwFwCounterFW_C_PASS_RULE:      "pass_rule",
+	fwFwCounterFW_C_DROP_RULE:      "drop_rule",
+	fwFwCounterFW_C_PASS_DEFAULT:   "pass_default",
+	fwFwCounterFW_C_DROP_DEFAULT:   "drop_default",
+	fwFwCounterFW_C_DROP_BLOCKED:   "drop_blocked",
+	fwFwCounterFW_C_DROP_RATE:      "drop_rate_limit",
+	fwFwCounterFW_C_RATE_TRIPS:     "rate_limit_trips",
+	fwFwCounterFW_C_PASS_NOT_IP:    "pass_not_ip",
+	fwFwCounterFW_C_DROP_MALFORMED: "drop_malformed",
+	fwFwCounterFW_C_CLASSIFIED:     "classified",
+	fwFwCounterFW_C_FLOW_UNTRACKED: "flow_untracked",
+}
+
+// Counters reads the per-reason counters.
+func (f *Firewall) Counters() (Counters, error) {
+	out := Counters{}
+	var per []uint64
+	for c := fwFwCounter(0); c < fwFwCounterFW_C_MAX; c++ {
+		if err := f.objs.FwCounters.Lookup(uint32(c), &per); err != nil {
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		out[counterNames[c]] = sum
+	}
+	return out, nil
+}
+
+// monotonic is the clock of bpf_ktime_get_coarse_ns, to within a tick.
+func monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// wallTime converts a kernel monotonic time to wall-clock time.
+func wallTime(ns uint64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(-time.Duration(monotonic() - ns))
+}
+
+// Flow is a 5-tuple. Ports are 0 for protocols without them.
+type Flow struct {
+	Src   netip.Addr `json:"src"`
+	Dst   netip.Addr `json:"dst"`
+	Proto Proto      `json:"proto"`
+	SPort uint16     `json:"sport"`
+	DPort uint16     `json:"dport"`
+}
+
+func (fl Flow) String() string {
+	if fl.Proto == 6 || fl.Proto == 17 {
+		return fmt.Sprintf("%s %s → %s", fl.Proto, netip.AddrPortFrom(fl.Src, fl.SPort), netip.AddrPortFrom(fl.Dst, fl.DPort))
+	}
+	return fmt.Sprintf("%s %s → %s", fl.Proto, fl.Src, fl.Dst)
+}
+
+// Validate checks a flow given on the command line.
+func (fl Flow) Validate() error {
+	if !fl.Src.IsValid() || !fl.Dst.IsValid() {
+		return errors.New("a flow needs both --src and --dst addresses")
+	}
+	if fl.Src.Is4() != fl.Dst.Is4() {
+		return fmt.Errorf("flow %s → %s mixes IPv4 and IPv6", fl.Src, fl.Dst)
+	}
+	if (fl.SPort != 0 || fl.DPort != 0) && fl.Proto != 6 && fl.Proto != 17 {
+		return errors.New("ports need --proto tcp or udp")
+	}
+	return nil
+}
+
+func (fl Flow) key() fwFwFlowKey {
+	k := fwFwFlowKey{Proto: uint8(fl.Proto), Sport: fl.SPort, Dport: fl.DPort, Family: 6}
+	if fl.Src.Is4() {
+		k.Family = 4
+	}
+	k.Src = words(as16(fl.Src))
+	k.Dst = words(as16(fl.Dst))
+	return k
+}
+
+func as16(a netip.Addr) []byte {
+	b := a.As16()
+	return b[:]
+}
+
+func flowFromKey(k fwFwFlowKey) Flow {
+	fl := Flow{Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport}
+	fl.Src, fl.Dst = netip.AddrFrom16(unwords(k.Src)), netip.AddrFrom16(unwords(k.Dst))
+	if k.Family == 4 {
+		fl.Src, fl.Dst = fl.Src.Unmap(), fl.Dst.Unmap()
+	}
+	return fl
+}

@@ -1,0 +1,477 @@
+package fw
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Action is what a rule or the default policy does with a packet.
+type Action uint8
+
+// The values mirror enum fw_action in bpf/fw/fw_shared.h; the kernel tests
+// check both through the program's verdicts.
+const (
+	Pass Action = 0
+	Drop Action = 1
+)
+
+func (a Action) String() string {
+	if a == Drop {
+		return "drop"
+	}
+	return "pass"
+}
+
+// UnmarshalTOML reads "pass" or "drop".
+func (a *Action) UnmarshalTOML(v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("action must be \"pass\" or \"drop\", not %v", v)
+	}
+	return a.UnmarshalText([]byte(s))
+}
+
+// UnmarshalText reads "pass" or "drop" (also accept/allow and deny/block).
+func (a *Action) UnmarshalText(b []byte) error {
+	switch strings.ToLower(string(b)) {
+	case "pass", "accept", "allow":
+		*a = Pass
+	case "drop", "deny", "block":
+		*a = Drop
+	default:
+		return fmt.Errorf("unknown action %q: use \"pass\" or \"drop\"", b)
+	}
+	return nil
+}
+
+func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// Protocol numbers the rules name; any other number may be given as is.
+var protoNames = map[string]uint8{"any": 0, "icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
+
+// Proto is an IP protocol number; 0 matches any protocol.
+type Proto uint8
+
+func (p Proto) String() string {
+	for n, v := range protoNames {
+		if uint8(p) == v {
+			return n
+		}
+	}
+	return strconv.Itoa(int(p))
+}
+
+func (p *Proto) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case string:
+		return p.UnmarshalText([]byte(v))
+	case int64:
+		if v < 0 || v > 255 {
+			return fmt.Errorf("protocol number %d out of range 0-255", v)
+		}
+		*p = Proto(v)
+		return nil
+	}
+	return fmt.Errorf("proto must be tcp, udp, icmp, icmpv6, any or a number, not %v", v)
+}
+
+func (p *Proto) UnmarshalText(b []byte) error {
+	s := strings.ToLower(string(b))
+	if n, ok := protoNames[s]; ok {
+		*p = Proto(n)
+		return nil
+	}
+	n, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		return fmt.Errorf("unknown protocol %q: use tcp, udp, icmp, icmpv6, any or a number 0-255", b)
+	}
+	*p = Proto(n)
+	return nil
+}
+
+func (p Proto) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// Ports is an inclusive port range. The zero value, never given, means any
+// port; "0" given in a file is port 0.
+type Ports struct {
+	Lo, Hi uint16
+	given  bool
+}
+
+// AnyPort matches every port.
+var AnyPort = Ports{0, math.MaxUint16, true}
+
+// IsAny says the range covers every port.
+func (p Ports) IsAny() bool { return !p.given || p.Lo == 0 && p.Hi == math.MaxUint16 }
+
+func (p Ports) String() string {
+	switch {
+	case p.IsAny():
+		return "any"
+	case p.Lo == p.Hi:
+		return strconv.Itoa(int(p.Lo))
+	}
+	return fmt.Sprintf("%d-%d", p.Lo, p.Hi)
+}
+
+func (p *Ports) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case int64:
+		if v < 0 || v > math.MaxUint16 {
+			return fmt.Errorf("port %d out of range 0-65535", v)
+		}
+		*p = Ports{uint16(v), uint16(v), true}
+		return nil
+	case string:
+		return p.UnmarshalText([]byte(v))
+	}
+	return fmt.Errorf("a port is a number or a range \"lo-hi\", not %v", v)
+}
+
+// UnmarshalText reads "any", "22" or "1024-65535".
+func (p *Ports) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "any" || s == "" {
+		*p = AnyPort
+		return nil
+	}
+	lo, hi, isRange := strings.Cut(s, "-")
+	l, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+	h, err2 := l, error(nil)
+	if isRange {
+		h, err2 = strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
+	}
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("bad port or range %q: write a port 0-65535 or \"lo-hi\"", s)
+	}
+	if l > h {
+		return fmt.Errorf("port range %q runs backwards: write the lower port first", s)
+	}
+	*p = Ports{uint16(l), uint16(h), true}
+	return nil
+}
+
+func (p Ports) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// Prefix is an IPv4 or IPv6 prefix; an address alone is a host prefix. The
+// zero value matches any address.
+type Prefix struct{ netip.Prefix }
+
+func (p *Prefix) UnmarshalTOML(v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("an address prefix is a string like \"10.0.0.0/8\", not %v", v)
+	}
+	return p.UnmarshalText([]byte(s))
+}
+
+func (p *Prefix) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "" || s == "any" {
+		*p = Prefix{}
+		return nil
+	}
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("bad address %q: write an IPv4 or IPv6 address or prefix", s)
+		}
+		a = a.Unmap()
+		*p = Prefix{netip.PrefixFrom(a, a.BitLen())}
+		return nil
+	}
+	pf, err := netip.ParsePrefix(s)
+	if err != nil {
+		return fmt.Errorf("bad prefix %q: write it like 10.0.0.0/8 or 2001:db8::/32", s)
+	}
+	if pf.Masked() != pf {
+		return fmt.Errorf("prefix %q has host bits set: did you mean %s?", s, pf.Masked())
+	}
+	*p = Prefix{pf}
+	return nil
+}
+
+func (p Prefix) String() string {
+	if !p.IsValid() {
+		return "any"
+	}
+	if p.Bits() == p.Addr().BitLen() {
+		return p.Addr().String()
+	}
+	return p.Prefix.String()
+}
+
+func (p Prefix) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// Rule matches packets on every field it sets (AND); unset fields match
+// anything.
+type Rule struct {
+	Action  Action `toml:"action" json:"action"`
+	Src     Prefix `toml:"src" json:"src"`
+	Dst     Prefix `toml:"dst" json:"dst"`
+	Proto   Proto  `toml:"proto" json:"proto"`
+	SPort   Ports  `toml:"sport" json:"sport"`
+	DPort   Ports  `toml:"dport" json:"dport"`
+	Comment string `toml:"comment" json:"comment,omitempty"`
+	// Line is where the rule starts in its file (0 if not from a file).
+	Line int `toml:"-" json:"-"`
+}
+
+// Family is 4 or 6 for a rule with an address, 0 for one that matches both.
+func (r Rule) Family() uint8 {
+	for _, p := range []Prefix{r.Src, r.Dst} {
+		if p.IsValid() {
+			if p.Addr().Is4() {
+				return 4
+			}
+			return 6
+		}
+	}
+	if r.Proto == 1 {
+		return 4
+	}
+	if r.Proto == 58 {
+		return 6
+	}
+	return 0
+}
+
+func (r Rule) String() string {
+	var parts []string
+	if r.Src.IsValid() {
+		parts = append(parts, "src "+r.Src.String())
+	}
+	if r.Dst.IsValid() {
+		parts = append(parts, "dst "+r.Dst.String())
+	}
+	if r.Proto != 0 {
+		parts = append(parts, "proto "+r.Proto.String())
+	}
+	if !r.SPort.IsAny() {
+		parts = append(parts, "sport "+r.SPort.String())
+	}
+	if !r.DPort.IsAny() {
+		parts = append(parts, "dport "+r.DPort.String())
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "all")
+	}
+	return r.Action.String() + " " + strings.Join(parts, " ")
+}
+
+// Validate checks the fields against each other. Decoding checked each alone.
+func (r *Rule) Validate() error {
+	if r.Src.IsValid() && r.Dst.IsValid() && r.Src.Addr().Is4() != r.Dst.Addr().Is4() {
+		return fmt.Errorf("src %s and dst %s are of different address families: no packet can match", r.Src, r.Dst)
+	}
+	fam := r.Family()
+	if (r.Proto == 1 && fam == 6) || (r.Proto == 58 && fam == 4) {
+		return fmt.Errorf("proto %s does not go with %s addresses", r.Proto, map[uint8]string{4: "IPv4", 6: "IPv6"}[fam])
+	}
+	if (!r.SPort.IsAny() || !r.DPort.IsAny()) && r.Proto != 6 && r.Proto != 17 {
+		return fmt.Errorf("ports need proto = \"tcp\" or \"udp\" (proto is %s): write one rule per protocol", r.Proto)
+	}
+	return nil
+}
+
+// RateLimit blocks a source that sends more than PPS packets or BPS bits in
+// one second, for BlockFor. A zero threshold is off.
+type RateLimit struct {
+	PPS      uint64   `toml:"pps" json:"pps"`
+	BPS      uint64   `toml:"bps" json:"bps"`
+	BlockFor Duration `toml:"block_for" json:"block_for"`
+}
+
+// Enabled says a threshold is set.
+func (r RateLimit) Enabled() bool { return r.PPS > 0 || r.BPS > 0 }
+
+// Duration is a time.Duration written as "10s" or "5m".
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil || v < 0 {
+		return fmt.Errorf("bad duration %q: write it like \"30s\" or \"10m\"", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// RuleSet is a rules file: the default policy, the rate limit and the rules,
+// first match wins.
+type RuleSet struct {
+	Default   Action     `toml:"default" json:"default"`
+	RateLimit *RateLimit `toml:"rate_limit" json:"rate_limit,omitempty"`
+	Rules     []Rule     `toml:"rule" json:"rules"`
+	// File is where the set was read from, for messages.
+	File string `toml:"-" json:"-"`
+}
+
+// MaxRules bounds a rule set; rule ids must fit the flow verdict's 31 bits,
+// and the compiled set the kernel's map sizes.
+const MaxRules = 1 << 22
+
+// ErrInvalid wraps every rule-file and rule error.
+var ErrInvalid = errors.New("invalid rules")
+
+// LoadRules reads and validates a TOML rules file.
+func LoadRules(path string) (*RuleSet, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	return ParseRules(path, b)
+}
+
+var ruleHeader = regexp.MustCompile(`^\s*\[\[\s*rule\s*\]\]`)
+
+// ParseRules decodes and validates rules; name is the file name messages
+// use. Errors say the line and what to change.
+func ParseRules(name string, b []byte) (*RuleSet, error) {
+	rs := &RuleSet{File: name}
+	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(rs)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%w: %s:%d: %s", ErrInvalid, name, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, fmt.Errorf("%w: %s: unknown key %q: known are default, rate_limit.{pps,bps,block_for} and rule.{action,src,dst,proto,sport,dport,comment}", ErrInvalid, name, und[0].String())
+	}
+	// A rule's line is that of its [[rule]] header.
+	var lines []int
+	for i, l := range bytes.Split(b, []byte("\n")) {
+		if ruleHeader.Match(l) {
+			lines = append(lines, i+1)
+		}
+	}
+	for i := range rs.Rules {
+		if i < len(lines) {
+			rs.Rules[i].Line = lines[i]
+		}
+	}
+	// IsDefined cannot index arrays of tables; count the action keys instead.
+	actions := 0
+	for _, k := range md.Keys() {
+		if len(k) == 2 && k[0] == "rule" && k[1] == "action" {
+			actions++
+		}
+	}
+	if actions != len(rs.Rules) {
+		for i := range rs.Rules {
+			if !ruleHasAction(b, lines, i) {
+				return nil, fmt.Errorf("%w: %s:%d: rule %d has no action: add action = \"drop\" or \"pass\"", ErrInvalid, name, rs.Rules[i].Line, i+1)
+			}
+		}
+	}
+	if err := rs.Validate(); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// ruleHasAction looks for an action key between rule i's header and the next
+// table header.
+func ruleHasAction(b []byte, lines []int, i int) bool {
+	if i >= len(lines) {
+		return true
+	}
+	all := bytes.Split(b, []byte("\n"))
+	for _, l := range all[lines[i]:] {
+		t := bytes.TrimSpace(l)
+		if bytes.HasPrefix(t, []byte("[")) {
+			break
+		}
+		if k, _, ok := bytes.Cut(t, []byte("=")); ok && string(bytes.TrimSpace(k)) == "action" {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks every rule, naming the file and line of the first bad one.
+func (rs *RuleSet) Validate() error {
+	if len(rs.Rules) > MaxRules {
+		return fmt.Errorf("%w: %s: %d rules, at most %d", ErrInvalid, rs.File, len(rs.Rules), MaxRules)
+	}
+	for i := range rs.Rules {
+		r := &rs.Rules[i]
+		if !r.SPort.given {
+			r.SPort = AnyPort
+		}
+		if !r.DPort.given {
+			r.DPort = AnyPort
+		}
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("%w: %s: rule %d: %v", ErrInvalid, rs.where(r), i+1, err)
+		}
+	}
+	if rl := rs.RateLimit; rl != nil && rl.Enabled() && rl.BlockFor.Duration <= 0 {
+		return fmt.Errorf("%w: %s: rate_limit has thresholds but no block_for: add block_for = \"10s\"", ErrInvalid, rs.File)
+	}
+	return nil
+}
+
+func (rs *RuleSet) where(r *Rule) string {
+	if r.Line > 0 {
+		return fmt.Sprintf("%s:%d", rs.File, r.Line)
+	}
+	if rs.File == "" {
+		return "rule"
+	}
+	return rs.File
+}
+
+// Matches says whether the rule matches the flow: the semantics the kernel
+// implements, written plainly.
+func (r Rule) Matches(fl Flow) bool {
+	is4 := fl.Src.Is4()
+	switch r.Family() {
+	case 4:
+		if !is4 {
+			return false
+		}
+	case 6:
+		if is4 {
+			return false
+		}
+	}
+	if r.Proto != 0 && r.Proto != fl.Proto {
+		return false
+	}
+	if !r.SPort.IsAny() && (fl.SPort < r.SPort.Lo || fl.SPort > r.SPort.Hi) {
+		return false
+	}
+	if !r.DPort.IsAny() && (fl.DPort < r.DPort.Lo || fl.DPort > r.DPort.Hi) {
+		return false
+	}
+	if r.Src.IsValid() && !r.Src.Contains(fl.Src) {
+		return false
+	}
+	return !r.Dst.IsValid() || r.Dst.Contains(fl.Dst)
+}
+
+// Match returns the first rule that matches (its 1-based number) and its
+// action, or 0 and the default policy.
+func (rs *RuleSet) Match(fl Flow) (int, Action) {
+	for i, r := range rs.Rules {
+		if r.Matches(fl) {
+			return i + 1, r.Action
+		}
+	}
+	return 0, rs.Default
+}
