@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -27,13 +26,6 @@ var ErrNotAttached = errors.New("not attached")
 
 // PinDir is where a router's maps and links are pinned.
 func PinDir(routerID string) string { return filepath.Join(PinRoot, routerID) }
-
-func linkPinName(i xdp.Iface) string {
-	if i.Netns == "" {
-		return "link_" + i.Name
-	}
-	return "link_" + i.Netns + "_" + i.Name
-}
 
 // AttachOptions configure Attach.
 type AttachOptions struct {
@@ -92,14 +84,13 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	}
 	r, err := Load(cfg, LoadOptions{PinPath: dir})
 	if err != nil {
-		removeIfEmpty(dir)
+		xdp.RemoveIfEmpty(dir)
 		return err
 	}
 	defer r.Close()
 	if err := r.fillCPUs(); err != nil {
 		return err
 	}
-	var attached []string
 	for _, d := range devs {
 		// A devmap resolves indexes in the namespace of the thread updating it.
 		if err := netns.Run(d.Netns, func() error {
@@ -107,62 +98,8 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		}); err != nil {
 			return fmt.Errorf("add %s to the redirect map: %w", d, err)
 		}
-		pin := filepath.Join(dir, linkPinName(d))
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			err = l.Update(r.Program())
-			l.Close()
-			if err != nil {
-				return fmt.Errorf("replace the program on %s: %w", d, err)
-			}
-			continue
-		}
-		l, err := xdp.Attach(d, r.Program(), mode)
-		if errors.Is(err, xdp.ErrNativeUnsupported) && !opts.NoFallback {
-			fmt.Fprintf(opts.Warn, "warning: %s has no native XDP; attaching in generic mode (slower). --no-fallback forbids this.\n", d)
-			l, err = xdp.Attach(d, r.Program(), xdp.Generic)
-		}
-		if err != nil {
-			return errors.Join(err, rollback(dir, attached))
-		}
-		if err := l.Pin(pin); err != nil {
-			l.Close()
-			return errors.Join(fmt.Errorf("pin link of %s: %w", d, err), rollback(dir, attached))
-		}
-		l.Close()
-		attached = append(attached, pin)
 	}
-	return nil
-}
-
-// rollback removes the links this Attach pinned, so that a failure leaves
-// the devices as they were.
-func rollback(dir string, pins []string) error {
-	var errs []error
-	for _, p := range pins {
-		errs = append(errs, os.Remove(p))
-	}
-	if len(links(dir)) == 0 {
-		errs = append(errs, os.RemoveAll(dir))
-	}
-	return errors.Join(errs...)
-}
-
-func removeIfEmpty(dir string) {
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 0 {
-		os.Remove(dir)
-	}
-}
-
-// links returns the link pins of a router directory.
-func links(dir string) []string {
-	ents, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "link_") {
-			out = append(out, filepath.Join(dir, e.Name()))
-		}
-	}
-	return out
+	return xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn})
 }
 
 // fillCPUs points the CPU map at the router program on each worker CPU.
@@ -239,28 +176,11 @@ func Detach(routerID string, devs []xdp.Iface) error {
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("router %s: %w (nothing under %s)", routerID, ErrNotAttached, dir)
 	}
-	var pins []string
-	if len(devs) == 0 {
-		pins = links(dir)
+	err := xdp.DetachPinned(dir, PinRoot, devs)
+	if errors.Is(err, xdp.ErrNotPinned) {
+		return fmt.Errorf("router %s is not attached to %w: %w", routerID, err, ErrNotAttached)
 	}
-	for _, d := range devs {
-		p := filepath.Join(dir, linkPinName(d))
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("router %s is not attached to %s: %w", routerID, d, ErrNotAttached)
-		}
-		pins = append(pins, p)
-	}
-	var errs []error
-	for _, p := range pins {
-		// Unpinning drops the last reference: the kernel detaches the program.
-		errs = append(errs, os.Remove(p))
-	}
-	if len(links(dir)) == 0 {
-		errs = append(errs, os.RemoveAll(dir))
-		removeIfEmpty(PinRoot)
-		removeIfEmpty(filepath.Dir(PinRoot))
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 // DetachDevices finds which routers are attached to the devices and detaches them.
@@ -270,7 +190,7 @@ func DetachDevices(devs []xdp.Iface) error {
 	for _, d := range devs {
 		found := false
 		for _, r := range routers {
-			if _, err := os.Stat(filepath.Join(PinDir(r), linkPinName(d))); err == nil {
+			if _, err := os.Stat(filepath.Join(PinDir(r), xdp.LinkPinName(d))); err == nil {
 				found = true
 				errs = append(errs, Detach(r, []xdp.Iface{d}))
 			}

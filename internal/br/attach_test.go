@@ -90,7 +90,7 @@ func TestAttachForwardDetach(t *testing.T) {
 	if err := Attach(cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
 		t.Fatalf("second attach: %v", err)
 	}
-	if n := len(links(PinDir(name))); n != 2 {
+	if n := len(xdp.Links(PinDir(name))); n != 2 {
 		t.Fatalf("%d link pins, want 2", n)
 	}
 
@@ -121,7 +121,7 @@ func TestAttachForwardDetach(t *testing.T) {
 	if err := Detach(name, []xdp.Iface{tb.DUTIn().Iface()}); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(links(PinDir(name))); n != 1 {
+	if n := len(xdp.Links(PinDir(name))); n != 1 {
 		t.Fatalf("%d link pins after detaching one device, want 1", n)
 	}
 	if err := Detach(name, nil); err != nil {

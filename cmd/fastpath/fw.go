@@ -1,0 +1,607 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/fastpath-dev/fastpath/internal/fw"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+func fwCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "fw",
+		Short: "XDP firewall: prefix and port rules, flow blocking, rate limits, flow monitoring",
+		Long: `An XDP firewall. Rules AND their fields (src, dst, proto, sport, dport); the first
+rule that matches decides, else the default policy. Rules files are TOML (see
+docs/fw.md and docs/fw.example.toml) and are validated whole before they replace the
+running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/fw/<name>/.`,
+	}
+	var name string
+	cmd.PersistentFlags().StringVar(&name, "name", fw.DefaultName, "firewall instance")
+	open := func() (*fw.Firewall, error) {
+		if err := preflight.BPF(); err != nil {
+			return nil, err
+		}
+		return fw.OpenPinned(name)
+	}
+	cmd.AddCommand(fwAttachCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
+		fwListCmd(open), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(open))
+	return cmd
+}
+
+type openFunc func() (*fw.Firewall, error)
+
+func fwAttachCmd(name *string) *cobra.Command {
+	var (
+		rules, ns  string
+		generic    bool
+		noFallback bool
+		maxFlows   uint32
+	)
+	cmd := &cobra.Command{
+		Use:   "attach [--rules FILE] IFACE...",
+		Short: "attach the firewall to devices (again: swap the program, keep rules and flows)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := fw.AttachOptions{Name: *name, Devices: ifaces(ns, args), NoFallback: noFallback, Warn: os.Stderr, MaxFlows: maxFlows}
+			if generic {
+				o.Mode = xdp.Generic
+			}
+			if rules != "" {
+				rs, err := fw.LoadRules(rules)
+				if err != nil {
+					return err
+				}
+				o.Rules = rs
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			if err := fw.Attach(o); err != nil {
+				return err
+			}
+			fmt.Printf("firewall %s attached to %s; pins in %s\n", o.Name, strings.Join(args, ", "), fw.PinDir(o.Name))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rules, "rules", "", "rules file to install (TOML)")
+	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
+	cmd.Flags().BoolVar(&generic, "generic", false, "attach in generic (skb) mode")
+	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	cmd.Flags().Uint32Var(&maxFlows, "max-flows", 131072, "flow table size of a new instance")
+	return cmd
+}
+
+func fwDetachCmd(name *string) *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{
+		Use:   "detach [IFACE...]",
+		Short: "detach from the devices (all without names); the last detach removes the maps",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			return fw.Detach(*name, ifaces(ns, args))
+		},
+	}
+	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
+	return cmd
+}
+
+func fwLoadCmd(open openFunc) *cobra.Command {
+	return &cobra.Command{
+		Use:   "load FILE",
+		Short: "validate a rules file and make it the running rule set in one step",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rs, err := fw.LoadRules(args[0])
+			if err != nil {
+				return err
+			}
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return install(f, rs)
+		},
+	}
+}
+
+func install(f *fw.Firewall, rs *fw.RuleSet) error {
+	start := time.Now()
+	if err := f.Install(rs); err != nil {
+		return err
+	}
+	gen, _ := f.Generation()
+	fmt.Printf("%d rules installed, default %s (generation %d, %s)\n", len(rs.Rules), rs.Default, gen, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func fwCheckCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check FILE",
+		Short: "validate a rules file without installing it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rs, err := fw.LoadRules(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: %d rules, default %s: valid\n", args[0], len(rs.Rules), rs.Default)
+			return nil
+		},
+	}
+}
+
+// ruleFlags are the match fields of fw add.
+type ruleFlags struct{ action, src, dst, proto, sport, dport string }
+
+func (r *ruleFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&r.action, "action", "", "drop or pass (required)")
+	fs.StringVar(&r.src, "src", "", "source address or prefix")
+	fs.StringVar(&r.dst, "dst", "", "destination address or prefix")
+	fs.StringVar(&r.proto, "proto", "", "tcp, udp, icmp, icmpv6, any or a number")
+	fs.StringVar(&r.sport, "sport", "", "source port or range lo-hi (tcp/udp)")
+	fs.StringVar(&r.dport, "dport", "", "destination port or range lo-hi (tcp/udp)")
+}
+
+// rule parses the flags the way a rules file is parsed.
+func (r *ruleFlags) rule() (fw.Rule, error) {
+	if r.action == "" {
+		return fw.Rule{}, errors.New("--action drop or --action pass is required")
+	}
+	var b strings.Builder
+	b.WriteString("[[rule]]\n")
+	for _, kv := range [][2]string{{"action", r.action}, {"src", r.src}, {"dst", r.dst}, {"proto", r.proto}, {"sport", r.sport}, {"dport", r.dport}} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, "%s = %s\n", kv[0], strconv.Quote(kv[1]))
+		}
+	}
+	rs, err := fw.ParseRules("command line", []byte(b.String()))
+	if err != nil {
+		return fw.Rule{}, err
+	}
+	rs.Rules[0].Line = 0
+	return rs.Rules[0], nil
+}
+
+func fwAddCmd(open openFunc) *cobra.Command {
+	var (
+		rf ruleFlags
+		at int
+	)
+	cmd := &cobra.Command{
+		Use:   "add --action drop|pass [--src P] [--dst P] [--proto P] [--sport R] [--dport R] [--at N]",
+		Short: "add one rule (at the end, or as rule N) and swap the rule set",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := rf.rule()
+			if err != nil {
+				return err
+			}
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rs, err := f.Rules()
+			if err != nil {
+				return err
+			}
+			n := len(rs.Rules)
+			if at == 0 {
+				at = n + 1
+			}
+			if at < 1 || at > n+1 {
+				return fmt.Errorf("--at %d: the set has %d rules, use 1 to %d", at, n, n+1)
+			}
+			rs.Rules = append(rs.Rules[:at-1], append([]fw.Rule{r}, rs.Rules[at-1:]...)...)
+			if err := install(f, rs); err != nil {
+				return err
+			}
+			fmt.Printf("rule %d: %s\n", at, r)
+			return nil
+		},
+	}
+	rf.register(cmd.Flags())
+	cmd.Flags().IntVar(&at, "at", 0, "position of the new rule (1 = first); default last")
+	return cmd
+}
+
+func fwDelCmd(open openFunc) *cobra.Command {
+	return &cobra.Command{
+		Use:   "del N...",
+		Short: "delete rules by number (as fw list shows them) and swap the rule set",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rs, err := f.Rules()
+			if err != nil {
+				return err
+			}
+			del := map[int]bool{}
+			for _, a := range args {
+				n, err := strconv.Atoi(a)
+				if err != nil || n < 1 || n > len(rs.Rules) {
+					return fmt.Errorf("rule %q: the set has rules 1 to %d", a, len(rs.Rules))
+				}
+				del[n] = true
+			}
+			var keep []fw.Rule
+			for i, r := range rs.Rules {
+				if !del[i+1] {
+					keep = append(keep, r)
+				}
+			}
+			rs.Rules = keep
+			return install(f, rs)
+		},
+	}
+}
+
+func fwListCmd(open openFunc) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "the running rules with their packet and byte counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rs, err := f.Rules()
+			if err != nil {
+				return err
+			}
+			st, err := f.Stats()
+			if err != nil {
+				return err
+			}
+			stat := func(i int) fw.RuleStats {
+				if i < len(st) {
+					return st[i]
+				}
+				return fw.RuleStats{}
+			}
+			if asJSON {
+				type row struct {
+					N int `json:"n"`
+					fw.Rule
+					fw.RuleStats
+				}
+				out := struct {
+					Default      fw.Action     `json:"default"`
+					DefaultStats fw.RuleStats  `json:"default_stats"`
+					RateLimit    *fw.RateLimit `json:"rate_limit,omitempty"`
+					Rules        []row         `json:"rules"`
+				}{Default: rs.Default, DefaultStats: stat(0), RateLimit: rs.RateLimit, Rules: []row{}}
+				for i, r := range rs.Rules {
+					out.Rules = append(out.Rules, row{i + 1, r, stat(i + 1)})
+				}
+				return printJSON(out)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "#\tACTION\tSRC\tDST\tPROTO\tSPORT\tDPORT\tPACKETS\tBYTES")
+			for i, r := range rs.Rules {
+				s := stat(i + 1)
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", i+1, r.Action, r.Src, r.Dst, r.Proto, r.SPort, r.DPort, s.Packets, s.Bytes)
+			}
+			s := stat(0)
+			fmt.Fprintf(w, "-\t%s\t(default policy)\t\t\t\t\t%d\t%d\n", rs.Default, s.Packets, s.Bytes)
+			if rl := rs.RateLimit; rl != nil {
+				fmt.Fprintf(w, "rate limit: %d pps, %d bit/s per source, block for %s\n", rl.PPS, rl.BPS, rl.BlockFor)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// flowFlags name one 5-tuple.
+type flowFlags struct{ src, dst, proto, sport, dport string }
+
+func (ff *flowFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&ff.src, "src", "", "source address (required)")
+	fs.StringVar(&ff.dst, "dst", "", "destination address (required)")
+	fs.StringVar(&ff.proto, "proto", "", "tcp, udp, icmp, icmpv6 or a number (required)")
+	fs.StringVar(&ff.sport, "sport", "0", "source port (tcp/udp)")
+	fs.StringVar(&ff.dport, "dport", "0", "destination port (tcp/udp)")
+}
+
+func (ff *flowFlags) flow() (fw.Flow, error) {
+	var fl fw.Flow
+	var err error
+	if fl.Src, err = netip.ParseAddr(ff.src); err != nil {
+		return fl, fmt.Errorf("--src %q: an IPv4 or IPv6 address is needed", ff.src)
+	}
+	if fl.Dst, err = netip.ParseAddr(ff.dst); err != nil {
+		return fl, fmt.Errorf("--dst %q: an IPv4 or IPv6 address is needed", ff.dst)
+	}
+	if ff.proto == "" {
+		return fl, errors.New("--proto is required: tcp, udp, icmp, icmpv6 or a number")
+	}
+	if err := fl.Proto.UnmarshalText([]byte(ff.proto)); err != nil {
+		return fl, fmt.Errorf("--proto: %w", err)
+	}
+	for _, p := range []struct {
+		s   string
+		dst *uint16
+		n   string
+	}{{ff.sport, &fl.SPort, "--sport"}, {ff.dport, &fl.DPort, "--dport"}} {
+		v, err := strconv.ParseUint(p.s, 10, 16)
+		if err != nil {
+			return fl, fmt.Errorf("%s %q: a port 0-65535 is needed", p.n, p.s)
+		}
+		*p.dst = uint16(v)
+	}
+	return fl, fl.Validate()
+}
+
+func fwBlockCmd(open openFunc) *cobra.Command {
+	var (
+		ff  flowFlags
+		dur time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "block --src A --dst B --proto P [--sport N] [--dport N] [--for DURATION]",
+		Short: "drop one flow (exact 5-tuple), for a time or until unblocked",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl, err := ff.flow()
+			if err != nil {
+				return err
+			}
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := f.Block(fl, dur); err != nil {
+				return err
+			}
+			until := "until unblocked"
+			if dur > 0 {
+				until = "for " + dur.String()
+			}
+			fmt.Printf("blocked %s %s\n", fl, until)
+			return nil
+		},
+	}
+	ff.register(cmd.Flags())
+	cmd.Flags().DurationVar(&dur, "for", 0, "how long (e.g. 10m); default until unblocked")
+	return cmd
+}
+
+func fwUnblockCmd(open openFunc) *cobra.Command {
+	var ff flowFlags
+	cmd := &cobra.Command{
+		Use:   "unblock --src A --dst B --proto P [--sport N] [--dport N]",
+		Short: "remove a flow from the block list",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl, err := ff.flow()
+			if err != nil {
+				return err
+			}
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Unblock(fl)
+		},
+	}
+	ff.register(cmd.Flags())
+	return cmd
+}
+
+func fwListBlockedCmd(open openFunc) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list-blocked",
+		Short: "the block list with each flow's expiry and dropped packets",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			bl, err := f.Blocked()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if bl == nil {
+					bl = []fw.BlockedFlow{}
+				}
+				return printJSON(bl)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "FLOW\tEXPIRES\tPACKETS\tBYTES")
+			for _, b := range bl {
+				exp := "never"
+				if !b.Expires.IsZero() {
+					exp = b.Expires.Format(time.DateTime) + " (in " + time.Until(b.Expires).Round(time.Second).String() + ")"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", b.Flow, exp, b.Packets, b.Bytes)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func fwTopCmd(open openFunc) *cobra.Command {
+	var (
+		interval time.Duration
+		n        int
+		once     bool
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "the busiest flows, live, with packets/s and bit/s",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval <= 0 {
+				return fmt.Errorf("--interval %s: must be positive", interval)
+			}
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			before, err := f.Flows()
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-tick.C:
+				}
+				after, err := f.Flows()
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				top := fw.Top(before, after, now.Sub(t0), n)
+				before, t0 = after, now
+				if asJSON {
+					if top == nil {
+						top = []fw.TopFlow{}
+					}
+					if err := json.NewEncoder(os.Stdout).Encode(map[string]any{"time": now.UTC(), "flows": top, "tracked": len(after)}); err != nil {
+						return err
+					}
+				} else {
+					if !once {
+						fmt.Print("\033[H\033[2J")
+					}
+					fmt.Printf("%s  %d flows tracked, top %d by packets/s\n", now.Format(time.TimeOnly), len(after), n)
+					w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+					fmt.Fprintln(w, "PPS\tBIT/S\tPACKETS\tRULE\tACTION\t FLOW\t")
+					for _, t := range top {
+						rule := "default"
+						if t.Rule > 0 {
+							rule = strconv.Itoa(int(t.Rule))
+						}
+						fmt.Fprintf(w, "%.0f\t%s\t%d\t%s\t%s\t %s\t\n", t.PPS, siBits(t.BPS), t.Packets, rule, t.Action, t.Flow)
+					}
+					w.Flush()
+				}
+				if once {
+					return nil
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between samples")
+	cmd.Flags().IntVarP(&n, "n", "n", 20, "flows to show")
+	cmd.Flags().BoolVar(&once, "once", false, "print one sample and exit")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per sample")
+	return cmd
+}
+
+func siBits(v float64) string {
+	for _, u := range []struct {
+		f float64
+		s string
+	}{{1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if v >= u.f {
+			return fmt.Sprintf("%.2f%s", v/u.f, u.s)
+		}
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func fwStatsCmd(open openFunc) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "packets per verdict reason, and the sources the rate limit blocked",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			c, err := f.Counters()
+			if err != nil {
+				return err
+			}
+			srcs, err := f.RateSources()
+			if err != nil {
+				return err
+			}
+			gen, _ := f.Generation()
+			if asJSON {
+				if srcs == nil {
+					srcs = []fw.RateSource{}
+				}
+				return printJSON(map[string]any{"counters": c, "rate_limited": srcs, "generation": gen})
+			}
+			var names []string
+			for k := range c {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			for _, k := range names {
+				fmt.Fprintf(w, "%s\t%d\n", k, c[k])
+			}
+			fmt.Fprintf(w, "rule set generation\t%d\n", gen)
+			w.Flush()
+			if len(srcs) > 0 {
+				fmt.Println("\nrate-limited sources:")
+				w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "SOURCE\tTRIPS\tDROPPED\tBLOCKED UNTIL")
+				for _, s := range srcs {
+					until := "-"
+					if !s.BlockedUntil.IsZero() {
+						until = s.BlockedUntil.Format(time.TimeOnly)
+					}
+					fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", s.Src, s.Trips, s.Dropped, until)
+				}
+				w.Flush()
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,123 @@
+package fw
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// AttachOptions configure Attach.
+type AttachOptions struct {
+	// Name of the instance (its pin directory); DefaultName if empty.
+	Name    string
+	Devices []xdp.Iface
+	Mode    xdp.Mode
+	// NoFallback forbids generic mode where native XDP fails.
+	NoFallback bool
+	Warn       io.Writer
+	// Rules to install; nil keeps the instance's rules, or for a new
+	// instance installs an empty set that passes everything.
+	Rules *RuleSet
+	// MaxFlows sizes the flow table of a new instance.
+	MaxFlows uint32
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// Validate checks the options and the rules before anything is changed.
+func (o *AttachOptions) Validate() error {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if !validName.MatchString(o.Name) || o.Name == "." || o.Name == ".." {
+		return fmt.Errorf("instance name %q: use letters, digits, '.', '_' or '-'", o.Name)
+	}
+	if len(o.Devices) == 0 {
+		return errors.New("no device given: name at least one with --dev")
+	}
+	for _, d := range o.Devices {
+		if _, err := xdp.Lookup(d); err != nil {
+			return err
+		}
+	}
+	if o.Mode == "" {
+		o.Mode = xdp.Native
+	}
+	if o.Rules != nil {
+		if err := o.Rules.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Attach loads the firewall (or reuses the instance's pinned maps), installs
+// the rules and attaches it to the devices. Attaching again swaps the program
+// in place; rules, flows and block list stay unless new rules are given.
+func Attach(o AttachOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	dir := PinDir(o.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	fresh := len(xdp.Links(dir)) == 0
+	lo := LoadOptions{PinPath: dir}
+	if fresh {
+		lo.MaxFlows = o.MaxFlows
+	}
+	f, err := Load(lo)
+	if err != nil {
+		if fresh {
+			os.RemoveAll(dir)
+		}
+		return err
+	}
+	defer f.Close()
+	gen, err := f.Generation()
+	if err == nil && (o.Rules != nil || gen == 0) {
+		rs := o.Rules
+		if rs == nil {
+			rs = &RuleSet{Default: Pass}
+		}
+		err = f.Install(rs)
+	}
+	if err == nil {
+		err = xdp.AttachPinned(dir, o.Devices, f.Program(), xdp.PinOptions{Mode: o.Mode, NoFallback: o.NoFallback, Warn: o.Warn})
+	}
+	if err != nil && fresh && len(xdp.Links(dir)) == 0 {
+		os.RemoveAll(dir)
+	}
+	return err
+}
+
+// Detach detaches the instance from the devices (all if none given). The
+// last detach removes the instance's pins.
+func Detach(name string, devs []xdp.Iface) error {
+	if name == "" {
+		name = DefaultName
+	}
+	dir := PinDir(name)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("firewall %q: %w (nothing under %s)", name, ErrNotAttached, dir)
+	}
+	err := xdp.DetachPinned(dir, PinRoot, devs)
+	if errors.Is(err, xdp.ErrNotPinned) {
+		return fmt.Errorf("firewall %q is not attached to %w: %w", name, err, ErrNotAttached)
+	}
+	return err
+}
+
+// Devices lists the devices an instance is attached to, by link pin name.
+func Devices(name string) []string {
+	var out []string
+	for _, p := range xdp.Links(PinDir(name)) {
+		out = append(out, p[len(PinDir(name))+len("/link_"):])
+	}
+	return out
+}

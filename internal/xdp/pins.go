@@ -1,0 +1,135 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// A network function instance keeps its maps and one link per device in a
+// pin directory; the link pins are what keep the program attached.
+
+// LinkPinName is the file name of a device's link pin.
+func LinkPinName(i Iface) string {
+	if i.Netns == "" {
+		return "link_" + i.Name
+	}
+	return "link_" + i.Netns + "_" + i.Name
+}
+
+// Links returns the link pins in a pin directory.
+func Links(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "link_") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// PinOptions configure AttachPinned.
+type PinOptions struct {
+	Mode Mode
+	// NoFallback forbids generic mode where native fails.
+	NoFallback bool
+	// Warn receives the fallback warning.
+	Warn io.Writer
+}
+
+// AttachPinned attaches prog to each device and pins the links in dir. A
+// device that already has a link there gets the program swapped in place,
+// without a moment unattached. On error the links this call made are
+// removed; the directory too if it holds no other link.
+func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) error {
+	if o.Warn == nil {
+		o.Warn = io.Discard
+	}
+	if o.Mode == "" {
+		o.Mode = Native
+	}
+	var made []string
+	for _, d := range devs {
+		pin := filepath.Join(dir, LinkPinName(d))
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			err = l.Update(prog)
+			l.Close()
+			if err != nil {
+				return errors.Join(fmt.Errorf("replace the program on %s: %w", d, err), rollback(dir, made))
+			}
+			continue
+		}
+		l, err := Attach(d, prog, o.Mode)
+		if errors.Is(err, ErrNativeUnsupported) && !o.NoFallback {
+			fmt.Fprintf(o.Warn, "warning: %s has no native XDP; attaching in generic mode (slower). --no-fallback forbids this.\n", d)
+			l, err = Attach(d, prog, Generic)
+		}
+		if err != nil {
+			return errors.Join(err, rollback(dir, made))
+		}
+		err = l.Pin(pin)
+		l.Close()
+		if err != nil {
+			return errors.Join(fmt.Errorf("pin the link of %s: %w", d, err), rollback(dir, made))
+		}
+		made = append(made, pin)
+	}
+	return nil
+}
+
+func rollback(dir string, pins []string) error {
+	var errs []error
+	for _, p := range pins {
+		errs = append(errs, os.Remove(p))
+	}
+	if len(Links(dir)) == 0 {
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// DetachPinned removes the devices' link pins from dir (all of them if devs
+// is empty), which detaches the program. When no link is left, the whole
+// directory goes, maps included, and so do root and its parent if empty.
+// It returns ErrNotPinned for a device without a link in dir.
+func DetachPinned(dir, root string, devs []Iface) error {
+	var pins []string
+	if len(devs) == 0 {
+		pins = Links(dir)
+	}
+	for _, d := range devs {
+		p := filepath.Join(dir, LinkPinName(d))
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s: %w", d, ErrNotPinned)
+		}
+		pins = append(pins, p)
+	}
+	var errs []error
+	for _, p := range pins {
+		// Unpinning drops the last reference: the kernel detaches the program.
+		errs = append(errs, os.Remove(p))
+	}
+	if len(Links(dir)) == 0 {
+		errs = append(errs, os.RemoveAll(dir))
+		RemoveIfEmpty(root)
+		RemoveIfEmpty(filepath.Dir(root))
+	}
+	return errors.Join(errs...)
+}
+
+// ErrNotPinned is returned for a device without a link pin.
+var ErrNotPinned = errors.New("no link pinned for the device")
+
+// RemoveIfEmpty removes a directory that holds nothing.
+func RemoveIfEmpty(dir string) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 0 {
+		os.Remove(dir)
+	}
+}
