@@ -51,15 +51,23 @@ struct {
 	__type(value, __u64);
 } fw_counters SEC(".maps");
 
-/* Per-flow counters and cached verdicts; the least recently seen flow makes
- * room for a new one. */
+/* Per-flow counters and cached verdicts, one table per family; the least
+ * recently seen flow makes room for a new one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, FW_MAX_FLOWS);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__type(key, struct fw_flow4_key);
+	__type(value, struct fw_flow);
+} fw_flows4 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, FW_MAX_FLOWS);
 	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__type(key, struct fw_flow_key);
 	__type(value, struct fw_flow);
-} fw_flows SEC(".maps");
+} fw_flows6 SEC(".maps");
 
 /* Flows blocked by the operator (fw block). */
 struct {
@@ -269,10 +277,14 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k)
 }
 
 /* Step 2: flows the operator blocked, until their expiry. */
-static __always_inline int check_blocked_flow(const struct fw_flow_key *k, __u64 len, __u64 now)
+static __always_inline int check_blocked_flow(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len,
+					      __u64 now)
 {
-	struct fw_block *b = bpf_map_lookup_elem(&fw_blocked, k);
+	struct fw_block *b;
 
+	if (!cfg->blocked)
+		return CONTINUE;
+	b = bpf_map_lookup_elem(&fw_blocked, k);
 	if (!b || (b->expires_ns && now >= b->expires_ns))
 		return CONTINUE;
 	__sync_fetch_and_add(&b->packets, 1);
@@ -284,14 +296,13 @@ static __always_inline int check_blocked_flow(const struct fw_flow_key *k, __u64
 /* Step 3: per-source rate limits over fixed one-second windows. A source
  * that crosses a threshold is dropped for rate_block_ns, then counted
  * afresh. */
-static __always_inline int check_rate_limit(const struct fw_flow_key *k, __u64 len, __u64 now)
+static __always_inline int check_rate_limit(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len,
+					    __u64 now)
 {
-	__u32 zero = 0;
-	struct fw_config *cfg = bpf_map_lookup_elem(&fw_conf, &zero);
 	struct fw_rate *r;
 	__u64 pkts, bytes;
 
-	if (!cfg || (!cfg->rate_pps && !cfg->rate_bps))
+	if (!cfg->rate_pps && !cfg->rate_bps)
 		return CONTINUE;
 	r = bpf_map_lookup_elem(&fw_rates, k->src);
 	if (!r) {
@@ -458,14 +469,15 @@ static __always_inline void count_rule(__u32 slot, __u32 rule, __u64 len)
 }
 
 /* Step 4: the rules, through the flow's cached verdict when it belongs to
- * the active rule set. */
-static __always_inline int apply_rules(const struct fw_flow_key *k, __u64 len, __u64 now)
+ * the active rule set. flows and fkey are the family's flow table and key. */
+static __always_inline int apply_rules(const struct fw_flow_key *k, void *flows, const void *fkey, __u64 len,
+				       __u64 now)
 {
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&fw_gen, &zero);
 	__u32 gen = genp ? *(volatile __u32 *)genp : 0;
 	__u32 slot = gen & 1;
-	struct fw_flow *f = bpf_map_lookup_elem(&fw_flows, k);
+	struct fw_flow *f = bpf_map_lookup_elem(flows, fkey);
 	__u64 verdict;
 	__u32 rule;
 	__u8 action;
@@ -487,7 +499,7 @@ static __always_inline int apply_rules(const struct fw_flow_key *k, __u64 len, _
 	} else {
 		struct fw_flow fresh = {.packets = 1, .bytes = len, .first_ns = now, .last_ns = now, .verdict = verdict};
 
-		if (bpf_map_update_elem(&fw_flows, k, &fresh, BPF_NOEXIST))
+		if (bpf_map_update_elem(flows, fkey, &fresh, BPF_NOEXIST))
 			count(FW_C_FLOW_UNTRACKED);
 	}
 	count_rule(slot, rule, len);
@@ -504,6 +516,8 @@ int fw_xdp(struct xdp_md *ctx)
 {
 	struct fw_flow_key key = {};
 	__u64 len = ctx->data_end - ctx->data;
+	struct fw_config *cfg;
+	__u32 zero = 0;
 	__u64 now;
 	int rc;
 
@@ -516,12 +530,21 @@ int fw_xdp(struct xdp_md *ctx)
 		count(FW_C_DROP_MALFORMED);
 		return rc;
 	}
+	cfg = bpf_map_lookup_elem(&fw_conf, &zero);
+	if (!cfg)
+		return XDP_ABORTED;
 	now = bpf_ktime_get_coarse_ns();
-	if ((rc = check_blocked_flow(&key, len, now)) != CONTINUE)
+	if ((rc = check_blocked_flow(cfg, &key, len, now)) != CONTINUE)
 		return rc;
-	if ((rc = check_rate_limit(&key, len, now)) != CONTINUE)
+	if ((rc = check_rate_limit(cfg, &key, len, now)) != CONTINUE)
 		return rc;
-	return apply_rules(&key, len, now);
+	if (key.family == FW_FAMILY_IPV4) {
+		struct fw_flow4_key k4 = {
+			.src = key.src[3], .dst = key.dst[3], .sport = key.sport, .dport = key.dport, .proto = key.proto};
+
+		return apply_rules(&key, &fw_flows4, &k4, len, now);
+	}
+	return apply_rules(&key, &fw_flows6, &key, len, now);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -32,6 +32,17 @@ struct fw_flow_key {
 	__u32 dst[4];
 };
 
+/* The IPv4 flow table's key: a quarter of the hashing of the general key,
+ * which is a sizeable part of a tracked packet's cost. */
+struct fw_flow4_key {
+	__u32 src;
+	__u32 dst;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
 /* Per-flow monitoring, which also caches the flow's classification: the
  * verdict's rule (0 = the default policy) and action hold while its
  * generation is the rule set's. Times are bpf_ktime_get_coarse_ns. */
@@ -72,6 +83,10 @@ struct fw_config {
 	__u64 rate_bps;
 	/* How long a source that crossed a threshold stays blocked. */
 	__u64 rate_block_ns;
+	/* Entries in the block list, kept by userspace: an empty list costs no
+	 * lookup. */
+	__u32 blocked;
+	__u32 pad;
 };
 
 /* A range of the candidate array: rule ids [start, start+len), ascending. */

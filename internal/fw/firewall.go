@@ -1,6 +1,7 @@
 package fw
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -50,7 +51,8 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, fmt.Errorf("read the firewall program: %w", err)
 	}
 	if opts.MaxFlows > 0 {
-		spec.Maps["fw_flows"].MaxEntries = opts.MaxFlows
+		spec.Maps["fw_flows4"].MaxEntries = opts.MaxFlows
+		spec.Maps["fw_flows6"].MaxEntries = opts.MaxFlows
 	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
@@ -270,12 +272,23 @@ func zeroStats(m *ebpf.Map, n int) error {
 }
 
 func (f *Firewall) setRateLimit(rl *RateLimit) error {
+	return f.updateConfig(func(c *fwFwConfig) {
+		c.RatePps, c.RateBps, c.RateBlockNs = 0, 0, 0
+		if rl != nil && rl.Enabled() {
+			c.RatePps, c.RateBps, c.RateBlockNs = rl.PPS, rl.BPS, uint64(rl.BlockFor.Nanoseconds())
+		}
+	})
+}
+
+// updateConfig changes fields of the global settings and keeps the others.
+func (f *Firewall) updateConfig(change func(*fwFwConfig)) error {
 	var c fwFwConfig
-	if rl != nil && rl.Enabled() {
-		c = fwFwConfig{RatePps: rl.PPS, RateBps: rl.BPS, RateBlockNs: uint64(rl.BlockFor.Nanoseconds())}
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read the settings: %w", err)
 	}
+	change(&c)
 	if err := f.objs.FwConf.Put(uint32(0), c); err != nil {
-		return fmt.Errorf("set the rate limit: %w", err)
+		return fmt.Errorf("write the settings: %w", err)
 	}
 	return nil
 }
@@ -479,6 +492,13 @@ func (fl Flow) key() fwFwFlowKey {
 func as16(a netip.Addr) []byte {
 	b := a.As16()
 	return b[:]
+}
+
+func flowFromKey4(k fwFwFlow4Key) Flow {
+	var s, d [4]byte
+	binary.LittleEndian.PutUint32(s[:], k.Src)
+	binary.LittleEndian.PutUint32(d[:], k.Dst)
+	return Flow{Src: netip.AddrFrom4(s), Dst: netip.AddrFrom4(d), Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport}
 }
 
 func flowFromKey(k fwFwFlowKey) Flow {

@@ -12,6 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/fastpath-dev/fastpath/internal/lab"
 )
 
 const (
@@ -492,3 +494,30 @@ func TestRulesReadBack(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFastPath reports the kernel's time per packet of a tracked flow
+// and of classification, at several rule counts.
+func BenchmarkFastPath(b *testing.B) {
+	for _, n := range []int{0, 1000, 100000} {
+		tb := labTestbed()
+		rs := LabRules(tb, n)
+		f, err := Load(LoadOptions{MaxFlows: 1 << 16})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Install(rs); err != nil {
+			b.Fatal(err)
+		}
+		pkt := packet(b, flow("198.18.0.1", "198.18.1.1", 17, 1024, 9), 96)
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			ret, d, err := f.Program().Benchmark(pkt, b.N, nil)
+			if err != nil || ret != xdpPass {
+				b.Fatal(ret, err)
+			}
+			b.ReportMetric(float64(d.Nanoseconds()), "kernel-ns/pkt")
+		})
+		f.Close()
+	}
+}
+
+func labTestbed() lab.Testbed { return lab.Testbed{Prefix: "fp-", Layout: lab.LayoutDUT} }

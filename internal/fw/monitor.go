@@ -35,7 +35,25 @@ func (f *Firewall) Block(fl Flow, d time.Duration) error {
 		}
 		return fmt.Errorf("block %s: %w", fl, err)
 	}
-	return nil
+	return f.countBlocked()
+}
+
+// countBlocked tells the data path how many flows are blocked; with none it
+// skips the lookup.
+func (f *Firewall) countBlocked() error {
+	var (
+		k fwFwFlowKey
+		v fwFwBlock
+		n uint32
+	)
+	it := f.objs.FwBlocked.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("count the block list: %w", err)
+	}
+	return f.updateConfig(func(c *fwFwConfig) { c.Blocked = n })
 }
 
 // Unblock removes a flow from the block list.
@@ -49,7 +67,7 @@ func (f *Firewall) Unblock(fl Flow) error {
 		}
 		return fmt.Errorf("unblock %s: %w", fl, err)
 	}
-	return nil
+	return f.countBlocked()
 }
 
 // BlockedFlow is an entry of the block list.
@@ -83,6 +101,11 @@ func (f *Firewall) Blocked() ([]BlockedFlow, error) {
 	for _, k := range old {
 		_ = f.objs.FwBlocked.Delete(k)
 	}
+	if len(old) > 0 {
+		if err := f.countBlocked(); err != nil {
+			return nil, err
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Flow.String() < out[j].Flow.String() })
 	return out, nil
 }
@@ -108,21 +131,32 @@ func (f *Firewall) Flows() ([]FlowStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	var (
-		k   fwFwFlowKey
-		v   fwFwFlow
-		out []FlowStats
-	)
-	it := f.objs.FwFlows.Iterate()
-	for it.Next(&k, &v) {
+	var out []FlowStats
+	add := func(fl Flow, v fwFwFlow) {
 		out = append(out, FlowStats{
-			Flow: flowFromKey(k), Packets: v.Packets, Bytes: v.Bytes,
+			Flow: fl, Packets: v.Packets, Bytes: v.Bytes,
 			FirstSeen: wallTime(v.FirstNs), LastSeen: wallTime(v.LastNs),
 			Rule: uint32(v.Verdict) >> 1, Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
 		})
 	}
+	var (
+		k4 fwFwFlow4Key
+		k6 fwFwFlowKey
+		v  fwFwFlow
+	)
+	it := f.objs.FwFlows4.Iterate()
+	for it.Next(&k4, &v) {
+		add(flowFromKey4(k4), v)
+	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the flow table: %w", err)
+		return nil, fmt.Errorf("read the IPv4 flow table: %w", err)
+	}
+	it = f.objs.FwFlows6.Iterate()
+	for it.Next(&k6, &v) {
+		add(flowFromKey(k6), v)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read the IPv6 flow table: %w", err)
 	}
 	return out, nil
 }

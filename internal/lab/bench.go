@@ -81,6 +81,12 @@ func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
 		}
 		rep.Restore = rep.Restore || s.Rewrites
 	}
+	// Without veth, routed scenarios are compared with plain routing.
+	for _, s := range scs {
+		if rep.Baseline == "" && s.Name == "routed" {
+			rep.Baseline = "routed"
+		}
+	}
 	for _, s := range scs {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()

@@ -37,7 +37,19 @@ type Scenario struct {
 	Packets func(tb Testbed, size int) ([][]byte, error)
 }
 
-var scenarios = map[string]Scenario{}
+var (
+	scenarios = map[string]Scenario{}
+	groups    = map[string][]string{}
+)
+
+// RegisterGroup names a list of scenarios that `lab bench NAME` runs
+// together, like the firewall's rows at each rule count.
+func RegisterGroup(name string, members ...string) {
+	if _, dup := groups[name]; dup {
+		panic("lab: group registered twice: " + name)
+	}
+	groups[name] = members
+}
 
 // Register adds a scenario; names are unique.
 func Register(s Scenario) {
@@ -66,13 +78,27 @@ func Scenarios() []Scenario {
 // list of known ones.
 func LookupScenarios(names []string) ([]Scenario, error) {
 	var out []Scenario
+	var expanded []string
 	for _, n := range names {
+		if g, ok := groups[n]; ok {
+			expanded = append(expanded, g...)
+		} else {
+			expanded = append(expanded, n)
+		}
+	}
+	for _, n := range expanded {
 		s, ok := scenarios[n]
 		if !ok {
 			var known []string
 			for _, s := range Scenarios() {
 				known = append(known, s.Name)
 			}
+			var gs []string
+			for g := range groups {
+				gs = append(gs, g+" (group)")
+			}
+			sort.Strings(gs)
+			known = append(known, gs...)
 			return nil, fmt.Errorf("unknown scenario %q: known are %s", n, strings.Join(known, ", "))
 		}
 		out = append(out, s)
@@ -94,6 +120,25 @@ func init() {
 		Layout:      LayoutDUT,
 		Order:       10,
 		Setup:       setupBridge,
+	})
+	Register(Scenario{
+		Name:        "routed",
+		Description: "the DUT namespace routes with the kernel, no filter",
+		Layout:      LayoutDUT,
+		Order:       15,
+		// The kernel decrements the TTL in the frame's page.
+		Rewrites: true,
+		Setup:    func(Testbed) (func() error, error) { return func() error { return nil }, nil },
+		Packets:  RoutedUDP,
+	})
+	Register(Scenario{
+		Name:        "xdp-pass",
+		Description: "routed DUT with an XDP program that passes everything on its ingress",
+		Layout:      LayoutDUT,
+		Order:       16,
+		Rewrites:    true,
+		Setup:       setupPass,
+		Packets:     RoutedUDP,
 	})
 	Register(Scenario{
 		Name:        "xdp-redirect",
@@ -168,4 +213,27 @@ func setupRedirect(tb Testbed) (func() error, error) {
 		return nil, err
 	}
 	return func() error { return errors.Join(l.Close(), objs.Close()) }, nil
+}
+
+// setupPass attaches the pass-everything program to veth1.
+func setupPass(tb Testbed) (func() error, error) {
+	var objs passObjects
+	if err := loadPassObjects(&objs, nil); err != nil {
+		return nil, fmt.Errorf("load pass program: %w", err)
+	}
+	l, err := xdp.Attach(tb.DUTIn().Iface(), objs.LabPass, xdp.Native)
+	if err != nil {
+		objs.Close()
+		return nil, err
+	}
+	return func() error { return errors.Join(l.Close(), objs.Close()) }, nil
+}
+
+// RoutedUDP are the default UDP packets addressed to the DUT's MAC, for
+// scenarios where the DUT routes them.
+func RoutedUDP(tb Testbed, size int) ([][]byte, error) {
+	u := tb.DefaultUDP()
+	u.Size = size
+	u.DstMAC = tb.DUTIn().MAC
+	return UDPPackets(u)
 }

@@ -1,0 +1,240 @@
+package fw
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// The lab's firewall rows: the same rule sets in our firewall, iptables (a
+// linear chain), nftables (an interval set) and xdp-filter (addresses only),
+// each on the routed DUT's ingress. Every set is n drop rules on random
+// source prefixes that miss the test flow, then one rule that passes it,
+// then drop.
+
+// labCounts are the rule counts of the rows.
+var labCounts = []struct {
+	n    int
+	name string
+}{{0, "0"}, {1000, "1k"}, {10000, "10k"}, {100000, "100k"}}
+
+// MissPrefixes returns n distinct random IPv4 prefixes, /12 to /32, none of
+// which overlaps avoid. The same n gives the same prefixes.
+func MissPrefixes(n int, avoid netip.Prefix) []netip.Prefix {
+	rng := rand.New(rand.NewPCG(uint64(n), 0xf1))
+	seen := map[netip.Prefix]bool{}
+	out := make([]netip.Prefix, 0, n)
+	for len(out) < n {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], rng.Uint32())
+		p, _ := netip.AddrFrom4(b).Prefix(12 + rng.IntN(21))
+		if b[0] == 0 || b[0] >= 224 || p.Overlaps(avoid) || seen[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// labFlow are the prefixes of the lab's generator and sink.
+func labFlow(tb lab.Testbed) (src, dst netip.Prefix) {
+	return tb.Gen().Addr.Masked(), tb.Sink().Addr.Masked()
+}
+
+// labAvoid covers the whole testbed: 198.18.0.0/15.
+var labAvoid = netip.MustParsePrefix("198.18.0.0/15")
+
+// LabRules is the firewall's rule set with n missing prefixes.
+func LabRules(tb lab.Testbed, n int) *RuleSet {
+	src, dst := labFlow(tb)
+	rs := &RuleSet{Default: Drop, File: fmt.Sprintf("lab rules (%d)", n)}
+	for _, p := range MissPrefixes(n, labAvoid) {
+		rs.Rules = append(rs.Rules, Rule{Action: Drop, Src: Prefix{p}, SPort: AnyPort, DPort: AnyPort})
+	}
+	rs.Rules = append(rs.Rules, Rule{Action: Pass, Src: Prefix{src}, Dst: Prefix{dst}, SPort: AnyPort, DPort: AnyPort})
+	return rs
+}
+
+func labInstance(tb lab.Testbed, generic bool) string {
+	if generic {
+		return tb.Prefix + "fw-generic"
+	}
+	return tb.Prefix + "fw"
+}
+
+func setupFirewall(n int, generic bool) func(lab.Testbed) (func() error, error) {
+	return func(tb lab.Testbed) (func() error, error) {
+		name := labInstance(tb, generic)
+		o := AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: LabRules(tb, n), NoFallback: true, Mode: xdp.Native}
+		if generic {
+			o.Mode = xdp.Generic
+		}
+		if err := Attach(o); err != nil {
+			return nil, err
+		}
+		return func() error { return Detach(name, nil) }, nil
+	}
+}
+
+// inNetns runs a command in the DUT's network namespace only: the mount
+// namespace, and with it /sys/fs/bpf, stays ours.
+func inNetns(ns string, stdin string, name string, args ...string) error {
+	return netns.Run(ns, func() error {
+		cmd := exec.Command(name, args...)
+		if stdin != "" {
+			cmd.Stdin = strings.NewReader(stdin)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
+}
+
+func setupIptables(n int) func(lab.Testbed) (func() error, error) {
+	return func(tb lab.Testbed) (func() error, error) {
+		if _, err := exec.LookPath("iptables-restore"); err != nil {
+			return nil, errors.New("iptables-restore not found: apt install iptables")
+		}
+		src, dst := labFlow(tb)
+		in := tb.DUTIn()
+		var b strings.Builder
+		b.WriteString("*filter\n:fpfw - [0:0]\n")
+		for _, p := range MissPrefixes(n, labAvoid) {
+			fmt.Fprintf(&b, "-A fpfw -s %s -j DROP\n", p)
+		}
+		fmt.Fprintf(&b, "-A fpfw -s %s -d %s -j ACCEPT\n-A fpfw -j DROP\n", src, dst)
+		fmt.Fprintf(&b, "-A FORWARD -i %s -j fpfw\nCOMMIT\n", in.Dev)
+		if err := inNetns(in.Netns, b.String(), "iptables-restore"); err != nil {
+			return nil, err
+		}
+		// A restore without --noflush replaces the whole filter table.
+		return func() error {
+			return inNetns(in.Netns, "*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n", "iptables-restore")
+		}, nil
+	}
+}
+
+func setupNft(n int) func(lab.Testbed) (func() error, error) {
+	return func(tb lab.Testbed) (func() error, error) {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return nil, errors.New("nft not found: apt install nftables")
+		}
+		src, dst := labFlow(tb)
+		in := tb.DUTIn()
+		var b strings.Builder
+		b.WriteString("table ip fpfw {\n\tset miss {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\tauto-merge\n")
+		if ps := MissPrefixes(n, labAvoid); len(ps) > 0 {
+			b.WriteString("\t\telements = { ")
+			for i, p := range ps {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(p.String())
+			}
+			b.WriteString(" }\n")
+		}
+		b.WriteString("\t}\n")
+		fmt.Fprintf(&b, "\tchain forward {\n\t\ttype filter hook forward priority 0; policy accept;\n")
+		fmt.Fprintf(&b, "\t\tiifname %q ip saddr @miss drop\n", in.Dev)
+		fmt.Fprintf(&b, "\t\tiifname %q ip saddr %s ip daddr %s accept\n", in.Dev, src, dst)
+		fmt.Fprintf(&b, "\t\tiifname %q drop\n\t}\n}\n", in.Dev)
+		if err := inNetns(in.Netns, b.String(), "nft", "-f", "-"); err != nil {
+			return nil, err
+		}
+		return func() error { return inNetns(in.Netns, "", "nft", "delete", "table", "ip", "fpfw") }, nil
+	}
+}
+
+// xdp-filter matches single addresses, so its rows take each prefix's
+// first address; it holds at most 10,000.
+const xdpFilterPins = "/sys/fs/bpf/xdp-filter"
+
+func setupXDPFilter(n int) func(lab.Testbed) (func() error, error) {
+	return func(tb lab.Testbed) (func() error, error) {
+		if _, err := exec.LookPath("xdp-filter"); err != nil {
+			return nil, errors.New("xdp-filter not found: apt install xdp-tools")
+		}
+		if _, err := os.Stat(xdpFilterPins); err == nil {
+			return nil, fmt.Errorf("xdp-filter is already loaded somewhere (%s exists): unload it first", xdpFilterPins)
+		}
+		in := tb.DUTIn()
+		if err := inNetns(in.Netns, "", "xdp-filter", "load", "-m", "native", "-p", "allow", in.Dev); err != nil {
+			return nil, err
+		}
+		teardown := func() error { return inNetns(in.Netns, "", "xdp-filter", "unload", in.Dev) }
+		m, err := ebpf.LoadPinnedMap(filepath.Join(xdpFilterPins, "filter_ipv4"), nil)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("open xdp-filter's address map: %w", err), teardown())
+		}
+		defer m.Close()
+		if n > int(m.MaxEntries()) {
+			return nil, errors.Join(fmt.Errorf("xdp-filter holds at most %d addresses, not %d", m.MaxEntries(), n), teardown())
+		}
+		// Values are per-CPU flags; 1 is "match as source".
+		flags := make([]uint64, ebpf.MustPossibleCPU())
+		for i := range flags {
+			flags[i] = 1
+		}
+		for _, p := range MissPrefixes(n, labAvoid) {
+			a := p.Addr().As4()
+			if err := m.Put(binary.LittleEndian.Uint32(a[:]), flags); err != nil {
+				return nil, errors.Join(fmt.Errorf("add %s to xdp-filter: %w", p.Addr(), err), teardown())
+			}
+		}
+		return teardown, nil
+	}
+}
+
+func init() {
+	lab.RegisterCleanup(func(tb lab.Testbed) error {
+		var errs []error
+		for _, g := range []bool{false, true} {
+			if _, err := os.Stat(PinDir(labInstance(tb, g))); err == nil {
+				errs = append(errs, Detach(labInstance(tb, g), nil))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	register := func(name, desc string, order int, setup func(lab.Testbed) (func() error, error)) {
+		lab.Register(lab.Scenario{
+			Name: name, Description: desc, Layout: lab.LayoutDUT, Order: order,
+			Rewrites: true, Setup: setup, Packets: lab.RoutedUDP,
+		})
+	}
+	group := []string{"routed"}
+	tcp := []string{"routed", "xdp-pass"}
+	for i, c := range labCounts {
+		register("fw-"+c.name, fmt.Sprintf("fastpath fw, %d random prefix rules + 1 pass rule, native XDP", c.n), 40+i, setupFirewall(c.n, false))
+		group = append(group, "fw-"+c.name)
+		tcp = append(tcp, "fw-"+c.name)
+	}
+	register("fw-100k-generic", "fastpath fw, 100,000 rules + 1, generic XDP", 44, setupFirewall(100000, true))
+	tcp = append(tcp, "fw-100k-generic")
+	for i, c := range labCounts[1:] {
+		register("iptables-"+c.name, fmt.Sprintf("iptables chain of %d source prefixes + 1 accept", c.n), 50+i, setupIptables(c.n))
+		register("nft-"+c.name, fmt.Sprintf("nftables interval set of %d source prefixes + 1 accept", c.n), 55+i, setupNft(c.n))
+		group = append(group, "iptables-"+c.name, "nft-"+c.name)
+		tcp = append(tcp, "iptables-"+c.name, "nft-"+c.name)
+		if c.n <= 10000 {
+			register("xdp-filter-"+c.name, fmt.Sprintf("xdp-filter, %d source addresses (it has no prefixes)", c.n), 60+i, setupXDPFilter(c.n))
+			group = append(group, "xdp-filter-"+c.name)
+		}
+	}
+	lab.RegisterGroup("fw", group...)
+	lab.RegisterGroup("fw-tcp", tcp...)
+}
