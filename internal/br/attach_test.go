@@ -2,37 +2,17 @@ package br
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
-
-func labTestbed(t *testing.T) lab.Testbed {
-	t.Helper()
-	requireKernel(t)
-	b := make([]byte, 2)
-	rand.Read(b)
-	tb := lab.Testbed{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Layout: lab.LayoutDUT}
-	t.Cleanup(func() {
-		if err := tb.Down(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := tb.Up(); err != nil {
-		t.Fatal(err)
-	}
-	return tb
-}
 
 // labConfig is the lab router's configuration, removed when the test ends.
 func labConfig(t *testing.T) *Config {
@@ -57,32 +37,10 @@ func attachLab(t *testing.T, tb lab.Testbed, cfg *Config) string {
 	return name
 }
 
-// sendThrough sends count of pkts from the testbed's generator at rate and
-// returns what was sent and the sink, which the caller reads.
-func sendThrough(t *testing.T, tb lab.Testbed, pkts [][]byte, count, rate uint64) (lab.GenStats, *lab.Sink) {
-	t.Helper()
-	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sink.Close() })
-	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gen.Close()
-	st, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: rate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	return st, sink
-}
-
 // The lab router end to end: attach, forward a fixed count through the
 // kernel FIB into the sink, reload in place, detach without a trace.
 func TestAttachForwardDetach(t *testing.T) {
-	tb := labTestbed(t)
+	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	name := attachLab(t, tb, cfg)
 	devs := []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}
@@ -99,7 +57,7 @@ func TestAttachForwardDetach(t *testing.T) {
 		t.Fatal(err)
 	}
 	const count = 50_000
-	st, sink := sendThrough(t, tb, pkts, count, 200_000)
+	st, sink := labtest.Send(t, tb, pkts, count, 200_000)
 	got, err := sink.Total()
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +94,7 @@ func TestAttachForwardDetach(t *testing.T) {
 }
 
 func TestAttachRefusesBeforeChanging(t *testing.T) {
-	tb := labTestbed(t)
+	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	name := tb.Prefix + "br"
 	devs := []xdp.Iface{tb.DUTIn().Iface(), {Netns: tb.DUTIn().Netns, Name: "fp-nosuch"}}
@@ -153,7 +111,7 @@ func TestAttachRefusesBeforeChanging(t *testing.T) {
 // With cpus, the spreader hands packets to the router on worker CPUs
 // through a CPU map, and every packet still arrives.
 func TestAttachSpreadsOverCPUs(t *testing.T) {
-	tb := labTestbed(t)
+	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	cfg.CPUs = []int{0, 1}
 	attachLab(t, tb, cfg)
@@ -162,7 +120,7 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	const count = 20_000
-	_, sink := sendThrough(t, tb, pkts, count, 20_000)
+	_, sink := labtest.Send(t, tb, pkts, count, 20_000)
 	per, err := sink.PerCPU()
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +144,7 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 // The kernel FIB decides the next-hop MACs: a resolved neighbour is used,
 // a missing one sends the packet up the stack, a blackhole drops it.
 func TestFIBVerdicts(t *testing.T) {
-	tb := labTestbed(t)
+	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 	if err != nil {
@@ -238,7 +196,7 @@ func TestFIBVerdicts(t *testing.T) {
 // A bench run that dies leaves the router attached and pinned: lab down
 // removes the pins with the namespaces.
 func TestLabDownRemovesRouterPins(t *testing.T) {
-	tb := labTestbed(t)
+	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	name := attachLab(t, tb, cfg)
 	if err := tb.Down(); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/scionproto/scion/pkg/addr"
 
-	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 )
 
 // The AS of the tests: 1-ff00:0:110, router br1 with interfaces of every
@@ -79,12 +79,7 @@ func testConfig() *Config {
 	}
 }
 
-func requireKernel(t testing.TB) {
-	t.Helper()
-	if err := preflight.BPF(); err != nil {
-		t.Fatalf("kernel test: %v", err)
-	}
-}
+func requireKernel(t testing.TB) { labtest.RequireKernel(t) }
 
 func loadTestRouter(t testing.TB, cfg *Config) *Router {
 	t.Helper()

@@ -126,11 +126,11 @@ func (f *Firewall) Close() error {
 
 // slotMaps are one rule set's maps, in the order of their outer arrays.
 type slotMaps struct {
-	src4, dst4, src6, dst6, sport, dport, cand, rule, set, stats *ebpf.Map
+	src4, dst4, src6, dst6, sport, dport, cand, rule, set *ebpf.Map
 }
 
 func (s *slotMaps) all() []**ebpf.Map {
-	return []**ebpf.Map{&s.src4, &s.dst4, &s.src6, &s.dst6, &s.sport, &s.dport, &s.cand, &s.rule, &s.set, &s.stats}
+	return []**ebpf.Map{&s.src4, &s.dst4, &s.src6, &s.dst6, &s.sport, &s.dport, &s.cand, &s.rule, &s.set}
 }
 
 func (s *slotMaps) close() {
@@ -143,10 +143,10 @@ func (s *slotMaps) close() {
 
 func (f *Firewall) outers() []*ebpf.Map {
 	m := &f.objs.fwMaps
-	return []*ebpf.Map{m.FwSrc4, m.FwDst4, m.FwSrc6, m.FwDst6, m.FwSport, m.FwDport, m.FwCand, m.FwRuleSlots, m.FwSetSlots, m.FwStatSlots}
+	return []*ebpf.Map{m.FwSrc4, m.FwDst4, m.FwSrc6, m.FwDst6, m.FwSport, m.FwDport, m.FwCand, m.FwRuleSlots, m.FwSetSlots}
 }
 
-var outerNames = []string{"fw_src4", "fw_dst4", "fw_src6", "fw_dst6", "fw_sport", "fw_dport", "fw_cand", "fw_rule_slots", "fw_set_slots", "fw_stat_slots"}
+var outerNames = []string{"fw_src4", "fw_dst4", "fw_src6", "fw_dst6", "fw_sport", "fw_dport", "fw_cand", "fw_rule_slots", "fw_set_slots"}
 
 // Generation is the active rule set's generation; 0 before the first Install.
 func (f *Firewall) Generation() (uint32, error) {
@@ -177,6 +177,11 @@ func (f *Firewall) Install(rs *RuleSet) error {
 	if err := f.build(c, &s); err != nil {
 		return err
 	}
+	// The slot's counters belong to the set two generations back, which no
+	// packet uses any more.
+	if err := f.resetStats(slot, len(c.rules)); err != nil {
+		return err
+	}
 	for i, outer := range f.outers() {
 		if err := outer.Put(slot, *s.all()[i]); err != nil {
 			return fmt.Errorf("install %s: %w", outerNames[i], err)
@@ -194,7 +199,7 @@ func (f *Firewall) Install(rs *RuleSet) error {
 
 // build creates and fills a slot's maps.
 func (f *Firewall) build(c *compiled, s *slotMaps) error {
-	sizes := []int{len(c.src4), len(c.dst4), len(c.src6), len(c.dst6), 65536, 65536, len(c.cands), len(c.rules), 1, len(c.rules)}
+	sizes := []int{len(c.src4), len(c.dst4), len(c.src6), len(c.dst6), 65536, 65536, len(c.cands), len(c.rules), 1}
 	for i, name := range outerNames {
 		in := f.specs[name].InnerMap.Copy()
 		in.MaxEntries = uint32(max(sizes[i], 1))
@@ -215,7 +220,6 @@ func (f *Firewall) build(c *compiled, s *slotMaps) error {
 		func() error { return putArray(s.cand, c.cands) },
 		func() error { return putArray(s.rule, c.rules) },
 		func() error { return s.set.Put(uint32(0), c.set) },
-		func() error { return zeroStats(s.stats, len(c.rules)) },
 	} {
 		if err := fill(); err != nil {
 			return fmt.Errorf("fill the new rule set: %w", err)
@@ -252,11 +256,39 @@ func putArray[V any](m *ebpf.Map, vals []V) error {
 	return nil
 }
 
-// zeroStats creates every rule's counters: the data path only updates.
-func zeroStats(m *ebpf.Map, n int) error {
-	keys := make([]uint32, n)
+// statsKey is a rule's key in fw_stats.
+func statsKey(slot uint32, rule int) uint32 { return slot<<31 | uint32(rule) }
+
+// resetStats removes a slot's counters and creates zeroed ones for n rule
+// ids (the default policy's included): the data path only updates.
+func (f *Firewall) resetStats(slot uint32, n int) error {
+	m := f.objs.FwStats
+	var (
+		k    uint32
+		v    []fwFwRuleStats
+		old  []uint32
+		keys = make([]uint32, n)
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if k>>31 == slot {
+			old = append(old, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read the rule counters: %w", err)
+	}
+	if len(old) > 0 {
+		if _, err := m.BatchDelete(old, nil); err != nil {
+			for _, k := range old {
+				if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("clear the rule counters: %w", err)
+				}
+			}
+		}
+	}
 	for i := range keys {
-		keys[i] = uint32(i)
+		keys[i] = statsKey(slot, i)
 	}
 	vals := make([]fwFwRuleStats, n*ebpf.MustPossibleCPU())
 	if _, err := m.BatchUpdate(keys, vals, nil); err == nil {
@@ -265,7 +297,7 @@ func zeroStats(m *ebpf.Map, n int) error {
 	zero := make([]fwFwRuleStats, ebpf.MustPossibleCPU())
 	for _, k := range keys {
 		if err := m.Put(k, zero); err != nil {
-			return err
+			return fmt.Errorf("create the rule counters: %w", err)
 		}
 	}
 	return nil
@@ -379,17 +411,19 @@ type RuleStats struct {
 // Stats returns the active set's counters: index 0 is the default policy,
 // index i rule i. They start at zero when a set is installed.
 func (f *Firewall) Stats() ([]RuleStats, error) {
-	ms, _, err := f.activeSlot("fw_stat_slots")
+	ms, gen, err := f.activeSlot("fw_set_slots")
 	if err != nil || ms == nil {
 		return nil, err
 	}
 	defer closeAll(ms)
-	m := ms["fw_stat_slots"]
-	n := m.MaxEntries()
-	out := make([]RuleStats, n)
+	var set fwFwSet
+	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
+		return nil, fmt.Errorf("read the rule-set header: %w", err)
+	}
+	out := make([]RuleStats, set.Nrules+1)
 	var per []fwFwRuleStats
-	for i := uint32(0); i < n; i++ {
-		if err := m.Lookup(i, &per); err != nil {
+	for i := range out {
+		if err := f.objs.FwStats.Lookup(statsKey(gen&1, i), &per); err != nil {
 			return nil, fmt.Errorf("read counters of rule %d: %w", i, err)
 		}
 		for _, p := range per {

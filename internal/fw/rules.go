@@ -319,9 +319,9 @@ type RuleSet struct {
 	File string `toml:"-" json:"-"`
 }
 
-// MaxRules bounds a rule set; rule ids must fit the flow verdict's 31 bits,
-// and the compiled set the kernel's map sizes.
-const MaxRules = 1 << 22
+// MaxRules bounds a rule set: both slots' counters share fw_stats
+// (FW_MAX_STATS entries).
+const MaxRules = 1<<18 - 1
 
 // ErrInvalid wraps every rule-file and rule error.
 var ErrInvalid = errors.New("invalid rules")

@@ -246,7 +246,7 @@ func TestBenchRejectsBeforeSetup(t *testing.T) {
 		opts BenchOptions
 		want string
 	}{
-		"unknown scenario": {BenchOptions{Scenarios: []string{"veth", "warp-drive"}, Runs: 1, Packets: 1e6, Size: 138}, `unknown scenario "warp-drive": known are veth, bridge, xdp-redirect`},
+		"unknown scenario": {BenchOptions{Scenarios: []string{"veth", "warp-drive"}, Runs: 1, Packets: 1e6, Size: 138}, `unknown scenario "warp-drive": known are veth, bridge, routed, xdp-pass, xdp-redirect`},
 		"no runs":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 0, Packets: 1e6, Size: 138}, "--runs 0"},
 		"tiny size":        {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Size: 20}, "packet size 20"},
 		"over the MTU":     {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Size: 1515}, "--size 1515: longer than the lab's veths take"},

@@ -1,0 +1,73 @@
+// Package labtest gives kernel tests of the network functions a testbed of
+// their own and a way to send packets through it.
+package labtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// RequireKernel fails a test that needs root, bpffs and BTF without them: a
+// kernel test that skips quietly would hide a broken CI machine.
+func RequireKernel(t testing.TB) {
+	t.Helper()
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+}
+
+// Testbed brings up a DUT testbed under a name no other test or lab uses,
+// and takes it down when the test ends, also when it fails.
+func Testbed(t testing.TB) lab.Testbed {
+	t.Helper()
+	RequireKernel(t)
+	b := make([]byte, 2)
+	rand.Read(b)
+	tb := lab.Testbed{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Layout: lab.LayoutDUT}
+	t.Cleanup(func() {
+		if err := tb.Down(); err != nil {
+			t.Error(err)
+		}
+		for _, ns := range tb.Namespaces() {
+			if netns.Exists(ns) {
+				t.Errorf("namespace %s left behind", ns)
+			}
+		}
+	})
+	if err := tb.Up(); err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// Send sends count of pkts (cycling) from the testbed's generator at about
+// rate packets per second, while a sink counts at the other end. The caller
+// reads the sink; it is closed when the test ends.
+func Send(t testing.TB, tb lab.Testbed, pkts [][]byte, count, rate uint64) (lab.GenStats, *lab.Sink) {
+	t.Helper()
+	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	st, err := gen.Send(context.Background(), lab.SendOptions{Count: count, Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The veths finish their NAPI polls shortly after the last run.
+	time.Sleep(200 * time.Millisecond)
+	return st, sink
+}
