@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -34,7 +35,7 @@ func labCmd() *cobra.Command {
 		}
 		return t, err
 	}
-	cmd.AddCommand(labUpCmd(tb), labDownCmd(tb), labGenCmd(&prefix), labSinkCmd(&prefix), labPacketsCmd(tb), labBenchCmd(&prefix))
+	cmd.AddCommand(labUpCmd(tb), labDownCmd(tb), labGenCmd(&prefix), labSinkCmd(&prefix), labPacketsCmd(tb), labBenchCmd(&prefix), labTCPCmd(&prefix))
 	return cmd
 }
 
@@ -364,6 +365,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 	var (
 		runs, size, cpu int
 		packets         uint64
+		maxSeconds      float64
 		jsonOut, mdOut  string
 		plotOut         string
 		list            bool
@@ -382,7 +384,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 				args = []string{"veth", "bridge", "xdp-redirect"}
 			}
 			o := lab.BenchOptions{
-				Scenarios: args, Runs: runs, Packets: packets, Size: size, Prefix: *prefix, CPU: cpu,
+				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Size: size, Prefix: *prefix, CPU: cpu,
 				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr,
 			}
 			if _, err := o.Validate(); err != nil {
@@ -402,6 +404,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&runs, "runs", 5, "runs per scenario")
 	f.Uint64Var(&packets, "packets", 2_000_000, "packets per run")
+	f.Float64Var(&maxSeconds, "max-seconds", 10, "end a run after this long even if not all packets are sent (slow scenarios)")
 	f.IntVar(&size, "size", 138, "frame length in bytes")
 	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the generator and the whole path run on")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
@@ -411,7 +414,54 @@ func labBenchCmd(prefix *string) *cobra.Command {
 	return cmd
 }
 
-func writeReport(rep *lab.Report, jsonOut, mdOut, plotOut string) error {
+// report is what bench and tcp print and write.
+type report interface {
+	Table() string
+	Markdown() string
+	WritePNG(io.Writer) error
+}
+
+func labTCPCmd(prefix *string) *cobra.Command {
+	var (
+		runs, seconds           int
+		jsonOut, mdOut, plotOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "tcp [SCENARIO|GROUP...]",
+		Short: "TCP throughput (iperf3) through routed scenarios, e.g. the group fw-tcp",
+		Long: `Run iperf3 from the generator's namespace to a server in the sink's, through the DUT's
+kernel routing and what each scenario attaches there, on a fresh testbed per scenario.
+Without arguments: routed, xdp-pass and the firewall's TCP rows (group fw-tcp).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				args = []string{"fw-tcp"}
+			}
+			o := lab.TCPOptions{Scenarios: args, Runs: runs, Seconds: seconds, Prefix: *prefix,
+				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr}
+			if _, err := o.Validate(); err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			rep, err := lab.TCPBench(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Println(strings.TrimRight(rep.Table(), "\n"))
+			return writeReport(rep, jsonOut, mdOut, plotOut)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&runs, "runs", 3, "runs per scenario")
+	f.IntVar(&seconds, "seconds", 5, "seconds per iperf3 run")
+	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
+	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
+	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
+	return cmd
+}
+
+func writeReport(rep report, jsonOut, mdOut, plotOut string) error {
 	write := func(path string, fill func(*os.File) error) error {
 		if path == "" {
 			return nil

@@ -213,7 +213,7 @@ func init() {
 	register := func(name, desc string, order int, setup func(lab.Testbed) (func() error, error)) {
 		lab.Register(lab.Scenario{
 			Name: name, Description: desc, Layout: lab.LayoutDUT, Order: order,
-			Rewrites: true, Setup: setup, Packets: lab.RoutedUDP,
+			Rewrites: true, Routed: true, Setup: setup, Packets: lab.RoutedUDP,
 		})
 	}
 	group := []string{"routed"}

@@ -22,6 +22,9 @@ type BenchOptions struct {
 	Runs      int
 	// Packets sent per run.
 	Packets uint64
+	// MaxSeconds ends a run early, for scenarios so slow that Packets would
+	// take minutes (0: no limit).
+	MaxSeconds float64
 	// Size of the default UDP frames.
 	Size int
 	// Prefix of the testbed's names (DefaultPrefix if empty).
@@ -147,7 +150,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Note: s.Note}
 	// One short warm-up run fills the bridge's FDB, the neighbour caches and
 	// the page pools before anything is measured.
-	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000)}); err != nil {
+	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000), Duration: time.Second}); err != nil {
 		return row, err
 	}
 	for i := 0; i < o.Runs; i++ {
@@ -155,7 +158,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 		if err != nil {
 			return row, err
 		}
-		st, err := gen.Send(ctx, SendOptions{Count: o.Packets})
+		st, err := gen.Send(ctx, SendOptions{Count: o.Packets, Duration: time.Duration(o.MaxSeconds * float64(time.Second))})
 		if err != nil {
 			return row, err
 		}

@@ -235,6 +235,11 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 	chunk := uint64(1 << 20)
 	if o.Rate > 0 {
 		chunk = max(1, o.Rate/20)
+	} else if o.Duration > 0 || o.Progress != nil {
+		// A slow DUT (a long iptables chain forwards a few hundred packets a
+		// second) holds the generator for as long as a run lasts: start
+		// small and let the next runs grow to ~100 ms.
+		chunk = 1 << 10
 	}
 	for {
 		if o.Count > 0 && stats.Sent >= o.Count {
@@ -273,7 +278,7 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 		// Size slices to about 100 ms at the rate just seen.
 		if o.Rate == 0 {
 			if d := time.Since(t0); d > 0 {
-				chunk = max(1<<14, uint64(float64(n)*0.1/d.Seconds()))
+				chunk = max(64, uint64(float64(n)*0.1/d.Seconds()))
 			}
 		} else {
 			due := start.Add(time.Duration(float64(stats.Sent) / float64(o.Rate) * float64(time.Second)))

@@ -227,25 +227,41 @@ var (
 // WritePNG draws a horizontal bar chart of each row's median Mpps with a
 // min–max whisker and writes it as PNG. The baseline's bar is grey.
 func (r *Report) WritePNG(w io.Writer) error {
-	height := chartTop + chartBottom + rowHeight*len(r.Rows)
+	bars := make([]chartBar, len(r.Rows))
+	for i, row := range r.Rows {
+		bars[i] = chartBar{row.Scenario, row.MedianMpps, row.MinMpps, row.MaxMpps, row.Scenario == r.Baseline}
+	}
+	return writeChart(w, r.title(), "Mpps delivered at the sink (bar: median, whisker: min-max)", bars)
+}
+
+// chartBar is one row of a bar chart.
+type chartBar struct {
+	name           string
+	median, lo, hi float64
+	baseline       bool
+}
+
+// writeChart draws horizontal bars with min–max whiskers as PNG.
+func writeChart(w io.Writer, title, axis string, bars []chartBar) error {
+	height := chartTop + chartBottom + rowHeight*len(bars)
 	img := image.NewRGBA(image.Rect(0, 0, chartWidth, height))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 
-	drawText(img, 16, 32, 2, colText, r.title())
-	if len(r.Rows) == 0 {
+	drawText(img, 16, 32, 2, colText, title)
+	if len(bars) == 0 {
 		drawText(img, 16, chartTop+30, 1, colText, "no scenarios were run")
 		return png.Encode(w, img)
 	}
 
 	labelW := 0
-	for _, row := range r.Rows {
-		labelW = max(labelW, textWidth(label(row.Scenario)))
+	for _, b := range bars {
+		labelW = max(labelW, textWidth(label(b.name)))
 	}
 	// Room on the right for a value printed past a short bar's whisker.
 	x0, x1 := 24+labelW+8, chartWidth-80
 	yAxis := height - chartBottom
 
-	top, step := axisScale(r.Rows)
+	top, step := axisScale(bars)
 	scale := func(v float64) int {
 		// !(v > 0) also catches NaN, whose int conversion is undefined.
 		if !(v > 0) {
@@ -263,33 +279,32 @@ func (r *Report) WritePNG(w io.Writer) error {
 	}
 	fill(img, image.Rect(x0, yAxis, x1+1, yAxis+1), colText)
 	fill(img, image.Rect(x0, chartTop, x0+1, yAxis), colText)
-	axis := "Mpps delivered at the sink (bar: median, whisker: min-max)"
 	drawText(img, (x0+x1-textWidth(axis))/2, yAxis+46, 1, colText, axis)
 
-	for i, row := range r.Rows {
+	for i, b := range bars {
 		cy := chartTop + i*rowHeight + rowHeight/2
-		name := label(row.Scenario)
+		name := label(b.name)
 		drawText(img, x0-8-textWidth(name), cy+5, 1, colText, name)
 
 		bar := colBar
-		if row.Scenario == r.Baseline {
+		if b.baseline {
 			bar = colBaseline
 		}
 		// image.Rect swaps reversed corners, so a zero bar must be skipped
 		// rather than drawn from x0+1 back to x0.
-		xm := scale(row.MedianMpps)
+		xm := scale(b.median)
 		if xm > x0+1 {
 			fill(img, image.Rect(x0+1, cy-barHeight/2, xm, cy+barHeight/2), bar)
 		}
 
-		lo, hi := scale(row.MinMpps), scale(row.MaxMpps)
+		lo, hi := scale(b.lo), scale(b.hi)
 		fill(img, image.Rect(lo, cy-1, hi+1, cy+1), colWhisker)
 		fill(img, image.Rect(lo, cy-8, lo+2, cy+8), colWhisker)
 		fill(img, image.Rect(hi-1, cy-8, hi+1, cy+8), colWhisker)
 
 		// The value goes inside the bar's left end when it fits, clear of
 		// the whisker at its right end; otherwise after the whisker.
-		v := fmt.Sprintf("%.2f", row.MedianMpps)
+		v := fmt.Sprintf("%.2f", b.median)
 		if xm-x0 >= textWidth(v)+2*12 && lo-x0 >= textWidth(v)+12 {
 			drawText(img, x0+8, cy+5, 1, color.White, v)
 		} else {
@@ -317,10 +332,10 @@ func (r *Report) title() string {
 
 // axisScale picks the axis end and tick step: 1, 2 or 5 times a power of ten,
 // about six ticks, covering every whisker.
-func axisScale(rows []Row) (top, step float64) {
+func axisScale(bars []chartBar) (top, step float64) {
 	hi := 0.0
-	for _, row := range rows {
-		for _, v := range []float64{row.MedianMpps, row.MaxMpps} {
+	for _, b := range bars {
+		for _, v := range []float64{b.median, b.hi} {
 			if v > hi && !math.IsInf(v, 1) {
 				hi = v
 			}

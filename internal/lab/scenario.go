@@ -26,6 +26,9 @@ type Scenario struct {
 	// so the generator must restore every packet whole on each run. A bench
 	// run restores for all its rows if any row needs it, to keep the ratios fair.
 	Rewrites bool
+	// Routed says the DUT routes IP between the generator's and the sink's
+	// subnets, so TCP can cross it (lab tcp).
+	Routed bool
 	// Note is printed with the row: what its figure means beyond the table's
 	// assumptions.
 	Note string
@@ -128,6 +131,7 @@ func init() {
 		Order:       15,
 		// The kernel decrements the TTL in the frame's page.
 		Rewrites: true,
+		Routed:   true,
 		Setup:    func(Testbed) (func() error, error) { return func() error { return nil }, nil },
 		Packets:  RoutedUDP,
 	})
@@ -137,6 +141,7 @@ func init() {
 		Layout:      LayoutDUT,
 		Order:       16,
 		Rewrites:    true,
+		Routed:      true,
 		Setup:       setupPass,
 		Packets:     RoutedUDP,
 	})

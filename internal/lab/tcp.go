@@ -1,0 +1,300 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+)
+
+// TCPOptions configure a TCP throughput run: iperf3 from the generator's
+// namespace to a server in the sink's, through the DUT's routing and
+// whatever a scenario attaches there.
+type TCPOptions struct {
+	Scenarios []string
+	Runs      int
+	Seconds   int
+	Prefix    string
+	Command   string
+	Log       io.Writer
+}
+
+// Validate checks the options and resolves the scenarios before anything is
+// set up.
+func (o *TCPOptions) Validate() ([]Scenario, error) {
+	if len(o.Scenarios) == 0 {
+		return nil, errors.New("no scenario given")
+	}
+	scs, err := LookupScenarios(o.Scenarios)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range scs {
+		if !s.Routed {
+			return nil, fmt.Errorf("scenario %s does not route IP through the DUT, so TCP cannot cross it: use routed scenarios (routed, xdp-pass, fw-…, iptables-…, nft-…)", s.Name)
+		}
+	}
+	if o.Runs < 1 {
+		return nil, fmt.Errorf("--runs %d: at least one run is needed", o.Runs)
+	}
+	if o.Seconds < 1 {
+		return nil, fmt.Errorf("--seconds %d: at least one second per run", o.Seconds)
+	}
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		return nil, errors.New("iperf3 not found: apt install iperf3")
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return scs, (Testbed{Prefix: o.Prefix, Layout: LayoutDUT}).Validate()
+}
+
+// TCPReport is what one TCP run measured; tables and plot come from it.
+type TCPReport struct {
+	Started  time.Time `json:"started"`
+	Command  string    `json:"command"`
+	Kernel   string    `json:"kernel"`
+	CPUModel string    `json:"cpu_model"`
+	CPUs     int       `json:"cpus"`
+	Seconds  int       `json:"seconds_per_run"`
+	// Baseline is the scenario ratios are taken to: routed, if it ran.
+	Baseline string   `json:"baseline"`
+	Rows     []TCPRow `json:"rows"`
+}
+
+// TCPRow is one scenario's throughput over its runs, in Gbit/s received.
+type TCPRow struct {
+	Scenario    string    `json:"scenario"`
+	Description string    `json:"description"`
+	Gbps        []float64 `json:"gbps_runs"`
+	MedianGbps  float64   `json:"median_gbps"`
+	MinGbps     float64   `json:"min_gbps"`
+	MaxGbps     float64   `json:"max_gbps"`
+	Ratio       float64   `json:"ratio"`
+	Note        string    `json:"note,omitempty"`
+}
+
+const iperfPort = 5201
+
+// TCPBench runs iperf3 through each scenario on a fresh testbed.
+func TCPBench(ctx context.Context, o TCPOptions) (*TCPReport, error) {
+	scs, err := o.Validate()
+	if err != nil {
+		return nil, err
+	}
+	rep := &TCPReport{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU(), Seconds: o.Seconds}
+	for _, s := range scs {
+		if s.Name == "routed" {
+			rep.Baseline = "routed"
+		}
+	}
+	for _, s := range scs {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		row, err := tcpScenario(ctx, s, o)
+		if err != nil {
+			return rep, fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	rep.finish()
+	return rep, nil
+}
+
+func tcpScenario(ctx context.Context, s Scenario, o TCPOptions) (row TCPRow, err error) {
+	tb := Testbed{Prefix: o.Prefix, Layout: LayoutDUT}
+	if err := tb.Up(); err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, tb.Down()) }()
+	teardown, err := s.Setup(tb)
+	if err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, teardown()) }()
+
+	server, err := startIperfServer(tb.Sink().Netns)
+	if err != nil {
+		return row, err
+	}
+	defer func() {
+		server.Process.Kill()
+		server.Wait()
+	}()
+	row = TCPRow{Scenario: s.Name, Description: s.Description}
+	for i := 0; i < o.Runs; i++ {
+		gbps, err := iperfRun(ctx, tb, o.Seconds)
+		if err != nil {
+			return row, err
+		}
+		row.Gbps = append(row.Gbps, gbps)
+		fmt.Fprintf(o.Log, "%-16s run %d/%d: %.2f Gbit/s\n", s.Name, i+1, o.Runs, gbps)
+	}
+	return row, nil
+}
+
+// startIperfServer starts iperf3 in the namespace; the child keeps the
+// namespace of the thread that started it.
+func startIperfServer(ns string) (*exec.Cmd, error) {
+	cmd := exec.Command("iperf3", "-s", "-p", strconv.Itoa(iperfPort))
+	if err := netns.Run(ns, cmd.Start); err != nil {
+		return nil, fmt.Errorf("start iperf3 server in %s: %w", ns, err)
+	}
+	return cmd, nil
+}
+
+// iperfRun runs one client and returns the received Gbit/s. The server may
+// need a moment to listen, so a refused first connection is retried.
+func iperfRun(ctx context.Context, tb Testbed, seconds int) (float64, error) {
+	var last error
+	for try := 0; try < 20; try++ {
+		var out []byte
+		err := netns.Run(tb.Gen().Netns, func() error {
+			var err error
+			cmd := exec.CommandContext(ctx, "iperf3", "-c", tb.Sink().Addr.Addr().String(), "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(seconds), "-J")
+			out, err = cmd.Output()
+			return err
+		})
+		var res struct {
+			End struct {
+				SumReceived struct {
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+			Error string `json:"error"`
+		}
+		if jerr := json.Unmarshal(out, &res); jerr == nil && res.Error == "" && err == nil {
+			return res.End.SumReceived.BitsPerSecond / 1e9, nil
+		} else if res.Error != "" {
+			last = errors.New(res.Error)
+		} else {
+			last = errors.Join(err, jerr)
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("iperf3 client: %w", last)
+}
+
+func (r *TCPReport) finish() {
+	var base float64
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		row.MedianGbps = median(row.Gbps)
+		if len(row.Gbps) > 0 {
+			row.MinGbps, row.MaxGbps = slices.Min(row.Gbps), slices.Max(row.Gbps)
+		}
+		if row.Scenario == r.Baseline {
+			base = row.MedianGbps
+		}
+	}
+	for i := range r.Rows {
+		if base > 0 {
+			r.Rows[i].Ratio = r.Rows[i].MedianGbps / base
+		}
+	}
+}
+
+var tcpColumns = []string{"scenario", "Gbit/s", "min–max", "ratio", "note"}
+
+func (r *TCPReport) cells(row TCPRow) []string {
+	ratio := "—"
+	if row.Ratio != 0 {
+		ratio = fmt.Sprintf("%.2f×", row.Ratio)
+	}
+	return []string{row.Scenario, fmt.Sprintf("%.2f", row.MedianGbps), fmt.Sprintf("%.2f–%.2f", row.MinGbps, row.MaxGbps), ratio, row.Note}
+}
+
+// Table renders the report for a terminal.
+func (r *TCPReport) Table() string {
+	lines := [][]string{tcpColumns}
+	for _, row := range r.Rows {
+		lines = append(lines, r.cells(row))
+	}
+	widths := make([]int, len(tcpColumns))
+	for _, l := range lines {
+		for i, c := range l {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	var b strings.Builder
+	for n, l := range lines {
+		var line strings.Builder
+		for i, c := range l {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			if i == 0 || i == len(l)-1 {
+				fmt.Fprintf(&line, "%-*s", widths[i], c)
+			} else {
+				fmt.Fprintf(&line, "%*s", widths[i], c)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+		if n == 0 {
+			for i, w := range widths {
+				if i > 0 {
+					b.WriteString("  ")
+				}
+				b.WriteString(strings.Repeat("-", w))
+			}
+			b.WriteString("\n")
+		}
+	}
+	fmt.Fprintf(&b, "iperf3, one TCP stream, %d s per run", r.Seconds)
+	if r.Baseline != "" {
+		fmt.Fprintf(&b, "; ratio: Gbit/s / Gbit/s of %s in the same run", r.Baseline)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// Markdown renders the report for docs.
+func (r *TCPReport) Markdown() string {
+	var b strings.Builder
+	b.WriteString("# fastpath lab tcp\n\n")
+	fmt.Fprintf(&b, "- date: %s\n- command: `%s`\n- kernel: %s\n- CPU: %s (%d CPUs)\n", r.Started.Format(time.RFC3339), r.Command, r.Kernel, r.CPUModel, r.CPUs)
+	fmt.Fprintf(&b, "- iperf3, one TCP stream, %d s per run, client and server in their own namespaces, the DUT routing between them\n", r.Seconds)
+	if r.Baseline != "" {
+		fmt.Fprintf(&b, "- ratio: Gbit/s / Gbit/s of %s in the same run\n", r.Baseline)
+	}
+	b.WriteString("\n")
+	mdRow(&b, tcpColumns)
+	b.WriteString("|---|---:|---:|---:|---|\n")
+	for _, row := range r.Rows {
+		mdRow(&b, r.cells(row))
+	}
+	b.WriteString("\nGbit/s of each run:\n\n")
+	for _, row := range r.Rows {
+		runs := make([]string, len(row.Gbps))
+		for i, g := range row.Gbps {
+			runs[i] = fmt.Sprintf("%.2f", g)
+		}
+		fmt.Fprintf(&b, "- %s: %s\n", row.Scenario, strings.Join(runs, ", "))
+	}
+	return b.String()
+}
+
+// WritePNG draws the rows as bars of median Gbit/s with min–max whiskers.
+func (r *TCPReport) WritePNG(w io.Writer) error {
+	bars := make([]chartBar, len(r.Rows))
+	for i, row := range r.Rows {
+		bars[i] = chartBar{row.Scenario, row.MedianGbps, row.MinGbps, row.MaxGbps, row.Scenario == r.Baseline}
+	}
+	return writeChart(w, "fastpath lab tcp - iperf3 Gbit/s", "Gbit/s received (bar: median, whisker: min-max)", bars)
+}
