@@ -275,7 +275,11 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k)
 		return XDP_PASS;
 	}
 
-	if (frag_later || (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP))
+	if (frag_later) {
+		k->noports = 1;
+		return CONTINUE;
+	}
+	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP)
 		return CONTINUE;
 	if (!PKT_HAS(l4, 4, end))
 		return XDP_DROP;
@@ -360,6 +364,8 @@ static __always_inline int rule_matches(const struct fw_rule *r, const struct fw
 		return 0;
 	if (r->proto && r->proto != k->proto)
 		return 0;
+	if (r->has_ports && k->noports)
+		return 0;
 	if (k->sport < r->sport_lo || k->sport > r->sport_hi)
 		return 0;
 	if (k->dport < r->dport_lo || k->dport > r->dport_hi)
@@ -443,7 +449,7 @@ static __always_inline __u32 classify(const struct fw_flow_key *k, __u32 slot, _
 		if ((m = slot_map(&fw_dst6, slot)))
 			scan_span(&s, bpf_map_lookup_elem(m, &lk));
 	}
-	if (k->proto == IPPROTO_TCP || k->proto == IPPROTO_UDP) {
+	if ((k->proto == IPPROTO_TCP || k->proto == IPPROTO_UDP) && !k->noports) {
 		__u32 port = k->dport;
 
 		if ((m = slot_map(&fw_dport, slot)))
@@ -548,7 +554,13 @@ int fw_xdp(struct xdp_md *ctx)
 		return rc;
 	if (key.family == FW_FAMILY_IPV4) {
 		struct fw_flow4_key k4 = {
-			.src = key.src[3], .dst = key.dst[3], .sport = key.sport, .dport = key.dport, .proto = key.proto};
+			.src = key.src[3],
+			.dst = key.dst[3],
+			.sport = key.sport,
+			.dport = key.dport,
+			.proto = key.proto,
+			.noports = key.noports,
+		};
 
 		return apply_rules(&key, &fw_flows4, &k4, len, now);
 	}

@@ -20,14 +20,16 @@ enum fw_family {
 
 /* A flow: the 5-tuple. IPv4 addresses are stored IPv4-mapped
  * (::ffff:a.b.c.d) so that one key and one rule layout serve both
- * families. Ports are 0 for protocols without ports and for IPv4 fragments
- * after the first. Ports are in host byte order. */
+ * families. Ports are in host byte order, 0 for protocols without ports;
+ * fragments after the first have no ports either, and say so in noports,
+ * so that no port rule matches them (as in iptables). */
 struct fw_flow_key {
 	__u8 family;
 	__u8 proto;
 	__u16 sport;
 	__u16 dport;
-	__u16 pad;
+	__u8 noports;
+	__u8 pad;
 	__u32 src[4];
 	__u32 dst[4];
 };
@@ -40,7 +42,8 @@ struct fw_flow4_key {
 	__u16 sport;
 	__u16 dport;
 	__u8 proto;
-	__u8 pad[3];
+	__u8 noports;
+	__u8 pad[2];
 };
 
 /* Per-flow monitoring, which also caches the flow's classification: the
@@ -113,7 +116,7 @@ struct fw_rule {
 	__u8 family;
 	__u8 proto; /* 0: any */
 	__u8 action;
-	__u8 pad;
+	__u8 has_ports; /* a port range narrower than all ports */
 	__u16 sport_lo, sport_hi;
 	__u16 dport_lo, dport_hi;
 	__u32 pad2;

@@ -214,6 +214,9 @@ func kernelRule(r Rule) fwFwRule {
 		Family: r.Family(), Proto: uint8(r.Proto), Action: uint8(r.Action),
 		SportLo: r.SPort.Lo, SportHi: r.SPort.Hi, DportLo: r.DPort.Lo, DportHi: r.DPort.Hi,
 	}
+	if !r.SPort.IsAny() || !r.DPort.IsAny() {
+		k.HasPorts = 1
+	}
 	k.SrcNet, k.SrcMask = netMask(r.Src)
 	k.DstNet, k.DstMask = netMask(r.Dst)
 	return k

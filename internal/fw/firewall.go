@@ -483,16 +483,21 @@ func wallTime(ns uint64) time.Time {
 	return time.Now().Add(-time.Duration(monotonic() - ns))
 }
 
-// Flow is a 5-tuple. Ports are 0 for protocols without them.
+// Flow is a 5-tuple. Ports are 0 for protocols without them; Fragment
+// marks the fragments after the first, which carry no ports.
 type Flow struct {
-	Src   netip.Addr `json:"src"`
-	Dst   netip.Addr `json:"dst"`
-	Proto Proto      `json:"proto"`
-	SPort uint16     `json:"sport"`
-	DPort uint16     `json:"dport"`
+	Src      netip.Addr `json:"src"`
+	Dst      netip.Addr `json:"dst"`
+	Proto    Proto      `json:"proto"`
+	SPort    uint16     `json:"sport"`
+	DPort    uint16     `json:"dport"`
+	Fragment bool       `json:"fragment,omitempty"`
 }
 
 func (fl Flow) String() string {
+	if fl.Fragment {
+		return fmt.Sprintf("%s %s → %s (fragments)", fl.Proto, fl.Src, fl.Dst)
+	}
 	if fl.Proto == 6 || fl.Proto == 17 {
 		return fmt.Sprintf("%s %s → %s", fl.Proto, netip.AddrPortFrom(fl.Src, fl.SPort), netip.AddrPortFrom(fl.Dst, fl.DPort))
 	}
@@ -515,6 +520,9 @@ func (fl Flow) Validate() error {
 
 func (fl Flow) key() fwFwFlowKey {
 	k := fwFwFlowKey{Proto: uint8(fl.Proto), Sport: fl.SPort, Dport: fl.DPort, Family: 6}
+	if fl.Fragment {
+		k.Noports = 1
+	}
 	if fl.Src.Is4() {
 		k.Family = 4
 	}
@@ -532,11 +540,11 @@ func flowFromKey4(k fwFwFlow4Key) Flow {
 	var s, d [4]byte
 	binary.LittleEndian.PutUint32(s[:], k.Src)
 	binary.LittleEndian.PutUint32(d[:], k.Dst)
-	return Flow{Src: netip.AddrFrom4(s), Dst: netip.AddrFrom4(d), Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport}
+	return Flow{Src: netip.AddrFrom4(s), Dst: netip.AddrFrom4(d), Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport, Fragment: k.Noports != 0}
 }
 
 func flowFromKey(k fwFwFlowKey) Flow {
-	fl := Flow{Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport}
+	fl := Flow{Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport, Fragment: k.Noports != 0}
 	fl.Src, fl.Dst = netip.AddrFrom16(unwords(k.Src)), netip.AddrFrom16(unwords(k.Dst))
 	if k.Family == 4 {
 		fl.Src, fl.Dst = fl.Src.Unmap(), fl.Dst.Unmap()

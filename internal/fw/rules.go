@@ -453,6 +453,9 @@ func (r Rule) Matches(fl Flow) bool {
 	if r.Proto != 0 && r.Proto != fl.Proto {
 		return false
 	}
+	if fl.Fragment && (!r.SPort.IsAny() || !r.DPort.IsAny()) {
+		return false
+	}
 	if !r.SPort.IsAny() && (fl.SPort < r.SPort.Lo || fl.SPort > r.SPort.Hi) {
 		return false
 	}
