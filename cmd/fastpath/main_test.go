@@ -18,10 +18,22 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(empty, []byte{0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0}, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badRules := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(badRules, []byte("default = \"drop\"\n\n[[rule]]\naction = \"drop\"\nsrc = \"10.0.0.300/8\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		args []string
 		want string
 	}{
+		"fw bad rules file":        {[]string{"fw", "check", badRules}, "bad.toml:5: bad prefix \"10.0.0.300/8\""},
+		"fw attach bad file":       {[]string{"fw", "attach", "--rules", badRules, "eth0"}, "bad.toml:5"},
+		"fw not attached":          {[]string{"fw", "list", "--name", "fp-tcli-none"}, "not attached"},
+		"fw add no action":         {[]string{"fw", "add", "--src", "10.0.0.0/8"}, "--action drop or --action pass is required"},
+		"fw add bad port":          {[]string{"fw", "add", "--action", "drop", "--proto", "tcp", "--dport", "9-1"}, "runs backwards"},
+		"fw block no proto":        {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "192.0.2.2"}, "--proto is required"},
+		"fw block mixed":           {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "2001:db8::1", "--proto", "udp"}, "mixes IPv4 and IPv6"},
+		"fw bad name":              {[]string{"fw", "attach", "--name", "../x", "eth0"}, "instance name"},
 		"unknown scenario":         {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
 		"unknown layout":           {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
 		"missing pcap":             {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},

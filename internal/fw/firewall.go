@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -42,6 +43,10 @@ type LoadOptions struct {
 type Firewall struct {
 	objs  fwObjects
 	specs map[string]*ebpf.MapSpec
+	// dir is the pin directory, locked while a rule set is installed so
+	// that two processes never build into the same slot.
+	dir string
+	mu  sync.Mutex
 }
 
 // Load loads the program and creates (or reopens) its maps.
@@ -59,7 +64,7 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		pinAll(spec)
 		copts.Maps.PinPath = opts.PinPath
 	}
-	f := &Firewall{specs: spec.Maps}
+	f := &Firewall{specs: spec.Maps, dir: opts.PinPath}
 	if err := spec.LoadAndAssign(&f.objs, &copts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -90,7 +95,7 @@ func OpenPinned(name string) (*Firewall, error) {
 		return nil, err
 	}
 	pinAll(spec)
-	f := &Firewall{specs: spec.Maps}
+	f := &Firewall{specs: spec.Maps, dir: dir}
 	if err := spec.LoadAndAssign(&f.objs.fwMaps, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
 		return nil, fmt.Errorf("open the maps of firewall %q: %w", name, err)
 	}
@@ -166,6 +171,11 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	c := compile(rs)
+	unlock, err := f.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	gen, err := f.Generation()
 	if err != nil {
 		return err
@@ -195,6 +205,31 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return fmt.Errorf("activate the rule set: %w", err)
 	}
 	return nil
+}
+
+// lock serialises rule-set installs, across processes through an flock on
+// the pin directory.
+func (f *Firewall) lock() (func(), error) {
+	f.mu.Lock()
+	if f.dir == "" {
+		return f.mu.Unlock, nil
+	}
+	d, err := os.Open(f.dir)
+	if err == nil {
+		err = unix.Flock(int(d.Fd()), unix.LOCK_EX)
+	}
+	if err != nil {
+		if d != nil {
+			d.Close()
+		}
+		f.mu.Unlock()
+		return nil, fmt.Errorf("lock %s: %w", f.dir, err)
+	}
+	return func() {
+		unix.Flock(int(d.Fd()), unix.LOCK_UN)
+		d.Close()
+		f.mu.Unlock()
+	}, nil
 }
 
 // build creates and fills a slot's maps.

@@ -224,17 +224,20 @@ func init() {
 		tcp = append(tcp, "fw-"+c.name)
 	}
 	register("fw-100k-generic", "fastpath fw, 100,000 rules + 1, generic XDP", 44, setupFirewall(100000, true))
+	group = append(group, "fw-100k-generic")
 	tcp = append(tcp, "fw-100k-generic")
+	var ipt, nft, xf []string
 	for i, c := range labCounts[1:] {
 		register("iptables-"+c.name, fmt.Sprintf("iptables chain of %d source prefixes + 1 accept", c.n), 50+i, setupIptables(c.n))
 		register("nft-"+c.name, fmt.Sprintf("nftables interval set of %d source prefixes + 1 accept", c.n), 55+i, setupNft(c.n))
-		group = append(group, "iptables-"+c.name, "nft-"+c.name)
-		tcp = append(tcp, "iptables-"+c.name, "nft-"+c.name)
+		ipt, nft = append(ipt, "iptables-"+c.name), append(nft, "nft-"+c.name)
 		if c.n <= 10000 {
 			register("xdp-filter-"+c.name, fmt.Sprintf("xdp-filter, %d source addresses (it has no prefixes)", c.n), 60+i, setupXDPFilter(c.n))
-			group = append(group, "xdp-filter-"+c.name)
+			xf = append(xf, "xdp-filter-"+c.name)
 		}
 	}
+	group = append(append(append(group, ipt...), nft...), xf...)
+	tcp = append(append(tcp, ipt...), nft...)
 	lab.RegisterGroup("fw", group...)
 	lab.RegisterGroup("fw-tcp", tcp...)
 }

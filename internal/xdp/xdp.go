@@ -93,3 +93,14 @@ func Attach(i Iface, prog *ebpf.Program, mode Mode) (link.Link, error) {
 	}
 	return l, nil
 }
+
+// IsVeth says the interface is one end of a veth pair.
+func IsVeth(i Iface) bool {
+	h, err := netns.Handle(i.Netns)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	l, err := h.LinkByName(i.Name)
+	return err == nil && l.Type() == "veth"
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fastpath-dev/fastpath/internal/fw"
+	"github.com/fastpath-dev/fastpath/internal/labtest"
+)
+
+// fastpath runs the CLI in-process and returns what it printed.
+func fastpath(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	cmd := rootCmd()
+	cmd.SetArgs(args)
+	err = cmd.ExecuteContext(context.Background())
+	os.Stdout = stdout
+	w.Close()
+	return <-done, err
+}
+
+// TestFwCommands drives the firewall through the CLI on a testbed: attach
+// with rules, add, del, a refused load that changes nothing, block, detach.
+func TestFwCommands(t *testing.T) {
+	tb := labtest.Testbed(t)
+	name := tb.Prefix + "cli"
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(good, []byte("default = \"drop\"\n[[rule]]\naction = \"pass\"\nsrc = \"198.18.0.0/24\"\n[[rule]]\naction = \"drop\"\nproto = \"udp\"\ndport = \"1-100\"\n"), 0o644)
+	os.WriteFile(bad, []byte("[[rule]]\naction = \"pass\"\n\n[[rule]]\naction = \"drop\"\nproto = \"tcp\"\nsrc = \"10.0.0.0/8\"\ndst = \"2001:db8::/32\"\n"), 0o644)
+	t.Cleanup(func() {
+		if _, err := os.Stat(fw.PinDir(name)); err == nil {
+			fw.Detach(name, nil)
+		}
+	})
+	if _, err := fastpath(t, "fw", "attach", "--name", name, "--netns", tb.DUTIn().Netns, "--rules", good, tb.DUTIn().Dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fastpath(t, "fw", "add", "--name", name, "--action", "drop", "--src", "192.0.2.0/24", "--at", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fastpath(t, "fw", "del", "--name", name, "3"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"drop src 192.0.2.0/24", "pass src 198.18.0.0/24"}
+	list := func() []string {
+		out, err := fastpath(t, "fw", "list", "--name", name, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l struct {
+			Default string `json:"default"`
+			Rules   []struct {
+				fw.Rule
+			} `json:"rules"`
+		}
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatalf("fw list --json: %v\n%s", err, out)
+		}
+		var got []string
+		for _, r := range l.Rules {
+			got = append(got, r.Rule.String())
+		}
+		return append(got, "default "+l.Default)
+	}
+	want = append(want, "default drop")
+	if got := list(); strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("rules after add and del: %q, want %q", got, want)
+	}
+	_, err := fastpath(t, "fw", "load", "--name", name, bad)
+	if err == nil || !strings.Contains(err.Error(), "bad.toml:4: rule 2: src 10.0.0.0/8 and dst 2001:db8::/32") {
+		t.Fatalf("load of a bad file: %v", err)
+	}
+	if got := list(); strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("a refused load changed the rules: %q", got)
+	}
+	if _, err := fastpath(t, "fw", "block", "--name", name, "--src", "198.18.0.1", "--dst", "198.18.1.1", "--proto", "udp", "--sport", "5", "--dport", "6", "--for", "1h"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := fastpath(t, "fw", "list-blocked", "--name", name, "--json")
+	if err != nil || !strings.Contains(out, `"dport": 6`) {
+		t.Fatalf("list-blocked: %v\n%s", err, out)
+	}
+	if out, err := fastpath(t, "fw", "stats", "--name", name, "--json"); err != nil || !strings.Contains(out, `"drop_blocked"`) {
+		t.Fatalf("stats: %v\n%s", err, out)
+	}
+	if _, err := fastpath(t, "fw", "detach", "--name", name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fw.PinDir(name)); !os.IsNotExist(err) {
+		t.Fatalf("detach left %s", fw.PinDir(name))
+	}
+}
