@@ -369,6 +369,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 		jsonOut, mdOut  string
 		plotOut         string
 		list            bool
+		interleave      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [SCENARIO...]",
@@ -384,7 +385,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 				args = []string{"veth", "bridge", "xdp-redirect"}
 			}
 			o := lab.BenchOptions{
-				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Size: size, Prefix: *prefix, CPU: cpu,
+				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Size: size, Prefix: *prefix, CPU: cpu, Interleave: interleave,
 				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr,
 			}
 			if _, err := o.Validate(); err != nil {
@@ -411,6 +412,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
 	f.BoolVar(&list, "list", false, "list the scenarios and exit")
+	f.BoolVar(&interleave, "interleave", false, "run the scenarios in turns, one run each, so that the machine's drift hits every row alike")
 	return cmd
 }
 

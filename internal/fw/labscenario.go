@@ -24,6 +24,12 @@ import (
 // source prefixes that miss the test flow, then one rule that passes it,
 // then drop.
 
+// The churn row's flows and flow-table size.
+const (
+	churnFlows = 65536
+	churnTable = 4096
+)
+
 // labCounts are the rule counts of the rows.
 var labCounts = []struct {
 	n    int
@@ -75,10 +81,10 @@ func labInstance(tb lab.Testbed, generic bool) string {
 	return tb.Prefix + "fw"
 }
 
-func setupFirewall(n int, generic bool) func(lab.Testbed) (func() error, error) {
+func setupFirewall(n int, generic bool, maxFlows uint32) func(lab.Testbed) (func() error, error) {
 	return func(tb lab.Testbed) (func() error, error) {
 		name := labInstance(tb, generic)
-		o := AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: LabRules(tb, n), NoFallback: true, Mode: xdp.Native}
+		o := AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: LabRules(tb, n), NoFallback: true, Mode: xdp.Native, MaxFlows: maxFlows}
 		if generic {
 			o.Mode = xdp.Generic
 		}
@@ -219,11 +225,24 @@ func init() {
 	group := []string{"routed"}
 	tcp := []string{"routed", "xdp-pass"}
 	for i, c := range labCounts {
-		register("fw-"+c.name, fmt.Sprintf("fastpath fw, %d random prefix rules + 1 pass rule, native XDP", c.n), 40+i, setupFirewall(c.n, false))
+		register("fw-"+c.name, fmt.Sprintf("fastpath fw, %d random prefix rules + 1 pass rule, native XDP", c.n), 40+i, setupFirewall(c.n, false, 0))
 		group = append(group, "fw-"+c.name)
 		tcp = append(tcp, "fw-"+c.name)
 	}
-	register("fw-100k-generic", "fastpath fw, 100,000 rules + 1, generic XDP", 44, setupFirewall(100000, true))
+	register("fw-100k-generic", "fastpath fw, 100,000 rules + 1, generic XDP", 44, setupFirewall(100000, true, 0))
+	// The worst case: no packet finds its flow, so every one is classified
+	// and evicts another flow.
+	lab.Register(lab.Scenario{
+		Name: "fw-100k-churn", Description: fmt.Sprintf("fastpath fw, 100,000 rules + 1; %d flows cycling through a %d-entry flow table: every packet classified", churnFlows, churnTable),
+		Layout: lab.LayoutDUT, Order: 45, Rewrites: true, Routed: true,
+		Setup: setupFirewall(100000, false, churnTable),
+		Packets: func(tb lab.Testbed, size int) ([][]byte, error) {
+			u := tb.DefaultUDP()
+			u.Size, u.DstMAC, u.Count = size, tb.DUTIn().MAC, churnFlows
+			return lab.UDPPackets(u)
+		},
+	})
+	group = append(group, "fw-100k-churn")
 	group = append(group, "fw-100k-generic")
 	tcp = append(tcp, "fw-100k-generic")
 	var ipt, nft, xf []string

@@ -22,6 +22,10 @@ type BenchOptions struct {
 	Runs      int
 	// Packets sent per run.
 	Packets uint64
+	// Interleave runs the scenarios in turns, one run each, rebuilding each
+	// scenario every turn: the machine's drift then spreads over all rows
+	// alike instead of favouring the ones that ran in a quiet minute.
+	Interleave bool
 	// MaxSeconds ends a run early, for scenarios so slow that Packets would
 	// take minutes (0: no limit).
 	MaxSeconds float64
@@ -90,15 +94,38 @@ func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
 			rep.Baseline = "routed"
 		}
 	}
-	for _, s := range scs {
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
+	turns, per := 1, o.Runs
+	if o.Interleave {
+		turns, per = o.Runs, 1
+	}
+	rep.Rows = make([]Row, len(scs))
+	// What ran so far, when a run stops early.
+	partial := func() *Report {
+		var done []Row
+		for _, r := range rep.Rows {
+			if r.Scenario != "" {
+				done = append(done, r)
+			}
 		}
-		row, err := benchScenario(ctx, s, o, rep.Restore)
-		if err != nil {
-			return rep, fmt.Errorf("scenario %s: %w", s.Name, err)
+		rep.Rows = done
+		rep.Finish()
+		return rep
+	}
+	for turn := 0; turn < turns; turn++ {
+		for i, s := range scs {
+			if ctx.Err() != nil {
+				return partial(), ctx.Err()
+			}
+			row, err := benchScenario(ctx, s, o, rep.Restore, turn*per, per)
+			if err != nil {
+				return partial(), fmt.Errorf("scenario %s: %w", s.Name, err)
+			}
+			row.Runs = append(rep.Rows[i].Runs, row.Runs...)
+			if rep.Rows[i].Note != "" && row.Note == "" {
+				row.Note = rep.Rows[i].Note
+			}
+			rep.Rows[i] = row
 		}
-		rep.Rows = append(rep.Rows, row)
 	}
 	rep.Finish()
 	for i := range rep.Rows {
@@ -113,7 +140,9 @@ func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
 	return rep, nil
 }
 
-func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool) (row Row, err error) {
+// benchScenario sets a scenario up and measures runs of it, numbered from
+// first+1 of o.Runs in the log.
+func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool, first, runs int) (row Row, err error) {
 	tb := Testbed{Prefix: o.Prefix, Layout: s.Layout}
 	if err := tb.Up(); err != nil {
 		return row, err
@@ -153,7 +182,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000), Duration: time.Second}); err != nil {
 		return row, err
 	}
-	for i := 0; i < o.Runs; i++ {
+	for i := first; i < first+runs; i++ {
 		before, err := sink.Total()
 		if err != nil {
 			return row, err
