@@ -631,3 +631,23 @@ func TestExampleFile(t *testing.T) {
 		}
 	}
 }
+
+func TestTop(t *testing.T) {
+	a := flow("192.0.2.1", "198.51.100.1", 17, 1, 2)
+	b := flow("192.0.2.2", "198.51.100.1", 17, 1, 2)
+	c := flow("192.0.2.3", "198.51.100.1", 17, 1, 2)
+	before := []FlowStats{{Flow: a, Packets: 100, Bytes: 10000}, {Flow: b, Packets: 50, Bytes: 5000}, {Flow: c, Packets: 7, Bytes: 700}}
+	after := []FlowStats{
+		{Flow: a, Packets: 300, Bytes: 30000},                                           // +200 packets
+		{Flow: b, Packets: 5, Bytes: 500},                                               // evicted and back: 5 new packets
+		{Flow: c, Packets: 7, Bytes: 700},                                               // idle: not shown
+		{Flow: flow("192.0.2.4", "198.51.100.1", 6, 3, 4), Packets: 1000, Bytes: 64000}, // new
+	}
+	top := Top(before, after, 2*time.Second, 2)
+	if len(top) != 2 || top[0].Packets != 1000 || top[0].PPS != 500 || top[0].BPS != 256000 || top[1].Flow != a || top[1].PPS != 100 {
+		t.Fatalf("top %+v", top)
+	}
+	if all := Top(before, after, time.Second, 0); len(all) != 3 || all[2].Flow != b || all[2].PPS != 5 {
+		t.Fatalf("all %+v", all)
+	}
+}
