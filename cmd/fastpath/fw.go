@@ -38,7 +38,7 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		return fw.OpenPinned(name)
 	}
 	cmd.AddCommand(fwAttachCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
-		fwListCmd(open), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(open))
+		fwListCmd(open), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open))
 	return cmd
 }
 
@@ -542,7 +542,7 @@ func siBits(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-func fwStatsCmd(open openFunc) *cobra.Command {
+func fwStatsCmd(name *string, open openFunc) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -567,7 +567,7 @@ func fwStatsCmd(open openFunc) *cobra.Command {
 				if srcs == nil {
 					srcs = []fw.RateSource{}
 				}
-				return printJSON(map[string]any{"counters": c, "rate_limited": srcs, "generation": gen})
+				return printJSON(map[string]any{"counters": c, "rate_limited": srcs, "generation": gen, "devices": fw.Devices(*name)})
 			}
 			var names []string
 			for k := range c {
@@ -579,6 +579,7 @@ func fwStatsCmd(open openFunc) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%d\n", k, c[k])
 			}
 			fmt.Fprintf(w, "rule set generation\t%d\n", gen)
+			fmt.Fprintf(w, "attached to\t%s\n", strings.Join(fw.Devices(*name), ", "))
 			w.Flush()
 			if len(srcs) > 0 {
 				fmt.Println("\nrate-limited sources:")

@@ -364,43 +364,26 @@ func ParseRules(name string, b []byte) (*RuleSet, error) {
 			rs.Rules[i].Line = lines[i]
 		}
 	}
-	// IsDefined cannot index arrays of tables; count the action keys instead.
-	actions := 0
+	// Keys come in file order: each "rule" opens the next rule's table.
+	hasAction := make([]bool, len(rs.Rules))
+	i := -1
 	for _, k := range md.Keys() {
-		if len(k) == 2 && k[0] == "rule" && k[1] == "action" {
-			actions++
+		switch {
+		case len(k) == 1 && k[0] == "rule":
+			i++
+		case len(k) == 2 && k[0] == "rule" && k[1] == "action" && i >= 0 && i < len(hasAction):
+			hasAction[i] = true
 		}
 	}
-	if actions != len(rs.Rules) {
-		for i := range rs.Rules {
-			if !ruleHasAction(b, lines, i) {
-				return nil, fmt.Errorf("%w: %s:%d: rule %d has no action: add action = \"drop\" or \"pass\"", ErrInvalid, name, rs.Rules[i].Line, i+1)
-			}
+	for i, ok := range hasAction {
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: rule %d has no action: add action = \"drop\" or \"pass\"", ErrInvalid, rs.where(&rs.Rules[i]), i+1)
 		}
 	}
 	if err := rs.Validate(); err != nil {
 		return nil, err
 	}
 	return rs, nil
-}
-
-// ruleHasAction looks for an action key between rule i's header and the next
-// table header.
-func ruleHasAction(b []byte, lines []int, i int) bool {
-	if i >= len(lines) {
-		return true
-	}
-	all := bytes.Split(b, []byte("\n"))
-	for _, l := range all[lines[i]:] {
-		t := bytes.TrimSpace(l)
-		if bytes.HasPrefix(t, []byte("[")) {
-			break
-		}
-		if k, _, ok := bytes.Cut(t, []byte("=")); ok && string(bytes.TrimSpace(k)) == "action" {
-			return true
-		}
-	}
-	return false
 }
 
 // Validate checks every rule, naming the file and line of the first bad one.
