@@ -2,6 +2,8 @@
 # missing through `make deps` first.
 
 GO      ?= go
+# rustup installs cargo here; make deps puts it there if it is missing.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 BIN     := bin/fastpath
 # Every Go package with BPF programs keeps its bpf2go directives in bpf.go and
 # its C under bpf/<name>/ (the lab's under bpf/lab/).
@@ -21,8 +23,17 @@ internal/%/.bpf-stamp: $$(wildcard bpf/$$*/*.c bpf/$$*/*.h) $(BPF_INCLUDE) inter
 	cd internal/$* && $(GO) generate
 	@touch $@
 
-build: $(BPF_STAMPS)
+build: $(BPF_STAMPS) bin/fastpath-rt
 	$(GO) build -o $(BIN) ./cmd/fastpath
+
+# The userspace runtime (Rust); cargo rebuilds only what changed.
+CARGO ?= cargo
+bin/fastpath-rt: FORCE
+	$(CARGO) build --release --quiet --manifest-path runtime/Cargo.toml
+	@mkdir -p bin && cp runtime/target/release/fastpath-rt bin/fastpath-rt
+
+.PHONY: FORCE
+FORCE:
 
 test: deps build
 	@bash scripts/test.sh
@@ -36,5 +47,5 @@ lab-down: build
 	./$(BIN) lab down
 
 clean:
-	rm -rf bin results
+	rm -rf bin results runtime/target
 	rm -f $(BPF_STAMPS) $(foreach p,$(BPF_PKGS),$(wildcard $(p)/*_bpfel.go $(p)/*_bpfel.o))

@@ -34,6 +34,17 @@ case "$gover" in
 esac
 go mod download
 
+# Rust for the userspace runtime (runtime/): rustup's toolchain if there is
+# none. Its crates are pinned to versions that build with Rust 1.95.
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v cargo >/dev/null 2>&1; then
+	say "installing Rust 1.95 with rustup"
+	command -v curl >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends curl ca-certificates >/dev/null
+	curl -sSf https://sh.rustup.rs | sh -s -- -y -q --profile minimal --default-toolchain 1.95.0 >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo is not installed: install Rust (https://rustup.rs) and run make again"
+cargo fetch -q --manifest-path runtime/Cargo.toml
+
 # bpffs: fastpath pins its maps and links under /sys/fs/bpf/fastpath.
 if [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs" ]; then
 	say "mounting bpffs at /sys/fs/bpf"

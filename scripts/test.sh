@@ -8,9 +8,18 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 go test -count=1 -v ./... 2>&1 | tee "$log" | grep -E '^(--- (PASS|FAIL|SKIP)|ok|FAIL|panic)'
 status=${PIPESTATUS[0]}
+# The runtime's own tests (Rust); each "test … ok" counts as a pass.
+rlog=$(mktemp)
+trap 'rm -f "$log" "$rlog"' EXIT
+cargo test --release --quiet --manifest-path runtime/Cargo.toml >"$rlog" 2>&1
+rstatus=$?
+grep -E '^test result|FAILED|panicked|^error' "$rlog" || true
+[ "$rstatus" -ne 0 ] && status=$rstatus
+rpassed=$(grep -oE 'test result: [a-z]+\. [0-9]+ passed' "$rlog" | awk '{s+=$4} END {print s+0}')
+rfailed=$(grep -oE '[0-9]+ failed' "$rlog" | awk '{s+=$1} END {print s+0}')
 # Count leaf and parent tests alike: each "--- PASS" line is one test.
-passed=$(grep -cE '^\s*--- PASS' "$log")
-failed=$(grep -cE '^\s*--- FAIL' "$log")
+passed=$(( $(grep -cE '^\s*--- PASS' "$log") + rpassed ))
+failed=$(( $(grep -cE '^\s*--- FAIL' "$log") + rfailed ))
 skipped=$(grep -cE '^\s*--- SKIP' "$log")
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	# A build failure or panic fails no named test: show it and count it.

@@ -28,6 +28,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCmd(), brCmd(), fwCmd())
+	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd())
 	return root
 }

@@ -1,0 +1,206 @@
+// Package rt drives fastpath-rt, the userspace XDP runtime (runtime/, in
+// Rust): it finds the binary, hands it packets and map contents, and reads
+// back verdicts, output frames, ring buffer records and maps.
+package rt
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fastpath-dev/fastpath/internal/lab"
+)
+
+// ErrNoBinary is returned when fastpath-rt cannot be found.
+var ErrNoBinary = errors.New("fastpath-rt not found: build it with make build (cargo build --release in runtime/)")
+
+// Binary finds fastpath-rt: $FASTPATH_RT, next to the running executable,
+// or in runtime/target/release of the source tree.
+func Binary() (string, error) {
+	if p := os.Getenv("FASTPATH_RT"); p != "" {
+		return p, nil
+	}
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			dirs = append(dirs, filepath.Join(d, "runtime", "target", "release"), filepath.Join(d, "bin"))
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "fastpath-rt")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	return "", ErrNoBinary
+}
+
+// Entry is a map entry as raw bytes.
+type Entry struct{ Key, Value []byte }
+
+// TestRunOptions are a userspace twin of BPF_PROG_TEST_RUN.
+type TestRunOptions struct {
+	Object  string
+	Program string
+	Packets [][]byte
+	// Repeat runs each packet this many times (timing); 1 if zero.
+	Repeat int
+	Engine string
+	// Maps are written before the first packet.
+	Maps     map[string][]Entry
+	DumpMaps bool
+	// NoVerify skips the kernel's verifier (for objects it already saw).
+	NoVerify bool
+}
+
+// Record is one ring buffer record.
+type Record struct {
+	Map  string
+	Data []byte
+}
+
+// PacketResult is what one packet's run produced.
+type PacketResult struct {
+	Ret     uint32
+	Out     []byte
+	Ringbuf []Record
+}
+
+// MapDump is a map's entries after the run, sorted by key.
+type MapDump struct {
+	Type    string
+	PerCPU  bool
+	Entries []Entry
+}
+
+// Result of a test run.
+type Result struct {
+	Program     string
+	Engine      string
+	Runs        int
+	NsPerRun    float64
+	InsnsPerRun float64
+	NsPerInsn   float64
+	Packets     []PacketResult
+	Maps        map[string]MapDump
+}
+
+type hexBytes []byte
+
+func (h *hexBytes) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	v, err := hex.DecodeString(s)
+	*h = v
+	return err
+}
+
+// TestRun runs the program over the packets in fastpath-rt.
+func TestRun(o TestRunOptions) (*Result, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fastpath-rt-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	in := filepath.Join(dir, "in.pcap")
+	if err := lab.WritePcap(in, o.Packets); err != nil {
+		return nil, err
+	}
+	args := []string{"test-run", o.Object, "--in", in, "--json"}
+	if o.Program != "" {
+		args = append(args, "--prog", o.Program)
+	}
+	if o.Repeat > 1 {
+		args = append(args, "--repeat", strconv.Itoa(o.Repeat))
+	}
+	if o.Engine != "" {
+		args = append(args, "--engine", o.Engine)
+	}
+	if o.DumpMaps {
+		args = append(args, "--dump-maps")
+	}
+	if o.NoVerify {
+		args = append(args, "--no-verify")
+	}
+	if len(o.Maps) > 0 {
+		m := map[string][][2]string{}
+		for name, es := range o.Maps {
+			for _, e := range es {
+				m[name] = append(m[name], [2]string{hex.EncodeToString(e.Key), hex.EncodeToString(e.Value)})
+			}
+		}
+		b, _ := json.Marshal(m)
+		p := filepath.Join(dir, "maps.json")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, "--maps-in", p)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(stderr.String(), "fastpath-rt: ")))
+	}
+	var raw struct {
+		Program     string  `json:"program"`
+		Engine      string  `json:"engine"`
+		Runs        int     `json:"runs"`
+		NsPerRun    float64 `json:"ns_per_run"`
+		InsnsPerRun float64 `json:"insns_per_run"`
+		NsPerInsn   float64 `json:"ns_per_insn"`
+		Packets     []struct {
+			Ret     uint32   `json:"ret"`
+			Out     hexBytes `json:"out"`
+			Ringbuf []struct {
+				Map  string   `json:"map"`
+				Data hexBytes `json:"data"`
+			} `json:"ringbuf"`
+		} `json:"packets"`
+		Maps map[string]struct {
+			Type    string        `json:"type"`
+			PerCPU  bool          `json:"percpu"`
+			Entries [][2]hexBytes `json:"entries"`
+		} `json:"maps"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
+		return nil, fmt.Errorf("read fastpath-rt's output: %w", err)
+	}
+	r := &Result{Program: raw.Program, Engine: raw.Engine, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, Maps: map[string]MapDump{}}
+	for _, p := range raw.Packets {
+		pr := PacketResult{Ret: p.Ret, Out: p.Out}
+		for _, rec := range p.Ringbuf {
+			pr.Ringbuf = append(pr.Ringbuf, Record{Map: rec.Map, Data: rec.Data})
+		}
+		r.Packets = append(r.Packets, pr)
+	}
+	for name, m := range raw.Maps {
+		d := MapDump{Type: m.Type, PerCPU: m.PerCPU}
+		for _, e := range m.Entries {
+			d.Entries = append(d.Entries, Entry{Key: e[0], Value: e[1]})
+		}
+		sort.Slice(d.Entries, func(i, j int) bool { return bytes.Compare(d.Entries[i].Key, d.Entries[j].Key) < 0 })
+		r.Maps[name] = d
+	}
+	return r, nil
+}

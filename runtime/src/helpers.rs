@@ -1,0 +1,299 @@
+//! Helper functions, with the kernel's numbers, arguments and return codes.
+//! A program that calls any other helper is refused when it is loaded.
+
+use crate::interp::{Exec, Flow, MAX_TAIL_CALLS};
+use crate::elf::map_type as mt;
+use crate::maps::{handle_index, Store, EINVAL};
+use crate::vm::{Fault, Redirect, FRAME_SIZE, TAILROOM, XDP_ABORTED, XDP_FRAME_STRUCT, XDP_REDIRECT};
+
+const EACCES: i64 = 13;
+const EAGAIN: i64 = 11;
+const ETH_HLEN: usize = 14;
+
+const HELPERS: &[(i32, &str)] = &[
+    (1, "map_lookup_elem"),
+    (2, "map_update_elem"),
+    (3, "map_delete_elem"),
+    (5, "ktime_get_ns"),
+    (6, "trace_printk"),
+    (7, "get_prandom_u32"),
+    (8, "get_smp_processor_id"),
+    (12, "tail_call"),
+    (23, "redirect"),
+    (28, "csum_diff"),
+    (44, "xdp_adjust_head"),
+    (51, "redirect_map"),
+    (54, "xdp_adjust_meta"),
+    (65, "xdp_adjust_tail"),
+    (118, "jiffies64"),
+    (125, "ktime_get_boot_ns"),
+    (130, "ringbuf_output"),
+    (131, "ringbuf_reserve"),
+    (132, "ringbuf_submit"),
+    (133, "ringbuf_discard"),
+    (134, "ringbuf_query"),
+    (160, "ktime_get_coarse_ns"),
+    (181, "loop"),
+    (188, "xdp_get_buff_len"),
+    (195, "map_lookup_percpu_elem"),
+];
+
+/// Names of helpers the runtime lacks, for the refusal message.
+const KNOWN_MISSING: &[(i32, &str)] = &[
+    (9, "skb_store_bytes"),
+    (10, "l3_csum_replace"),
+    (11, "l4_csum_replace"),
+    (14, "get_current_pid_tgid"),
+    (25, "perf_event_output"),
+    (40, "csum_update"),
+    (69, "fib_lookup"),
+    (189, "xdp_load_bytes"),
+    (190, "xdp_store_bytes"),
+];
+
+pub fn supported(id: i32) -> bool {
+    HELPERS.iter().any(|&(n, _)| n == id)
+}
+
+pub fn name(id: i32) -> String {
+    HELPERS
+        .iter()
+        .chain(KNOWN_MISSING)
+        .find(|&&(n, _)| n == id)
+        .map(|&(_, s)| format!("bpf_{s}"))
+        .unwrap_or_else(|| "an unknown helper".into())
+}
+
+fn neg(e: i64) -> u64 {
+    (-e) as u64
+}
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn read(x: &Exec, pc: usize, addr: u64, len: usize) -> Result<Vec<u8>, Fault> {
+    x.check(pc, addr, len as u64, false)?;
+    Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
+}
+
+fn map_arg(x: &Exec, pc: usize, v: u64) -> Result<usize, Fault> {
+    handle_index(v)
+        .filter(|&i| i < x.vm.maps.len())
+        .ok_or_else(|| Fault::Helper(format!("instruction {pc}: helper called with {v:#x}, which is not a map")))
+}
+
+pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault> {
+    let v = match id {
+        1 | 195 => {
+            let m = map_arg(x, pc, a[0])?;
+            let key = read(x, pc, a[1], x.vm.maps[m].def.key_size as usize)?;
+            let cpu = if id == 195 { a[2] as usize } else { x.vm.cpu };
+            if id == 195 && cpu >= x.vm.maps[m].ncpus {
+                0
+            } else {
+                x.vm.maps[m].lookup(&key, cpu).unwrap_or(0)
+            }
+        }
+        2 => {
+            let m = map_arg(x, pc, a[0])?;
+            let (ks, vs) = (x.vm.maps[m].def.key_size as usize, x.vm.maps[m].def.value_size as usize);
+            let key = read(x, pc, a[1], ks)?;
+            let val = read(x, pc, a[2], vs)?;
+            let cpu = x.vm.cpu;
+            x.vm.maps[m].update(&key, &val, a[3], Some(cpu)) as u64
+        }
+        3 => {
+            let m = map_arg(x, pc, a[0])?;
+            let key = read(x, pc, a[1], x.vm.maps[m].def.key_size as usize)?;
+            x.vm.maps[m].delete(&key) as u64
+        }
+        5 => clock(libc::CLOCK_MONOTONIC),
+        6 => 0,
+        7 => x.vm.next_random() as u64,
+        8 => x.vm.cpu as u64,
+        12 => {
+            let m = map_arg(x, pc, a[1])?;
+            if x.vm.maps[m].def.map_type != mt::PROG_ARRAY {
+                return Err(Fault::Helper(format!("instruction {pc}: tail call through a map that is not a program array")));
+            }
+            let key = (a[2] as u32).to_le_bytes();
+            let target = x.vm.maps[m].get(&key).map(|v| u32::from_le_bytes(v[..4].try_into().unwrap()) as usize);
+            match target {
+                Some(t) if t < x.vm.programs.len() && x.tail_calls < MAX_TAIL_CALLS => {
+                    x.tail_calls += 1;
+                    return Ok(Flow::TailCall(t));
+                }
+                // A missing entry, or too many tail calls: the caller goes on.
+                _ => neg(2),
+            }
+        }
+        23 => {
+            if a[1] != 0 {
+                XDP_ABORTED as u64
+            } else {
+                x.pkt.redirect = Some(Redirect::Ifindex(a[0] as u32));
+                XDP_REDIRECT as u64
+            }
+        }
+        28 => csum_diff(x, pc, a)?,
+        44 => adjust_head(x, a[1] as i32 as i64),
+        51 => {
+            let m = map_arg(x, pc, a[0])?;
+            let key = (a[1] as u32).to_le_bytes();
+            let map = &x.vm.maps[m];
+            let ok = matches!(map.def.map_type, mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP) && map.get(&key).is_some();
+            if ok {
+                x.pkt.redirect = Some(Redirect::Map { map: map.def.name.clone(), key: a[1] as u32 });
+                XDP_REDIRECT as u64
+            } else {
+                // The low two bits of flags are the action when the entry is missing.
+                a[2] & 3
+            }
+        }
+        54 => adjust_meta(x, a[1] as i32 as i64),
+        65 => adjust_tail(x, a[1] as i32 as i64),
+        118 => clock(libc::CLOCK_MONOTONIC_COARSE) / 4_000_000,
+        125 => clock(libc::CLOCK_BOOTTIME),
+        130 => {
+            let m = map_arg(x, pc, a[0])?;
+            if a[3] & !3 != 0 {
+                neg(EINVAL)
+            } else {
+                let data = read(x, pc, a[1], a[2] as usize)?;
+                match x.vm.maps[m].ringbuf() {
+                    Some(r) => {
+                        if r.output(&data) { 0 } else { neg(EAGAIN) }
+                    }
+                    None => return Err(Fault::Helper(format!("instruction {pc}: ringbuf_output to a map that is not a ring buffer"))),
+                }
+            }
+        }
+        131 => {
+            let m = map_arg(x, pc, a[0])?;
+            match x.vm.maps[m].ringbuf() {
+                Some(r) if a[2] == 0 => r.reserve(a[1] as usize).unwrap_or(0),
+                Some(_) => 0,
+                None => return Err(Fault::Helper(format!("instruction {pc}: ringbuf_reserve from a map that is not a ring buffer"))),
+            }
+        }
+        132 | 133 => {
+            let done = x.vm.maps.iter_mut().any(|m| m.ringbuf().map(|r| r.submit(a[0], id == 133)).unwrap_or(false));
+            if !done {
+                return Err(Fault::Helper(format!("instruction {pc}: ringbuf submit/discard of {:#x}, which is no reserved record", a[0])));
+            }
+            0
+        }
+        134 => {
+            let m = map_arg(x, pc, a[0])?;
+            match &x.vm.maps[m].store {
+                Store::Ringbuf(r) => match a[1] {
+                    2 => r.size as u64,
+                    _ => 0,
+                },
+                _ => 0,
+            }
+        }
+        160 => clock(libc::CLOCK_MONOTONIC_COARSE),
+        181 => bpf_loop(x, pc, a)?,
+        188 => (x.pkt.data_end - x.pkt.data) as u64,
+        _ => return Err(Fault::Helper(format!("instruction {pc}: helper {} ({id}) is not supported", name(id)))),
+    };
+    Ok(Flow::Value(v))
+}
+
+/// bpf_csum_diff: the one's-complement sum of `to` minus `from`, added to
+/// seed, as the kernel's csum_partial leaves it (32 bits, not folded to 16).
+fn csum_diff(x: &Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
+    let (fs, ts) = (a[1] as usize, a[3] as usize);
+    if (fs | ts) & 3 != 0 || fs + ts > 512 {
+        return Ok(neg(EINVAL));
+    }
+    let from = if fs > 0 { read(x, pc, a[0], fs)? } else { Vec::new() };
+    let to = if ts > 0 { read(x, pc, a[2], ts)? } else { Vec::new() };
+    let mut sum = a[4] as u32 as u64;
+    for w in from.chunks_exact(4) {
+        sum += !u32::from_le_bytes(w.try_into().unwrap()) as u64;
+    }
+    for w in to.chunks_exact(4) {
+        sum += u32::from_le_bytes(w.try_into().unwrap()) as u64;
+    }
+    while sum >> 32 != 0 {
+        sum = (sum & 0xffff_ffff) + (sum >> 32);
+    }
+    Ok(sum)
+}
+
+fn adjust_head(x: &mut Exec, off: i64) -> u64 {
+    let p = &mut *x.pkt;
+    let metalen = p.data - p.meta;
+    let data = p.data as i64 + off;
+    if data < (XDP_FRAME_STRUCT + metalen) as i64 || data > p.data_end as i64 - ETH_HLEN as i64 {
+        return neg(EINVAL);
+    }
+    let new_meta = (p.meta as i64 + off) as usize;
+    if metalen > 0 {
+        p.buf.copy_within(p.meta..p.data, new_meta);
+    }
+    p.meta = new_meta;
+    p.data = data as usize;
+    0
+}
+
+fn adjust_meta(x: &mut Exec, off: i64) -> u64 {
+    let p = &mut *x.pkt;
+    let meta = p.meta as i64 + off;
+    if meta < XDP_FRAME_STRUCT as i64 || meta > p.data as i64 {
+        return neg(EINVAL);
+    }
+    let metalen = p.data as i64 - meta;
+    if metalen & 3 != 0 || metalen > 255 {
+        return neg(EACCES);
+    }
+    p.meta = meta as usize;
+    0
+}
+
+fn adjust_tail(x: &mut Exec, off: i64) -> u64 {
+    let p = &mut *x.pkt;
+    let end = p.data_end as i64 + off;
+    if end > (FRAME_SIZE - TAILROOM) as i64 || end < (p.data + ETH_HLEN) as i64 {
+        return neg(EINVAL);
+    }
+    if off > 0 {
+        p.buf[p.data_end..end as usize].fill(0);
+    }
+    p.data_end = end as usize;
+    0
+}
+
+/// bpf_loop(nr, callback, ctx, flags): calls callback(i, ctx) until it
+/// returns 1 or nr calls are done; returns the number of calls.
+fn bpf_loop(x: &mut Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
+    const MAX_LOOPS: u64 = 1 << 23;
+    if a[3] != 0 {
+        return Ok(neg(EINVAL));
+    }
+    if a[0] > MAX_LOOPS {
+        return Ok(neg(E2BIG_LOOP));
+    }
+    let target = a[1] as usize;
+    let prog = current_program(x, pc)?;
+    for i in 0..a[0] {
+        let r = x.call(prog, target, [i, a[2], 0, 0, 0])?;
+        if r == 1 {
+            return Ok(i + 1);
+        }
+    }
+    Ok(a[0])
+}
+
+const E2BIG_LOOP: i64 = 7;
+
+/// The program a callback belongs to: callbacks are resolved within the
+/// program that names them, and tail calls never mix images.
+fn current_program(x: &Exec, _pc: usize) -> Result<usize, Fault> {
+    x.current.ok_or_else(|| Fault::Bad("bpf_loop outside a program".into()))
+}

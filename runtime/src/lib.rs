@@ -1,0 +1,13 @@
+//! fastpath's userspace XDP runtime: loads the ELF objects the kernel gets,
+//! has the kernel's verifier check each program, and runs it over packets
+//! with the kernel's map and helper semantics.
+
+pub mod btf;
+pub mod elf;
+pub mod helpers;
+pub mod insn;
+pub mod interp;
+pub mod kernel;
+pub mod maps;
+pub mod pcap;
+pub mod vm;

@@ -1,0 +1,568 @@
+//! Maps with the kernel's semantics: sizes, update flags, error codes,
+//! per-CPU values. Values live in arenas allocated once, so the pointers a
+//! program holds stay valid, and one arena is one region for bounds checks.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::elf::{map_type as mt, MapDef};
+
+pub const EPERM: i64 = 1;
+pub const ENOENT: i64 = 2;
+pub const E2BIG: i64 = 7;
+pub const EEXIST: i64 = 17;
+pub const EINVAL: i64 = 22;
+pub const ENOSPC: i64 = 28;
+pub const ENOTSUP: i64 = 95;
+
+pub const BPF_ANY: u64 = 0;
+pub const BPF_NOEXIST: u64 = 1;
+pub const BPF_EXIST: u64 = 2;
+
+/// Tagged map references: what an ld_imm64 of a map, or a map-in-map
+/// lookup, leaves in a register. Real pointers never have this top.
+pub const MAP_HANDLE: u64 = 0xfff0_0000_0000_0000;
+
+pub fn handle(idx: usize) -> u64 {
+    MAP_HANDLE | idx as u64
+}
+
+pub fn handle_index(v: u64) -> Option<usize> {
+    if v & 0xffff_0000_0000_0000 == MAP_HANDLE {
+        Some((v & 0xffff_ffff) as usize)
+    } else {
+        None
+    }
+}
+
+fn round8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// An arena of fixed-size slots, per CPU, that never moves.
+pub struct Arena {
+    mem: Vec<u64>,
+    elem: usize,
+    slots: usize,
+    ncpus: usize,
+}
+
+impl Arena {
+    fn new(slots: usize, value_size: usize, ncpus: usize) -> Arena {
+        let elem = round8(value_size.max(1));
+        Arena { mem: vec![0u64; (slots * elem * ncpus).div_ceil(8).max(1)], elem, slots, ncpus }
+    }
+
+    fn ptr(&self, slot: usize, cpu: usize) -> *mut u8 {
+        unsafe { (self.mem.as_ptr() as *mut u8).add((cpu * self.slots + slot) * self.elem) }
+    }
+
+    fn bytes(&self, slot: usize, cpu: usize, len: usize) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.ptr(slot, cpu), len) }
+    }
+
+    fn write(&mut self, slot: usize, cpu: usize, v: &[u8]) {
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr(slot, cpu), v.len()) }
+    }
+
+    fn zero(&mut self, slot: usize, cpu: usize) {
+        unsafe { std::ptr::write_bytes(self.ptr(slot, cpu), 0, self.elem) }
+    }
+
+    fn region(&self) -> (u64, u64) {
+        let start = self.mem.as_ptr() as u64;
+        (start, start + (self.slots * self.elem * self.ncpus) as u64)
+    }
+}
+
+/// Slot allocation for hash-like maps, with LRU order when asked.
+pub struct Slots {
+    index: HashMap<Vec<u8>, usize>,
+    keys: Vec<Option<Vec<u8>>>,
+    free: Vec<usize>,
+    lru: Option<VecDeque<usize>>,
+}
+
+impl Slots {
+    fn new(n: usize, lru: bool) -> Slots {
+        Slots { index: HashMap::new(), keys: vec![None; n], free: (0..n).rev().collect(), lru: lru.then(VecDeque::new) }
+    }
+
+    fn touch(&mut self, slot: usize) {
+        if let Some(l) = &mut self.lru {
+            // Lazy: the queue may hold stale entries; eviction skips them.
+            l.push_back(slot);
+            if l.len() > 4 * self.keys.len() + 16 {
+                let live: Vec<usize> = l.iter().rev().copied().collect();
+                let mut seen = vec![false; self.keys.len()];
+                let mut keep = VecDeque::new();
+                for s in live {
+                    if !seen[s] && self.keys[s].is_some() {
+                        seen[s] = true;
+                        keep.push_front(s);
+                    }
+                }
+                *l = keep;
+            }
+        }
+    }
+
+    /// A free slot, evicting the least recently used entry of an LRU map.
+    fn alloc(&mut self) -> Option<usize> {
+        if let Some(s) = self.free.pop() {
+            return Some(s);
+        }
+        let lru = self.lru.as_mut()?;
+        let mut counts: HashMap<usize, usize> = HashMap::new();
+        for s in lru.iter() {
+            *counts.entry(*s).or_default() += 1;
+        }
+        while let Some(s) = lru.pop_front() {
+            let c = counts.get_mut(&s).unwrap();
+            *c -= 1;
+            if *c == 0 {
+                if let Some(k) = self.keys[s].take() {
+                    self.index.remove(&k);
+                    return Some(s);
+                }
+            }
+        }
+        None
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<usize> {
+        let s = self.index.remove(key)?;
+        self.keys[s] = None;
+        self.free.push(s);
+        Some(s)
+    }
+}
+
+pub enum Store {
+    Array(Arena),
+    Hash(Arena, Slots),
+    Lpm { arena: Arena, slots: Slots, bits: u32 },
+    /// Map-in-map, program array, devmap, cpumap, xskmap: small values
+    /// (ids, indexes) kept by key.
+    Refs(HashMap<Vec<u8>, Vec<u8>>),
+    Ringbuf(Ringbuf),
+}
+
+pub struct Ringbuf {
+    pub size: usize,
+    used: usize,
+    /// Reserved, not yet submitted: pointer → (buffer, charged bytes).
+    pending: HashMap<u64, (Box<[u8]>, usize)>,
+    pub records: VecDeque<Vec<u8>>,
+    charged: VecDeque<usize>,
+}
+
+impl Ringbuf {
+    fn charge(len: usize) -> usize {
+        8 + round8(len)
+    }
+
+    pub fn reserve(&mut self, len: usize) -> Option<u64> {
+        let c = Self::charge(len);
+        if len == 0 || self.used + c > self.size {
+            return None;
+        }
+        self.used += c;
+        let buf = vec![0u8; len].into_boxed_slice();
+        let p = buf.as_ptr() as u64;
+        self.pending.insert(p, (buf, c));
+        Some(p)
+    }
+
+    pub fn pending_region(&self, addr: u64, len: u64) -> bool {
+        self.pending.iter().any(|(&p, (b, _))| addr >= p && addr + len <= p + b.len() as u64)
+    }
+
+    pub fn submit(&mut self, p: u64, discard: bool) -> bool {
+        match self.pending.remove(&p) {
+            Some((b, c)) => {
+                if discard {
+                    self.used -= c;
+                } else {
+                    self.records.push_back(b.into_vec());
+                    self.charged.push_back(c);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn output(&mut self, data: &[u8]) -> bool {
+        match self.reserve(data.len()) {
+            Some(p) => {
+                let (b, _) = self.pending.get_mut(&p).unwrap();
+                b.copy_from_slice(data);
+                self.submit(p, false)
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the submitted records, as a consumer would.
+    pub fn drain(&mut self) -> Vec<Vec<u8>> {
+        self.used -= self.charged.drain(..).sum::<usize>();
+        self.records.drain(..).collect()
+    }
+}
+
+pub struct Map {
+    pub def: MapDef,
+    pub store: Store,
+    pub ncpus: usize,
+}
+
+impl Map {
+    pub fn new(def: &MapDef, ncpus: usize) -> Result<Map, String> {
+        let n = def.max_entries as usize;
+        let vs = def.value_size as usize;
+        let percpu = matches!(def.map_type, mt::PERCPU_ARRAY | mt::PERCPU_HASH | mt::LRU_PERCPU_HASH);
+        let cpus = if percpu { ncpus } else { 1 };
+        if n == 0 && def.map_type != mt::RINGBUF {
+            return Err(format!("map {}: max_entries is 0", def.name));
+        }
+        let store = match def.map_type {
+            mt::ARRAY | mt::PERCPU_ARRAY => {
+                let mut a = Arena::new(n, vs, cpus);
+                if let Some(d) = &def.data {
+                    a.write(0, 0, d);
+                }
+                Store::Array(a)
+            }
+            mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH => {
+                let lru = matches!(def.map_type, mt::LRU_HASH | mt::LRU_PERCPU_HASH);
+                Store::Hash(Arena::new(n, vs, cpus), Slots::new(n, lru))
+            }
+            mt::LPM_TRIE => {
+                if def.key_size < 5 || def.flags & 1 == 0 {
+                    return Err(format!("map {}: an LPM trie needs a key of 4 + data bytes and BPF_F_NO_PREALLOC", def.name));
+                }
+                Store::Lpm { arena: Arena::new(n, vs, 1), slots: Slots::new(n, false), bits: (def.key_size - 4) * 8 }
+            }
+            mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS | mt::PROG_ARRAY | mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP => {
+                Store::Refs(HashMap::new())
+            }
+            mt::RINGBUF => {
+                if n == 0 || !n.is_power_of_two() || n % 4096 != 0 {
+                    return Err(format!("map {}: a ring buffer's size must be a power of two and a multiple of the page size", def.name));
+                }
+                Store::Ringbuf(Ringbuf { size: n, used: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() })
+            }
+            t => return Err(format!("map {}: type {t} ({}) is not supported", def.name, mt::name(t))),
+        };
+        Ok(Map { def: def.clone(), store, ncpus })
+    }
+
+    pub fn percpu(&self) -> bool {
+        matches!(self.def.map_type, mt::PERCPU_ARRAY | mt::PERCPU_HASH | mt::LRU_PERCPU_HASH)
+    }
+
+    fn cpu(&self, cpu: usize) -> usize {
+        if self.percpu() { cpu } else { 0 }
+    }
+
+    /// The memory programs may touch through this map's value pointers.
+    pub fn region(&self) -> Option<(u64, u64)> {
+        match &self.store {
+            Store::Array(a) | Store::Hash(a, _) | Store::Lpm { arena: a, .. } => Some(a.region()),
+            _ => None,
+        }
+    }
+
+    fn array_index(&self, key: &[u8]) -> Option<usize> {
+        let i = u32::from_le_bytes(key.get(..4)?.try_into().ok()?) as usize;
+        (i < self.def.max_entries as usize).then_some(i)
+    }
+
+    /// bpf_map_lookup_elem from a program: a value pointer, or a map handle
+    /// for map-in-map.
+    pub fn lookup(&mut self, key: &[u8], cpu: usize) -> Option<u64> {
+        let c = self.cpu(cpu);
+        match &mut self.store {
+            Store::Array(a) => {
+                let i = u32::from_le_bytes(key[..4].try_into().ok()?) as usize;
+                (i < a.slots).then(|| a.ptr(i, c) as u64)
+            }
+            Store::Hash(a, s) => {
+                let slot = *s.index.get(key)?;
+                s.touch(slot);
+                Some(a.ptr(slot, c) as u64)
+            }
+            Store::Lpm { arena, slots, bits } => {
+                let plen = u32::from_le_bytes(key[..4].try_into().ok()?).min(*bits);
+                let data = &key[4..];
+                for l in (0..=plen).rev() {
+                    let k = lpm_key(l, data);
+                    if let Some(&slot) = slots.index.get(&k) {
+                        return Some(arena.ptr(slot, 0) as u64);
+                    }
+                }
+                None
+            }
+            Store::Refs(m) => {
+                let v = m.get(key)?;
+                if matches!(self.def.map_type, mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS) {
+                    Some(handle(u32::from_le_bytes(v[..4].try_into().ok()?) as usize))
+                } else {
+                    None // programs may not look these up directly
+                }
+            }
+            Store::Ringbuf(_) => None,
+        }
+    }
+
+    /// bpf_map_update_elem: 0 or a negative errno, as the kernel returns.
+    pub fn update(&mut self, key: &[u8], value: &[u8], flags: u64, cpu: Option<usize>) -> i64 {
+        if flags > BPF_EXIST {
+            return -EINVAL;
+        }
+        let vs = self.def.value_size as usize;
+        let ncpus = self.ncpus;
+        let percpu = self.percpu();
+        let need = if percpu && cpu.is_none() { round8(vs) * (ncpus - 1) + vs } else { vs };
+        if value.len() < need || key.len() < self.def.key_size as usize {
+            return -EINVAL;
+        }
+        // From userspace a per-CPU value holds every CPU's; a program writes its own.
+        let write = |a: &mut Arena, slot: usize| match (percpu, cpu) {
+            (true, None) => {
+                let stride = round8(vs);
+                for c in 0..ncpus {
+                    a.write(slot, c, &value[c * stride..c * stride + vs]);
+                }
+            }
+            (true, Some(c)) => a.write(slot, c, &value[..vs]),
+            _ => a.write(slot, 0, &value[..vs]),
+        };
+        match &mut self.store {
+            Store::Array(a) => {
+                let i = u32::from_le_bytes(key[..4].try_into().unwrap()) as usize;
+                if i >= a.slots {
+                    return -E2BIG;
+                }
+                if flags == BPF_NOEXIST {
+                    return -EEXIST;
+                }
+                write(a, i);
+                0
+            }
+            Store::Hash(a, s) => {
+                let exists = s.index.get(key).copied();
+                match (exists, flags) {
+                    (Some(_), BPF_NOEXIST) => return -EEXIST,
+                    (None, BPF_EXIST) => return -ENOENT,
+                    _ => {}
+                }
+                let slot = match exists {
+                    Some(slot) => slot,
+                    None => {
+                        let Some(slot) = s.alloc() else { return -E2BIG };
+                        s.index.insert(key.to_vec(), slot);
+                        s.keys[slot] = Some(key.to_vec());
+                        for c in 0..a.ncpus {
+                            a.zero(slot, c);
+                        }
+                        slot
+                    }
+                };
+                s.touch(slot);
+                write(a, slot);
+                0
+            }
+            Store::Lpm { arena, slots, bits } => {
+                let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
+                if plen > *bits {
+                    return -EINVAL;
+                }
+                let k = lpm_key(plen, &key[4..]);
+                let exists = slots.index.get(&k).copied();
+                match (exists, flags) {
+                    (Some(_), BPF_NOEXIST) => return -EEXIST,
+                    (None, BPF_EXIST) => return -ENOENT,
+                    _ => {}
+                }
+                let slot = match exists {
+                    Some(s) => s,
+                    None => {
+                        let Some(s) = slots.alloc() else { return -ENOSPC };
+                        slots.index.insert(k.clone(), s);
+                        slots.keys[s] = Some(k);
+                        s
+                    }
+                };
+                arena.write(slot, 0, &value[..vs]);
+                0
+            }
+            Store::Refs(m) => {
+                if self.def.map_type != mt::DEVMAP_HASH && self.def.map_type != mt::HASH_OF_MAPS {
+                    let i = u32::from_le_bytes(key[..4].try_into().unwrap());
+                    if i >= self.def.max_entries {
+                        return -E2BIG;
+                    }
+                } else if !m.contains_key(key) && m.len() >= self.def.max_entries as usize {
+                    return -E2BIG;
+                }
+                match (m.contains_key(key), flags) {
+                    (true, BPF_NOEXIST) => return -EEXIST,
+                    (false, BPF_EXIST) => return -ENOENT,
+                    _ => {}
+                }
+                m.insert(key.to_vec(), value[..vs.min(value.len())].to_vec());
+                0
+            }
+            Store::Ringbuf(_) => -EINVAL,
+        }
+    }
+
+    pub fn delete(&mut self, key: &[u8]) -> i64 {
+        match &mut self.store {
+            Store::Array(_) => -EINVAL,
+            Store::Hash(_, s) => {
+                if s.remove(key).is_some() { 0 } else { -ENOENT }
+            }
+            Store::Lpm { slots, bits, .. } => {
+                let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
+                if plen > *bits {
+                    return -EINVAL;
+                }
+                if slots.remove(&lpm_key(plen, &key[4..])).is_some() { 0 } else { -ENOENT }
+            }
+            Store::Refs(m) => {
+                if m.remove(key).is_some() { 0 } else { -ENOENT }
+            }
+            Store::Ringbuf(_) => -EINVAL,
+        }
+    }
+
+    /// A value as userspace reads it: every CPU's for per-CPU maps.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let vs = self.def.value_size as usize;
+        let cpus = if self.percpu() { self.ncpus } else { 1 };
+        let read = |a: &Arena, slot: usize| {
+            let mut out = Vec::new();
+            for c in 0..cpus {
+                out.extend_from_slice(a.bytes(slot, c, vs));
+                if self.percpu() {
+                    out.resize(round8(out.len()), 0);
+                }
+            }
+            out
+        };
+        match &self.store {
+            Store::Array(a) => self.array_index(key).map(|i| read(a, i)),
+            Store::Hash(a, s) => s.index.get(key).map(|&slot| read(a, slot)),
+            Store::Lpm { arena, slots, bits } => {
+                let plen = u32::from_le_bytes(key.get(..4)?.try_into().ok()?);
+                if plen > *bits {
+                    return None;
+                }
+                slots.index.get(&lpm_key(plen, &key[4..])).map(|&s| read(arena, s))
+            }
+            Store::Refs(m) => m.get(key).cloned(),
+            Store::Ringbuf(_) => None,
+        }
+    }
+
+    /// Every entry, keys sorted: for dumps and comparisons.
+    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut keys: Vec<Vec<u8>> = match &self.store {
+            Store::Array(a) => (0..a.slots as u32).map(|i| i.to_le_bytes().to_vec()).collect(),
+            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.index.keys().cloned().collect(),
+            Store::Refs(m) => m.keys().cloned().collect(),
+            Store::Ringbuf(_) => Vec::new(),
+        };
+        keys.sort();
+        keys.into_iter().filter_map(|k| self.get(&k).map(|v| (k, v))).collect()
+    }
+
+    pub fn ringbuf(&mut self) -> Option<&mut Ringbuf> {
+        match &mut self.store {
+            Store::Ringbuf(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// An LPM entry's identity: its length and the data bits it covers.
+fn lpm_key(plen: u32, data: &[u8]) -> Vec<u8> {
+    let mut k = plen.to_le_bytes().to_vec();
+    for (i, &b) in data.iter().enumerate() {
+        let bit = i as u32 * 8;
+        let m = if bit + 8 <= plen { 0xff } else if bit >= plen { 0 } else { 0xffu8 << (8 - (plen - bit)) };
+        k.push(b & m);
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(t: u32, k: u32, v: u32, n: u32, flags: u32) -> MapDef {
+        MapDef { name: "t".into(), map_type: t, key_size: k, value_size: v, max_entries: n, flags, inner: None, data: None, readonly: false }
+    }
+
+    #[test]
+    fn hash_flags_and_full() {
+        let mut m = Map::new(&def(mt::HASH, 4, 8, 2, 0), 1).unwrap();
+        assert_eq!(m.update(&1u32.to_le_bytes(), &[1; 8], BPF_EXIST, None), -ENOENT);
+        assert_eq!(m.update(&1u32.to_le_bytes(), &[1; 8], BPF_NOEXIST, None), 0);
+        assert_eq!(m.update(&1u32.to_le_bytes(), &[2; 8], BPF_NOEXIST, None), -EEXIST);
+        assert_eq!(m.update(&2u32.to_le_bytes(), &[2; 8], BPF_ANY, None), 0);
+        assert_eq!(m.update(&3u32.to_le_bytes(), &[3; 8], BPF_ANY, None), -E2BIG);
+        assert_eq!(m.update(&3u32.to_le_bytes(), &[3; 8], 7, None), -EINVAL);
+        assert_eq!(m.delete(&2u32.to_le_bytes()), 0);
+        assert_eq!(m.delete(&2u32.to_le_bytes()), -ENOENT);
+        assert_eq!(m.update(&3u32.to_le_bytes(), &[3; 8], BPF_ANY, None), 0);
+    }
+
+    #[test]
+    fn lru_evicts_least_recent() {
+        let mut m = Map::new(&def(mt::LRU_HASH, 4, 8, 2, 0), 1).unwrap();
+        m.update(&1u32.to_le_bytes(), &[1; 8], BPF_ANY, None);
+        m.update(&2u32.to_le_bytes(), &[2; 8], BPF_ANY, None);
+        m.lookup(&1u32.to_le_bytes(), 0);
+        assert_eq!(m.update(&3u32.to_le_bytes(), &[3; 8], BPF_ANY, None), 0);
+        assert!(m.get(&2u32.to_le_bytes()).is_none());
+        assert!(m.get(&1u32.to_le_bytes()).is_some());
+    }
+
+    #[test]
+    fn lpm_longest_match() {
+        let mut m = Map::new(&def(mt::LPM_TRIE, 8, 4, 8, 1), 1).unwrap();
+        let key = |l: u32, a: [u8; 4]| [l.to_le_bytes().as_slice(), &a].concat();
+        assert_eq!(m.update(&key(8, [10, 0, 0, 0]), &1u32.to_le_bytes(), BPF_ANY, None), 0);
+        assert_eq!(m.update(&key(24, [10, 1, 2, 0]), &2u32.to_le_bytes(), BPF_ANY, None), 0);
+        assert_eq!(m.update(&key(33, [10, 1, 2, 0]), &2u32.to_le_bytes(), BPF_ANY, None), -EINVAL);
+        let v = |m: &mut Map, a| m.lookup(&key(32, a), 0).map(|p| unsafe { *(p as *const u32) });
+        assert_eq!(v(&mut m, [10, 1, 2, 3]), Some(2));
+        assert_eq!(v(&mut m, [10, 1, 3, 3]), Some(1));
+        assert_eq!(v(&mut m, [11, 1, 2, 3]), None);
+    }
+
+    #[test]
+    fn array_semantics() {
+        let mut m = Map::new(&def(mt::ARRAY, 4, 4, 4, 0), 1).unwrap();
+        assert_eq!(m.update(&4u32.to_le_bytes(), &[0; 4], BPF_ANY, None), -E2BIG);
+        assert_eq!(m.update(&1u32.to_le_bytes(), &[0; 4], BPF_NOEXIST, None), -EEXIST);
+        assert_eq!(m.delete(&1u32.to_le_bytes()), -EINVAL);
+        assert!(m.lookup(&4u32.to_le_bytes(), 0).is_none());
+    }
+
+    #[test]
+    fn ringbuf_space() {
+        let mut m = Map::new(&def(mt::RINGBUF, 0, 0, 4096, 0), 1).unwrap();
+        let r = m.ringbuf().unwrap();
+        let mut n = 0;
+        while r.output(&[7; 100]) {
+            n += 1;
+        }
+        assert_eq!(n, 4096 / (8 + 104));
+        assert_eq!(r.drain().len(), n);
+        assert!(r.output(&[1; 100]));
+    }
+}
