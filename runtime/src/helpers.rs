@@ -123,6 +123,9 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
             let target = x.vm.maps[m].get(&key).map(|v| u32::from_le_bytes(v[..4].try_into().unwrap()) as usize);
             match target {
                 Some(t) if t < x.vm.programs.len() && x.tail_calls < MAX_TAIL_CALLS => {
+                    if let Some(why) = &x.vm.programs[t].refused {
+                        return Err(Fault::Helper(format!("tail call into a program the runtime cannot run: {why}")));
+                    }
                     x.tail_calls += 1;
                     return Ok(Flow::TailCall(t));
                 }

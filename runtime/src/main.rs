@@ -142,7 +142,7 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     if let Some(path) = &o.maps_in {
         fill_maps(&mut vm, path)?;
     }
-    let prog = vm.program_index(&def.name).unwrap();
+    let prog = vm.program_index(&def.name)?;
     let mut results = Vec::new();
     let mut outs = Vec::new();
     let (mut total_ns, mut total_steps, mut runs) = (0u128, 0u64, 0u64);

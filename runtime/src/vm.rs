@@ -27,6 +27,9 @@ pub struct Program {
     pub insns: Vec<Insn>,
     /// The value each ld_imm64 loads, by instruction index.
     pub imm64: Vec<u64>,
+    /// Why the runtime cannot run this program (an unsupported helper), if
+    /// it cannot: the object's other programs still run.
+    pub refused: Option<String>,
 }
 
 /// Where a redirect goes.
@@ -128,7 +131,10 @@ impl Vm {
         }
         let mut vm = Vm { maps, programs: Vec::new(), cpu: 0, rng: 0x853c_49e6_748f_ea9b, regions: Vec::new(), stack: vec![0; crate::interp::STACK_TOTAL] };
         for p in &obj.programs {
-            let prog = vm.resolve(&p.name, &p.section, &p.insns, &obj.maps)?;
+            let prog = match vm.resolve(&p.name, &p.section, &p.insns, &obj.maps) {
+                Ok(prog) => prog,
+                Err(e) => Program { name: p.name.clone(), section: p.section.clone(), insns: Vec::new(), imm64: Vec::new(), refused: Some(e) },
+            };
             vm.programs.push(prog);
         }
         vm.refresh_regions();
@@ -179,11 +185,16 @@ impl Vm {
             }
             i += 1;
         }
-        Ok(Program { name: name.to_string(), section: section.to_string(), insns: insns.to_vec(), imm64 })
+        Ok(Program { name: name.to_string(), section: section.to_string(), insns: insns.to_vec(), imm64, refused: None })
     }
 
-    pub fn program_index(&self, name: &str) -> Option<usize> {
-        self.programs.iter().position(|p| p.name == name)
+    /// A program that the runtime can run, by name.
+    pub fn program_index(&self, name: &str) -> Result<usize, String> {
+        let i = self.programs.iter().position(|p| p.name == name).ok_or_else(|| format!("no program {name}"))?;
+        match &self.programs[i].refused {
+            Some(why) => Err(why.clone()),
+            None => Ok(i),
+        }
     }
 
     pub fn map_index(&self, name: &str) -> Option<usize> {

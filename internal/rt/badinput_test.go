@@ -1,0 +1,63 @@
+package rt
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fastpath-dev/fastpath/internal/bench"
+	"github.com/fastpath-dev/fastpath/internal/labtest"
+)
+
+// An object whose program reads the packet without a bounds check: the
+// kernel's verifier refuses it, so the runtime must too.
+const unsafeProgram = `
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("xdp") int unchecked(struct xdp_md *ctx)
+{
+	unsigned char *p = (void *)(long)ctx->data;
+	return p[100] == 7 ? XDP_DROP : XDP_PASS;
+}
+char _license[] SEC("license") = "GPL";
+`
+
+func TestBadInput(t *testing.T) {
+	labtest.RequireKernel(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "unchecked.o")
+	src := filepath.Join(dir, "unchecked.c")
+	os.WriteFile(src, []byte(unsafeProgram), 0o644)
+	if out, err := exec.Command("clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", src, "-o", bad).CombinedOutput(); err != nil {
+		t.Fatalf("clang: %v\n%s", err, out)
+	}
+	text := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text, []byte("not an object\n"), 0o644)
+	xdpTx := filepath.Join("..", "bench", "xdptx_bpfel.o")
+	router := filepath.Join("..", "br", "router_bpfel.o")
+	pkts := [][]byte{bench.Sample("xdp_tx")}
+	cases := map[string]struct {
+		o    TestRunOptions
+		want string
+	}{
+		"not an ELF object":     {TestRunOptions{Object: text}, "not an ELF object"},
+		"not a BPF object":      {TestRunOptions{Object: "/bin/true"}, "not a BPF object"},
+		"missing file":          {TestRunOptions{Object: filepath.Join(dir, "none.o")}, "No such file"},
+		"verifier refuses":      {TestRunOptions{Object: bad}, "the kernel's verifier refused program unchecked"},
+		"verifier log included": {TestRunOptions{Object: bad}, "invalid access to packet"},
+		"unknown program":       {TestRunOptions{Object: xdpTx, Program: "nosuch"}, `no program or section named "nosuch": the object has xdp_tx (section xdp)`},
+		"unsupported helper":    {TestRunOptions{Object: router, Program: "br_router"}, "helper bpf_fib_lookup (69) is not supported by the runtime"},
+		"unknown engine":        {TestRunOptions{Object: xdpTx, Engine: "turbo"}, `--engine "turbo"`},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			c.o.Packets = pkts
+			_, err := TestRun(c.o)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
