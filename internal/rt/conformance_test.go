@@ -138,68 +138,75 @@ func TestConformance(t *testing.T) {
 		pkts = append(pkts, bench.Mutate(rng, corpus[rng.IntN(len(corpus))]))
 	}
 	for _, p := range bench.Programs() {
-		t.Run(p.Name, func(t *testing.T) {
-			want, wantMaps := kernelRun(t, p.Name, pkts)
-			init := map[string][]Entry{}
-			for m, es := range bench.Setup(p.Name) {
-				for _, e := range es {
-					init[m] = append(init[m], Entry{Key: e.Key, Value: e.Value})
-				}
+		for _, engine := range []string{"interp", "jit"} {
+			t.Run(p.Name+"/"+engine, func(t *testing.T) {
+				conform(t, p, engine, pkts)
+			})
+		}
+	}
+}
+
+// conform compares one program's runs in the kernel and in one engine.
+func conform(t *testing.T, p bench.Program, engine string, pkts [][]byte) {
+	want, wantMaps := kernelRun(t, p.Name, pkts)
+	init := map[string][]Entry{}
+	for m, es := range bench.Setup(p.Name) {
+		for _, e := range es {
+			init[m] = append(init[m], Entry{Key: e.Key, Value: e.Value})
+		}
+	}
+	got, err := TestRun(TestRunOptions{Object: filepath.Join("..", "bench", p.Object), Program: p.Name, Packets: pkts, Maps: init, DumpMaps: true, Engine: engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var diffs []string
+	for i := range pkts {
+		w, g := want[i], got.Packets[i]
+		switch {
+		case w.Ret != g.Ret:
+			diffs = append(diffs, fmt.Sprintf("packet %d: verdict %d in the kernel, %d in the runtime", i, w.Ret, g.Ret))
+		case !bytes.Equal(w.Out, g.Out):
+			diffs = append(diffs, fmt.Sprintf("packet %d: output differs\nkernel  %x\nruntime %x", i, w.Out, g.Out))
+		case fmt.Sprint(w.Ringbuf) != fmt.Sprint(g.Ringbuf):
+			diffs = append(diffs, fmt.Sprintf("packet %d: ring buffer records differ: kernel %x, runtime %x", i, w.Ringbuf, g.Ringbuf))
+		}
+	}
+	for name, wm := range wantMaps {
+		gm, ok := got.Maps[name]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("map %s: not in the runtime's dump", name))
+			continue
+		}
+		if len(wm.Entries) != len(gm.Entries) {
+			diffs = append(diffs, fmt.Sprintf("map %s: %d entries in the kernel, %d in the runtime", name, len(wm.Entries), len(gm.Entries)))
+			continue
+		}
+		for i, we := range wm.Entries {
+			ge := gm.Entries[i]
+			gv := ge.Value
+			if len(gv) > len(we.Value) {
+				gv = gv[:len(we.Value)] // a per-CPU value is padded to 8 bytes
 			}
-			got, err := TestRun(TestRunOptions{Object: filepath.Join("..", "bench", p.Object), Program: p.Name, Packets: pkts, Maps: init, DumpMaps: true})
-			if err != nil {
-				t.Fatal(err)
+			if !bytes.Equal(we.Key, ge.Key) || !bytes.Equal(we.Value, gv) {
+				diffs = append(diffs, fmt.Sprintf("map %s: entry %x=%x in the kernel, %x=%x in the runtime", name, we.Key, we.Value, ge.Key, gv))
+				break
 			}
-			var diffs []string
-			for i := range pkts {
-				w, g := want[i], got.Packets[i]
-				switch {
-				case w.Ret != g.Ret:
-					diffs = append(diffs, fmt.Sprintf("packet %d: verdict %d in the kernel, %d in the runtime", i, w.Ret, g.Ret))
-				case !bytes.Equal(w.Out, g.Out):
-					diffs = append(diffs, fmt.Sprintf("packet %d: output differs\nkernel  %x\nruntime %x", i, w.Out, g.Out))
-				case fmt.Sprint(w.Ringbuf) != fmt.Sprint(g.Ringbuf):
-					diffs = append(diffs, fmt.Sprintf("packet %d: ring buffer records differ: kernel %x, runtime %x", i, w.Ringbuf, g.Ringbuf))
-				}
-			}
-			for name, wm := range wantMaps {
-				gm, ok := got.Maps[name]
-				if !ok {
-					diffs = append(diffs, fmt.Sprintf("map %s: not in the runtime's dump", name))
-					continue
-				}
-				if len(wm.Entries) != len(gm.Entries) {
-					diffs = append(diffs, fmt.Sprintf("map %s: %d entries in the kernel, %d in the runtime", name, len(wm.Entries), len(gm.Entries)))
-					continue
-				}
-				for i, we := range wm.Entries {
-					ge := gm.Entries[i]
-					gv := ge.Value
-					if len(gv) > len(we.Value) {
-						gv = gv[:len(we.Value)] // a per-CPU value is padded to 8 bytes
-					}
-					if !bytes.Equal(we.Key, ge.Key) || !bytes.Equal(we.Value, gv) {
-						diffs = append(diffs, fmt.Sprintf("map %s: entry %x=%x in the kernel, %x=%x in the runtime", name, we.Key, we.Value, ge.Key, gv))
-						break
-					}
-				}
-			}
-			verdicts, records, entries := map[uint32]int{}, 0, 0
-			for _, w := range want {
-				verdicts[w.Ret]++
-				records += len(w.Ringbuf)
-			}
-			for _, m := range wantMaps {
-				entries += len(m.Entries)
-			}
-			t.Logf("%d packets, verdicts %v, %d ring buffer records, %d map entries compared", len(pkts), verdicts, records, entries)
-			if len(diffs) > 0 {
-				if len(diffs) > 10 {
-					diffs = append(diffs[:10], fmt.Sprintf("… and %d more", len(diffs)-10))
-				}
-				t.Fatalf("%d differences on %d packets:\n%s", len(diffs), len(pkts), joinLines(diffs))
-			}
-		})
+		}
+	}
+	verdicts, records, entries := map[uint32]int{}, 0, 0
+	for _, w := range want {
+		verdicts[w.Ret]++
+		records += len(w.Ringbuf)
+	}
+	for _, m := range wantMaps {
+		entries += len(m.Entries)
+	}
+	t.Logf("%d packets, verdicts %v, %d ring buffer records, %d map entries compared", len(pkts), verdicts, records, entries)
+	if len(diffs) > 0 {
+		if len(diffs) > 10 {
+			diffs = append(diffs[:10], fmt.Sprintf("… and %d more", len(diffs)-10))
+		}
+		t.Fatalf("%d differences on %d packets:\n%s", len(diffs), len(pkts), joinLines(diffs))
 	}
 }
 

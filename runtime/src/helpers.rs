@@ -74,9 +74,11 @@ fn clock(id: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn read(x: &Exec, pc: usize, addr: u64, len: usize) -> Result<Vec<u8>, Fault> {
+/// Program memory as a slice, after checking it: valid until the program
+/// or the map it points into changes it, which no caller waits for.
+fn read<'m>(x: &Exec, pc: usize, addr: u64, len: usize) -> Result<&'m [u8], Fault> {
     x.check(pc, addr, len as u64, false)?;
-    Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
+    Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
 }
 
 fn map_arg(x: &Exec, pc: usize, v: u64) -> Result<usize, Fault> {
@@ -94,7 +96,7 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
             if id == 195 && cpu >= x.vm.maps[m].ncpus {
                 0
             } else {
-                x.vm.maps[m].lookup(&key, cpu).unwrap_or(0)
+                x.vm.maps[m].lookup(key, cpu).unwrap_or(0)
             }
         }
         2 => {
@@ -103,12 +105,15 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
             let key = read(x, pc, a[1], ks)?;
             let val = read(x, pc, a[2], vs)?;
             let cpu = x.vm.cpu;
-            x.vm.maps[m].update(&key, &val, a[3], Some(cpu)) as u64
+            // A value may point into the same map (an update from one of its
+            // own values): copy it first.
+            let val = val.to_vec();
+            x.vm.maps[m].update(key, &val, a[3], Some(cpu)) as u64
         }
         3 => {
             let m = map_arg(x, pc, a[0])?;
             let key = read(x, pc, a[1], x.vm.maps[m].def.key_size as usize)?;
-            x.vm.maps[m].delete(&key) as u64
+            x.vm.maps[m].delete(key) as u64
         }
         5 => clock(libc::CLOCK_MONOTONIC),
         6 => 0,
@@ -168,7 +173,7 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
                 let data = read(x, pc, a[1], a[2] as usize)?;
                 match x.vm.maps[m].ringbuf() {
                     Some(r) => {
-                        if r.output(&data) { 0 } else { neg(EAGAIN) }
+                        if r.output(data) { 0 } else { neg(EAGAIN) }
                     }
                     None => return Err(Fault::Helper(format!("instruction {pc}: ringbuf_output to a map that is not a ring buffer"))),
                 }
@@ -214,8 +219,8 @@ fn csum_diff(x: &Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
     if (fs | ts) & 3 != 0 || fs + ts > 512 {
         return Ok(neg(EINVAL));
     }
-    let from = if fs > 0 { read(x, pc, a[0], fs)? } else { Vec::new() };
-    let to = if ts > 0 { read(x, pc, a[2], ts)? } else { Vec::new() };
+    let from: &[u8] = if fs > 0 { read(x, pc, a[0], fs)? } else { &[] };
+    let to: &[u8] = if ts > 0 { read(x, pc, a[2], ts)? } else { &[] };
     let mut sum = a[4] as u32 as u64;
     for w in from.chunks_exact(4) {
         sum += !u32::from_le_bytes(w.try_into().unwrap()) as u64;

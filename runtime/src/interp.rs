@@ -22,6 +22,8 @@ pub struct Exec<'a> {
     depth: usize,
     /// The program whose helper call is running (for bpf_loop callbacks).
     pub current: Option<usize>,
+    /// A fault raised while compiled code ran, for the JIT's caller.
+    pub jit_fault: Option<Fault>,
 }
 
 struct Frame {
@@ -38,16 +40,25 @@ pub enum Flow {
 
 impl<'a> Exec<'a> {
     pub fn new(vm: &'a mut Vm, pkt: &'a mut Packet) -> Exec<'a> {
-        Exec { vm, pkt, ctx_addr: 0, tail_calls: 0, steps: 0, depth: 0, current: None }
+        Exec { vm, pkt, ctx_addr: 0, tail_calls: 0, steps: 0, depth: 0, current: None, jit_fault: None }
     }
 
     /// Runs program `prog` on the packet and returns its XDP action.
     pub fn run(&mut self, prog: usize) -> Result<u64, Fault> {
+        let r1 = self.prepare();
+        self.call(prog, 0, [r1, 0, 0, 0, 0])
+    }
+
+    /// Resets the per-run state; returns the context's address (R1).
+    pub fn prepare(&mut self) -> u64 {
         self.ctx_addr = &self.pkt.ctx as *const _ as u64;
         self.tail_calls = 0;
         self.depth = 0;
-        let r1 = self.ctx_addr;
-        self.call(prog, 0, [r1, 0, 0, 0, 0])
+        self.ctx_addr
+    }
+
+    pub fn ctx_field_pub(&self, off: u64) -> u64 {
+        self.ctx_field(off)
     }
 
     fn stack_range(&self) -> (u64, u64) {

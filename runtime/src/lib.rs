@@ -7,6 +7,7 @@ pub mod elf;
 pub mod helpers;
 pub mod insn;
 pub mod interp;
+pub mod jit;
 pub mod kernel;
 pub mod maps;
 pub mod pcap;

@@ -4,12 +4,13 @@ use std::time::Instant;
 
 use fastpath_rt::elf::{map_type, BpfObject};
 use fastpath_rt::interp::Exec;
+use fastpath_rt::jit::Jit;
 use fastpath_rt::vm::{Packet, Vm};
 use fastpath_rt::{kernel, pcap};
 
 const USAGE: &str = "usage:
   fastpath-rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N]
-                           [--engine interp] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
+                           [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt list OBJ
   fastpath-rt verify OBJ [--prog NAME]";
 
@@ -64,8 +65,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     if o.obj.is_empty() {
         return Err(format!("no object file given\n{USAGE}"));
     }
-    if o.engine != "interp" {
-        return Err(format!("--engine {:?}: this build has the interpreter only (interp)", o.engine));
+    if o.engine != "interp" && o.engine != "jit" {
+        return Err(format!("--engine {:?}: use interp or jit", o.engine));
     }
     Ok(o)
 }
@@ -143,6 +144,7 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         fill_maps(&mut vm, path)?;
     }
     let prog = vm.program_index(&def.name)?;
+    let jit = if o.engine == "jit" { Some(Jit::compile(&vm, prog)?) } else { None };
     let mut results = Vec::new();
     let mut outs = Vec::new();
     let (mut total_ns, mut total_steps, mut runs) = (0u128, 0u64, 0u64);
@@ -151,10 +153,19 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         let mut ret = 0;
         let start = Instant::now();
         let mut steps = 0;
-        for _ in 0..o.repeat {
-            let mut x = Exec::new(&mut vm, &mut pkt);
-            ret = x.run(prog).map_err(|e| format!("packet {}: {e}", n + 1))?;
-            steps += x.steps;
+        match &jit {
+            Some(j) => {
+                for _ in 0..o.repeat {
+                    ret = j.run(&mut vm, prog, &mut pkt).map_err(|e| format!("packet {}: {e}", n + 1))?;
+                }
+            }
+            None => {
+                for _ in 0..o.repeat {
+                    let mut x = Exec::new(&mut vm, &mut pkt);
+                    ret = x.run(prog).map_err(|e| format!("packet {}: {e}", n + 1))?;
+                    steps += x.steps;
+                }
+            }
         }
         total_ns += start.elapsed().as_nanos();
         total_steps += steps;

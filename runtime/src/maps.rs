@@ -3,6 +3,44 @@
 //! program holds stay valid, and one arena is one region for bounds checks.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A fast hash for map keys (multiply and rotate per word, as FxHash):
+/// SipHash's resistance to flooding is not needed for a map whose size the
+/// program's author caps, and it cost a third of a lookup.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 56));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl KeyHasher {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type KeyMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<KeyHasher>>;
 
 use crate::elf::{map_type as mt, MapDef};
 
@@ -76,7 +114,7 @@ impl Arena {
 
 /// Slot allocation for hash-like maps, with LRU order when asked.
 pub struct Slots {
-    index: HashMap<Vec<u8>, usize>,
+    index: KeyMap<usize>,
     keys: Vec<Option<Vec<u8>>>,
     free: Vec<usize>,
     lru: Option<VecDeque<usize>>,
@@ -84,7 +122,7 @@ pub struct Slots {
 
 impl Slots {
     fn new(n: usize, lru: bool) -> Slots {
-        Slots { index: HashMap::new(), keys: vec![None; n], free: (0..n).rev().collect(), lru: lru.then(VecDeque::new) }
+        Slots { index: KeyMap::default(), keys: vec![None; n], free: (0..n).rev().collect(), lru: lru.then(VecDeque::new) }
     }
 
     fn touch(&mut self, slot: usize) {

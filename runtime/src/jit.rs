@@ -1,0 +1,715 @@
+//! The JIT: eBPF to native code through Cranelift. Each BPF function (the
+//! program's entry, every bpf-to-bpf call target and callback) becomes one
+//! native function `(env, r1..r5, frame) -> r0`, so R6–R9 are kept across
+//! calls by construction. The control-flow graph is built first; then each
+//! instruction is translated in order. Every load and store goes through
+//! one emitter of bounds checks: stack, then packet, inline; anything else
+//! through the same region check the interpreter uses.
+
+use std::collections::{BTreeSet, HashMap};
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, AbiParam, AtomicRmwOp, Function, InstBuilder, MemFlags, Signature, Value};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+
+use crate::helpers;
+use crate::insn::*;
+use crate::interp::{Exec, Flow, STACK_SIZE, STACK_TOTAL};
+use crate::vm::{Fault, Packet, Vm};
+
+/// What compiled code reads and the host functions write. Offsets are
+/// used in the generated code: keep the layout.
+#[repr(C)]
+pub struct Env {
+    exec: *mut Exec<'static>,
+    pkt_lo: u64,
+    pkt_hi: u64,
+    stack_lo: u64,
+    stack_hi: u64,
+    ctx: u64,
+    fault: u64,
+    jit: *const Jit,
+    prog: u64,
+}
+
+const ENV_PKT_LO: i32 = 8;
+const ENV_PKT_HI: i32 = 16;
+const ENV_STACK_LO: i32 = 24;
+const ENV_STACK_HI: i32 = 32;
+const ENV_CTX: i32 = 40;
+const ENV_FAULT: i32 = 48;
+
+type EntryFn = unsafe extern "C" fn(*mut Env, u64, u64, u64, u64, u64, u64) -> u64;
+
+pub struct Jit {
+    _module: JITModule,
+    /// Native code of each BPF function, by (program, first instruction).
+    funcs: HashMap<(usize, usize), EntryFn>,
+    prog: usize,
+    entry: EntryFn,
+}
+
+impl Env {
+    fn exec(&mut self) -> &mut Exec<'static> {
+        unsafe { &mut *self.exec }
+    }
+
+    fn refresh_packet(&mut self) {
+        let x = self.exec();
+        let base = x.pkt.base();
+        let (lo, hi) = (base + x.pkt.meta as u64, base + x.pkt.data_end as u64);
+        self.pkt_lo = lo;
+        self.pkt_hi = hi;
+    }
+
+    fn fail(&mut self, f: Fault) -> u64 {
+        self.exec().jit_fault = Some(f);
+        self.fault = 1;
+        0
+    }
+}
+
+extern "C" fn host_check(env: *mut Env, addr: u64, size: u64, write: u64, pc: u64) -> u64 {
+    let env = unsafe { &mut *env };
+    match env.exec().check(pc as usize, addr, size, write != 0) {
+        Ok(()) => 1,
+        Err(f) => env.fail(f),
+    }
+}
+
+extern "C" fn host_ctx_load(env: *mut Env, off: u64) -> u64 {
+    let env = unsafe { &mut *env };
+    env.exec().ctx_field_pub(off)
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn host_helper(env: *mut Env, id: u64, pc: u64, fp: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> u64 {
+    let env = unsafe { &mut *env };
+    if id == 181 {
+        return bpf_loop(env, pc, fp, [a1, a2, a3, a4, a5]);
+    }
+    let r = helpers::call(env.exec(), pc as usize, id as i32, [a1, a2, a3, a4, a5]);
+    env.refresh_packet();
+    match r {
+        Ok(Flow::Value(v)) => v,
+        Ok(Flow::TailCall(_)) => env.fail(Fault::Bad("tail call in compiled code".into())),
+        Err(f) => env.fail(f),
+    }
+}
+
+/// bpf_loop with a compiled callback, in the frame below the caller's.
+fn bpf_loop(env: &mut Env, pc: u64, fp: u64, a: [u64; 5]) -> u64 {
+    if a[3] != 0 {
+        return (-22i64) as u64;
+    }
+    if a[0] > 1 << 23 {
+        return (-7i64) as u64;
+    }
+    let jit = unsafe { &*env.jit };
+    let Some(&f) = jit.funcs.get(&(env.prog as usize, a[1] as usize)) else {
+        return env.fail(Fault::Bad(format!("instruction {pc}: bpf_loop callback {} is not a compiled function", a[1])));
+    };
+    let callee_fp = fp + STACK_SIZE as u64;
+    if callee_fp > env.stack_hi {
+        return env.fail(Fault::Limit("call depth above the kernel's".into()));
+    }
+    for i in 0..a[0] {
+        let r = unsafe { f(env as *mut Env, i, a[2], 0, 0, 0, callee_fp) };
+        if env.fault != 0 {
+            return 0;
+        }
+        if r == 1 {
+            return i + 1;
+        }
+    }
+    a[0]
+}
+
+fn bpf_sig(m: &JITModule) -> Signature {
+    let mut s = m.make_signature();
+    for _ in 0..7 {
+        s.params.push(AbiParam::new(types::I64));
+    }
+    s.returns.push(AbiParam::new(types::I64));
+    s
+}
+
+fn host_sig(m: &JITModule, params: usize) -> Signature {
+    let mut s = m.make_signature();
+    for _ in 0..params {
+        s.params.push(AbiParam::new(types::I64));
+    }
+    s.returns.push(AbiParam::new(types::I64));
+    s
+}
+
+impl Jit {
+    /// Compiles one program of the Vm and the functions it calls.
+    pub fn compile(vm: &Vm, prog: usize) -> Result<Jit, String> {
+        let p = &vm.programs[prog];
+        if let Some(why) = &p.refused {
+            return Err(why.clone());
+        }
+        let mut fb = settings::builder();
+        fb.set("opt_level", "speed").map_err(|e| e.to_string())?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| format!("no JIT for this machine: {e}"))?
+            .finish(settings::Flags::new(fb))
+            .map_err(|e| e.to_string())?;
+        let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+
+        // Functions: the entry and every call or callback target.
+        let mut entries = BTreeSet::from([0usize]);
+        for (pc, ins) in p.insns.iter().enumerate() {
+            if ins.is_call() && ins.src() == 0 && ins.imm == 12 {
+                return Err(format!("program {}: tail calls are not compiled yet: use --engine interp", p.name));
+            }
+            if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
+                entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
+            }
+        }
+        let entries: Vec<usize> = entries.into_iter().collect();
+        let sig = bpf_sig(&module);
+        let mut ids: HashMap<usize, FuncId> = HashMap::new();
+        for &e in &entries {
+            let id = module
+                .declare_function(&format!("{}_{e}", p.name), Linkage::Local, &sig)
+                .map_err(|e| e.to_string())?;
+            ids.insert(e, id);
+        }
+        let mut ctx = module.make_context();
+        let mut fbc = FunctionBuilderContext::new();
+        for (i, &start) in entries.iter().enumerate() {
+            let end = entries.get(i + 1).copied().unwrap_or(p.insns.len());
+            ctx.func.signature = sig.clone();
+            translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids)
+                .map_err(|e| format!("program {}: {e}", p.name))?;
+            module.define_function(ids[&start], &mut ctx).map_err(|e| format!("program {}: compile: {e:?}", p.name))?;
+            module.clear_context(&mut ctx);
+        }
+        module.finalize_definitions().map_err(|e| e.to_string())?;
+        let mut funcs = HashMap::new();
+        for (&e, &id) in &ids {
+            let f: EntryFn = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
+            funcs.insert((prog, e), f);
+        }
+        let entry = funcs[&(prog, 0)];
+        Ok(Jit { _module: module, funcs, prog, entry })
+    }
+
+    /// Runs the compiled program on the packet.
+    pub fn run(&self, vm: &mut Vm, prog: usize, pkt: &mut Packet) -> Result<u64, Fault> {
+        if prog != self.prog {
+            return Err(Fault::Bad("program not compiled".into()));
+        }
+        let f = self.entry;
+        let stack_lo = vm.stack.as_ptr() as u64;
+        let mut x = Exec::new(vm, pkt);
+        let ctx = x.prepare();
+        let exec: *mut Exec<'static> = unsafe { std::mem::transmute(&mut x as *mut Exec) };
+        let mut env = Env {
+            exec,
+            pkt_lo: 0,
+            pkt_hi: 0,
+            stack_lo,
+            stack_hi: stack_lo + STACK_TOTAL as u64,
+            ctx,
+            fault: 0,
+            jit: self,
+            prog: prog as u64,
+        };
+        env.refresh_packet();
+        let r0 = unsafe { f(&mut env, ctx, 0, 0, 0, 0, stack_lo + STACK_SIZE as u64) };
+        if env.fault != 0 {
+            return Err(x.jit_fault.take().unwrap_or(Fault::Bad("fault".into())));
+        }
+        Ok(r0)
+    }
+}
+
+struct Tr<'a, 'b> {
+    b: FunctionBuilder<'b>,
+    regs: [Variable; 11],
+    scratch: Variable,
+    bounds: [Variable; 4],
+    env: Value,
+    fault: cranelift_codegen::ir::Block,
+    check_sig: cranelift_codegen::ir::SigRef,
+    ctx_sig: cranelift_codegen::ir::SigRef,
+    helper_sig: cranelift_codegen::ir::SigRef,
+    _p: std::marker::PhantomData<&'a ()>,
+}
+
+fn flags() -> MemFlags {
+    MemFlags::new().with_notrap()
+}
+
+fn translate(
+    module: &mut JITModule,
+    func: &mut Function,
+    fbc: &mut FunctionBuilderContext,
+    p: &crate::vm::Program,
+    start: usize,
+    end: usize,
+    ids: &HashMap<usize, FuncId>,
+) -> Result<(), String> {
+    let check_sig = host_sig(module, 5);
+    let ctx_sig = host_sig(module, 2);
+    let helper_sig = host_sig(module, 9);
+    let mut funcrefs = HashMap::new();
+    for (&e, &id) in ids {
+        funcrefs.insert(e, module.declare_func_in_func(id, func));
+    }
+    let mut b = FunctionBuilder::new(func, fbc);
+    let check_sig = b.import_signature(check_sig);
+    let ctx_sig = b.import_signature(ctx_sig);
+    let helper_sig = b.import_signature(helper_sig);
+
+    // Leaders: the entry, jump targets, and what follows a jump or exit.
+    let mut leaders = BTreeSet::from([start]);
+    let mut pc = start;
+    while pc < end {
+        let ins = p.insns[pc];
+        let class = ins.class();
+        if class == CLASS_JMP || class == CLASS_JMP32 {
+            let op = ins.code & 0xf0;
+            if op != 0x80 {
+                let off = if op == 0x00 && class == CLASS_JMP32 { ins.imm as i64 } else { ins.off as i64 };
+                if op != 0x90 {
+                    let t = (pc as i64 + off + 1) as usize;
+                    if t < start || t >= end {
+                        return Err(format!("instruction {pc}: jump out of its function"));
+                    }
+                    leaders.insert(t);
+                }
+                if pc + 1 < end {
+                    leaders.insert(pc + 1);
+                }
+            }
+        }
+        pc += if ins.is_ld_imm64() { 2 } else { 1 };
+    }
+    let blocks: HashMap<usize, cranelift_codegen::ir::Block> = leaders.iter().map(|&l| (l, b.create_block())).collect();
+    let entry = blocks[&start];
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let regs: [Variable; 11] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let scratch = b.declare_var(types::I64);
+    let params = b.block_params(entry).to_vec();
+    let env = params[0];
+    let zero = b.ins().iconst(types::I64, 0);
+    for (i, r) in regs.iter().enumerate() {
+        let v = match i {
+            1..=5 => params[i],
+            10 => params[6],
+            _ => zero,
+        };
+        b.def_var(*r, v);
+    }
+    b.def_var(scratch, zero);
+    let bounds: [Variable; 4] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let fault = b.create_block();
+    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, _p: std::marker::PhantomData };
+    t.load_bounds();
+
+    let mut terminated = false;
+    let mut pc = start;
+    while pc < end {
+        if pc != start && blocks.contains_key(&pc) {
+            if !terminated {
+                t.b.ins().jump(blocks[&pc], &[]);
+            }
+            t.b.switch_to_block(blocks[&pc]);
+        } else if terminated {
+            // Unreachable until the next leader.
+            pc += 1;
+            continue;
+        }
+        let ins = p.insns[pc];
+        terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
+        pc += if ins.is_ld_imm64() { 2 } else { 1 };
+    }
+    if !terminated {
+        let z = t.b.ins().iconst(types::I64, 0);
+        t.b.ins().return_(&[z]);
+    }
+    t.b.switch_to_block(t.fault);
+    let z = t.b.ins().iconst(types::I64, 0);
+    t.b.ins().return_(&[z]);
+    t.b.seal_all_blocks();
+    t.b.finalize();
+    Ok(())
+}
+
+impl Tr<'_, '_> {
+    fn get(&mut self, r: usize) -> Value {
+        self.b.use_var(self.regs[r])
+    }
+
+    fn set(&mut self, r: usize, v: Value) {
+        self.b.def_var(self.regs[r], v);
+    }
+
+    fn env_field(&mut self, off: i32) -> Value {
+        self.b.ins().load(types::I64, flags(), self.env, off)
+    }
+
+    fn host(&mut self, sig: cranelift_codegen::ir::SigRef, f: u64, args: &[Value]) -> Value {
+        let callee = self.b.ins().iconst(types::I64, f as i64);
+        let call = self.b.ins().call_indirect(sig, callee, args);
+        self.b.inst_results(call)[0]
+    }
+
+    /// The one emitter of bounds checks: on return, code continues where
+    /// [addr, addr+size) may be accessed. An access through R10 at a
+    /// constant offset inside the frame needs none: R10 is read-only and
+    /// every frame lies inside the stack.
+    fn check(&mut self, pc: usize, base_reg: usize, off: i16, addr: Value, size: i64, write: bool) {
+        if base_reg == 10 && (off as i64) >= -(STACK_SIZE as i64) && (off as i64) + size <= 0 {
+            return;
+        }
+        let ok = self.b.create_block();
+        let try_pkt = self.b.create_block();
+        let slow = self.b.create_block();
+        for (lo_var, hi_var, miss) in [(self.bounds[0], self.bounds[1], try_pkt), (self.bounds[2], self.bounds[3], slow)] {
+            let lo = self.b.use_var(lo_var);
+            let hi = self.b.use_var(hi_var);
+            let last = self.b.ins().iadd_imm(hi, -size);
+            let c1 = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, lo);
+            let c2 = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, last);
+            let c = self.b.ins().band(c1, c2);
+            self.b.ins().brif(c, ok, &[], miss, &[]);
+            self.b.switch_to_block(miss);
+        }
+        let args = [
+            self.env,
+            addr,
+            self.b.ins().iconst(types::I64, size),
+            self.b.ins().iconst(types::I64, write as i64),
+            self.b.ins().iconst(types::I64, pc as i64),
+        ];
+        let r = self.host(self.check_sig, host_check as *const () as u64, &args);
+        self.b.ins().brif(r, ok, &[], self.fault, &[]);
+        self.b.switch_to_block(ok);
+    }
+
+    fn after_call(&mut self) {
+        let f = self.env_field(ENV_FAULT);
+        let cont = self.b.create_block();
+        self.b.ins().brif(f, self.fault, &[], cont, &[]);
+        self.b.switch_to_block(cont);
+        self.load_bounds();
+    }
+
+    /// The stack's and packet's bounds, kept in registers; a helper may
+    /// move the packet's, so they are read again after every call.
+    fn load_bounds(&mut self) {
+        for (i, off) in [ENV_STACK_LO, ENV_STACK_HI, ENV_PKT_LO, ENV_PKT_HI].into_iter().enumerate() {
+            let v = self.env_field(off);
+            self.b.def_var(self.bounds[i], v);
+        }
+    }
+
+    fn mem_type(size: usize) -> cranelift_codegen::ir::Type {
+        match size {
+            1 => types::I8,
+            2 => types::I16,
+            4 => types::I32,
+            _ => types::I64,
+        }
+    }
+
+    /// Translates one instruction; true when it ends its block.
+    fn insn(
+        &mut self,
+        p: &crate::vm::Program,
+        pc: usize,
+        ins: Insn,
+        blocks: &HashMap<usize, cranelift_codegen::ir::Block>,
+        funcs: &HashMap<usize, cranelift_codegen::ir::FuncRef>,
+    ) -> Result<bool, String> {
+        let dst = ins.dst();
+        let src = (ins.regs >> 4) as usize;
+        let class = ins.class();
+        match class {
+            CLASS_ALU | CLASS_ALU64 => {
+                let is64 = class == CLASS_ALU64;
+                let ty = if is64 { types::I64 } else { types::I32 };
+                let op = ins.code & 0xf0;
+                let d64 = self.get(dst);
+                let v = if op == 0xd0 {
+                    let width = ins.imm;
+                    let swap = is64 || ins.code & 0x08 != 0;
+                    match width {
+                        16 | 32 => {
+                            let t = if width == 16 { types::I16 } else { types::I32 };
+                            let r = self.b.ins().ireduce(t, d64);
+                            let r = if swap { self.b.ins().bswap(r) } else { r };
+                            self.b.ins().uextend(types::I64, r)
+                        }
+                        _ => {
+                            if swap {
+                                self.b.ins().bswap(d64)
+                            } else {
+                                d64
+                            }
+                        }
+                    }
+                } else {
+                    let d = if is64 { d64 } else { self.b.ins().ireduce(types::I32, d64) };
+                    let x = if ins.code & 0x08 != 0 {
+                        let s = self.get(src);
+                        if is64 { s } else { self.b.ins().ireduce(types::I32, s) }
+                    } else {
+                        self.b.ins().iconst(ty, if is64 { ins.imm as i64 } else { ins.imm as u32 as i64 })
+                    };
+                    let r = self.alu(op, ins.off, ty, d, x)?;
+                    if is64 { r } else { self.b.ins().uextend(types::I64, r) }
+                };
+                self.set(dst, v);
+                Ok(false)
+            }
+            CLASS_LD => {
+                if !ins.is_ld_imm64() {
+                    return Err(format!("instruction {pc}: legacy packet loads are not supported"));
+                }
+                let v = self.b.ins().iconst(types::I64, p.imm64[pc] as i64);
+                self.set(dst, v);
+                Ok(false)
+            }
+            CLASS_LDX => {
+                let size = ins.size();
+                let base = self.get(src);
+                let addr = self.b.ins().iadd_imm(base, ins.off as i64);
+                if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 {
+                    // A 32-bit load may be of the context, whose data fields
+                    // read as full pointers.
+                    let ctx = self.env_field(ENV_CTX);
+                    let d = self.b.ins().isub(addr, ctx);
+                    let is_ctx = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, d, 24);
+                    let ctx_blk = self.b.create_block();
+                    let mem_blk = self.b.create_block();
+                    let join = self.b.create_block();
+                    self.b.ins().brif(is_ctx, ctx_blk, &[], mem_blk, &[]);
+                    self.b.switch_to_block(ctx_blk);
+                    let v = self.host(self.ctx_sig, host_ctx_load as *const () as u64, &[self.env, d]);
+                    self.b.def_var(self.scratch, v);
+                    self.b.ins().jump(join, &[]);
+                    self.b.switch_to_block(mem_blk);
+                    self.check(pc, src, ins.off, addr, 4, false);
+                    let v = self.b.ins().uload32(flags(), addr, 0);
+                    self.b.def_var(self.scratch, v);
+                    self.b.ins().jump(join, &[]);
+                    self.b.switch_to_block(join);
+                    let v = self.b.use_var(self.scratch);
+                    self.set(dst, v);
+                    return Ok(false);
+                }
+                self.check(pc, src, ins.off, addr, size as i64, false);
+                let sx = ins.code & 0xe0 == MODE_MEMSX;
+                let v = match (size, sx) {
+                    (1, false) => self.b.ins().uload8(types::I64, flags(), addr, 0),
+                    (2, false) => self.b.ins().uload16(types::I64, flags(), addr, 0),
+                    (4, false) => self.b.ins().uload32(flags(), addr, 0),
+                    (1, true) => self.b.ins().sload8(types::I64, flags(), addr, 0),
+                    (2, true) => self.b.ins().sload16(types::I64, flags(), addr, 0),
+                    (4, true) => self.b.ins().sload32(flags(), addr, 0),
+                    _ => self.b.ins().load(types::I64, flags(), addr, 0),
+                };
+                self.set(dst, v);
+                Ok(false)
+            }
+            CLASS_ST | CLASS_STX => {
+                let size = ins.size();
+                let base = self.get(dst);
+                let addr = self.b.ins().iadd_imm(base, ins.off as i64);
+                self.check(pc, dst, ins.off, addr, size as i64, true);
+                if class == CLASS_STX && ins.code & 0xe0 == MODE_ATOMIC {
+                    return self.atomic(pc, ins, addr, size, src).map(|_| false);
+                }
+                let v = if class == CLASS_ST { self.b.ins().iconst(types::I64, ins.imm as i64) } else { self.get(src) };
+                let ty = Self::mem_type(size);
+                let v = if ty == types::I64 { v } else { self.b.ins().ireduce(ty, v) };
+                self.b.ins().store(flags(), v, addr, 0);
+                Ok(false)
+            }
+            CLASS_JMP | CLASS_JMP32 => {
+                let op = ins.code & 0xf0;
+                match op {
+                    0x00 => {
+                        let off = if class == CLASS_JMP32 { ins.imm as i64 } else { ins.off as i64 };
+                        self.b.ins().jump(blocks[&((pc as i64 + off + 1) as usize)], &[]);
+                        Ok(true)
+                    }
+                    0x90 => {
+                        let r0 = self.get(0);
+                        self.b.ins().return_(&[r0]);
+                        Ok(true)
+                    }
+                    0x80 => {
+                        let fp = self.get(10);
+                        let args: Vec<Value> = (1..=5).map(|r| self.get(r)).collect();
+                        if ins.src() == PSEUDO_CALL {
+                            let target = (pc as i64 + ins.imm as i64 + 1) as usize;
+                            let f = *funcs.get(&target).ok_or_else(|| format!("instruction {pc}: call to {target}, not a function"))?;
+                            let callee_fp = self.b.ins().iadd_imm(fp, STACK_SIZE as i64);
+                            let mut a = vec![self.env];
+                            a.extend_from_slice(&args);
+                            a.push(callee_fp);
+                            let call = self.b.ins().call(f, &a);
+                            let r = self.b.inst_results(call)[0];
+                            self.set(0, r);
+                        } else {
+                            let id = self.b.ins().iconst(types::I64, ins.imm as i64);
+                            let pcv = self.b.ins().iconst(types::I64, pc as i64);
+                            let mut a = vec![self.env, id, pcv, fp];
+                            a.extend_from_slice(&args);
+                            let r = self.host(self.helper_sig, host_helper as *const () as u64, &a);
+                            self.set(0, r);
+                        }
+                        self.after_call();
+                        Ok(false)
+                    }
+                    _ => {
+                        let (a, x) = if class == CLASS_JMP32 {
+                            let a = self.get(dst);
+                            let a = self.b.ins().ireduce(types::I32, a);
+                            let x = if ins.code & 0x08 != 0 {
+                                let s = self.get(src);
+                                self.b.ins().ireduce(types::I32, s)
+                            } else {
+                                self.b.ins().iconst(types::I32, ins.imm as u32 as i64)
+                            };
+                            (a, x)
+                        } else {
+                            let a = self.get(dst);
+                            let x = if ins.code & 0x08 != 0 { self.get(src) } else { self.b.ins().iconst(types::I64, ins.imm as i64) };
+                            (a, x)
+                        };
+                        let c = if op == 0x40 {
+                            let m = self.b.ins().band(a, x);
+                            self.b.ins().icmp_imm(IntCC::NotEqual, m, 0)
+                        } else {
+                            let cc = match op {
+                                0x10 => IntCC::Equal,
+                                0x20 => IntCC::UnsignedGreaterThan,
+                                0x30 => IntCC::UnsignedGreaterThanOrEqual,
+                                0x50 => IntCC::NotEqual,
+                                0x60 => IntCC::SignedGreaterThan,
+                                0x70 => IntCC::SignedGreaterThanOrEqual,
+                                0xa0 => IntCC::UnsignedLessThan,
+                                0xb0 => IntCC::UnsignedLessThanOrEqual,
+                                0xc0 => IntCC::SignedLessThan,
+                                0xd0 => IntCC::SignedLessThanOrEqual,
+                                _ => return Err(format!("instruction {pc}: unknown jump {:#04x}", ins.code)),
+                            };
+                            self.b.ins().icmp(cc, a, x)
+                        };
+                        let taken = blocks[&((pc as i64 + ins.off as i64 + 1) as usize)];
+                        let next = blocks[&(pc + 1)];
+                        self.b.ins().brif(c, taken, &[], next, &[]);
+                        Ok(true)
+                    }
+                }
+            }
+            _ => Err(format!("instruction {pc}: unknown opcode {:#04x}", ins.code)),
+        }
+    }
+
+    fn alu(&mut self, op: u8, off: i16, ty: cranelift_codegen::ir::Type, d: Value, x: Value) -> Result<Value, String> {
+        let i = self.b.ins();
+        Ok(match op {
+            0x00 => i.iadd(d, x),
+            0x10 => i.isub(d, x),
+            0x20 => i.imul(d, x),
+            0x30 | 0x90 => return Ok(self.divmod(op, off == 1, ty, d, x)),
+            0x40 => i.bor(d, x),
+            0x50 => i.band(d, x),
+            0x60 => i.ishl(d, x),
+            0x70 => i.ushr(d, x),
+            0x80 => i.ineg(d),
+            0xa0 => i.bxor(d, x),
+            0xb0 => match off {
+                8 | 16 | 32 => {
+                    let t = match off {
+                        8 => types::I8,
+                        16 => types::I16,
+                        _ => types::I32,
+                    };
+                    if t == ty {
+                        x
+                    } else {
+                        let r = self.b.ins().ireduce(t, x);
+                        self.b.ins().sextend(ty, r)
+                    }
+                }
+                _ => x,
+            },
+            0xc0 => i.sshr(d, x),
+            _ => return Err(format!("unknown ALU operation {op:#x}")),
+        })
+    }
+
+    /// BPF division never traps: by zero gives 0 (div) or the dividend
+    /// (mod); signed MIN / -1 wraps.
+    fn divmod(&mut self, op: u8, signed: bool, ty: cranelift_codegen::ir::Type, d: Value, x: Value) -> Value {
+        let zero = self.b.ins().icmp_imm(IntCC::Equal, x, 0);
+        let neg1 = self.b.ins().icmp_imm(IntCC::Equal, x, -1);
+        let one = self.b.ins().iconst(ty, 1);
+        let z = self.b.ins().iconst(ty, 0);
+        let bad = if signed { self.b.ins().bor(zero, neg1) } else { zero };
+        let safe = self.b.ins().select(bad, one, x);
+        if op == 0x30 {
+            if signed {
+                let q = self.b.ins().sdiv(d, safe);
+                let n = self.b.ins().ineg(d);
+                let q = self.b.ins().select(neg1, n, q);
+                self.b.ins().select(zero, z, q)
+            } else {
+                let q = self.b.ins().udiv(d, safe);
+                self.b.ins().select(zero, z, q)
+            }
+        } else if signed {
+            let r = self.b.ins().srem(d, safe);
+            let r = self.b.ins().select(neg1, z, r);
+            self.b.ins().select(zero, d, r)
+        } else {
+            let r = self.b.ins().urem(d, safe);
+            self.b.ins().select(zero, d, r)
+        }
+    }
+
+    fn atomic(&mut self, pc: usize, ins: Insn, addr: Value, size: usize, src: usize) -> Result<(), String> {
+        let ty = if size == 8 { types::I64 } else { types::I32 };
+        let x = self.get(src);
+        let x = if ty == types::I64 { x } else { self.b.ins().ireduce(ty, x) };
+        let fl = MemFlags::new();
+        let op = ins.imm as u32;
+        let widen = |t: &mut Self, v: Value| if ty == types::I64 { v } else { t.b.ins().uextend(types::I64, v) };
+        if op == 0xf1 {
+            let r0 = self.get(0);
+            let r0 = if ty == types::I64 { r0 } else { self.b.ins().ireduce(ty, r0) };
+            let old = self.b.ins().atomic_cas(fl, addr, r0, x);
+            let old = widen(self, old);
+            self.set(0, old);
+            return Ok(());
+        }
+        let rmw = match op & !1 {
+            0x00 => AtomicRmwOp::Add,
+            0x40 => AtomicRmwOp::Or,
+            0x50 => AtomicRmwOp::And,
+            0xa0 => AtomicRmwOp::Xor,
+            0xe0 => AtomicRmwOp::Xchg,
+            _ => return Err(format!("instruction {pc}: unknown atomic operation {op:#x}")),
+        };
+        let old = self.b.ins().atomic_rmw(ty, fl, rmw, addr, x);
+        if op & 1 != 0 {
+            let old = widen(self, old);
+            self.set(src, old);
+        }
+        Ok(())
+    }
+}
