@@ -33,6 +33,9 @@ pub struct Env {
     fault: u64,
     jit: *const Jit,
     prog: u64,
+    maps_lo: u64,
+    maps_hi: u64,
+    cpu: u64,
 }
 
 const ENV_PKT_LO: i32 = 8;
@@ -41,6 +44,9 @@ const ENV_STACK_LO: i32 = 24;
 const ENV_STACK_HI: i32 = 32;
 const ENV_CTX: i32 = 40;
 const ENV_FAULT: i32 = 48;
+const ENV_MAPS_LO: i32 = 72;
+const ENV_MAPS_HI: i32 = 80;
+const ENV_CPU: i32 = 88;
 
 type EntryFn = unsafe extern "C" fn(*mut Env, u64, u64, u64, u64, u64, u64) -> u64;
 
@@ -173,6 +179,13 @@ impl Jit {
         }
         let entries: Vec<usize> = entries.into_iter().collect();
         let sig = bpf_sig(&module);
+        // Arrays' layouts, for lookups compiled inline as the kernel does.
+        let arrays: HashMap<usize, ArrayLayout> = vm
+            .maps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.array_layout().map(|(base, elem, slots, per_cpu)| (i, ArrayLayout { base, elem, slots, per_cpu, percpu: m.percpu() })))
+            .collect();
         let mut ids: HashMap<usize, FuncId> = HashMap::new();
         for &e in &entries {
             let id = module
@@ -185,7 +198,7 @@ impl Jit {
         for (i, &start) in entries.iter().enumerate() {
             let end = entries.get(i + 1).copied().unwrap_or(p.insns.len());
             ctx.func.signature = sig.clone();
-            translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids)
+            translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays)
                 .map_err(|e| format!("program {}: {e}", p.name))?;
             module.define_function(ids[&start], &mut ctx).map_err(|e| format!("program {}: compile: {e:?}", p.name))?;
             module.clear_context(&mut ctx);
@@ -207,6 +220,8 @@ impl Jit {
         }
         let f = self.entry;
         let stack_lo = vm.stack.as_ptr() as u64;
+        let (maps_lo, maps_hi) = vm.pool.range();
+        let cpu = vm.cpu as u64;
         let mut x = Exec::new(vm, pkt);
         let ctx = x.prepare();
         let exec: *mut Exec<'static> = unsafe { std::mem::transmute(&mut x as *mut Exec) };
@@ -220,6 +235,9 @@ impl Jit {
             fault: 0,
             jit: self,
             prog: prog as u64,
+            maps_lo,
+            maps_hi,
+            cpu,
         };
         env.refresh_packet();
         let r0 = unsafe { f(&mut env, ctx, 0, 0, 0, 0, stack_lo + STACK_SIZE as u64) };
@@ -230,17 +248,28 @@ impl Jit {
     }
 }
 
+#[derive(Clone, Copy)]
+struct ArrayLayout {
+    base: u64,
+    elem: usize,
+    slots: usize,
+    per_cpu: usize,
+    percpu: bool,
+}
+
 struct Tr<'a, 'b> {
     b: FunctionBuilder<'b>,
     regs: [Variable; 11],
     scratch: Variable,
-    bounds: [Variable; 4],
+    bounds: [Variable; 6],
     env: Value,
     fault: cranelift_codegen::ir::Block,
     check_sig: cranelift_codegen::ir::SigRef,
     ctx_sig: cranelift_codegen::ir::SigRef,
     helper_sig: cranelift_codegen::ir::SigRef,
-    _p: std::marker::PhantomData<&'a ()>,
+    arrays: &'a HashMap<usize, ArrayLayout>,
+    /// Instruction that starts the block being translated.
+    block_start: usize,
 }
 
 fn flags() -> MemFlags {
@@ -255,6 +284,7 @@ fn translate(
     start: usize,
     end: usize,
     ids: &HashMap<usize, FuncId>,
+    arrays: &HashMap<usize, ArrayLayout>,
 ) -> Result<(), String> {
     let check_sig = host_sig(module, 5);
     let ctx_sig = host_sig(module, 2);
@@ -310,9 +340,9 @@ fn translate(
         b.def_var(*r, v);
     }
     b.def_var(scratch, zero);
-    let bounds: [Variable; 4] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let bounds: [Variable; 6] = std::array::from_fn(|_| b.declare_var(types::I64));
     let fault = b.create_block();
-    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, _p: std::marker::PhantomData };
+    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -323,6 +353,7 @@ fn translate(
                 t.b.ins().jump(blocks[&pc], &[]);
             }
             t.b.switch_to_block(blocks[&pc]);
+            t.block_start = pc;
         } else if terminated {
             // Unreachable until the next leader.
             pc += 1;
@@ -372,9 +403,14 @@ impl Tr<'_, '_> {
             return;
         }
         let ok = self.b.create_block();
-        let try_pkt = self.b.create_block();
+        let second = self.b.create_block();
+        let third = self.b.create_block();
         let slow = self.b.create_block();
-        for (lo_var, hi_var, miss) in [(self.bounds[0], self.bounds[1], try_pkt), (self.bounds[2], self.bounds[3], slow)] {
+        // Through R10 (a frame at a variable offset) the stack comes first;
+        // otherwise the packet, which loops walk.
+        let (stack, pkt, maps) = ((self.bounds[0], self.bounds[1]), (self.bounds[2], self.bounds[3]), (self.bounds[4], self.bounds[5]));
+        let order = if base_reg == 10 { [stack, pkt, maps] } else { [pkt, maps, stack] };
+        for ((lo_var, hi_var), miss) in order.into_iter().zip([second, third, slow]) {
             let lo = self.b.use_var(lo_var);
             let hi = self.b.use_var(hi_var);
             let last = self.b.ins().iadd_imm(hi, -size);
@@ -407,7 +443,7 @@ impl Tr<'_, '_> {
     /// The stack's and packet's bounds, kept in registers; a helper may
     /// move the packet's, so they are read again after every call.
     fn load_bounds(&mut self) {
-        for (i, off) in [ENV_STACK_LO, ENV_STACK_HI, ENV_PKT_LO, ENV_PKT_HI].into_iter().enumerate() {
+        for (i, off) in [ENV_STACK_LO, ENV_STACK_HI, ENV_PKT_LO, ENV_PKT_HI, ENV_MAPS_LO, ENV_MAPS_HI].into_iter().enumerate() {
             let v = self.env_field(off);
             self.b.def_var(self.bounds[i], v);
         }
@@ -562,6 +598,9 @@ impl Tr<'_, '_> {
                             let call = self.b.ins().call(f, &a);
                             let r = self.b.inst_results(call)[0];
                             self.set(0, r);
+                        } else if let Some(r) = self.inline_array_lookup(p, pc, ins) {
+                            self.set(0, r);
+                            return Ok(false);
                         } else {
                             let id = self.b.ins().iconst(types::I64, ins.imm as i64);
                             let pcv = self.b.ins().iconst(types::I64, pc as i64);
@@ -617,6 +656,51 @@ impl Tr<'_, '_> {
             }
             _ => Err(format!("instruction {pc}: unknown opcode {:#04x}", ins.code)),
         }
+    }
+
+    /// The map R1 holds at `pc`, when an ld_imm64 of it in the same block
+    /// put it there and nothing wrote R1 since.
+    fn map_in_r1(&self, p: &crate::vm::Program, pc: usize) -> Option<usize> {
+        let mut i = pc;
+        while i > self.block_start {
+            i -= 1;
+            let ins = p.insns[i];
+            if i > 0 && p.insns[i - 1].is_ld_imm64() {
+                continue; // the second half of a 64-bit load
+            }
+            if ins.is_call() {
+                return None;
+            }
+            let writes_r1 = ins.dst() == 1 && matches!(ins.class(), CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX)
+                || (ins.class() == CLASS_STX && ins.code & 0xe0 == MODE_ATOMIC && (ins.regs >> 4) as usize == 1);
+            if writes_r1 {
+                return (ins.is_ld_imm64() && ins.src() == PSEUDO_MAP_FD).then_some(ins.imm as usize);
+            }
+        }
+        None
+    }
+
+    /// bpf_map_lookup_elem on an array, compiled inline: bounds-checked
+    /// index to value pointer, NULL past the end.
+    fn inline_array_lookup(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
+        if ins.imm != 1 {
+            return None;
+        }
+        let a = *self.arrays.get(&self.map_in_r1(p, pc)?)?;
+        let key = self.get(2);
+        self.check(pc, 2, 0, key, 4, false);
+        let idx = self.b.ins().uload32(flags(), key, 0);
+        let inb = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, idx, a.slots as i64);
+        let off = self.b.ins().imul_imm(idx, a.elem as i64);
+        let mut base = self.b.ins().iconst(types::I64, a.base as i64);
+        if a.percpu {
+            let cpu = self.env_field(ENV_CPU);
+            let c = self.b.ins().imul_imm(cpu, a.per_cpu as i64);
+            base = self.b.ins().iadd(base, c);
+        }
+        let ptr = self.b.ins().iadd(base, off);
+        let z = self.b.ins().iconst(types::I64, 0);
+        Some(self.b.ins().select(inb, ptr, z))
     }
 
     fn alu(&mut self, op: u8, off: i16, ty: cranelift_codegen::ir::Type, d: Value, x: Value) -> Result<Value, String> {

@@ -76,22 +76,68 @@ fn round8(n: usize) -> usize {
     (n + 7) & !7
 }
 
+/// One zeroed allocation that the writable maps' arenas are carved from, so
+/// that compiled code checks every map value with one range.
+pub struct Pool {
+    mem: Vec<u64>,
+    used: usize,
+}
+
+impl Pool {
+    pub fn new(bytes: usize) -> Pool {
+        Pool { mem: vec![0u64; bytes.div_ceil(8).max(1)], used: 0 }
+    }
+
+    fn take(&mut self, bytes: usize) -> Option<*mut u8> {
+        let bytes = round8(bytes);
+        if self.used + bytes > self.mem.len() * 8 {
+            return None;
+        }
+        let p = unsafe { (self.mem.as_mut_ptr() as *mut u8).add(self.used) };
+        self.used += bytes;
+        Some(p)
+    }
+
+    pub fn range(&self) -> (u64, u64) {
+        let s = self.mem.as_ptr() as u64;
+        (s, s + self.used as u64)
+    }
+}
+
+/// The bytes a map's values take, for sizing the pool.
+pub fn arena_bytes(def: &MapDef, ncpus: usize) -> usize {
+    let percpu = matches!(def.map_type, mt::PERCPU_ARRAY | mt::PERCPU_HASH | mt::LRU_PERCPU_HASH);
+    match def.map_type {
+        mt::ARRAY | mt::PERCPU_ARRAY | mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH | mt::LPM_TRIE => {
+            def.max_entries as usize * round8(def.value_size.max(1) as usize) * if percpu { ncpus } else { 1 }
+        }
+        _ => 0,
+    }
+}
+
 /// An arena of fixed-size slots, per CPU, that never moves.
 pub struct Arena {
-    mem: Vec<u64>,
+    mem: *mut u8,
+    /// The allocation, when the arena is not in a pool.
+    _own: Option<Vec<u64>>,
     elem: usize,
     slots: usize,
     ncpus: usize,
 }
 
 impl Arena {
-    fn new(slots: usize, value_size: usize, ncpus: usize) -> Arena {
+    fn new(slots: usize, value_size: usize, ncpus: usize, pool: Option<&mut Pool>) -> Arena {
         let elem = round8(value_size.max(1));
-        Arena { mem: vec![0u64; (slots * elem * ncpus).div_ceil(8).max(1)], elem, slots, ncpus }
+        let bytes = slots * elem * ncpus;
+        if let Some(p) = pool.and_then(|p| p.take(bytes)) {
+            return Arena { mem: p, _own: None, elem, slots, ncpus };
+        }
+        let mut own = vec![0u64; bytes.div_ceil(8).max(1)];
+        Arena { mem: own.as_mut_ptr() as *mut u8, _own: Some(own), elem, slots, ncpus }
     }
 
     fn ptr(&self, slot: usize, cpu: usize) -> *mut u8 {
-        unsafe { (self.mem.as_ptr() as *mut u8).add((cpu * self.slots + slot) * self.elem) }
+        unsafe { self.mem.add((cpu * self.slots + slot) * self.elem) }
     }
 
     fn bytes(&self, slot: usize, cpu: usize, len: usize) -> &[u8] {
@@ -107,7 +153,7 @@ impl Arena {
     }
 
     fn region(&self) -> (u64, u64) {
-        let start = self.mem.as_ptr() as u64;
+        let start = self.mem as u64;
         (start, start + (self.slots * self.elem * self.ncpus) as u64)
     }
 }
@@ -256,6 +302,13 @@ pub struct Map {
 
 impl Map {
     pub fn new(def: &MapDef, ncpus: usize) -> Result<Map, String> {
+        Self::new_in(def, ncpus, None)
+    }
+
+    /// A map whose values come from the pool when they fit (read-only
+    /// data never does: its writes must fail the check).
+    pub fn new_in(def: &MapDef, ncpus: usize, pool: Option<&mut Pool>) -> Result<Map, String> {
+        let pool = if def.readonly { None } else { pool };
         let n = def.max_entries as usize;
         let vs = def.value_size as usize;
         let percpu = matches!(def.map_type, mt::PERCPU_ARRAY | mt::PERCPU_HASH | mt::LRU_PERCPU_HASH);
@@ -265,7 +318,7 @@ impl Map {
         }
         let store = match def.map_type {
             mt::ARRAY | mt::PERCPU_ARRAY => {
-                let mut a = Arena::new(n, vs, cpus);
+                let mut a = Arena::new(n, vs, cpus, pool);
                 if let Some(d) = &def.data {
                     a.write(0, 0, d);
                 }
@@ -273,13 +326,13 @@ impl Map {
             }
             mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH => {
                 let lru = matches!(def.map_type, mt::LRU_HASH | mt::LRU_PERCPU_HASH);
-                Store::Hash(Arena::new(n, vs, cpus), Slots::new(n, lru))
+                Store::Hash(Arena::new(n, vs, cpus, pool), Slots::new(n, lru))
             }
             mt::LPM_TRIE => {
                 if def.key_size < 5 || def.flags & 1 == 0 {
                     return Err(format!("map {}: an LPM trie needs a key of 4 + data bytes and BPF_F_NO_PREALLOC", def.name));
                 }
-                Store::Lpm { arena: Arena::new(n, vs, 1), slots: Slots::new(n, false), bits: (def.key_size - 4) * 8 }
+                Store::Lpm { arena: Arena::new(n, vs, 1, pool), slots: Slots::new(n, false), bits: (def.key_size - 4) * 8 }
             }
             mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS | mt::PROG_ARRAY | mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP => {
                 Store::Refs(HashMap::new())
@@ -307,6 +360,15 @@ impl Map {
     pub fn region(&self) -> Option<(u64, u64)> {
         match &self.store {
             Store::Array(a) | Store::Hash(a, _) | Store::Lpm { arena: a, .. } => Some(a.region()),
+            _ => None,
+        }
+    }
+
+    /// An array's layout for compiled lookups: values' base, element
+    /// stride, number of elements and bytes per CPU.
+    pub fn array_layout(&self) -> Option<(u64, usize, usize, usize)> {
+        match &self.store {
+            Store::Array(a) => Some((a.mem as u64, a.elem, a.slots, a.slots * a.elem)),
             _ => None,
         }
     }

@@ -97,6 +97,8 @@ pub struct Vm {
     pub regions: Vec<(u64, u64, bool)>,
     /// The programs' stack frames, allocated once.
     pub stack: Vec<u8>,
+    /// The writable maps' values, in one range.
+    pub pool: crate::maps::Pool,
 }
 
 /// Why a run stopped without a verdict.
@@ -125,11 +127,22 @@ impl Vm {
     /// Creates the object's maps and resolves every program's 64-bit loads.
     /// Helpers the runtime does not have are refused here, by name.
     pub fn new(obj: &BpfObject, ncpus: usize) -> Result<Vm, String> {
+        let ncpus = ncpus.max(1);
+        let bytes = obj.maps.iter().filter(|d| !d.readonly).map(|d| crate::maps::arena_bytes(d, ncpus)).sum();
+        let mut pool = crate::maps::Pool::new(bytes);
         let mut maps = Vec::new();
         for d in &obj.maps {
-            maps.push(Map::new(d, ncpus.max(1))?);
+            maps.push(Map::new_in(d, ncpus, Some(&mut pool))?);
         }
-        let mut vm = Vm { maps, programs: Vec::new(), cpu: 0, rng: 0x853c_49e6_748f_ea9b, regions: Vec::new(), stack: vec![0; crate::interp::STACK_TOTAL] };
+        let mut vm = Vm {
+            maps,
+            programs: Vec::new(),
+            cpu: 0,
+            rng: 0x853c_49e6_748f_ea9b,
+            regions: Vec::new(),
+            stack: vec![0; crate::interp::STACK_TOTAL],
+            pool,
+        };
         for p in &obj.programs {
             let prog = match vm.resolve(&p.name, &p.section, &p.insns, &obj.maps) {
                 Ok(prog) => prog,
