@@ -21,7 +21,8 @@ func rtCmd() *cobra.Command {
 		Long: `The userspace XDP runtime (fastpath-rt, built from runtime/). Every program is first
 loaded into the kernel so that the kernel's verifier checks it; what it refuses is refused.
 
-  fastpath rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N] [--json] [--dump-maps]
+  fastpath rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME] [--duration S] [--json]
+  fastpath rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N] [--engine interp|jit] [--json] [--dump-maps]
   fastpath rt list OBJ
   fastpath rt verify OBJ [--prog NAME]
   fastpath rt bench [--repeat N] [--json FILE] [--md FILE]`,
@@ -46,6 +47,7 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
 		}
 	}
 	cmd.AddCommand(
+		pass("run OBJ --dev IFACE [flags]", "run a program on an interface's queue 0 over AF_XDP (TX back out, PASS to --tap)"),
 		pass("test-run OBJ --in IN.pcap [flags]", "run a program over a capture: the userspace twin of BPF_PROG_TEST_RUN"),
 		pass("list OBJ", "list an object's programs and maps"),
 		pass("verify OBJ [--prog NAME]", "load a program into the kernel's verifier and print its verdict"),

@@ -12,3 +12,4 @@ pub mod kernel;
 pub mod maps;
 pub mod pcap;
 pub mod vm;
+pub mod xsk;

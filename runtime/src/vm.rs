@@ -78,6 +78,19 @@ impl Packet {
         })
     }
 
+    /// Reuses the buffer for the next frame.
+    pub fn load(&mut self, frame: &[u8]) -> Result<(), String> {
+        if frame.len() > MAX_PACKET {
+            return Err(format!("packet of {} bytes: at most {MAX_PACKET} fit a frame", frame.len()));
+        }
+        self.buf[HEADROOM..HEADROOM + frame.len()].copy_from_slice(frame);
+        self.meta = HEADROOM;
+        self.data = HEADROOM;
+        self.data_end = HEADROOM + frame.len();
+        self.redirect = None;
+        Ok(())
+    }
+
     pub fn base(&self) -> u64 {
         self.buf.as_ptr() as u64
     }

@@ -1,0 +1,446 @@
+//! AF_XDP I/O: one socket per queue on a UMEM of 4 KiB frames, fed by a
+//! small XDP program in the kernel that redirects every frame of the queue
+//! to the socket (or passes it when none is bound). The program and its link
+//! are the process's: they go when it exits.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::insn::{Insn, PSEUDO_MAP_FD};
+
+const AF_XDP: i32 = 44;
+const SOL_XDP: i32 = 283;
+const XDP_MMAP_OFFSETS: i32 = 1;
+const XDP_RX_RING: i32 = 2;
+const XDP_TX_RING: i32 = 3;
+const XDP_UMEM_REG: i32 = 4;
+const XDP_UMEM_FILL_RING: i32 = 5;
+const XDP_UMEM_COMPLETION_RING: i32 = 6;
+const XDP_COPY: u16 = 1 << 1;
+const XDP_ZEROCOPY: u16 = 1 << 2;
+const PGOFF_RX: i64 = 0;
+const PGOFF_TX: i64 = 0x8000_0000;
+const PGOFF_FILL: i64 = 0x1_0000_0000;
+const PGOFF_COMP: i64 = 0x1_8000_0000;
+
+pub const FRAME: usize = 4096;
+const RING: u32 = 2048;
+
+fn errno(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct RingOffset {
+    producer: u64,
+    consumer: u64,
+    desc: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MmapOffsets {
+    rx: RingOffset,
+    tx: RingOffset,
+    fr: RingOffset,
+    cr: RingOffset,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Desc {
+    pub addr: u64,
+    pub len: u32,
+    pub options: u32,
+}
+
+/// A single-producer, single-consumer ring shared with the kernel.
+struct Ring<T: Copy> {
+    producer: *const AtomicU32,
+    consumer: *const AtomicU32,
+    descs: *mut T,
+    mask: u32,
+    size: u32,
+    map: *mut libc::c_void,
+    map_len: usize,
+}
+
+impl<T: Copy> Ring<T> {
+    fn map(fd: i32, off: &RingOffset, pgoff: i64) -> Result<Ring<T>, String> {
+        let len = off.desc as usize + RING as usize * std::mem::size_of::<T>();
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, fd, pgoff) };
+        if p == libc::MAP_FAILED {
+            return Err(errno("mmap an AF_XDP ring"));
+        }
+        let at = |o: u64| unsafe { (p as *mut u8).add(o as usize) };
+        Ok(Ring {
+            producer: at(off.producer) as *const AtomicU32,
+            consumer: at(off.consumer) as *const AtomicU32,
+            descs: at(off.desc) as *mut T,
+            mask: RING - 1,
+            size: RING,
+            map: p,
+            map_len: len,
+        })
+    }
+
+    /// Entries ready to consume.
+    fn available(&self) -> (u32, u32) {
+        let prod = unsafe { (*self.producer).load(Ordering::Acquire) };
+        let cons = unsafe { (*self.consumer).load(Ordering::Relaxed) };
+        (cons, prod.wrapping_sub(cons))
+    }
+
+    fn get(&self, i: u32) -> T {
+        unsafe { *self.descs.add((i & self.mask) as usize) }
+    }
+
+    fn release(&self, n: u32) {
+        unsafe {
+            let c = (*self.consumer).load(Ordering::Relaxed);
+            (*self.consumer).store(c.wrapping_add(n), Ordering::Release);
+        }
+    }
+
+    /// Free slots to produce into.
+    fn free(&self) -> (u32, u32) {
+        let prod = unsafe { (*self.producer).load(Ordering::Relaxed) };
+        let cons = unsafe { (*self.consumer).load(Ordering::Acquire) };
+        (prod, self.size - prod.wrapping_sub(cons))
+    }
+
+    fn put(&self, i: u32, v: T) {
+        unsafe { *self.descs.add((i & self.mask) as usize) = v }
+    }
+
+    fn submit(&self, n: u32) {
+        unsafe {
+            let p = (*self.producer).load(Ordering::Relaxed);
+            (*self.producer).store(p.wrapping_add(n), Ordering::Release);
+        }
+    }
+}
+
+impl<T: Copy> Drop for Ring<T> {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
+/// One AF_XDP socket with its own UMEM.
+pub struct Socket {
+    pub fd: i32,
+    umem: *mut u8,
+    umem_len: usize,
+    rx: Ring<Desc>,
+    tx: Ring<Desc>,
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    free: Vec<u64>,
+    pub zero_copy: bool,
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        unsafe {
+            libc::close(self.fd);
+            libc::munmap(self.umem as *mut libc::c_void, self.umem_len);
+        }
+    }
+}
+
+fn setsockopt<T>(fd: i32, opt: i32, v: &T) -> Result<(), String> {
+    let r = unsafe { libc::setsockopt(fd, SOL_XDP, opt, v as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
+    if r < 0 {
+        return Err(errno(&format!("AF_XDP socket option {opt}")));
+    }
+    Ok(())
+}
+
+impl Socket {
+    /// Opens a socket on the interface's queue, zero-copy if the driver
+    /// can and copy mode otherwise.
+    pub fn open(ifindex: u32, queue: u32, frames: usize) -> Result<Socket, String> {
+        let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(errno("open an AF_XDP socket (the kernel needs CONFIG_XDP_SOCKETS)"));
+        }
+        let umem_len = frames * FRAME;
+        let umem = unsafe { libc::mmap(std::ptr::null_mut(), umem_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0) };
+        if umem == libc::MAP_FAILED {
+            unsafe { libc::close(fd) };
+            return Err(errno("allocate the UMEM"));
+        }
+        let close = |e: String| {
+            unsafe {
+                libc::close(fd);
+                libc::munmap(umem, umem_len);
+            }
+            e
+        };
+        #[repr(C)]
+        struct UmemReg {
+            addr: u64,
+            len: u64,
+            chunk_size: u32,
+            headroom: u32,
+            flags: u32,
+            pad: u32,
+        }
+        let reg = UmemReg { addr: umem as u64, len: umem_len as u64, chunk_size: FRAME as u32, headroom: 0, flags: 0, pad: 0 };
+        setsockopt(fd, XDP_UMEM_REG, &reg).map_err(close)?;
+        for opt in [XDP_UMEM_FILL_RING, XDP_UMEM_COMPLETION_RING, XDP_RX_RING, XDP_TX_RING] {
+            setsockopt(fd, opt, &RING).map_err(close)?;
+        }
+        let mut off = MmapOffsets::default();
+        let mut len = std::mem::size_of::<MmapOffsets>() as u32;
+        if unsafe { libc::getsockopt(fd, SOL_XDP, XDP_MMAP_OFFSETS, &mut off as *mut _ as *mut libc::c_void, &mut len) } < 0 {
+            return Err(close(errno("read the AF_XDP ring offsets")));
+        }
+        let rx = Ring::map(fd, &off.rx, PGOFF_RX).map_err(close)?;
+        let tx = Ring::map(fd, &off.tx, PGOFF_TX).map_err(close)?;
+        let fill = Ring::map(fd, &off.fr, PGOFF_FILL).map_err(close)?;
+        let comp = Ring::map(fd, &off.cr, PGOFF_COMP).map_err(close)?;
+        #[repr(C)]
+        struct SockaddrXdp {
+            family: u16,
+            flags: u16,
+            ifindex: u32,
+            queue: u32,
+            shared: u32,
+        }
+        let mut zero_copy = true;
+        let mut bound = false;
+        for flags in [XDP_ZEROCOPY, XDP_COPY] {
+            let sa = SockaddrXdp { family: AF_XDP as u16, flags, ifindex, queue, shared: 0 };
+            if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<SockaddrXdp>() as u32) } == 0 {
+                bound = true;
+                break;
+            }
+            zero_copy = false;
+        }
+        if !bound {
+            drop((rx, tx, fill, comp));
+            return Err(close(errno(&format!("bind an AF_XDP socket to interface {ifindex} queue {queue}"))));
+        }
+        let mut s = Socket { fd, umem: umem as *mut u8, umem_len, rx, tx, fill, comp, free: (0..frames as u64).map(|i| i * FRAME as u64).collect(), zero_copy };
+        s.refill();
+        Ok(s)
+    }
+
+    /// Gives the kernel free frames to receive into.
+    fn refill(&mut self) {
+        let (prod, room) = self.fill.free();
+        let n = room.min(self.free.len() as u32);
+        for i in 0..n {
+            let a = self.free.pop().unwrap();
+            self.fill.put(prod.wrapping_add(i), a);
+        }
+        if n > 0 {
+            self.fill.submit(n);
+        }
+    }
+
+    /// Takes back frames the kernel has sent.
+    fn reclaim(&mut self) {
+        let (cons, n) = self.comp.available();
+        for i in 0..n {
+            self.free.push(self.comp.get(cons.wrapping_add(i)));
+        }
+        if n > 0 {
+            self.comp.release(n);
+        }
+    }
+
+    pub fn frame(&mut self, addr: u64) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.umem.add(addr as usize), FRAME) }
+    }
+
+    /// Receives up to `max` frames; the caller hands each back with `tx` or
+    /// `recycle`.
+    pub fn recv(&mut self, max: u32, out: &mut Vec<Desc>) {
+        self.reclaim();
+        self.refill();
+        let (cons, n) = self.rx.available();
+        let n = n.min(max);
+        for i in 0..n {
+            out.push(self.rx.get(cons.wrapping_add(i)));
+        }
+        if n > 0 {
+            self.rx.release(n);
+        }
+    }
+
+    pub fn recycle(&mut self, addr: u64) {
+        self.free.push(addr & !(FRAME as u64 - 1));
+    }
+
+    /// Queues frames for sending and wakes the kernel; frames that do not
+    /// fit the ring are recycled and counted as dropped.
+    pub fn send(&mut self, descs: &[Desc]) -> usize {
+        let (prod, room) = self.tx.free();
+        let n = room.min(descs.len() as u32);
+        for (i, d) in descs[..n as usize].iter().enumerate() {
+            self.tx.put(prod.wrapping_add(i as u32), *d);
+        }
+        for d in &descs[n as usize..] {
+            self.recycle(d.addr);
+        }
+        if n > 0 {
+            self.tx.submit(n);
+            self.kick();
+        }
+        n as usize
+    }
+
+    /// Makes the kernel send. In copy mode each sendto sends a bounded
+    /// batch (32 frames), so it is repeated while frames wait.
+    fn kick(&mut self) {
+        for _ in 0..8 {
+            unsafe { libc::sendto(self.fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+            let (prod, room) = self.tx.free();
+            let _ = prod;
+            if room == self.tx.size {
+                break;
+            }
+        }
+    }
+
+    pub fn wait(&self, ms: i32) {
+        let mut p = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
+        unsafe { libc::poll(&mut p, 1, ms) };
+    }
+}
+
+/// The kernel side: an XSKMAP and a program that redirects each queue's
+/// frames to its socket, attached through a bpf link.
+pub struct Redirector {
+    map: i32,
+    prog: i32,
+    link: i32,
+}
+
+impl Drop for Redirector {
+    fn drop(&mut self) {
+        unsafe {
+            libc::close(self.link);
+            libc::close(self.prog);
+            libc::close(self.map);
+        }
+    }
+}
+
+fn bpf(cmd: i64, attr: &mut [u8; 128]) -> Result<i32, std::io::Error> {
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len() as u32) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as i32)
+    }
+}
+
+fn put32(a: &mut [u8; 128], off: usize, v: u32) {
+    a[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put64(a: &mut [u8; 128], off: usize, v: u64) {
+    a[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+impl Redirector {
+    pub fn attach(ifindex: u32, queues: u32, generic: bool) -> Result<Redirector, String> {
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, 17); // BPF_MAP_TYPE_XSKMAP
+        put32(&mut a, 4, 4);
+        put32(&mut a, 8, 4);
+        put32(&mut a, 12, queues.max(1));
+        let map = bpf(0, &mut a).map_err(|e| format!("create the XSKMAP: {e}"))?;
+        // r2 = ctx->rx_queue_index; r1 = xsks; r3 = XDP_PASS; redirect_map; exit
+        let mut ld = Insn { code: 0x18, regs: 1, off: 0, imm: map };
+        ld.set_src(PSEUDO_MAP_FD);
+        let insns = [
+            Insn { code: 0x61, regs: 0x12, off: 16, imm: 0 },
+            ld,
+            Insn { code: 0, regs: 0, off: 0, imm: 0 },
+            Insn { code: 0xb7, regs: 3, off: 0, imm: 2 },
+            Insn { code: 0x85, regs: 0, off: 0, imm: 51 },
+            Insn { code: 0x95, regs: 0, off: 0, imm: 0 },
+        ];
+        let raw: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
+        let license = b"GPL\0";
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, 6);
+        put32(&mut a, 4, insns.len() as u32);
+        put64(&mut a, 8, raw.as_ptr() as u64);
+        put64(&mut a, 16, license.as_ptr() as u64);
+        put32(&mut a, 68, 37);
+        let prog = bpf(5, &mut a).map_err(|e| {
+            unsafe { libc::close(map) };
+            format!("load the AF_XDP redirect program: {e}")
+        })?;
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, prog as u32);
+        put32(&mut a, 4, ifindex);
+        put32(&mut a, 8, 37); // BPF_XDP
+        put32(&mut a, 12, if generic { 1 << 1 } else { 1 << 2 });
+        let link = bpf(28, &mut a).map_err(|e| {
+            unsafe {
+                libc::close(prog);
+                libc::close(map);
+            }
+            format!("attach XDP to interface {ifindex} ({} mode): {e}", if generic { "generic" } else { "native" })
+        })?;
+        Ok(Redirector { map, prog, link })
+    }
+
+    pub fn bind(&self, queue: u32, sock: &Socket) -> Result<(), String> {
+        let key = queue;
+        let val = sock.fd as u32;
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, self.map as u32);
+        put64(&mut a, 8, &key as *const u32 as u64);
+        put64(&mut a, 16, &val as *const u32 as u64);
+        bpf(2, &mut a).map(|_| ()).map_err(|e| format!("add the socket of queue {queue} to the XSKMAP: {e}"))
+    }
+}
+
+/// A TAP device that PASSed frames are written to, so they reach the
+/// kernel's stack.
+pub struct Tap {
+    fd: i32,
+}
+
+impl Tap {
+    pub fn open(name: &str) -> Result<Tap, String> {
+        let fd = unsafe { libc::open(b"/dev/net/tun\0".as_ptr() as *const libc::c_char, libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(errno("open /dev/net/tun"));
+        }
+        let mut ifr = [0u8; 40];
+        let n = name.as_bytes();
+        if n.is_empty() || n.len() > 15 {
+            unsafe { libc::close(fd) };
+            return Err(format!("TAP name {name:?}: 1 to 15 characters"));
+        }
+        ifr[..n.len()].copy_from_slice(n);
+        let flags: u16 = 0x0002 | 0x1000; // IFF_TAP | IFF_NO_PI
+        ifr[16..18].copy_from_slice(&flags.to_ne_bytes());
+        const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+        if unsafe { libc::ioctl(fd, TUNSETIFF, ifr.as_mut_ptr()) } < 0 {
+            unsafe { libc::close(fd) };
+            return Err(errno(&format!("create TAP device {name}")));
+        }
+        Ok(Tap { fd })
+    }
+
+    pub fn write(&self, frame: &[u8]) -> bool {
+        unsafe { libc::write(self.fd, frame.as_ptr() as *const libc::c_void, frame.len()) == frame.len() as isize }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.fd) };
+    }
+}
