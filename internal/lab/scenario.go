@@ -242,3 +242,7 @@ func RoutedUDP(tb Testbed, size int) ([][]byte, error) {
 	u.DstMAC = tb.DUTIn().MAC
 	return UDPPackets(u)
 }
+
+// RedirectObject is the ELF object of the xdp-redirect scenario's program,
+// for runtimes that load objects themselves.
+func RedirectObject() []byte { return _RedirectBytes }

@@ -11,7 +11,7 @@ use fastpath_rt::{kernel, pcap};
 const USAGE: &str = "usage:
   fastpath-rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N]
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
-  fastpath-rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
+  fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
                       [--duration SECONDS] [--json]
   fastpath-rt list OBJ
   fastpath-rt verify OBJ [--prog NAME]";
@@ -35,14 +35,14 @@ struct Opts {
     dump: bool,
     verify: bool,
     maps_in: Option<String>,
-    dev: Option<String>,
+    devs: Vec<String>,
     tap: Option<String>,
     generic: bool,
     duration: f64,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, dev: None, tap: None, generic: false, duration: 0.0 };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), tap: None, generic: false, duration: 0.0 };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -59,7 +59,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 o.repeat = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("--repeat {v:?}: a positive count"))?;
             }
             "--json" => o.json = true,
-            "--dev" => o.dev = Some(val(&mut i, "--dev")?),
+            "--dev" => o.devs.push(val(&mut i, "--dev")?),
             "--tap" => o.tap = Some(val(&mut i, "--tap")?),
             "--generic" => o.generic = true,
             "--duration" => {
@@ -233,18 +233,16 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Runs the program on an interface's queue 0 over AF_XDP until the
-/// duration passes or a signal comes. TX goes back out of the interface,
-/// PASS to the TAP device if one is named (else it is dropped and counted),
-/// DROP and ABORTED recycle the frame; REDIRECT needs a second port, which
-/// this loop does not have yet: counted and dropped.
+/// Runs the program over AF_XDP on queue 0 of each device until the
+/// duration passes or a signal comes. TX goes back out of the port it came
+/// in; REDIRECT to another port of the runtime (by ifindex, or through a
+/// devmap entry); PASS to the TAP device if one is named (else it is dropped
+/// and counted); DROP and ABORTED recycle the frame.
 fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
+    use fastpath_rt::vm::Redirect;
     use fastpath_rt::xsk::{Desc, Redirector, Socket, Tap, FRAME};
-    let dev = o.dev.as_ref().ok_or("run needs --dev IFACE")?;
-    let cname = std::ffi::CString::new(dev.as_str()).map_err(|_| "bad interface name")?;
-    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if ifindex == 0 {
-        return Err(format!("interface {dev} not found in this network namespace"));
+    if o.devs.is_empty() {
+        return Err("run needs --dev IFACE".into());
     }
     let def = obj.program(o.prog.as_deref())?;
     if o.verify {
@@ -260,84 +258,129 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         Some(n) => Some(Tap::open(n)?),
         None => None,
     };
-    let sock = Socket::open(ifindex, 0, 4096);
-    let mut sock = sock.map_err(|e| format!("{e}: does {dev} support AF_XDP?"))?;
-    let redir = Redirector::attach(ifindex, 1, o.generic)?;
-    redir.bind(0, &sock)?;
+    struct Port {
+        ifindex: u32,
+        sock: Socket,
+        _redir: Redirector,
+        tx: Vec<Desc>,
+    }
+    let mut ports: Vec<Port> = Vec::new();
+    for dev in &o.devs {
+        let cname = std::ffi::CString::new(dev.as_str()).map_err(|_| "bad interface name")?;
+        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+        if ifindex == 0 {
+            return Err(format!("interface {dev} not found in this network namespace"));
+        }
+        let sock = Socket::open(ifindex, 0, 4096).map_err(|e| format!("{e}: does {dev} support AF_XDP?"))?;
+        let redir = Redirector::attach(ifindex, 1, o.generic)?;
+        redir.bind(0, &sock)?;
+        eprintln!("fastpath-rt: {} on {dev} queue 0, {} mode, {} ({})", def.name, if sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
+        ports.push(Port { ifindex, sock, _redir: redir, tx: Vec::with_capacity(64) });
+    }
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    eprintln!("fastpath-rt: {} on {dev} queue 0, {} mode, {} ({})", def.name, if sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
     let mut counts = [0u64; 5];
-    let (mut faults, mut pass_dropped, mut tx_full) = (0u64, 0u64, 0u64);
-    let mut pkt = Packet::new(&[], ifindex, 0)?;
+    let (mut faults, mut pass_dropped, mut tx_full, mut redirect_dropped) = (0u64, 0u64, 0u64, 0u64);
+    let mut pkt = Packet::new(&[], 0, 0)?;
     let mut rx = Vec::with_capacity(64);
-    let mut tx: Vec<Desc> = Vec::with_capacity(64);
     let start = Instant::now();
     let (mut first, mut last) = (None, start);
+    let mut idle = 0;
     while !STOP.load(std::sync::atomic::Ordering::Relaxed) && (o.duration == 0.0 || start.elapsed().as_secs_f64() < o.duration) {
-        rx.clear();
-        sock.recv(64, &mut rx);
-        if rx.is_empty() {
-            sock.wait(1);
-            continue;
-        }
-        tx.clear();
-        last = Instant::now();
-        first.get_or_insert(last);
-        for d in &rx {
-            let frame = sock.frame(d.addr & !(FRAME as u64 - 1));
-            let off = (d.addr as usize) & (FRAME - 1);
-            if pkt.load(&frame[off..off + d.len as usize]).is_err() {
-                faults += 1;
-                sock.recycle(d.addr);
+        let mut got = 0;
+        for pi in 0..ports.len() {
+            rx.clear();
+            ports[pi].sock.recv(64, &mut rx);
+            if rx.is_empty() {
                 continue;
             }
-            let r = match &jit {
-                Some(j) => j.run(&mut vm, prog, &mut pkt),
-                None => Exec::new(&mut vm, &mut pkt).run(prog),
-            };
-            let ret = match r {
-                Ok(v) => v,
-                Err(_) => {
+            got += rx.len();
+            last = Instant::now();
+            first.get_or_insert(last);
+            for d in &rx {
+                let base = d.addr & !(FRAME as u64 - 1);
+                let off = (d.addr as usize) & (FRAME - 1);
+                let loaded = pkt.load(&ports[pi].sock.frame(base)[off..off + d.len as usize]);
+                pkt.ctx.ingress_ifindex = ports[pi].ifindex;
+                if loaded.is_err() {
+                    faults += 1;
+                    ports[pi].sock.recycle(d.addr);
+                    continue;
+                }
+                let r = match &jit {
+                    Some(j) => j.run(&mut vm, prog, &mut pkt),
+                    None => Exec::new(&mut vm, &mut pkt).run(prog),
+                };
+                let ret = r.unwrap_or_else(|_| {
                     faults += 1;
                     0
-                }
-            };
-            counts[(ret as usize).min(4)] += 1;
-            match ret as u32 {
-                3 => {
-                    let out = pkt.output();
-                    let base = d.addr & !(FRAME as u64 - 1);
-                    sock.frame(base)[..out.len()].copy_from_slice(&out);
-                    tx.push(Desc { addr: base, len: out.len() as u32, options: 0 });
-                }
-                2 => {
-                    let delivered = tap.as_ref().map(|t| t.write(&pkt.output())).unwrap_or(false);
-                    if !delivered {
-                        pass_dropped += 1;
+                });
+                counts[(ret as usize).min(4)] += 1;
+                match ret as u32 {
+                    3 => {
+                        let out = pkt.output();
+                        ports[pi].sock.frame(base)[..out.len()].copy_from_slice(&out);
+                        ports[pi].tx.push(Desc { addr: base, len: out.len() as u32, options: 0 });
                     }
-                    sock.recycle(d.addr);
+                    4 => {
+                        ports[pi].sock.recycle(d.addr);
+                        let target = match &pkt.redirect {
+                            Some(Redirect::Ifindex(i)) => Some(*i),
+                            Some(Redirect::Map { map, key }) => vm
+                                .map_index(map)
+                                .and_then(|m| vm.maps[m].get(&key.to_le_bytes()))
+                                .map(|v| u32::from_le_bytes(v[..4].try_into().unwrap())),
+                            None => None,
+                        };
+                        let to = target.and_then(|t| ports.iter().position(|p| p.ifindex == t));
+                        let frame = to.and_then(|t| ports[t].sock.alloc().map(|a| (t, a)));
+                        match frame {
+                            Some((t, a)) => {
+                                let out = pkt.output();
+                                ports[t].sock.frame(a)[..out.len()].copy_from_slice(&out);
+                                ports[t].tx.push(Desc { addr: a, len: out.len() as u32, options: 0 });
+                            }
+                            None => redirect_dropped += 1,
+                        }
+                    }
+                    2 => {
+                        if !tap.as_ref().map(|t| t.write(&pkt.output())).unwrap_or(false) {
+                            pass_dropped += 1;
+                        }
+                        ports[pi].sock.recycle(d.addr);
+                    }
+                    _ => ports[pi].sock.recycle(d.addr),
                 }
-                _ => sock.recycle(d.addr),
+            }
+            for p in ports.iter_mut() {
+                if !p.tx.is_empty() {
+                    let n = p.sock.send(&p.tx);
+                    tx_full += (p.tx.len() - n) as u64;
+                    p.tx.clear();
+                }
             }
         }
-        let sent = sock.send(&tx);
-        tx_full += (tx.len() - sent) as u64;
+        if got == 0 {
+            idle += 1;
+            // Several ports: poll each briefly in turn.
+            let i = idle % ports.len();
+            ports[i].sock.wait(1);
+        }
     }
     // Rates over the time traffic came, not the time waited for it.
     let secs = first.map(|f| last.duration_since(f).as_secs_f64()).unwrap_or(0.0);
     let total: u64 = counts.iter().sum();
-    drop(redir);
-    let summary = format!(
-        "{{\"program\":\"{}\",\"engine\":\"{}\",\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{faults},\"pass_without_tap\":{pass_dropped},\"tx_ring_full\":{tx_full}}}",
-        def.name, o.engine, total as f64 / secs.max(1e-9), counts[0], counts[1], counts[2], counts[3], counts[4]
-    );
+    drop(ports);
+    let pps = if secs > 0.0 { total as f64 / secs } else { 0.0 };
     if o.json {
-        println!("{summary}");
+        println!(
+            "{{\"program\":\"{}\",\"engine\":\"{}\",\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{faults},\"pass_without_tap\":{pass_dropped},\"redirect_dropped\":{redirect_dropped},\"tx_ring_full\":{tx_full}}}",
+            def.name, o.engine, counts[0], counts[1], counts[2], counts[3], counts[4]
+        );
     } else {
-        println!("{}: {total} packets in {secs:.1} s ({:.0} pps): aborted {}, drop {}, pass {} ({pass_dropped} without a TAP), tx {}, redirect {} (not sent: one port), faults {faults}", def.name, total as f64 / secs.max(1e-9), counts[0], counts[1], counts[2], counts[3], counts[4]);
+        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps): aborted {}, drop {}, pass {} ({pass_dropped} without a TAP), tx {}, redirect {} ({redirect_dropped} to no port of the runtime), faults {faults}", def.name, counts[0], counts[1], counts[2], counts[3], counts[4]);
     }
     Ok(())
 }

@@ -272,6 +272,12 @@ impl Socket {
         }
     }
 
+    /// A free frame to send from (a redirect into this port).
+    pub fn alloc(&mut self) -> Option<u64> {
+        self.reclaim();
+        self.free.pop()
+    }
+
     pub fn recycle(&mut self, addr: u64) {
         self.free.push(addr & !(FRAME as u64 - 1));
     }
