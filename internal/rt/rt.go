@@ -49,8 +49,12 @@ func Binary() (string, error) {
 	return "", ErrNoBinary
 }
 
-// Entry is a map entry as raw bytes.
-type Entry struct{ Key, Value []byte }
+// Entry is a map entry as raw bytes. In a program array, Prog names the
+// program instead of Value.
+type Entry struct {
+	Key, Value []byte
+	Prog       string
+}
 
 // TestRunOptions are a userspace twin of BPF_PROG_TEST_RUN.
 type TestRunOptions struct {
@@ -146,7 +150,11 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		m := map[string][][2]string{}
 		for name, es := range o.Maps {
 			for _, e := range es {
-				m[name] = append(m[name], [2]string{hex.EncodeToString(e.Key), hex.EncodeToString(e.Value)})
+				v := hex.EncodeToString(e.Value)
+				if e.Prog != "" {
+					v = "prog:" + e.Prog
+				}
+				m[name] = append(m[name], [2]string{hex.EncodeToString(e.Key), v})
 			}
 		}
 		b, _ := json.Marshal(m)

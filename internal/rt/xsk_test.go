@@ -39,7 +39,8 @@ func TestRunOverAFXDP(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name+"/"+engine, func(t *testing.T) {
 				tb := labtest.Testbed(t)
-				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "3", "--json", "--engine", engine}
+				mapsOut := filepath.Join(t.TempDir(), "maps-out.json")
+				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "3", "--json", "--engine", engine, "--maps-out", mapsOut}
 				if c.maps != "" {
 					p := filepath.Join(t.TempDir(), "maps.json")
 					os.WriteFile(p, []byte(c.maps), 0o644)
@@ -107,6 +108,15 @@ func TestRunOverAFXDP(t *testing.T) {
 				num := func(k string) uint64 { v, _ := sum[k].(float64); return uint64(v) }
 				if st.Sent != 20000 || num("packets") != 20000 || num(c.verdict) != 20000 || got.Packets != c.back {
 					t.Fatalf("sent %d; runtime %v; back at the generator %d, want %d", st.Sent, sum, got.Packets, c.back)
+				}
+				// The maps as the instance left them: the firewall counted
+				// its drops on the blocked source's entry.
+				b, err := os.ReadFile(mapsOut)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.name == "xdp_firewall" && !strings.Contains(string(b), `["c6120001","204e000000000000"]`) {
+					t.Fatalf("maps after the run: %s", b)
 				}
 				attrs, err := xdp.Lookup(tb.DUTIn().Iface())
 				if err != nil {

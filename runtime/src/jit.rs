@@ -36,6 +36,8 @@ pub struct Env {
     maps_lo: u64,
     maps_hi: u64,
     cpu: u64,
+    /// Set by a tail call that is taken: the program to continue in.
+    tail_fn: u64,
 }
 
 const ENV_PKT_LO: i32 = 8;
@@ -47,6 +49,7 @@ const ENV_FAULT: i32 = 48;
 const ENV_MAPS_LO: i32 = 72;
 const ENV_MAPS_HI: i32 = 80;
 const ENV_CPU: i32 = 88;
+const ENV_TAIL: i32 = 96;
 
 type EntryFn = unsafe extern "C" fn(*mut Env, u64, u64, u64, u64, u64, u64) -> u64;
 
@@ -101,7 +104,19 @@ extern "C" fn host_helper(env: *mut Env, id: u64, pc: u64, fp: u64, a1: u64, a2:
     env.refresh_packet();
     match r {
         Ok(Flow::Value(v)) => v,
-        Ok(Flow::TailCall(_)) => env.fail(Fault::Bad("tail call in compiled code".into())),
+        Ok(Flow::TailCall(t)) => {
+            // The compiled code calls the target in place of the rest of
+            // the current function.
+            let jit = unsafe { &*env.jit };
+            match jit.funcs.get(&(t, 0)) {
+                Some(&f) => {
+                    env.tail_fn = f as u64;
+                    env.prog = t as u64;
+                    0
+                }
+                None => env.fail(Fault::Bad(format!("tail call into program {t}, which is not compiled"))),
+            }
+        }
         Err(f) => env.fail(f),
     }
 }
@@ -153,10 +168,10 @@ fn host_sig(m: &JITModule, params: usize) -> Signature {
 }
 
 impl Jit {
-    /// Compiles one program of the Vm and the functions it calls.
+    /// Compiles a program of the Vm with the functions it calls, and the
+    /// object's other programs, which tail calls may enter.
     pub fn compile(vm: &Vm, prog: usize) -> Result<Jit, String> {
-        let p = &vm.programs[prog];
-        if let Some(why) = &p.refused {
+        if let Some(why) = &vm.programs[prog].refused {
             return Err(why.clone());
         }
         let mut fb = settings::builder();
@@ -166,18 +181,6 @@ impl Jit {
             .finish(settings::Flags::new(fb))
             .map_err(|e| e.to_string())?;
         let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
-
-        // Functions: the entry and every call or callback target.
-        let mut entries = BTreeSet::from([0usize]);
-        for (pc, ins) in p.insns.iter().enumerate() {
-            if ins.is_call() && ins.src() == 0 && ins.imm == 12 {
-                return Err(format!("program {}: tail calls are not compiled yet: use --engine interp", p.name));
-            }
-            if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
-                entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
-            }
-        }
-        let entries: Vec<usize> = entries.into_iter().collect();
         let sig = bpf_sig(&module);
         // Arrays' layouts, for lookups compiled inline as the kernel does.
         let arrays: HashMap<usize, ArrayLayout> = vm
@@ -186,28 +189,41 @@ impl Jit {
             .enumerate()
             .filter_map(|(i, m)| m.array_layout().map(|(base, elem, slots, per_cpu)| (i, ArrayLayout { base, elem, slots, per_cpu, percpu: m.percpu() })))
             .collect();
-        let mut ids: HashMap<usize, FuncId> = HashMap::new();
-        for &e in &entries {
-            let id = module
-                .declare_function(&format!("{}_{e}", p.name), Linkage::Local, &sig)
-                .map_err(|e| e.to_string())?;
-            ids.insert(e, id);
-        }
         let mut ctx = module.make_context();
         let mut fbc = FunctionBuilderContext::new();
-        for (i, &start) in entries.iter().enumerate() {
-            let end = entries.get(i + 1).copied().unwrap_or(p.insns.len());
-            ctx.func.signature = sig.clone();
-            translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays)
-                .map_err(|e| format!("program {}: {e}", p.name))?;
-            module.define_function(ids[&start], &mut ctx).map_err(|e| format!("program {}: compile: {e:?}", p.name))?;
-            module.clear_context(&mut ctx);
+        let mut all_ids = Vec::new();
+        let order = std::iter::once(prog).chain((0..vm.programs.len()).filter(|&i| i != prog && vm.programs[i].refused.is_none()));
+        for pi in order {
+            let p = &vm.programs[pi];
+            // Functions: the entry and every call or callback target.
+            let mut entries = BTreeSet::from([0usize]);
+            for (pc, ins) in p.insns.iter().enumerate() {
+                if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
+                    entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
+                }
+            }
+            let entries: Vec<usize> = entries.into_iter().collect();
+            let mut ids: HashMap<usize, FuncId> = HashMap::new();
+            for &e in &entries {
+                let id = module.declare_function(&format!("p{pi}_{e}"), Linkage::Local, &sig).map_err(|e| e.to_string())?;
+                ids.insert(e, id);
+            }
+            for (i, &start) in entries.iter().enumerate() {
+                let end = entries.get(i + 1).copied().unwrap_or(p.insns.len());
+                ctx.func.signature = sig.clone();
+                translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays).map_err(|e| format!("program {}: {e}", p.name))?;
+                module.define_function(ids[&start], &mut ctx).map_err(|e| format!("program {}: compile: {e:?}", p.name))?;
+                module.clear_context(&mut ctx);
+            }
+            all_ids.push((pi, ids));
         }
         module.finalize_definitions().map_err(|e| e.to_string())?;
         let mut funcs = HashMap::new();
-        for (&e, &id) in &ids {
-            let f: EntryFn = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
-            funcs.insert((prog, e), f);
+        for (pi, ids) in all_ids {
+            for (e, id) in ids {
+                let f: EntryFn = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
+                funcs.insert((pi, e), f);
+            }
         }
         let entry = funcs[&(prog, 0)];
         Ok(Jit { _module: module, funcs, prog, entry })
@@ -238,6 +254,7 @@ impl Jit {
             maps_lo,
             maps_hi,
             cpu,
+            tail_fn: 0,
         };
         env.refresh_packet();
         let r0 = unsafe { f(&mut env, ctx, 0, 0, 0, 0, stack_lo + STACK_SIZE as u64) };
@@ -267,6 +284,7 @@ struct Tr<'a, 'b> {
     check_sig: cranelift_codegen::ir::SigRef,
     ctx_sig: cranelift_codegen::ir::SigRef,
     helper_sig: cranelift_codegen::ir::SigRef,
+    bpf_sig: cranelift_codegen::ir::SigRef,
     arrays: &'a HashMap<usize, ArrayLayout>,
     /// Instruction that starts the block being translated.
     block_start: usize,
@@ -289,6 +307,7 @@ fn translate(
     let check_sig = host_sig(module, 5);
     let ctx_sig = host_sig(module, 2);
     let helper_sig = host_sig(module, 9);
+    let bpf_sig = bpf_sig(module);
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
         funcrefs.insert(e, module.declare_func_in_func(id, func));
@@ -297,6 +316,7 @@ fn translate(
     let check_sig = b.import_signature(check_sig);
     let ctx_sig = b.import_signature(ctx_sig);
     let helper_sig = b.import_signature(helper_sig);
+    let bpf_sig = b.import_signature(bpf_sig);
 
     // Leaders: the entry, jump targets, and what follows a jump or exit.
     let mut leaders = BTreeSet::from([start]);
@@ -342,7 +362,7 @@ fn translate(
     b.def_var(scratch, zero);
     let bounds: [Variable; 6] = std::array::from_fn(|_| b.declare_var(types::I64));
     let fault = b.create_block();
-    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, arrays, block_start: start };
+    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, bpf_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -608,6 +628,11 @@ impl Tr<'_, '_> {
                             a.extend_from_slice(&args);
                             let r = self.host(self.helper_sig, host_helper as *const () as u64, &a);
                             self.set(0, r);
+                            if ins.imm == 12 {
+                                self.after_call();
+                                self.tail_call(args[0], fp);
+                                return Ok(false);
+                            }
                         }
                         self.after_call();
                         Ok(false)
@@ -656,6 +681,23 @@ impl Tr<'_, '_> {
             }
             _ => Err(format!("instruction {pc}: unknown opcode {:#04x}", ins.code)),
         }
+    }
+
+    /// After bpf_tail_call: when it was taken, run the target with the
+    /// same context and frame and return what it returns.
+    fn tail_call(&mut self, ctx: Value, fp: Value) {
+        let tail = self.env_field(ENV_TAIL);
+        let go = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(tail, go, &[], cont, &[]);
+        self.b.switch_to_block(go);
+        let z = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().store(flags(), z, self.env, ENV_TAIL);
+        let call = self.b.ins().call_indirect(self.bpf_sig, tail, &[self.env, ctx, z, z, z, z, fp]);
+        let r = self.b.inst_results(call)[0];
+        self.b.ins().return_(&[r]);
+        self.b.switch_to_block(cont);
+        self.load_bounds();
     }
 
     /// The map R1 holds at `pc`, when an ld_imm64 of it in the same block

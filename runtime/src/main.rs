@@ -12,7 +12,8 @@ const USAGE: &str = "usage:
   fastpath-rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N]
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
-                      [--duration SECONDS] [--json]
+                      [--duration SECONDS] [--json] [--maps-in FILE.json] [--maps-out FILE.json]
+                      (SIGUSR1 writes the maps to --maps-out while running; SIGINT/SIGTERM stop)
   fastpath-rt list OBJ
   fastpath-rt verify OBJ [--prog NAME]";
 
@@ -36,13 +37,14 @@ struct Opts {
     verify: bool,
     maps_in: Option<String>,
     devs: Vec<String>,
+    maps_out: Option<String>,
     tap: Option<String>,
     generic: bool,
     duration: f64,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), tap: None, generic: false, duration: 0.0 };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, tap: None, generic: false, duration: 0.0 };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -61,6 +63,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--json" => o.json = true,
             "--dev" => o.devs.push(val(&mut i, "--dev")?),
             "--tap" => o.tap = Some(val(&mut i, "--tap")?),
+            "--maps-out" => o.maps_out = Some(val(&mut i, "--maps-out")?),
             "--generic" => o.generic = true,
             "--duration" => {
                 let v = val(&mut i, "--duration")?;
@@ -114,6 +117,27 @@ fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
+/// Every map but ring buffers, keys sorted, as the inside of a JSON object.
+fn maps_json(vm: &Vm) -> String {
+    let mut maps = Vec::new();
+    for m in &vm.maps {
+        if m.def.map_type == map_type::RINGBUF {
+            continue;
+        }
+        let es: Vec<String> = m.entries().iter().map(|(k, v)| format!("[\"{}\",\"{}\"]", hex(k), hex(v))).collect();
+        maps.push(format!("\"{}\":{{\"type\":\"{}\",\"percpu\":{},\"entries\":[{}]}}", m.def.name, map_type::name(m.def.map_type), m.percpu(), es.join(",")));
+    }
+    maps.join(",")
+}
+
+/// Writes the maps to a file whole (through a rename), for readers of a
+/// running instance.
+fn write_maps(vm: &Vm, path: &str) -> Result<(), String> {
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, format!("{{{}}}\n", maps_json(vm))).map_err(|e| format!("{tmp}: {e}"))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{path}: {e}"))
+}
+
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
     if s.len() % 2 != 0 {
         return Err(format!("hex {s:?} has an odd length"));
@@ -122,7 +146,8 @@ fn unhex(s: &str) -> Result<Vec<u8>, String> {
 }
 
 /// --maps-in: {"map": [["key hex", "value hex"], ...]}, written as
-/// userspace writes maps (every CPU's value for per-CPU maps).
+/// userspace writes maps (every CPU's value for per-CPU maps); a program
+/// array's value may be "prog:NAME".
 fn fill_maps(vm: &mut Vm, path: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
@@ -132,7 +157,12 @@ fn fill_maps(vm: &mut Vm, path: &str) -> Result<(), String> {
         for e in entries.as_array().ok_or_else(|| format!("{path}: {name}: expected a list of [key, value]"))? {
             let kv = e.as_array().filter(|a| a.len() == 2).ok_or_else(|| format!("{path}: {name}: an entry is not [key, value]"))?;
             let k = unhex(kv[0].as_str().unwrap_or(""))?;
-            let val = unhex(kv[1].as_str().unwrap_or(""))?;
+            let v = kv[1].as_str().unwrap_or("");
+            // A program array's value may name a program of the object.
+            let val = match v.strip_prefix("prog:") {
+                Some(name) => (vm.programs.iter().position(|p| p.name == name).ok_or_else(|| format!("{path}: {name}: no such program in the object"))? as u32).to_le_bytes().to_vec(),
+                None => unhex(v)?,
+            };
             let m = &mut vm.maps[idx];
             if k.len() != m.def.key_size as usize {
                 return Err(format!("{path}: {name}: key of {} bytes, the map's are {}", k.len(), m.def.key_size));
@@ -204,22 +234,13 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     let insns = if runs > 0 { total_steps as f64 / runs as f64 } else { 0.0 };
     let per_insn = if total_steps > 0 { total_ns as f64 / total_steps as f64 } else { 0.0 };
     if o.json {
-        let mut maps = Vec::new();
-        if o.dump {
-            for m in &vm.maps {
-                if m.def.map_type == map_type::RINGBUF {
-                    continue;
-                }
-                let es: Vec<String> = m.entries().iter().map(|(k, v)| format!("[\"{}\",\"{}\"]", hex(k), hex(v))).collect();
-                maps.push(format!("\"{}\":{{\"type\":\"{}\",\"percpu\":{},\"entries\":[{}]}}", m.def.name, map_type::name(m.def.map_type), m.percpu(), es.join(",")));
-            }
-        }
+        let maps = if o.dump { maps_json(&vm) } else { String::new() };
         println!(
             "{{\"program\":\"{}\",\"engine\":\"{}\",\"runs\":{runs},\"ns_per_run\":{ns:.1},\"insns_per_run\":{insns:.1},\"ns_per_insn\":{per_insn:.2},\"packets\":[{}],\"maps\":{{{}}}}}",
             def.name,
             o.engine,
             results.join(","),
-            maps.join(",")
+            maps
         );
     } else {
         println!("{}: {} packets, {runs} runs, {ns:.1} ns per run, {insns:.1} instructions per run, {per_insn:.2} ns per instruction ({})", def.name, pkts.len(), o.engine);
@@ -229,8 +250,14 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+static DUMP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    if sig == libc::SIGUSR1 {
+        DUMP.store(true, std::sync::atomic::Ordering::Relaxed);
+    } else {
+        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Runs the program over AF_XDP on queue 0 of each device until the
@@ -280,6 +307,7 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGUSR1, on_signal as *const () as libc::sighandler_t);
     }
     let mut counts = [0u64; 5];
     let (mut faults, mut pass_dropped, mut tx_full, mut redirect_dropped) = (0u64, 0u64, 0u64, 0u64);
@@ -289,6 +317,11 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     let (mut first, mut last) = (None, start);
     let mut idle = 0;
     while !STOP.load(std::sync::atomic::Ordering::Relaxed) && (o.duration == 0.0 || start.elapsed().as_secs_f64() < o.duration) {
+        if DUMP.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            if let Some(p) = &o.maps_out {
+                write_maps(&vm, p)?;
+            }
+        }
         let mut got = 0;
         for pi in 0..ports.len() {
             rx.clear();
@@ -373,6 +406,9 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     let secs = first.map(|f| last.duration_since(f).as_secs_f64()).unwrap_or(0.0);
     let total: u64 = counts.iter().sum();
     drop(ports);
+    if let Some(p) = &o.maps_out {
+        write_maps(&vm, p)?;
+    }
     let pps = if secs > 0.0 { total as f64 / secs } else { 0.0 };
     if o.json {
         println!(
