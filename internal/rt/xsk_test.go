@@ -31,9 +31,11 @@ func TestRunOverAFXDP(t *testing.T) {
 		name, object, maps string
 		back               uint64
 		verdict            string
+		extra              []string
 	}{
-		{"xdp_tx", "xdptx_bpfel.o", "", 20000, "tx"},
-		{"xdp_firewall", "xdpfirewall_bpfel.o", `{"blocked_src": [["c6120001", "0000000000000000"]]}`, 0, "drop"},
+		{"xdp_tx", "xdptx_bpfel.o", "", 20000, "tx", nil},
+		{"xdp_tx busy-poll", "xdptx_bpfel.o", "", 20000, "tx", []string{"--busy-poll"}},
+		{"xdp_firewall", "xdpfirewall_bpfel.o", `{"blocked_src": [["c6120001", "0000000000000000"]]}`, 0, "drop", nil},
 	}
 	for _, engine := range []string{"interp", "jit"} {
 		for _, c := range cases {
@@ -41,6 +43,7 @@ func TestRunOverAFXDP(t *testing.T) {
 				tb := labtest.Testbed(t)
 				mapsOut := filepath.Join(t.TempDir(), "maps-out.json")
 				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "3", "--json", "--engine", engine, "--maps-out", mapsOut}
+				args = append(args, c.extra...)
 				if c.maps != "" {
 					p := filepath.Join(t.TempDir(), "maps.json")
 					os.WriteFile(p, []byte(c.maps), 0o644)

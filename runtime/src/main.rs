@@ -13,6 +13,7 @@ const USAGE: &str = "usage:
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
                       [--duration SECONDS] [--json] [--maps-in FILE.json] [--maps-out FILE.json]
+                      [--queues N] [--busy-poll]
                       (SIGUSR1 writes the maps to --maps-out while running; SIGINT/SIGTERM stop)
   fastpath-rt list OBJ
   fastpath-rt verify OBJ [--prog NAME]";
@@ -38,13 +39,15 @@ struct Opts {
     maps_in: Option<String>,
     devs: Vec<String>,
     maps_out: Option<String>,
+    queues: u32,
+    busy_poll: bool,
     tap: Option<String>,
     generic: bool,
     duration: f64,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, tap: None, generic: false, duration: 0.0 };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0 };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -64,6 +67,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--dev" => o.devs.push(val(&mut i, "--dev")?),
             "--tap" => o.tap = Some(val(&mut i, "--tap")?),
             "--maps-out" => o.maps_out = Some(val(&mut i, "--maps-out")?),
+            "--busy-poll" => o.busy_poll = true,
+            "--queues" => {
+                let v = val(&mut i, "--queues")?;
+                o.queues = v.parse().ok().filter(|&n: &u32| (1..=64).contains(&n)).ok_or_else(|| format!("--queues {v:?}: 1 to 64"))?;
+            }
             "--generic" => o.generic = true,
             "--duration" => {
                 let v = val(&mut i, "--duration")?;
@@ -287,22 +295,35 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     };
     struct Port {
         ifindex: u32,
+        queue: u32,
         sock: Socket,
-        _redir: Redirector,
         tx: Vec<Desc>,
     }
+    // One socket per queue of each device, served in turn by this thread:
+    // the maps are not shared between threads yet.
     let mut ports: Vec<Port> = Vec::new();
+    let mut redirs = Vec::new();
     for dev in &o.devs {
         let cname = std::ffi::CString::new(dev.as_str()).map_err(|_| "bad interface name")?;
         let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
         if ifindex == 0 {
             return Err(format!("interface {dev} not found in this network namespace"));
         }
-        let sock = Socket::open(ifindex, 0, 4096).map_err(|e| format!("{e}: does {dev} support AF_XDP?"))?;
-        let redir = Redirector::attach(ifindex, 1, o.generic)?;
-        redir.bind(0, &sock)?;
-        eprintln!("fastpath-rt: {} on {dev} queue 0, {} mode, {} ({})", def.name, if sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
-        ports.push(Port { ifindex, sock, _redir: redir, tx: Vec::with_capacity(64) });
+        let mut socks = Vec::new();
+        for q in 0..o.queues {
+            let sock = Socket::open(ifindex, q, 4096).map_err(|e| format!("{e}: does {dev} support AF_XDP and have {} queues?", o.queues))?;
+            if o.busy_poll {
+                sock.busy_poll()?;
+            }
+            socks.push(sock);
+        }
+        let redir = Redirector::attach(ifindex, o.queues, o.generic)?;
+        for (q, sock) in socks.into_iter().enumerate() {
+            redir.bind(q as u32, &sock)?;
+            eprintln!("fastpath-rt: {} on {dev} queue {q}, {} mode, {} ({})", def.name, if sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
+            ports.push(Port { ifindex, queue: q as u32, sock, tx: Vec::with_capacity(64) });
+        }
+        redirs.push(redir);
     }
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -337,6 +358,7 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
                 let off = (d.addr as usize) & (FRAME - 1);
                 let loaded = pkt.load(&ports[pi].sock.frame(base)[off..off + d.len as usize]);
                 pkt.ctx.ingress_ifindex = ports[pi].ifindex;
+                pkt.ctx.rx_queue_index = ports[pi].queue;
                 if loaded.is_err() {
                     faults += 1;
                     ports[pi].sock.recycle(d.addr);
@@ -397,15 +419,21 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         }
         if got == 0 {
             idle += 1;
-            // Several ports: poll each briefly in turn.
+            // Several ports: poll each briefly in turn; busy polling asks
+            // the driver instead of sleeping.
             let i = idle % ports.len();
-            ports[i].sock.wait(1);
+            if o.busy_poll {
+                ports[i].sock.poke();
+            } else {
+                ports[i].sock.wait(1);
+            }
         }
     }
     // Rates over the time traffic came, not the time waited for it.
     let secs = first.map(|f| last.duration_since(f).as_secs_f64()).unwrap_or(0.0);
     let total: u64 = counts.iter().sum();
     drop(ports);
+    drop(redirs);
     if let Some(p) = &o.maps_out {
         write_maps(&vm, p)?;
     }

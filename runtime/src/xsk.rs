@@ -313,6 +313,25 @@ impl Socket {
         }
     }
 
+    /// Busy polling: the socket's receive path polls the driver.
+    pub fn busy_poll(&self) -> Result<(), String> {
+        const SO_BUSY_POLL: i32 = 46;
+        const SO_PREFER_BUSY_POLL: i32 = 69;
+        const SO_BUSY_POLL_BUDGET: i32 = 70;
+        for (opt, v) in [(SO_PREFER_BUSY_POLL, 1i32), (SO_BUSY_POLL, 20), (SO_BUSY_POLL_BUDGET, 64)] {
+            let r = unsafe { libc::setsockopt(self.fd, libc::SOL_SOCKET, opt, &v as *const i32 as *const libc::c_void, 4) };
+            if r < 0 {
+                return Err(errno(&format!("busy-poll socket option {opt}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets the kernel run the receive path now (busy polling).
+    pub fn poke(&self) {
+        unsafe { libc::recvfrom(self.fd, std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) };
+    }
+
     pub fn wait(&self, ms: i32) {
         let mut p = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
         unsafe { libc::poll(&mut p, 1, ms) };
