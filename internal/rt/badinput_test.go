@@ -9,6 +9,8 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/bench"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // An object whose program reads the packet without a bounds check: the
@@ -59,5 +61,33 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestRunRefusesWithoutNativeXDP: an interface whose driver has no native
+// XDP (loopback) is refused with the reason, and nothing stays attached.
+func TestRunRefusesWithoutNativeXDP(t *testing.T) {
+	labtest.RequireKernel(t)
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := labtest.Testbed(t)
+	cmd := exec.Command(bin, "run", filepath.Join("..", "bench", "xdptx_bpfel.o"), "--dev", "lo", "--duration", "1")
+	var out []byte
+	err = netns.Run(tb.DUTIn().Netns, func() error {
+		var err error
+		out, err = cmd.CombinedOutput()
+		return err
+	})
+	if err == nil || !strings.Contains(string(out), "attach XDP to interface") || !strings.Contains(string(out), "native mode") {
+		t.Fatalf("run on lo: %v\n%s", err, out)
+	}
+	attrs, err := xdp.Lookup(xdp.Iface{Netns: tb.DUTIn().Netns, Name: "lo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attrs.Xdp != nil && attrs.Xdp.Attached {
+		t.Fatal("a refused run left XDP attached to lo")
 	}
 }
