@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -203,20 +202,7 @@ func DetachDevices(devs []xdp.Iface) error {
 }
 
 // Attached lists the routers with pins.
-func Attached() ([]string, error) {
-	ents, err := os.ReadDir(PinRoot)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	sort.Strings(out)
-	return out, err
-}
+func Attached() ([]string, error) { return xdp.Instances(PinRoot) }
 
 // Pinned opens an attached router's maps.
 type Pinned struct {

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // PinRoot holds one directory per firewall instance: its maps pinned by
@@ -103,20 +103,7 @@ func OpenPinned(name string) (*Firewall, error) {
 }
 
 // Attached lists the instances with pins.
-func Attached() ([]string, error) {
-	ents, err := os.ReadDir(PinRoot)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	sort.Strings(out)
-	return out, err
-}
+func Attached() ([]string, error) { return xdp.Instances(PinRoot) }
 
 // Program is the XDP program (nil for an instance opened from pins).
 func (f *Firewall) Program() *ebpf.Program { return f.objs.FwXdp }

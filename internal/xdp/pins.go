@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -132,4 +133,21 @@ func RemoveIfEmpty(dir string) {
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 0 {
 		os.Remove(dir)
 	}
+}
+
+// Instances lists the instance directories under a network function's pin
+// root, sorted; none if the root does not exist.
+func Instances(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, err
 }

@@ -4,6 +4,7 @@
 //! log.
 
 use crate::elf::{map_type as mt, BpfObject, MapDef, ProgramDef};
+use crate::sys::{bpf, put32, put64};
 use crate::insn::{PSEUDO_MAP_FD, PSEUDO_MAP_VALUE};
 
 const BPF_MAP_CREATE: i64 = 0;
@@ -26,22 +27,6 @@ impl Drop for Fd {
     }
 }
 
-fn bpf(cmd: i64, attr: &mut [u8; 128]) -> Result<i32, std::io::Error> {
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len() as u32) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r as i32)
-    }
-}
-
-fn put32(a: &mut [u8; 128], off: usize, v: u32) {
-    a[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put64(a: &mut [u8; 128], off: usize, v: u64) {
-    a[off..off + 8].copy_from_slice(&v.to_le_bytes());
-}
 
 fn create_map(d: &MapDef) -> Result<Fd, String> {
     let inner = match &d.inner {

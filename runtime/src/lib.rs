@@ -11,5 +11,6 @@ pub mod jit;
 pub mod kernel;
 pub mod maps;
 pub mod pcap;
+pub mod sys;
 pub mod vm;
 pub mod xsk;

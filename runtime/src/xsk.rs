@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::sys::{bpf, put32, put64};
 use crate::insn::{Insn, PSEUDO_MAP_FD};
 
 const AF_XDP: i32 = 44;
@@ -356,22 +357,6 @@ impl Drop for Redirector {
     }
 }
 
-fn bpf(cmd: i64, attr: &mut [u8; 128]) -> Result<i32, std::io::Error> {
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len() as u32) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r as i32)
-    }
-}
-
-fn put32(a: &mut [u8; 128], off: usize, v: u32) {
-    a[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put64(a: &mut [u8; 128], off: usize, v: u64) {
-    a[off..off + 8].copy_from_slice(&v.to_le_bytes());
-}
 
 impl Redirector {
     pub fn attach(ifindex: u32, queues: u32, generic: bool) -> Result<Redirector, String> {
