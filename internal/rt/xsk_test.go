@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +133,102 @@ func TestRunOverAFXDP(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRunSeveralQueues: on a veth pair with two queues, frames the
+// generator sends from each CPU arrive on that CPU's queue; the runtime
+// serves both with a thread each and returns every frame.
+func TestRunSeveralQueues(t *testing.T) {
+	labtest.RequireKernel(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs to put traffic on two queues")
+	}
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := labtest.Testbed(t) // for a unique prefix; its own veths stay unused
+	ns := tb.Prefix + "mq"
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Delete(ns) })
+	a, b := tb.Prefix+"mqa", tb.Prefix+"mqb"
+	if err := netns.Run(ns, func() error {
+		// No IPv6: router solicitations would add frames of their own.
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		for _, args := range [][]string{
+			{"link", "add", a, "numrxqueues", "2", "numtxqueues", "2", "type", "veth", "peer", "name", b, "numrxqueues", "2", "numtxqueues", "2"},
+			{"link", "set", a, "up"}, {"link", "set", b, "up"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		// GRO on the generator's end takes the frames sent back.
+		return exec.Command("ethtool", "-K", a, "gro", "on").Run()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", filepath.Join("..", "bench", "xdptx_bpfel.o"), "--dev", b, "--queues", "2", "--duration", "4", "--json", "--engine", "jit")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	stderr, _ := cmd.StderrPipe()
+	if err := netns.Run(ns, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	bound := make(chan struct{})
+	go func() {
+		n := 0
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), " queue ") {
+				if n++; n == 2 {
+					close(bound)
+				}
+			}
+		}
+	}()
+	select {
+	case <-bound:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the runtime did not bind both queues")
+	}
+	sink, err := lab.AttachSink(xdp.Iface{Netns: ns, Name: a}, xdp.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	u := lab.UDPOptions{Size: 100, Count: 100, SrcMAC: []byte{2, 0, 0, 0, 0, 1}, DstMAC: []byte{2, 0, 0, 0, 0, 2},
+		Src: netip.MustParseAddr("198.18.0.1"), Dst: netip.MustParseAddr("198.18.1.1"), DstPort: 9}
+	pkts, err := lab.UDPPackets(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cpu := 0; cpu < 2; cpu++ {
+		gen, err := lab.NewGenerator(lab.GenOptions{Iface: xdp.Iface{Netns: ns, Name: a}, Packets: pkts, CPU: cpu})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = gen.Send(context.Background(), lab.SendOptions{Count: 5000, Rate: 20000})
+		gen.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	got, _ := sink.Total()
+	perQueue, _ := sum["per_queue"].([]any)
+	if sum["tx"] != float64(10000) || got.Packets != 10000 || len(perQueue) != 2 || perQueue[0] == float64(0) || perQueue[1] == float64(0) {
+		t.Fatalf("runtime %v; back at the generator %d of 10000", sum, got.Packets)
 	}
 }

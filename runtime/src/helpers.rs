@@ -172,7 +172,7 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
             } else {
                 let data = read(x, pc, a[1], a[2] as usize)?;
                 match x.vm.maps[m].ringbuf() {
-                    Some(r) => {
+                    Some(mut r) => {
                         if r.output(data) { 0 } else { neg(EAGAIN) }
                     }
                     None => return Err(Fault::Helper(format!("instruction {pc}: ringbuf_output to a map that is not a ring buffer"))),
@@ -182,13 +182,13 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
         131 => {
             let m = map_arg(x, pc, a[0])?;
             match x.vm.maps[m].ringbuf() {
-                Some(r) if a[2] == 0 => r.reserve(a[1] as usize).unwrap_or(0),
+                Some(mut r) if a[2] == 0 => r.reserve(a[1] as usize).unwrap_or(0),
                 Some(_) => 0,
                 None => return Err(Fault::Helper(format!("instruction {pc}: ringbuf_reserve from a map that is not a ring buffer"))),
             }
         }
         132 | 133 => {
-            let done = x.vm.maps.iter_mut().any(|m| m.ringbuf().map(|r| r.submit(a[0], id == 133)).unwrap_or(false));
+            let done = x.vm.maps.iter().any(|m| m.ringbuf().map(|mut r| r.submit(a[0], id == 133)).unwrap_or(false));
             if !done {
                 return Err(Fault::Helper(format!("instruction {pc}: ringbuf submit/discard of {:#x}, which is no reserved record", a[0])));
             }
@@ -198,7 +198,7 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
             let m = map_arg(x, pc, a[0])?;
             match &x.vm.maps[m].store {
                 Store::Ringbuf(r) => match a[1] {
-                    2 => r.size as u64,
+                    2 => r.lock().unwrap().size as u64,
                     _ => 0,
                 },
                 _ => 0,

@@ -83,9 +83,9 @@ impl<'a> Exec<'a> {
                 return Ok(());
             }
         }
-        for m in &self.vm.maps {
+        for m in self.vm.maps.iter() {
             if let crate::maps::Store::Ringbuf(r) = &m.store {
-                if r.pending_region(addr, len) {
+                if r.lock().unwrap().pending_region(addr, len) {
                     return Ok(());
                 }
             }

@@ -128,7 +128,7 @@ fn run(args: &[String]) -> Result<(), String> {
 /// Every map but ring buffers, keys sorted, as the inside of a JSON object.
 fn maps_json(vm: &Vm) -> String {
     let mut maps = Vec::new();
-    for m in &vm.maps {
+    for m in vm.maps.iter() {
         if m.def.map_type == map_type::RINGBUF {
             continue;
         }
@@ -171,7 +171,7 @@ fn fill_maps(vm: &mut Vm, path: &str) -> Result<(), String> {
                 Some(name) => (vm.programs.iter().position(|p| p.name == name).ok_or_else(|| format!("{path}: {name}: no such program in the object"))? as u32).to_le_bytes().to_vec(),
                 None => unhex(v)?,
             };
-            let m = &mut vm.maps[idx];
+            let m = &vm.maps[idx];
             if k.len() != m.def.key_size as usize {
                 return Err(format!("{path}: {name}: key of {} bytes, the map's are {}", k.len(), m.def.key_size));
             }
@@ -223,9 +223,9 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         total_steps += steps;
         runs += o.repeat;
         let mut rb = Vec::new();
-        for m in vm.maps.iter_mut() {
+        for m in vm.maps.iter() {
             let name = m.def.name.clone();
-            if let Some(r) = m.ringbuf() {
+            if let Some(mut r) = m.ringbuf() {
                 for rec in r.drain() {
                     rb.push(format!("{{\"map\":\"{name}\",\"data\":\"{}\"}}", hex(&rec)));
                 }
@@ -268,14 +268,27 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-/// Runs the program over AF_XDP on queue 0 of each device until the
-/// duration passes or a signal comes. TX goes back out of the port it came
-/// in; REDIRECT to another port of the runtime (by ifindex, or through a
-/// devmap entry); PASS to the TAP device if one is named (else it is dropped
-/// and counted); DROP and ABORTED recycle the frame.
+/// What one queue's thread counted.
+#[derive(Default)]
+struct QueueCounts {
+    verdicts: [u64; 5],
+    faults: u64,
+    pass_without_tap: u64,
+    tx_ring_full: u64,
+    redirect_dropped: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// Runs the program over AF_XDP: one thread per queue, each with a socket
+/// on that queue of every device, all sharing the object's maps (per-CPU
+/// values per thread). TX goes back out of the port it came in; REDIRECT to
+/// another port of the thread (by ifindex, or through a devmap entry); PASS
+/// to the TAP device if one is named (else it is dropped and counted); DROP
+/// and ABORTED recycle the frame. Stops after the duration or on a signal;
+/// SIGUSR1 writes the maps to --maps-out.
 fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
-    use fastpath_rt::vm::Redirect;
-    use fastpath_rt::xsk::{Desc, Redirector, Socket, Tap, FRAME};
+    use fastpath_rt::xsk::{Redirector, Tap};
     if o.devs.is_empty() {
         return Err("run needs --dev IFACE".into());
     }
@@ -283,66 +296,197 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     if o.verify {
         kernel::verify(obj, def)?;
     }
-    let mut vm = Vm::new(obj, 1)?;
+    let mut vm = Vm::new(obj, o.queues as usize)?;
     if let Some(path) = &o.maps_in {
         fill_maps(&mut vm, path)?;
     }
     let prog = vm.program_index(&def.name)?;
-    let jit = if o.engine == "jit" { Some(Jit::compile(&vm, prog)?) } else { None };
+    if o.engine == "jit" {
+        Jit::compile(&vm, prog)?; // refuse before anything is attached
+    }
     let tap = match &o.tap {
         Some(n) => Some(Tap::open(n)?),
         None => None,
     };
-    struct Port {
-        ifindex: u32,
-        queue: u32,
-        sock: Socket,
-        tx: Vec<Desc>,
-    }
-    // One socket per queue of each device, served in turn by this thread:
-    // the maps are not shared between threads yet.
-    let mut ports: Vec<Port> = Vec::new();
-    let mut redirs = Vec::new();
+    let mut devs = Vec::new();
     for dev in &o.devs {
         let cname = std::ffi::CString::new(dev.as_str()).map_err(|_| "bad interface name")?;
         let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
         if ifindex == 0 {
             return Err(format!("interface {dev} not found in this network namespace"));
         }
-        let mut socks = Vec::new();
-        for q in 0..o.queues {
-            let sock = Socket::open(ifindex, q, 4096).map_err(|e| format!("{e}: does {dev} support AF_XDP and have {} queues?", o.queues))?;
-            if o.busy_poll {
-                sock.busy_poll()?;
-            }
-            socks.push(sock);
-        }
-        let redir = Redirector::attach(ifindex, o.queues, o.generic)?;
-        for (q, sock) in socks.into_iter().enumerate() {
-            redir.bind(q as u32, &sock)?;
-            eprintln!("fastpath-rt: {} on {dev} queue {q}, {} mode, {} ({})", def.name, if sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
-            ports.push(Port { ifindex, queue: q as u32, sock, tx: Vec::with_capacity(64) });
-        }
-        redirs.push(redir);
+        devs.push((dev.clone(), ifindex));
     }
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGUSR1, on_signal as *const () as libc::sighandler_t);
     }
-    let mut counts = [0u64; 5];
-    let (mut faults, mut pass_dropped, mut tx_full, mut redirect_dropped) = (0u64, 0u64, 0u64, 0u64);
-    let mut pkt = Packet::new(&[], 0, 0)?;
-    let mut rx = Vec::with_capacity(64);
+    // Sockets first (their errors say more than an attach's), then the
+    // redirect programs, then the bindings.
+    let mut redirs: Vec<Redirector> = Vec::new();
     let start = Instant::now();
-    let (mut first, mut last) = (None, start);
-    let mut idle = 0;
-    while !STOP.load(std::sync::atomic::Ordering::Relaxed) && (o.duration == 0.0 || start.elapsed().as_secs_f64() < o.duration) {
-        if DUMP.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            if let Some(p) = &o.maps_out {
-                write_maps(&vm, p)?;
+    let results: Vec<Result<QueueCounts, String>> = std::thread::scope(|sc| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let mut handles = Vec::new();
+        let redirs_ref = &mut redirs;
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
+        let attached = std::sync::Arc::new(std::sync::RwLock::new(Vec::<(u32, i32)>::new()));
+        for q in 0..o.queues {
+            let mut tvm = vm.for_thread(q as usize);
+            let devs = &devs;
+            let tap = tap.as_ref();
+            let ready = ready_tx.clone();
+            let go = go_rx.clone();
+            let attached = attached.clone();
+            handles.push(sc.spawn(move || serve_queue(&mut tvm, prog, def, o, q, devs, tap, ready, go, attached)));
+        }
+        drop(ready_tx);
+        let mut opened = 0;
+        let mut err = None;
+        for r in ready_rx.iter().take(o.queues as usize) {
+            match r {
+                Ok(()) => opened += 1,
+                Err(e) => err = Some(e),
             }
         }
+        if err.is_none() && opened == o.queues {
+            for (dev, ifindex) in &devs {
+                match Redirector::attach(*ifindex, o.queues, o.generic) {
+                    Ok(r) => {
+                        attached.write().unwrap().push((*ifindex, r.map_fd()));
+                        redirs_ref.push(r);
+                    }
+                    Err(e) => {
+                        err = Some(format!("{dev}: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        if err.is_some() {
+            STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        for _ in 0..o.queues {
+            let _ = go_tx.send(());
+        }
+        while !STOP.load(std::sync::atomic::Ordering::Relaxed) && (o.duration == 0.0 || start.elapsed().as_secs_f64() < o.duration) {
+            if DUMP.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                if let Some(p) = &o.maps_out {
+                    if let Err(e) = write_maps(&vm, p) {
+                        eprintln!("fastpath-rt: {e}");
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut out: Vec<Result<QueueCounts, String>> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a queue's thread panicked".into()))).collect();
+        if let Some(e) = err {
+            out.push(Err(e));
+        }
+        out
+    });
+    drop(redirs);
+    let mut t = QueueCounts::default();
+    let mut per_queue = Vec::new();
+    for r in results {
+        let c = r?;
+        per_queue.push(c.verdicts.iter().sum::<u64>().to_string());
+        for (a, b) in t.verdicts.iter_mut().zip(c.verdicts) {
+            *a += b;
+        }
+        t.faults += c.faults;
+        t.pass_without_tap += c.pass_without_tap;
+        t.tx_ring_full += c.tx_ring_full;
+        t.redirect_dropped += c.redirect_dropped;
+        t.first = match (t.first, c.first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.last = t.last.max(c.last);
+    }
+    if let Some(p) = &o.maps_out {
+        write_maps(&vm, p)?;
+    }
+    // Rates over the time traffic came, not the time waited for it.
+    let secs = match (t.first, t.last) {
+        (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
+        _ => 0.0,
+    };
+    let total: u64 = t.verdicts.iter().sum();
+    let pps = if secs > 0.0 { total as f64 / secs } else { 0.0 };
+    let c = t.verdicts;
+    if o.json {
+        println!(
+            "{{\"program\":\"{}\",\"engine\":\"{}\",\"queues\":{},\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{},\"pass_without_tap\":{},\"redirect_dropped\":{},\"tx_ring_full\":{},\"per_queue\":[{}]}}",
+            def.name, o.engine, o.queues, c[0], c[1], c[2], c[3], c[4], t.faults, t.pass_without_tap, t.redirect_dropped, t.tx_ring_full, per_queue.join(",")
+        );
+    } else {
+        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps) on {} queue(s): aborted {}, drop {}, pass {} ({} without a TAP), tx {}, redirect {} ({} to no port of the runtime), faults {}", def.name, o.queues, c[0], c[1], c[2], t.pass_without_tap, c[3], c[4], t.redirect_dropped, t.faults);
+    }
+    Ok(())
+}
+
+/// One queue's thread: opens its sockets, reports ready, waits for the
+/// redirect programs, binds, then serves until told to stop.
+#[allow(clippy::too_many_arguments)]
+fn serve_queue(
+    vm: &mut Vm,
+    prog: usize,
+    def: &fastpath_rt::elf::ProgramDef,
+    o: &Opts,
+    q: u32,
+    devs: &[(String, u32)],
+    tap: Option<&fastpath_rt::xsk::Tap>,
+    ready: std::sync::mpsc::Sender<Result<(), String>>,
+    go: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+    attached: std::sync::Arc<std::sync::RwLock<Vec<(u32, i32)>>>,
+) -> Result<QueueCounts, String> {
+    use fastpath_rt::vm::Redirect;
+    use fastpath_rt::xsk::{bind_xskmap, Desc, Socket, FRAME};
+    struct Port {
+        ifindex: u32,
+        sock: Socket,
+        tx: Vec<Desc>,
+    }
+    let jit = if o.engine == "jit" { Some(Jit::compile(vm, prog)?) } else { None };
+    let mut ports = Vec::new();
+    for (dev, ifindex) in devs {
+        match Socket::open(*ifindex, q, 4096) {
+            Ok(sock) => {
+                if o.busy_poll {
+                    if let Err(e) = sock.busy_poll() {
+                        let _ = ready.send(Err(e.clone()));
+                        return Err(e);
+                    }
+                }
+                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(64) });
+            }
+            Err(e) => {
+                let e = format!("{e}: does {dev} support AF_XDP and have {} queue(s)?", o.queues);
+                let _ = ready.send(Err(e.clone()));
+                return Err(e);
+            }
+        }
+    }
+    let _ = ready.send(Ok(()));
+    let _ = go.lock().unwrap().recv();
+    if STOP.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(QueueCounts::default());
+    }
+    for p in &ports {
+        let map = attached.read().unwrap().iter().find(|(i, _)| *i == p.ifindex).map(|&(_, fd)| fd).ok_or("no redirect program for a port")?;
+        bind_xskmap(map, q, &p.sock)?;
+        let dev = &devs.iter().find(|(_, i)| *i == p.ifindex).unwrap().0;
+        eprintln!("fastpath-rt: {} on {dev} queue {q}, {} mode, {} ({})", def.name, if p.sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
+    }
+    let mut c = QueueCounts::default();
+    let mut pkt = Packet::new(&[], 0, q)?;
+    let mut rx = Vec::with_capacity(64);
+    let mut idle = 0usize;
+    while !STOP.load(std::sync::atomic::Ordering::Relaxed) {
         let mut got = 0;
         for pi in 0..ports.len() {
             rx.clear();
@@ -351,28 +495,29 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
                 continue;
             }
             got += rx.len();
-            last = Instant::now();
-            first.get_or_insert(last);
+            let now = Instant::now();
+            c.last = Some(now);
+            c.first.get_or_insert(now);
             for d in &rx {
                 let base = d.addr & !(FRAME as u64 - 1);
                 let off = (d.addr as usize) & (FRAME - 1);
                 let loaded = pkt.load(&ports[pi].sock.frame(base)[off..off + d.len as usize]);
                 pkt.ctx.ingress_ifindex = ports[pi].ifindex;
-                pkt.ctx.rx_queue_index = ports[pi].queue;
+                pkt.ctx.rx_queue_index = q;
                 if loaded.is_err() {
-                    faults += 1;
+                    c.faults += 1;
                     ports[pi].sock.recycle(d.addr);
                     continue;
                 }
                 let r = match &jit {
-                    Some(j) => j.run(&mut vm, prog, &mut pkt),
-                    None => Exec::new(&mut vm, &mut pkt).run(prog),
+                    Some(j) => j.run(vm, prog, &mut pkt),
+                    None => Exec::new(vm, &mut pkt).run(prog),
                 };
                 let ret = r.unwrap_or_else(|_| {
-                    faults += 1;
+                    c.faults += 1;
                     0
                 });
-                counts[(ret as usize).min(4)] += 1;
+                c.verdicts[(ret as usize).min(4)] += 1;
                 match ret as u32 {
                     3 => {
                         let out = pkt.output();
@@ -390,19 +535,18 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
                             None => None,
                         };
                         let to = target.and_then(|t| ports.iter().position(|p| p.ifindex == t));
-                        let frame = to.and_then(|t| ports[t].sock.alloc().map(|a| (t, a)));
-                        match frame {
+                        match to.and_then(|t| ports[t].sock.alloc().map(|a| (t, a))) {
                             Some((t, a)) => {
                                 let out = pkt.output();
                                 ports[t].sock.frame(a)[..out.len()].copy_from_slice(&out);
                                 ports[t].tx.push(Desc { addr: a, len: out.len() as u32, options: 0 });
                             }
-                            None => redirect_dropped += 1,
+                            None => c.redirect_dropped += 1,
                         }
                     }
                     2 => {
-                        if !tap.as_ref().map(|t| t.write(&pkt.output())).unwrap_or(false) {
-                            pass_dropped += 1;
+                        if !tap.map(|t| t.write(&pkt.output())).unwrap_or(false) {
+                            c.pass_without_tap += 1;
                         }
                         ports[pi].sock.recycle(d.addr);
                     }
@@ -412,15 +556,13 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
             for p in ports.iter_mut() {
                 if !p.tx.is_empty() {
                     let n = p.sock.send(&p.tx);
-                    tx_full += (p.tx.len() - n) as u64;
+                    c.tx_ring_full += (p.tx.len() - n) as u64;
                     p.tx.clear();
                 }
             }
         }
         if got == 0 {
             idle += 1;
-            // Several ports: poll each briefly in turn; busy polling asks
-            // the driver instead of sleeping.
             let i = idle % ports.len();
             if o.busy_poll {
                 ports[i].sock.poke();
@@ -429,22 +571,5 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
             }
         }
     }
-    // Rates over the time traffic came, not the time waited for it.
-    let secs = first.map(|f| last.duration_since(f).as_secs_f64()).unwrap_or(0.0);
-    let total: u64 = counts.iter().sum();
-    drop(ports);
-    drop(redirs);
-    if let Some(p) = &o.maps_out {
-        write_maps(&vm, p)?;
-    }
-    let pps = if secs > 0.0 { total as f64 / secs } else { 0.0 };
-    if o.json {
-        println!(
-            "{{\"program\":\"{}\",\"engine\":\"{}\",\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{faults},\"pass_without_tap\":{pass_dropped},\"redirect_dropped\":{redirect_dropped},\"tx_ring_full\":{tx_full}}}",
-            def.name, o.engine, counts[0], counts[1], counts[2], counts[3], counts[4]
-        );
-    } else {
-        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps): aborted {}, drop {}, pass {} ({pass_dropped} without a TAP), tx {}, redirect {} ({redirect_dropped} to no port of the runtime), faults {faults}", def.name, counts[0], counts[1], counts[2], counts[3], counts[4]);
-    }
-    Ok(())
+    Ok(c)
 }

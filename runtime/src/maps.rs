@@ -3,6 +3,7 @@
 //! program holds stay valid, and one arena is one region for bounds checks.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A fast hash for map keys (multiply and rotate per word, as FxHash):
@@ -115,7 +116,9 @@ pub fn arena_bytes(def: &MapDef, ncpus: usize) -> usize {
     }
 }
 
-/// An arena of fixed-size slots, per CPU, that never moves.
+/// An arena of fixed-size slots, per CPU, that never moves. Programs on
+/// several threads write its values as they would in the kernel: without a
+/// lock, with atomics where they ask for them.
 pub struct Arena {
     mem: *mut u8,
     /// The allocation, when the arena is not in a pool.
@@ -124,6 +127,9 @@ pub struct Arena {
     slots: usize,
     ncpus: usize,
 }
+
+unsafe impl Send for Arena {}
+unsafe impl Sync for Arena {}
 
 impl Arena {
     fn new(slots: usize, value_size: usize, ncpus: usize, pool: Option<&mut Pool>) -> Arena {
@@ -144,11 +150,11 @@ impl Arena {
         unsafe { std::slice::from_raw_parts(self.ptr(slot, cpu), len) }
     }
 
-    fn write(&mut self, slot: usize, cpu: usize, v: &[u8]) {
+    fn write(&self, slot: usize, cpu: usize, v: &[u8]) {
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr(slot, cpu), v.len()) }
     }
 
-    fn zero(&mut self, slot: usize, cpu: usize) {
+    fn zero(&self, slot: usize, cpu: usize) {
         unsafe { std::ptr::write_bytes(self.ptr(slot, cpu), 0, self.elem) }
     }
 
@@ -221,14 +227,17 @@ impl Slots {
     }
 }
 
+/// A map's storage. What changes besides value bytes (which keys exist,
+/// LRU order, ring buffer records) sits behind a lock per map, so that
+/// threads serving several queues share their maps.
 pub enum Store {
     Array(Arena),
-    Hash(Arena, Slots),
-    Lpm { arena: Arena, slots: Slots, bits: u32 },
+    Hash(Arena, Mutex<Slots>),
+    Lpm { arena: Arena, slots: Mutex<Slots>, bits: u32 },
     /// Map-in-map, program array, devmap, cpumap, xskmap: small values
     /// (ids, indexes) kept by key.
-    Refs(HashMap<Vec<u8>, Vec<u8>>),
-    Ringbuf(Ringbuf),
+    Refs(Mutex<HashMap<Vec<u8>, Vec<u8>>>),
+    Ringbuf(Mutex<Ringbuf>),
 }
 
 pub struct Ringbuf {
@@ -318,7 +327,7 @@ impl Map {
         }
         let store = match def.map_type {
             mt::ARRAY | mt::PERCPU_ARRAY => {
-                let mut a = Arena::new(n, vs, cpus, pool);
+                let a = Arena::new(n, vs, cpus, pool);
                 if let Some(d) = &def.data {
                     a.write(0, 0, d);
                 }
@@ -326,22 +335,22 @@ impl Map {
             }
             mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH => {
                 let lru = matches!(def.map_type, mt::LRU_HASH | mt::LRU_PERCPU_HASH);
-                Store::Hash(Arena::new(n, vs, cpus, pool), Slots::new(n, lru))
+                Store::Hash(Arena::new(n, vs, cpus, pool), Mutex::new(Slots::new(n, lru)))
             }
             mt::LPM_TRIE => {
                 if def.key_size < 5 || def.flags & 1 == 0 {
                     return Err(format!("map {}: an LPM trie needs a key of 4 + data bytes and BPF_F_NO_PREALLOC", def.name));
                 }
-                Store::Lpm { arena: Arena::new(n, vs, 1, pool), slots: Slots::new(n, false), bits: (def.key_size - 4) * 8 }
+                Store::Lpm { arena: Arena::new(n, vs, 1, pool), slots: Mutex::new(Slots::new(n, false)), bits: (def.key_size - 4) * 8 }
             }
             mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS | mt::PROG_ARRAY | mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP => {
-                Store::Refs(HashMap::new())
+                Store::Refs(Mutex::new(HashMap::new()))
             }
             mt::RINGBUF => {
                 if n == 0 || !n.is_power_of_two() || n % 4096 != 0 {
                     return Err(format!("map {}: a ring buffer's size must be a power of two and a multiple of the page size", def.name));
                 }
-                Store::Ringbuf(Ringbuf { size: n, used: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() })
+                Store::Ringbuf(Mutex::new(Ringbuf { size: n, used: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() }))
             }
             t => return Err(format!("map {}: type {t} ({}) is not supported", def.name, mt::name(t))),
         };
@@ -380,19 +389,21 @@ impl Map {
 
     /// bpf_map_lookup_elem from a program: a value pointer, or a map handle
     /// for map-in-map.
-    pub fn lookup(&mut self, key: &[u8], cpu: usize) -> Option<u64> {
+    pub fn lookup(&self, key: &[u8], cpu: usize) -> Option<u64> {
         let c = self.cpu(cpu);
-        match &mut self.store {
+        match &self.store {
             Store::Array(a) => {
                 let i = u32::from_le_bytes(key[..4].try_into().ok()?) as usize;
                 (i < a.slots).then(|| a.ptr(i, c) as u64)
             }
             Store::Hash(a, s) => {
+                let mut s = s.lock().unwrap();
                 let slot = *s.index.get(key)?;
                 s.touch(slot);
                 Some(a.ptr(slot, c) as u64)
             }
             Store::Lpm { arena, slots, bits } => {
+                let slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().ok()?).min(*bits);
                 let data = &key[4..];
                 for l in (0..=plen).rev() {
@@ -404,6 +415,7 @@ impl Map {
                 None
             }
             Store::Refs(m) => {
+                let m = m.lock().unwrap();
                 let v = m.get(key)?;
                 if matches!(self.def.map_type, mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS) {
                     Some(handle(u32::from_le_bytes(v[..4].try_into().ok()?) as usize))
@@ -416,7 +428,7 @@ impl Map {
     }
 
     /// bpf_map_update_elem: 0 or a negative errno, as the kernel returns.
-    pub fn update(&mut self, key: &[u8], value: &[u8], flags: u64, cpu: Option<usize>) -> i64 {
+    pub fn update(&self, key: &[u8], value: &[u8], flags: u64, cpu: Option<usize>) -> i64 {
         if flags > BPF_EXIST {
             return -EINVAL;
         }
@@ -428,7 +440,7 @@ impl Map {
             return -EINVAL;
         }
         // From userspace a per-CPU value holds every CPU's; a program writes its own.
-        let write = |a: &mut Arena, slot: usize| match (percpu, cpu) {
+        let write = |a: &Arena, slot: usize| match (percpu, cpu) {
             (true, None) => {
                 let stride = round8(vs);
                 for c in 0..ncpus {
@@ -438,7 +450,7 @@ impl Map {
             (true, Some(c)) => a.write(slot, c, &value[..vs]),
             _ => a.write(slot, 0, &value[..vs]),
         };
-        match &mut self.store {
+        match &self.store {
             Store::Array(a) => {
                 let i = u32::from_le_bytes(key[..4].try_into().unwrap()) as usize;
                 if i >= a.slots {
@@ -451,6 +463,7 @@ impl Map {
                 0
             }
             Store::Hash(a, s) => {
+                let mut s = s.lock().unwrap();
                 let exists = s.index.get(key).copied();
                 match (exists, flags) {
                     (Some(_), BPF_NOEXIST) => return -EEXIST,
@@ -474,6 +487,7 @@ impl Map {
                 0
             }
             Store::Lpm { arena, slots, bits } => {
+                let mut slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
                 if plen > *bits {
                     return -EINVAL;
@@ -498,6 +512,7 @@ impl Map {
                 0
             }
             Store::Refs(m) => {
+                let mut m = m.lock().unwrap();
                 if self.def.map_type != mt::DEVMAP_HASH && self.def.map_type != mt::HASH_OF_MAPS {
                     let i = u32::from_le_bytes(key[..4].try_into().unwrap());
                     if i >= self.def.max_entries {
@@ -518,13 +533,14 @@ impl Map {
         }
     }
 
-    pub fn delete(&mut self, key: &[u8]) -> i64 {
-        match &mut self.store {
+    pub fn delete(&self, key: &[u8]) -> i64 {
+        match &self.store {
             Store::Array(_) => -EINVAL,
             Store::Hash(_, s) => {
-                if s.remove(key).is_some() { 0 } else { -ENOENT }
+                if s.lock().unwrap().remove(key).is_some() { 0 } else { -ENOENT }
             }
             Store::Lpm { slots, bits, .. } => {
+                let mut slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
                 if plen > *bits {
                     return -EINVAL;
@@ -532,7 +548,7 @@ impl Map {
                 if slots.remove(&lpm_key(plen, &key[4..])).is_some() { 0 } else { -ENOENT }
             }
             Store::Refs(m) => {
-                if m.remove(key).is_some() { 0 } else { -ENOENT }
+                if m.lock().unwrap().remove(key).is_some() { 0 } else { -ENOENT }
             }
             Store::Ringbuf(_) => -EINVAL,
         }
@@ -554,15 +570,15 @@ impl Map {
         };
         match &self.store {
             Store::Array(a) => self.array_index(key).map(|i| read(a, i)),
-            Store::Hash(a, s) => s.index.get(key).map(|&slot| read(a, slot)),
+            Store::Hash(a, s) => s.lock().unwrap().index.get(key).map(|&slot| read(a, slot)),
             Store::Lpm { arena, slots, bits } => {
                 let plen = u32::from_le_bytes(key.get(..4)?.try_into().ok()?);
                 if plen > *bits {
                     return None;
                 }
-                slots.index.get(&lpm_key(plen, &key[4..])).map(|&s| read(arena, s))
+                slots.lock().unwrap().index.get(&lpm_key(plen, &key[4..])).map(|&s| read(arena, s))
             }
-            Store::Refs(m) => m.get(key).cloned(),
+            Store::Refs(m) => m.lock().unwrap().get(key).cloned(),
             Store::Ringbuf(_) => None,
         }
     }
@@ -571,17 +587,17 @@ impl Map {
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut keys: Vec<Vec<u8>> = match &self.store {
             Store::Array(a) => (0..a.slots as u32).map(|i| i.to_le_bytes().to_vec()).collect(),
-            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.index.keys().cloned().collect(),
-            Store::Refs(m) => m.keys().cloned().collect(),
+            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.lock().unwrap().index.keys().cloned().collect(),
+            Store::Refs(m) => m.lock().unwrap().keys().cloned().collect(),
             Store::Ringbuf(_) => Vec::new(),
         };
         keys.sort();
         keys.into_iter().filter_map(|k| self.get(&k).map(|v| (k, v))).collect()
     }
 
-    pub fn ringbuf(&mut self) -> Option<&mut Ringbuf> {
-        match &mut self.store {
-            Store::Ringbuf(r) => Some(r),
+    pub fn ringbuf(&self) -> Option<MutexGuard<'_, Ringbuf>> {
+        match &self.store {
+            Store::Ringbuf(r) => Some(r.lock().unwrap()),
             _ => None,
         }
     }
@@ -608,7 +624,7 @@ mod tests {
 
     #[test]
     fn hash_flags_and_full() {
-        let mut m = Map::new(&def(mt::HASH, 4, 8, 2, 0), 1).unwrap();
+        let m = Map::new(&def(mt::HASH, 4, 8, 2, 0), 1).unwrap();
         assert_eq!(m.update(&1u32.to_le_bytes(), &[1; 8], BPF_EXIST, None), -ENOENT);
         assert_eq!(m.update(&1u32.to_le_bytes(), &[1; 8], BPF_NOEXIST, None), 0);
         assert_eq!(m.update(&1u32.to_le_bytes(), &[2; 8], BPF_NOEXIST, None), -EEXIST);
@@ -622,7 +638,7 @@ mod tests {
 
     #[test]
     fn lru_evicts_least_recent() {
-        let mut m = Map::new(&def(mt::LRU_HASH, 4, 8, 2, 0), 1).unwrap();
+        let m = Map::new(&def(mt::LRU_HASH, 4, 8, 2, 0), 1).unwrap();
         m.update(&1u32.to_le_bytes(), &[1; 8], BPF_ANY, None);
         m.update(&2u32.to_le_bytes(), &[2; 8], BPF_ANY, None);
         m.lookup(&1u32.to_le_bytes(), 0);
@@ -633,20 +649,20 @@ mod tests {
 
     #[test]
     fn lpm_longest_match() {
-        let mut m = Map::new(&def(mt::LPM_TRIE, 8, 4, 8, 1), 1).unwrap();
+        let m = Map::new(&def(mt::LPM_TRIE, 8, 4, 8, 1), 1).unwrap();
         let key = |l: u32, a: [u8; 4]| [l.to_le_bytes().as_slice(), &a].concat();
         assert_eq!(m.update(&key(8, [10, 0, 0, 0]), &1u32.to_le_bytes(), BPF_ANY, None), 0);
         assert_eq!(m.update(&key(24, [10, 1, 2, 0]), &2u32.to_le_bytes(), BPF_ANY, None), 0);
         assert_eq!(m.update(&key(33, [10, 1, 2, 0]), &2u32.to_le_bytes(), BPF_ANY, None), -EINVAL);
-        let v = |m: &mut Map, a| m.lookup(&key(32, a), 0).map(|p| unsafe { *(p as *const u32) });
-        assert_eq!(v(&mut m, [10, 1, 2, 3]), Some(2));
-        assert_eq!(v(&mut m, [10, 1, 3, 3]), Some(1));
-        assert_eq!(v(&mut m, [11, 1, 2, 3]), None);
+        let v = |m: &Map, a| m.lookup(&key(32, a), 0).map(|p| unsafe { *(p as *const u32) });
+        assert_eq!(v(&m, [10, 1, 2, 3]), Some(2));
+        assert_eq!(v(&m, [10, 1, 3, 3]), Some(1));
+        assert_eq!(v(&m, [11, 1, 2, 3]), None);
     }
 
     #[test]
     fn array_semantics() {
-        let mut m = Map::new(&def(mt::ARRAY, 4, 4, 4, 0), 1).unwrap();
+        let m = Map::new(&def(mt::ARRAY, 4, 4, 4, 0), 1).unwrap();
         assert_eq!(m.update(&4u32.to_le_bytes(), &[0; 4], BPF_ANY, None), -E2BIG);
         assert_eq!(m.update(&1u32.to_le_bytes(), &[0; 4], BPF_NOEXIST, None), -EEXIST);
         assert_eq!(m.delete(&1u32.to_le_bytes()), -EINVAL);
@@ -655,8 +671,8 @@ mod tests {
 
     #[test]
     fn ringbuf_space() {
-        let mut m = Map::new(&def(mt::RINGBUF, 0, 0, 4096, 0), 1).unwrap();
-        let r = m.ringbuf().unwrap();
+        let m = Map::new(&def(mt::RINGBUF, 0, 0, 4096, 0), 1).unwrap();
+        let mut r = m.ringbuf().unwrap();
         let mut n = 0;
         while r.output(&[7; 100]) {
             n += 1;

@@ -102,7 +102,8 @@ impl Packet {
 }
 
 pub struct Vm {
-    pub maps: Vec<Map>,
+    /// Shared by the Vms of every thread that runs the object.
+    pub maps: std::sync::Arc<Vec<Map>>,
     pub programs: Vec<Program>,
     pub cpu: usize,
     pub rng: u64,
@@ -111,7 +112,13 @@ pub struct Vm {
     /// The programs' stack frames, allocated once.
     pub stack: Vec<u8>,
     /// The writable maps' values, in one range.
-    pub pool: crate::maps::Pool,
+    pub pool: std::sync::Arc<crate::maps::Pool>,
+}
+
+impl Clone for Program {
+    fn clone(&self) -> Program {
+        Program { name: self.name.clone(), section: self.section.clone(), insns: self.insns.clone(), imm64: self.imm64.clone(), refused: self.refused.clone() }
+    }
 }
 
 /// Why a run stopped without a verdict.
@@ -148,13 +155,13 @@ impl Vm {
             maps.push(Map::new_in(d, ncpus, Some(&mut pool))?);
         }
         let mut vm = Vm {
-            maps,
+            maps: std::sync::Arc::new(maps),
             programs: Vec::new(),
             cpu: 0,
             rng: 0x853c_49e6_748f_ea9b,
             regions: Vec::new(),
             stack: vec![0; crate::interp::STACK_TOTAL],
-            pool,
+            pool: std::sync::Arc::new(pool),
         };
         for p in &obj.programs {
             let prog = match vm.resolve(&p.name, &p.section, &p.insns, &obj.maps) {
@@ -165,6 +172,20 @@ impl Vm {
         }
         vm.refresh_regions();
         Ok(vm)
+    }
+
+    /// A Vm for another thread, as CPU `cpu`: the same maps and programs,
+    /// its own stack and random state.
+    pub fn for_thread(&self, cpu: usize) -> Vm {
+        Vm {
+            maps: self.maps.clone(),
+            programs: self.programs.clone(),
+            cpu,
+            rng: self.rng ^ (cpu as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            regions: self.regions.clone(),
+            stack: vec![0; crate::interp::STACK_TOTAL],
+            pool: self.pool.clone(),
+        }
     }
 
     pub fn refresh_regions(&mut self) {

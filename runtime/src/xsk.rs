@@ -404,16 +404,23 @@ impl Redirector {
         Ok(Redirector { map, prog, link })
     }
 
-    pub fn bind(&self, queue: u32, sock: &Socket) -> Result<(), String> {
-        let key = queue;
-        let val = sock.fd as u32;
-        let mut a = [0u8; 128];
-        put32(&mut a, 0, self.map as u32);
-        put64(&mut a, 8, &key as *const u32 as u64);
-        put64(&mut a, 16, &val as *const u32 as u64);
-        bpf(2, &mut a).map(|_| ()).map_err(|e| format!("add the socket of queue {queue} to the XSKMAP: {e}"))
+    pub fn map_fd(&self) -> i32 {
+        self.map
     }
 }
+
+/// Puts a queue's socket into an XSKMAP: from then on the queue's frames go
+/// to it.
+pub fn bind_xskmap(map: i32, queue: u32, sock: &Socket) -> Result<(), String> {
+    let key = queue;
+    let val = sock.fd as u32;
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, map as u32);
+    put64(&mut a, 8, &key as *const u32 as u64);
+    put64(&mut a, 16, &val as *const u32 as u64);
+    bpf(2, &mut a).map(|_| ()).map_err(|e| format!("add the socket of queue {queue} to the XSKMAP: {e}"))
+}
+
 
 /// A TAP device that PASSed frames are written to, so they reach the
 /// kernel's stack.
