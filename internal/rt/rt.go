@@ -50,10 +50,33 @@ func Binary() (string, error) {
 }
 
 // Entry is a map entry as raw bytes. In a program array, Prog names the
-// program instead of Value.
+// program instead of Value; in a map of maps, Inner is the inner map.
 type Entry struct {
 	Key, Value []byte
 	Prog       string
+	Inner      *Inner
+}
+
+// Inner is a map of maps' inner map, made from the outer map's template.
+type Inner struct {
+	MaxEntries int
+	Entries    []Entry
+}
+
+// entriesJSON is the --maps-in form of entries.
+func entriesJSON(es []Entry) [][2]any {
+	out := [][2]any{}
+	for _, e := range es {
+		var v any = hex.EncodeToString(e.Value)
+		switch {
+		case e.Prog != "":
+			v = "prog:" + e.Prog
+		case e.Inner != nil:
+			v = map[string]any{"max_entries": e.Inner.MaxEntries, "entries": entriesJSON(e.Inner.Entries)}
+		}
+		out = append(out, [2]any{hex.EncodeToString(e.Key), v})
+	}
+	return out
 }
 
 // TestRunOptions are a userspace twin of BPF_PROG_TEST_RUN.
@@ -147,15 +170,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		args = append(args, "--no-verify")
 	}
 	if len(o.Maps) > 0 {
-		m := map[string][][2]string{}
+		m := map[string][][2]any{}
 		for name, es := range o.Maps {
-			for _, e := range es {
-				v := hex.EncodeToString(e.Value)
-				if e.Prog != "" {
-					v = "prog:" + e.Prog
-				}
-				m[name] = append(m[name], [2]string{hex.EncodeToString(e.Key), v})
-			}
+			m[name] = entriesJSON(es)
 		}
 		b, _ := json.Marshal(m)
 		p := filepath.Join(dir, "maps.json")
