@@ -11,6 +11,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/rt"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -158,6 +159,12 @@ func TestFIBVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
+		// The userspace runtime gets the same maps, before the run fills
+		// the next-hop cache.
+		maps, err := rt.MirrorMaps(r.maps)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var res []RunResult
 		if err := netns.Run(dut, func() error {
 			var err error
@@ -165,6 +172,16 @@ func TestFIBVerdicts(t *testing.T) {
 			return err
 		}); err != nil {
 			t.Fatal(err)
+		}
+		// Its bpf_fib_lookup asks the same namespace's tables.
+		for _, engine := range []string{"interp", "jit"} {
+			got, err := rt.TestRun(rt.TestRunOptions{Object: "router_bpfel.o", Program: "br_router", Packets: pkts, Engine: engine, Maps: maps, Netns: dut})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := got.Packets[0]; actionNames[g.Ret] != res[0].Action || !bytes.Equal(g.Out, res[0].Out) {
+				t.Fatalf("%s: runtime %s, kernel %s (%s)\nruntime %x\nkernel  %x", engine, actionNames[g.Ret], res[0].Action, res[0].Verdict, g.Out, res[0].Out)
+			}
 		}
 		return res[0]
 	}

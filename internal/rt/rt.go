@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // ErrNoBinary is returned when fastpath-rt cannot be found.
@@ -92,6 +93,9 @@ type TestRunOptions struct {
 	DumpMaps bool
 	// NoVerify skips the kernel's verifier (for objects it already saw).
 	NoVerify bool
+	// Netns runs the runtime in that network namespace (bpf_fib_lookup
+	// asks its routing tables).
+	Netns string
 }
 
 // Record is one ring buffer record.
@@ -184,7 +188,7 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	if err := netns.Run(o.Netns, cmd.Run); err != nil {
 		return nil, fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(stderr.String(), "fastpath-rt: ")))
 	}
 	var raw struct {

@@ -25,6 +25,7 @@ const HELPERS: &[(i32, &str)] = &[
     (51, "redirect_map"),
     (54, "xdp_adjust_meta"),
     (65, "xdp_adjust_tail"),
+    (69, "fib_lookup"),
     (118, "jiffies64"),
     (125, "ktime_get_boot_ns"),
     (130, "ringbuf_output"),
@@ -46,7 +47,6 @@ const KNOWN_MISSING: &[(i32, &str)] = &[
     (14, "get_current_pid_tgid"),
     (25, "perf_event_output"),
     (40, "csum_update"),
-    (69, "fib_lookup"),
     (189, "xdp_load_bytes"),
     (190, "xdp_store_bytes"),
 ];
@@ -163,6 +163,7 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
         }
         54 => adjust_meta(x, a[1] as i32 as i64),
         65 => adjust_tail(x, a[1] as i32 as i64),
+        69 => fib_lookup(x, pc, a)?,
         118 => clock(libc::CLOCK_MONOTONIC_COARSE) / 4_000_000,
         125 => clock(libc::CLOCK_BOOTTIME),
         130 => {
@@ -275,6 +276,45 @@ fn adjust_tail(x: &mut Exec, off: i64) -> u64 {
     }
     p.data_end = end as usize;
     0
+}
+
+/// bpf_fib_lookup(ctx, params, plen, flags): the namespace's FIB and
+/// neighbours through rtnetlink; the answer written into params as the
+/// kernel writes it. Flags other than DIRECT and OUTPUT are refused.
+fn fib_lookup(x: &mut Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
+    const PARAMS: usize = 64;
+    if (a[2] as usize) < PARAMS || a[3] & !3 != 0 {
+        return Ok(neg(EINVAL));
+    }
+    x.check(pc, a[1], PARAMS as u64, true)?;
+    let b = unsafe { std::slice::from_raw_parts_mut(a[1] as *mut u8, PARAMS) };
+    let mut p = crate::fib::Params {
+        family: b[0],
+        tot_len: u16::from_le_bytes([b[6], b[7]]),
+        ifindex: u32::from_le_bytes(b[8..12].try_into().unwrap()),
+        src: [0; 16],
+        dst: [0; 16],
+    };
+    p.src.copy_from_slice(&b[16..32]);
+    p.dst.copy_from_slice(&b[32..48]);
+    if a[3] & 2 != 0 {
+        // BPF_FIB_LOOKUP_OUTPUT: no forwarding check on the arrival device.
+        p.ifindex = 0;
+    }
+    match crate::fib::lookup(&p) {
+        Ok(ans) => {
+            b[8..12].copy_from_slice(&ans.ifindex.to_le_bytes());
+            b[12..16].copy_from_slice(&ans.metric.to_le_bytes());
+            if let Some(g) = ans.gateway {
+                let n = if p.family == 2 { 4 } else { 16 };
+                b[32..32 + n].copy_from_slice(&g[..n]);
+            }
+            b[52..58].copy_from_slice(&ans.smac);
+            b[58..64].copy_from_slice(&ans.dmac);
+            Ok(crate::fib::SUCCESS)
+        }
+        Err(code) => Ok(code),
+    }
 }
 
 /// bpf_loop(nr, callback, ctx, flags): calls callback(i, ctx) until it

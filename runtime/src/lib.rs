@@ -4,6 +4,7 @@
 
 pub mod btf;
 pub mod elf;
+pub mod fib;
 pub mod helpers;
 pub mod insn;
 pub mod interp;
