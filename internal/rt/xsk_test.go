@@ -35,10 +35,12 @@ func TestRunOverAFXDP(t *testing.T) {
 		back               uint64
 		verdict            string
 		extra              []string
+		tap                bool
 	}{
-		{"xdp_tx", "xdptx_bpfel.o", "", 20000, "tx", nil},
-		{"xdp_tx busy-poll", "xdptx_bpfel.o", "", 20000, "tx", []string{"--busy-poll"}},
-		{"xdp_firewall", "xdpfirewall_bpfel.o", `{"blocked_src": [["c6120001", "0000000000000000"]]}`, 0, "drop", nil},
+		{"xdp_tx", "xdptx_bpfel.o", "", 20000, "tx", nil, false},
+		{"xdp_map passes to a TAP", "xdpmap_bpfel.o", "", 0, "pass", nil, true},
+		{"xdp_tx busy-poll", "xdptx_bpfel.o", "", 20000, "tx", []string{"--busy-poll"}, false},
+		{"xdp_firewall", "xdpfirewall_bpfel.o", `{"blocked_src": [["c6120001", "0000000000000000"]]}`, 0, "drop", nil, false},
 	}
 	for _, engine := range []string{"interp", "jit"} {
 		for _, c := range cases {
@@ -47,6 +49,10 @@ func TestRunOverAFXDP(t *testing.T) {
 				mapsOut := filepath.Join(t.TempDir(), "maps-out.json")
 				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "3", "--json", "--engine", engine, "--maps-out", mapsOut}
 				args = append(args, c.extra...)
+				tapName := tb.Prefix + "tap"
+				if c.tap {
+					args = append(args, "--tap", tapName)
+				}
 				if c.maps != "" {
 					p := filepath.Join(t.TempDir(), "maps.json")
 					os.WriteFile(p, []byte(c.maps), 0o644)
@@ -99,6 +105,23 @@ func TestRunOverAFXDP(t *testing.T) {
 				gen.Close()
 				if err != nil {
 					t.Fatal(err)
+				}
+				if c.tap {
+					// PASSed frames reach the stack through the TAP, which
+					// lives as long as the runtime.
+					time.Sleep(300 * time.Millisecond)
+					h, err := netns.Handle(tb.DUTIn().Netns)
+					if err != nil {
+						t.Fatal(err)
+					}
+					l, err := h.LinkByName(tapName)
+					h.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rx := l.Attrs().Statistics.RxPackets; rx != 20000 {
+						t.Fatalf("the TAP received %d frames, want 20000", rx)
+					}
 				}
 				if err := cmd.Wait(); err != nil {
 					t.Fatalf("fastpath-rt: %v\n%s", err, <-errText)

@@ -448,6 +448,22 @@ impl Tap {
             unsafe { libc::close(fd) };
             return Err(errno(&format!("create TAP device {name}")));
         }
+        // A TAP that is down refuses frames: bring it up.
+        let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        let mut req = [0u8; 40];
+        req[..n.len()].copy_from_slice(n);
+        let up = unsafe { libc::ioctl(s, libc::SIOCGIFFLAGS, req.as_mut_ptr()) } == 0 && {
+            let flags = i16::from_ne_bytes([req[16], req[17]]) | libc::IFF_UP as i16;
+            req[16..18].copy_from_slice(&flags.to_ne_bytes());
+            let r = unsafe { libc::ioctl(s, libc::SIOCSIFFLAGS, req.as_mut_ptr()) };
+            r == 0
+        };
+        let err = errno(&format!("bring TAP device {name} up"));
+        unsafe { libc::close(s) };
+        if !up {
+            unsafe { libc::close(fd) };
+            return Err(err);
+        }
         Ok(Tap { fd })
     }
 
