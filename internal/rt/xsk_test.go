@@ -47,7 +47,7 @@ func TestRunOverAFXDP(t *testing.T) {
 			t.Run(c.name+"/"+engine, func(t *testing.T) {
 				tb := labtest.Testbed(t)
 				mapsOut := filepath.Join(t.TempDir(), "maps-out.json")
-				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "3", "--json", "--engine", engine, "--maps-out", mapsOut}
+				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "5", "--json", "--engine", engine, "--maps-out", mapsOut}
 				args = append(args, c.extra...)
 				tapName := tb.Prefix + "tap"
 				if c.tap {
@@ -196,7 +196,7 @@ func TestRunSeveralQueues(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run", filepath.Join("..", "bench", "xdptx_bpfel.o"), "--dev", b, "--queues", "2", "--duration", "4", "--json", "--engine", "jit")
+	cmd := exec.Command(bin, "run", filepath.Join("..", "bench", "xdptx_bpfel.o"), "--dev", b, "--queues", "2", "--duration", "6", "--json", "--engine", "jit")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	stderr, _ := cmd.StderrPipe()
