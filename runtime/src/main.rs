@@ -393,7 +393,13 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         for _ in 0..o.queues {
             let _ = go_tx.send(());
         }
+        // A runtime whose parent died (a lab bench killed mid-run) stops
+        // rather than keep its programs attached.
+        let parent = unsafe { libc::getppid() };
         while !STOP.load(std::sync::atomic::Ordering::Relaxed) && (o.duration == 0.0 || start.elapsed().as_secs_f64() < o.duration) {
+            if unsafe { libc::getppid() } != parent {
+                break;
+            }
             if DUMP.swap(false, std::sync::atomic::Ordering::Relaxed) {
                 if let Some(p) = &o.maps_out {
                     if let Err(e) = write_maps(&vm, p) {
