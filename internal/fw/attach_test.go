@@ -194,13 +194,7 @@ func TestAttachDetach(t *testing.T) {
 	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
 		t.Fatalf("pins left behind: %v", err)
 	}
-	attrs, err := xdp.Lookup(tb.DUTIn().Iface())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if attrs.Xdp != nil && attrs.Xdp.Attached {
-		t.Fatal("an XDP program is still attached")
-	}
+	labtest.RequireDetached(t, tb.DUTIn().Iface())
 	if _, err := OpenPinned(name); err == nil {
 		t.Fatal("opened a detached instance")
 	}

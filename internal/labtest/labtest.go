@@ -71,3 +71,23 @@ func Send(t testing.TB, tb lab.Testbed, pkts [][]byte, count, rate uint64) (lab.
 	time.Sleep(200 * time.Millisecond)
 	return st, sink
 }
+
+// RequireDetached fails the test unless the interface has no XDP program
+// within a second: the kernel releases a link whose last holder went (an
+// unpinned link, a closed descriptor) a moment later, not at once.
+func RequireDetached(t testing.TB, i xdp.Iface) {
+	t.Helper()
+	for n := 0; ; n++ {
+		attrs, err := xdp.Lookup(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attrs.Xdp == nil || !attrs.Xdp.Attached {
+			return
+		}
+		if n == 100 {
+			t.Fatalf("an XDP program is still attached to %s a second later", i)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -101,11 +101,5 @@ func TestRunRefusesWithoutNativeXDP(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "attach XDP to interface") || !strings.Contains(string(out), "native mode") {
 		t.Fatalf("run on lo: %v\n%s", err, out)
 	}
-	attrs, err := xdp.Lookup(xdp.Iface{Netns: tb.DUTIn().Netns, Name: "lo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if attrs.Xdp != nil && attrs.Xdp.Attached {
-		t.Fatal("a refused run left XDP attached to lo")
-	}
+	labtest.RequireDetached(t, xdp.Iface{Netns: tb.DUTIn().Netns, Name: "lo"})
 }

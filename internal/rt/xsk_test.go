@@ -147,13 +147,7 @@ func TestRunOverAFXDP(t *testing.T) {
 				if c.name == "xdp_firewall" && !strings.Contains(string(b), `["c6120001","204e000000000000"]`) {
 					t.Fatalf("maps after the run: %s", b)
 				}
-				attrs, err := xdp.Lookup(tb.DUTIn().Iface())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if attrs.Xdp != nil && attrs.Xdp.Attached {
-					t.Fatal("the runtime left its XDP program attached")
-				}
+				labtest.RequireDetached(t, tb.DUTIn().Iface())
 			})
 		}
 	}
