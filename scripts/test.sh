@@ -21,6 +21,11 @@ rfailed=$(grep -oE '[0-9]+ failed' "$rlog" | awk '{s+=$1} END {print s+0}')
 passed=$(( $(grep -cE '^\s*--- PASS' "$log") + rpassed ))
 failed=$(( $(grep -cE '^\s*--- FAIL' "$log") + rfailed ))
 skipped=$(grep -cE '^\s*--- SKIP' "$log")
+if [ "$failed" -gt 0 ]; then
+	# What the failing tests said, so that a red CI log shows why.
+	echo
+	grep -E '^\s+\S+_test\.go:[0-9]+:' "$log" | head -40
+fi
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	# A build failure or panic fails no named test: show it and count it.
 	grep -vE '^(=== |\s*--- |ok|PASS)' "$log" | head -50
