@@ -229,6 +229,10 @@ impl<'a> Exec<'a> {
                                 self.depth += 1;
                                 reg[10] = self.stack_range().0 + (self.depth * STACK_SIZE) as u64;
                                 pc = (pc as i64 + ins.imm as i64 + 1) as usize;
+                            } else if let Some(v) = self.array_lookup(pc, ins.imm, reg[1], reg[2])? {
+                                // An array lookup needs no helper call, as in the kernel.
+                                reg[0] = v;
+                                pc += 1;
                             } else {
                                 self.current = Some(prog);
                                 match helpers::call(self, pc, ins.imm, [reg[1], reg[2], reg[3], reg[4], reg[5]])? {
@@ -277,6 +281,20 @@ impl<'a> Exec<'a> {
         };
         self.depth = frame0;
         result
+    }
+
+    /// bpf_map_lookup_elem on an array, computed in place; None for any
+    /// other call.
+    #[inline]
+    fn array_lookup(&self, pc: usize, id: i32, map: u64, key: u64) -> Result<Option<u64>, Fault> {
+        if id != 1 {
+            return Ok(None);
+        }
+        let Some(m) = crate::maps::handle_index(map).and_then(|i| self.vm.maps.get(i)) else { return Ok(None) };
+        let Some((base, elem, slots, per_cpu)) = m.array_layout() else { return Ok(None) };
+        let idx = self.load(pc, key, 4)? as usize;
+        let cpu = if m.percpu() { self.vm.cpu } else { 0 };
+        Ok(Some(if idx < slots { base + (cpu * per_cpu + idx * elem) as u64 } else { 0 }))
     }
 
     /// A program's code as slices that outlive borrows of the Vm: the
