@@ -509,7 +509,8 @@ static __always_inline int apply_rules(const struct fw_flow_key *k, void *flows,
 		__sync_fetch_and_add(&f->packets, 1);
 		__sync_fetch_and_add(&f->bytes, len);
 		f->last_ns = now;
-		f->verdict = verdict;
+		if (f->verdict != verdict)
+			f->verdict = verdict; /* only after a classification */
 	} else {
 		struct fw_flow fresh = {.packets = 1, .bytes = len, .first_ns = now, .last_ns = now, .verdict = verdict};
 

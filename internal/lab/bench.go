@@ -43,15 +43,9 @@ type BenchOptions struct {
 
 // Validate checks the options and resolves the scenarios before anything is set up.
 func (o *BenchOptions) Validate() ([]Scenario, error) {
-	if len(o.Scenarios) == 0 {
-		return nil, errors.New("no scenario given")
-	}
-	scs, err := LookupScenarios(o.Scenarios)
+	scs, err := resolveRuns(o.Scenarios, o.Runs)
 	if err != nil {
 		return nil, err
-	}
-	if o.Runs < 1 {
-		return nil, fmt.Errorf("--runs %d: at least one run is needed", o.Runs)
 	}
 	if o.Packets < 1000 {
 		return nil, fmt.Errorf("--packets %d: send at least 1000 packets per run", o.Packets)
@@ -70,6 +64,22 @@ func (o *BenchOptions) Validate() ([]Scenario, error) {
 	}
 	if _, err := UDPPackets(UDPOptions{Size: o.Size, Count: 1, SrcMAC: make([]byte, 6), DstMAC: make([]byte, 6), Src: Testbed{}.Gen().Addr.Addr(), Dst: Testbed{}.Sink().Addr.Addr()}); err != nil {
 		return nil, err
+	}
+	return scs, nil
+}
+
+// resolveRuns checks what every bench asks first: scenarios that exist
+// and a run count.
+func resolveRuns(names []string, runs int) ([]Scenario, error) {
+	if len(names) == 0 {
+		return nil, errors.New("no scenario given")
+	}
+	scs, err := LookupScenarios(names)
+	if err != nil {
+		return nil, err
+	}
+	if runs < 1 {
+		return nil, fmt.Errorf("--runs %d: at least one run is needed", runs)
 	}
 	return scs, nil
 }

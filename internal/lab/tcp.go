@@ -31,10 +31,7 @@ type TCPOptions struct {
 // Validate checks the options and resolves the scenarios before anything is
 // set up.
 func (o *TCPOptions) Validate() ([]Scenario, error) {
-	if len(o.Scenarios) == 0 {
-		return nil, errors.New("no scenario given")
-	}
-	scs, err := LookupScenarios(o.Scenarios)
+	scs, err := resolveRuns(o.Scenarios, o.Runs)
 	if err != nil {
 		return nil, err
 	}
@@ -42,9 +39,6 @@ func (o *TCPOptions) Validate() ([]Scenario, error) {
 		if !s.Routed {
 			return nil, fmt.Errorf("scenario %s does not route IP through the DUT, so TCP cannot cross it: use routed scenarios (routed, xdp-pass, fw-…, iptables-…, nft-…)", s.Name)
 		}
-	}
-	if o.Runs < 1 {
-		return nil, fmt.Errorf("--runs %d: at least one run is needed", o.Runs)
 	}
 	if o.Seconds < 1 {
 		return nil, fmt.Errorf("--seconds %d: at least one second per run", o.Seconds)

@@ -319,16 +319,13 @@ fn fib_lookup(x: &mut Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
 
 /// bpf_loop(nr, callback, ctx, flags): calls callback(i, ctx) until it
 /// returns 1 or nr calls are done; returns the number of calls.
-fn bpf_loop(x: &mut Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
-    const MAX_LOOPS: u64 = 1 << 23;
-    if a[3] != 0 {
-        return Ok(neg(EINVAL));
-    }
-    if a[0] > MAX_LOOPS {
-        return Ok(neg(E2BIG_LOOP));
+fn bpf_loop(x: &mut Exec, _pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
+    if let Err(code) = loop_args(a) {
+        return Ok(code);
     }
     let target = a[1] as usize;
-    let prog = current_program(x, pc)?;
+    // Callbacks belong to the program that names them.
+    let prog = x.current.ok_or_else(|| Fault::Bad("bpf_loop outside a program".into()))?;
     for i in 0..a[0] {
         let r = x.call(prog, target, [i, a[2], 0, 0, 0])?;
         if r == 1 {
@@ -338,10 +335,15 @@ fn bpf_loop(x: &mut Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
     Ok(a[0])
 }
 
-const E2BIG_LOOP: i64 = 7;
-
-/// The program a callback belongs to: callbacks are resolved within the
-/// program that names them, and tail calls never mix images.
-fn current_program(x: &Exec, _pc: usize) -> Result<usize, Fault> {
-    x.current.ok_or_else(|| Fault::Bad("bpf_loop outside a program".into()))
+/// bpf_loop's checks of its flags and count, shared by both engines: the
+/// kernel's error code when they fail.
+pub fn loop_args(a: [u64; 5]) -> Result<(), u64> {
+    const MAX_LOOPS: u64 = 1 << 23;
+    if a[3] != 0 {
+        return Err(neg(EINVAL));
+    }
+    if a[0] > MAX_LOOPS {
+        return Err(neg(crate::maps::E2BIG));
+    }
+    Ok(())
 }

@@ -57,10 +57,6 @@ impl<'a> Exec<'a> {
         self.ctx_addr
     }
 
-    pub fn ctx_field_pub(&self, off: u64) -> u64 {
-        self.ctx_field(off)
-    }
-
     fn stack_range(&self) -> (u64, u64) {
         let s = self.vm.stack.as_ptr() as u64;
         (s, s + STACK_TOTAL as u64)
@@ -122,7 +118,7 @@ impl<'a> Exec<'a> {
     }
 
     /// xdp_md fields: data, data_end and data_meta read as full pointers.
-    fn ctx_field(&self, off: u64) -> u64 {
+    pub fn ctx_field(&self, off: u64) -> u64 {
         let base = self.pkt.base();
         match off {
             0 => base + self.pkt.data as u64,

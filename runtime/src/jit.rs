@@ -91,7 +91,7 @@ extern "C" fn host_check(env: *mut Env, addr: u64, size: u64, write: u64, pc: u6
 
 extern "C" fn host_ctx_load(env: *mut Env, off: u64) -> u64 {
     let env = unsafe { &mut *env };
-    env.exec().ctx_field_pub(off)
+    env.exec().ctx_field(off)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -123,11 +123,8 @@ extern "C" fn host_helper(env: *mut Env, id: u64, pc: u64, fp: u64, a1: u64, a2:
 
 /// bpf_loop with a compiled callback, in the frame below the caller's.
 fn bpf_loop(env: &mut Env, pc: u64, fp: u64, a: [u64; 5]) -> u64 {
-    if a[3] != 0 {
-        return (-22i64) as u64;
-    }
-    if a[0] > 1 << 23 {
-        return (-7i64) as u64;
+    if let Err(code) = helpers::loop_args(a) {
+        return code;
     }
     let jit = unsafe { &*env.jit };
     let Some(&f) = jit.funcs.get(&(env.prog as usize, a[1] as usize)) else {

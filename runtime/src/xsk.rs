@@ -306,9 +306,7 @@ impl Socket {
     fn kick(&mut self) {
         for _ in 0..8 {
             unsafe { libc::sendto(self.fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
-            let (prod, room) = self.tx.free();
-            let _ = prod;
-            if room == self.tx.size {
+            if self.tx.free().1 == self.tx.size {
                 break;
             }
         }
