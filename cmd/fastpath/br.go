@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
-	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/pcap"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -356,7 +356,7 @@ over N runs.`,
 			if err != nil {
 				return err
 			}
-			frames, err := lab.ReadPcap(in)
+			frames, err := pcap.Read(in)
 			if err != nil {
 				return err
 			}
@@ -398,7 +398,7 @@ over N runs.`,
 				fmt.Println(line)
 			}
 			if out != "" {
-				if err := lab.WritePcap(out, emitted); err != nil {
+				if err := pcap.Write(out, emitted); err != nil {
 					return err
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/pcap"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -113,7 +114,7 @@ func findIface(prefix, ns, dev string) (xdp.Iface, error) {
 
 func labGenCmd(prefix *string) *cobra.Command {
 	var (
-		dev, ns, pcap string
+		dev, ns, capture string
 		count, rate   uint64
 		duration      time.Duration
 		cpu           int
@@ -125,7 +126,7 @@ func labGenCmd(prefix *string) *cobra.Command {
 		Short: "replay a capture at top speed from an interface with live frames",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pcap == "" {
+			if capture == "" {
 				return fmt.Errorf("--pcap is required")
 			}
 			if count == 0 && duration == 0 {
@@ -134,7 +135,7 @@ func labGenCmd(prefix *string) *cobra.Command {
 			if count > 0 && duration > 0 {
 				return fmt.Errorf("give --count or --duration, not both")
 			}
-			pkts, err := lab.ReadPcap(pcap)
+			pkts, err := pcap.Read(capture)
 			if err != nil {
 				return err
 			}
@@ -167,7 +168,7 @@ func labGenCmd(prefix *string) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&dev, "dev", "", "interface to send from (searched in the lab's namespaces too)")
 	f.StringVar(&ns, "netns", "", "network namespace of the interface")
-	f.StringVar(&pcap, "pcap", "", "capture whose packets are sent in turn")
+	f.StringVar(&capture, "pcap", "", "capture whose packets are sent in turn")
 	f.Uint64Var(&count, "count", 0, "packets to send")
 	f.DurationVar(&duration, "duration", 0, "how long to send (e.g. 10s)")
 	f.Uint64Var(&rate, "rate", 0, "packets per second (0: as fast as possible)")
@@ -340,7 +341,7 @@ interface to the next. Their hop fields are valid for 24 hours from now.`,
 					return err
 				}
 			}
-			if err := lab.WritePcap(out, pkts); err != nil {
+			if err := pcap.Write(out, pkts); err != nil {
 				return err
 			}
 			fmt.Printf("wrote %d packets of %d bytes to %s (%s → %s)\n", len(pkts), size, out, o.Src, o.Dst)
@@ -512,7 +513,7 @@ func writeSCIONPackets(t lab.Testbed, out, config string, size, count int) error
 	if err != nil {
 		return err
 	}
-	if err := lab.WritePcap(out, pkts); err != nil {
+	if err := pcap.Write(out, pkts); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %d SCION packets of %d bytes to %s (router %s of %s)\n", len(pkts), size, out, cfg.RouterID, cfg.IA)

@@ -10,6 +10,11 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	// Each network function's lab rows register themselves with the lab.
+	_ "github.com/fastpath-dev/fastpath/internal/br/brlab"
+	_ "github.com/fastpath-dev/fastpath/internal/fw/fwlab"
+	_ "github.com/fastpath-dev/fastpath/internal/rt/rtlab"
 )
 
 func main() {

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/fastpath-dev/fastpath/internal/lab"
 )
 
 // ReferenceVersion is the scionproto release the router follows and is
@@ -108,34 +106,4 @@ func (r *ReferenceRouter) Exited() bool {
 func (r *ReferenceRouter) Stop() {
 	r.cmd.Process.Kill()
 	<-r.exited
-}
-
-func init() {
-	lab.Register(lab.Scenario{
-		Name: "ref-router", Description: "scionproto " + ReferenceVersion + "'s router (UDP sockets) in the DUT namespace",
-		Layout: lab.LayoutDUT, Order: 32, Rewrites: true,
-		Note: "a userspace router on both cores, beside the generator",
-		Setup: func(tb lab.Testbed) (func() error, error) {
-			dir, err := os.MkdirTemp("", "fastpath-ref-")
-			if err != nil {
-				return nil, err
-			}
-			if _, err := WriteLabConfig(dir); err != nil {
-				os.RemoveAll(dir)
-				return nil, err
-			}
-			// The reference insists on both master keys.
-			if err := os.WriteFile(filepath.Join(dir, "keys", "master1.key"), []byte("8fiM4fdey8zv/9OaQw8lKg=="), 0o600); err != nil {
-				os.RemoveAll(dir)
-				return nil, err
-			}
-			r, err := StartReferenceRouter(tb.DUTIn().Netns, "br1-ff00_0_110-1", dir, "198.18.0.2:30042")
-			if err != nil {
-				os.RemoveAll(dir)
-				return nil, err
-			}
-			return func() error { r.Stop(); return os.RemoveAll(dir) }, nil
-		},
-		Packets: labTransitPackets,
-	})
 }

@@ -67,7 +67,7 @@ func replaceSets(tb lab.Testbed, rng *rand.Rand) []*RuleSet {
 	port := func(p uint16) Ports { return Ports{p, p, true} }
 	noise := func(n int) []Rule {
 		var rs []Rule
-		for _, p := range MissPrefixes(n, labAvoid) {
+		for _, p := range MissPrefixes(n, LabAvoid) {
 			rs = append(rs, Rule{Action: Action(rng.IntN(2)), Src: Prefix{p}, SPort: AnyPort, DPort: AnyPort})
 		}
 		return rs

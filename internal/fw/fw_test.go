@@ -500,7 +500,7 @@ func TestRulesReadBack(t *testing.T) {
 func BenchmarkFastPath(b *testing.B) {
 	for _, n := range []int{0, 1000, 100000} {
 		tb := labTestbed()
-		rs := LabRules(tb, n)
+		rs := LabRules(tb.Gen().Addr.Masked(), tb.Sink().Addr.Masked(), n)
 		f, err := Load(LoadOptions{MaxFlows: 1 << 16})
 		if err != nil {
 			b.Fatal(err)

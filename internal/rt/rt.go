@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/pcap"
 )
 
 // ErrNoBinary is returned when fastpath-rt cannot be found.
@@ -154,7 +154,7 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	}
 	defer os.RemoveAll(dir)
 	in := filepath.Join(dir, "in.pcap")
-	if err := lab.WritePcap(in, o.Packets); err != nil {
+	if err := pcap.Write(in, o.Packets); err != nil {
 		return nil, err
 	}
 	args := []string{"test-run", o.Object, "--in", in, "--json"}

@@ -1,4 +1,5 @@
-package rt
+// Package rtlab holds the userspace runtime's lab rows.
+package rtlab
 
 import (
 	"bufio"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/rt"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -39,7 +41,7 @@ func init() {
 // startRuntime runs fastpath-rt in the DUT's namespace on the last CPU but
 // one (the generator and the veths have the last), and stops it on teardown.
 func startRuntime(tb lab.Testbed, engine string) (func() error, error) {
-	bin, err := Binary()
+	bin, err := rt.Binary()
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,12 @@
-package fw
+// Package fwlab holds the firewall's lab rows: the same rule sets in
+// fastpath fw, iptables (a linear chain), nftables (an interval set) and
+// xdp-filter (addresses only), each on the routed DUT's ingress.
+package fwlab
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,16 +15,11 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/fastpath-dev/fastpath/internal/fw"
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
-
-// The lab's firewall rows: the same rule sets in our firewall, iptables (a
-// linear chain), nftables (an interval set) and xdp-filter (addresses only),
-// each on the routed DUT's ingress. Every set is n drop rules on random
-// source prefixes that miss the test flow, then one rule that passes it,
-// then drop.
 
 // The churn row's flows and flow-table size.
 const (
@@ -36,42 +33,14 @@ var labCounts = []struct {
 	name string
 }{{0, "0"}, {1000, "1k"}, {10000, "10k"}, {100000, "100k"}}
 
-// MissPrefixes returns n distinct random IPv4 prefixes, /12 to /32, none of
-// which overlaps avoid. The same n gives the same prefixes.
-func MissPrefixes(n int, avoid netip.Prefix) []netip.Prefix {
-	rng := rand.New(rand.NewPCG(uint64(n), 0xf1))
-	seen := map[netip.Prefix]bool{}
-	out := make([]netip.Prefix, 0, n)
-	for len(out) < n {
-		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], rng.Uint32())
-		p, _ := netip.AddrFrom4(b).Prefix(12 + rng.IntN(21))
-		if b[0] == 0 || b[0] >= 224 || p.Overlaps(avoid) || seen[p] {
-			continue
-		}
-		seen[p] = true
-		out = append(out, p)
-	}
-	return out
-}
-
 // labFlow are the prefixes of the lab's generator and sink.
 func labFlow(tb lab.Testbed) (src, dst netip.Prefix) {
 	return tb.Gen().Addr.Masked(), tb.Sink().Addr.Masked()
 }
 
-// labAvoid covers the whole testbed: 198.18.0.0/15.
-var labAvoid = netip.MustParsePrefix("198.18.0.0/15")
-
-// LabRules is the firewall's rule set with n missing prefixes.
-func LabRules(tb lab.Testbed, n int) *RuleSet {
+func labRules(tb lab.Testbed, n int) *fw.RuleSet {
 	src, dst := labFlow(tb)
-	rs := &RuleSet{Default: Drop, File: fmt.Sprintf("lab rules (%d)", n)}
-	for _, p := range MissPrefixes(n, labAvoid) {
-		rs.Rules = append(rs.Rules, Rule{Action: Drop, Src: Prefix{p}, SPort: AnyPort, DPort: AnyPort})
-	}
-	rs.Rules = append(rs.Rules, Rule{Action: Pass, Src: Prefix{src}, Dst: Prefix{dst}, SPort: AnyPort, DPort: AnyPort})
-	return rs
+	return fw.LabRules(src, dst, n)
 }
 
 func labInstance(tb lab.Testbed, generic bool) string {
@@ -84,14 +53,14 @@ func labInstance(tb lab.Testbed, generic bool) string {
 func setupFirewall(n int, generic bool, maxFlows uint32) func(lab.Testbed) (func() error, error) {
 	return func(tb lab.Testbed) (func() error, error) {
 		name := labInstance(tb, generic)
-		o := AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: LabRules(tb, n), NoFallback: true, Mode: xdp.Native, MaxFlows: maxFlows}
+		o := fw.AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: labRules(tb, n), NoFallback: true, Mode: xdp.Native, MaxFlows: maxFlows}
 		if generic {
 			o.Mode = xdp.Generic
 		}
-		if err := Attach(o); err != nil {
+		if err := fw.Attach(o); err != nil {
 			return nil, err
 		}
-		return func() error { return Detach(name, nil) }, nil
+		return func() error { return fw.Detach(name, nil) }, nil
 	}
 }
 
@@ -120,7 +89,7 @@ func setupIptables(n int) func(lab.Testbed) (func() error, error) {
 		in := tb.DUTIn()
 		var b strings.Builder
 		b.WriteString("*filter\n:fpfw - [0:0]\n")
-		for _, p := range MissPrefixes(n, labAvoid) {
+		for _, p := range fw.MissPrefixes(n, fw.LabAvoid) {
 			fmt.Fprintf(&b, "-A fpfw -s %s -j DROP\n", p)
 		}
 		fmt.Fprintf(&b, "-A fpfw -s %s -d %s -j ACCEPT\n-A fpfw -j DROP\n", src, dst)
@@ -144,7 +113,7 @@ func setupNft(n int) func(lab.Testbed) (func() error, error) {
 		in := tb.DUTIn()
 		var b strings.Builder
 		b.WriteString("table ip fpfw {\n\tset miss {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\tauto-merge\n")
-		if ps := MissPrefixes(n, labAvoid); len(ps) > 0 {
+		if ps := fw.MissPrefixes(n, fw.LabAvoid); len(ps) > 0 {
 			b.WriteString("\t\telements = { ")
 			for i, p := range ps {
 				if i > 0 {
@@ -196,7 +165,7 @@ func setupXDPFilter(n int) func(lab.Testbed) (func() error, error) {
 		for i := range flags {
 			flags[i] = 1
 		}
-		for _, p := range MissPrefixes(n, labAvoid) {
+		for _, p := range fw.MissPrefixes(n, fw.LabAvoid) {
 			a := p.Addr().As4()
 			if err := m.Put(binary.LittleEndian.Uint32(a[:]), flags); err != nil {
 				return nil, errors.Join(fmt.Errorf("add %s to xdp-filter: %w", p.Addr(), err), teardown())
@@ -210,8 +179,8 @@ func init() {
 	lab.RegisterCleanup(func(tb lab.Testbed) error {
 		var errs []error
 		for _, g := range []bool{false, true} {
-			if _, err := os.Stat(PinDir(labInstance(tb, g))); err == nil {
-				errs = append(errs, Detach(labInstance(tb, g), nil))
+			if _, err := os.Stat(fw.PinDir(labInstance(tb, g))); err == nil {
+				errs = append(errs, fw.Detach(labInstance(tb, g), nil))
 			}
 		}
 		return errors.Join(errs...)

@@ -1,16 +1,12 @@
 package br
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sort"
 
 	"github.com/scionproto/scion/pkg/addr"
-
-	"github.com/fastpath-dev/fastpath/internal/lab"
-	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // TransitOptions describe test traffic through a router.
@@ -107,57 +103,4 @@ func LabConfig() (*Config, func(), error) {
 		return nil, nil, err
 	}
 	return cfg, cleanup, nil
-}
-
-func init() {
-	// A bench run that dies leaves the router's pins; lab down removes them.
-	lab.RegisterCleanup(func(tb lab.Testbed) error {
-		var errs []error
-		for _, n := range []string{"br", "br-nomac"} {
-			if _, err := os.Stat(PinDir(tb.Prefix + n)); err == nil {
-				errs = append(errs, Detach(tb.Prefix+n, nil))
-			}
-		}
-		return errors.Join(errs...)
-	})
-	for _, v := range []struct {
-		name, desc string
-		mac        bool
-		order      int
-	}{
-		{"br", "SCION border router in XDP, hop-field MAC checks on", true, 30},
-		{"br-nomac", "SCION border router in XDP, MAC checks off", false, 31},
-	} {
-		v := v
-		lab.Register(lab.Scenario{
-			Name: v.name, Description: v.desc, Layout: lab.LayoutDUT, Order: v.order,
-			Rewrites: true,
-			Setup: func(tb lab.Testbed) (func() error, error) {
-				cfg, cleanup, err := LabConfig()
-				if err != nil {
-					return nil, err
-				}
-				defer cleanup()
-				cfg.MACCheck = v.mac
-				name := tb.Prefix + v.name
-				devs := []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}
-				if err := Attach(cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
-					return nil, err
-				}
-				return func() error { return Detach(name, nil) }, nil
-			},
-			Packets: labTransitPackets,
-		})
-	}
-}
-
-// labTransitPackets are 1,000 transit packets through the lab's router,
-// from the generator's veth to the DUT's.
-func labTransitPackets(tb lab.Testbed, size int) ([][]byte, error) {
-	cfg, cleanup, err := LabConfig()
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
-	return TransitPackets(cfg, TransitOptions{Count: 1000, Size: size, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 }
