@@ -159,6 +159,9 @@ func TestFIBVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
+		if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
+			t.Fatal(err)
+		}
 		// The userspace runtime gets the same maps, before the run fills
 		// the next-hop cache.
 		maps, err := rt.MirrorMaps(r.maps)
@@ -207,20 +210,5 @@ func TestFIBVerdicts(t *testing.T) {
 	ip("route", "add", "blackhole", "198.18.1.1/32")
 	if res := run(); res.Verdict != "fib_drop" || res.Action != "drop" {
 		t.Fatalf("blackhole route: %+v", res)
-	}
-}
-
-// A bench run that dies leaves the router attached and pinned: lab down
-// removes the pins with the namespaces.
-func TestLabDownRemovesRouterPins(t *testing.T) {
-	tb := labtest.Testbed(t)
-	cfg := labConfig(t)
-	name := attachLab(t, tb, cfg)
-	if err := tb.Down(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
-		Detach(name, nil)
-		t.Fatalf("lab down left %s (%v)", PinDir(name), err)
 	}
 }
