@@ -1517,21 +1517,21 @@ struct net_device {
 /* A device dropped frames the router handed it: a veth whose peer stopped
  * taking XDP frames, a device gone down, a full ring. They were counted
  * forwarded when handed over; they move to BR_TX_FAILED, against the slot
- * that last sent there from this CPU (the device flushes on the CPU that
- * queued). */
-static __always_inline void charge_tx_failure(const struct net_device *dev, int drops)
+ * that last sent to that device from this CPU (the kernel reports a failure
+ * on the CPU that queued the frame). dev is any device of the event, for
+ * its namespace; ifindex the device the frames were for. */
+static __always_inline void charge_tx_failure(const struct net_device *dev, __u32 ifindex, int drops)
 {
 	struct br_counter *fwd, *failed;
 	struct br_config *cfg;
 	struct br_tx_slot *t;
-	__u32 zero = 0, ifindex, key;
+	__u32 zero = 0, key;
 
 	if (drops <= 0)
 		return;
 	cfg = bpf_map_lookup_elem(&br_conf, &zero);
 	if (!cfg || dev->nd_net.net->ns.inum != cfg->netns_ino)
 		return;
-	ifindex = dev->ifindex;
 	key = ifindex & (BR_TX_SLOTS - 1);
 	t = bpf_map_lookup_elem(&br_tx_slots, &key);
 	if (!t || t->ifindex != ifindex || t->slot >= BR_MAX_IFACES)
@@ -1548,20 +1548,50 @@ static __always_inline void charge_tx_failure(const struct net_device *dev, int 
 	fwd->bytes = fwd->bytes > (__u64)drops * t->len ? fwd->bytes - (__u64)drops * t->len : 0;
 }
 
-/* Redirects are flushed through the devmap: xdp_devmap_xmit(from_dev,
- * to_dev, sent, drops, err). */
-SEC("tp_btf/xdp_devmap_xmit")
-int br_tx_devmap(__u64 *ctx)
+/* Each way the kernel reports a frame it could not send. */
+
+/* A redirect refused at once (the target takes no XDP frames now, or is
+ * down): xdp_redirect_err(dev, prog, target, err, map_type, map_id, index). */
+SEC("tp_btf/xdp_redirect_err")
+int br_tx_redirect_err(__u64 *ctx)
 {
-	charge_tx_failure((const struct net_device *)ctx[1], (int)ctx[3]);
+	const struct net_device *dev = (const struct net_device *)ctx[0];
+
+	charge_tx_failure(dev, (__u32)ctx[6], 1);
 	return 0;
 }
 
-/* XDP_TX is flushed by the driver: xdp_bulk_tx(dev, sent, drops, err). */
+/* Redirected frames the target dropped when the devmap flushed them:
+ * xdp_devmap_xmit(from_dev, to_dev, sent, drops, err). */
+SEC("tp_btf/xdp_devmap_xmit")
+int br_tx_devmap(__u64 *ctx)
+{
+	const struct net_device *to = (const struct net_device *)ctx[1];
+
+	charge_tx_failure(to, to->ifindex, (int)ctx[3]);
+	return 0;
+}
+
+/* XDP_TX frames the driver dropped at its flush: xdp_bulk_tx(dev, sent,
+ * drops, err). */
 SEC("tp_btf/xdp_bulk_tx")
 int br_tx_bulk(__u64 *ctx)
 {
-	charge_tx_failure((const struct net_device *)ctx[0], (int)ctx[2]);
+	const struct net_device *dev = (const struct net_device *)ctx[0];
+
+	charge_tx_failure(dev, dev->ifindex, (int)ctx[2]);
+	return 0;
+}
+
+/* An XDP_TX the driver (or generic XDP) could not send at all:
+ * xdp_exception(dev, prog, act). */
+SEC("tp_btf/xdp_exception")
+int br_tx_exception(__u64 *ctx)
+{
+	const struct net_device *dev = (const struct net_device *)ctx[0];
+
+	if ((__u32)ctx[2] == XDP_TX)
+		charge_tx_failure(dev, dev->ifindex, 1);
 	return 0;
 }
 

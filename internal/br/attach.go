@@ -124,7 +124,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 
 // Tracing link pins: not device links (xdp.Links ignores them), and gone
 // with the directory when the last device is detached.
-var tracingPins = map[string]string{"br_tx_devmap": "trace_devmap", "br_tx_bulk": "trace_bulk"}
+var tracingPins = map[string]string{"br_tx_redirect_err": "trace_redirect_err", "br_tx_devmap": "trace_devmap", "br_tx_bulk": "trace_bulk", "br_tx_exception": "trace_exception"}
 
 // attachTracing attaches the transmit-failure counters and pins their
 // links, replacing those of an earlier attach.

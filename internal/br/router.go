@@ -116,7 +116,7 @@ type Router struct {
 }
 
 // lateProgs are loaded on the main collection's maps only when needed.
-var lateProgs = []string{"br_router_cpu", "br_tx_devmap", "br_tx_bulk"}
+var lateProgs = []string{"br_router_cpu", "br_tx_redirect_err", "br_tx_devmap", "br_tx_bulk", "br_tx_exception"}
 
 // Load validates cfg, loads the router variant it asks for and fills its
 // maps. The caller attaches Program() or runs it.
@@ -261,7 +261,7 @@ func (r *Router) GenericProgram() (*ebpf.Program, error) {
 	// The copy's own .rodata holds br_generic.
 	ps := spec.Programs["br_router"]
 	rodata := spec.Maps[".rodata"]
-	sp := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router": ps}, Maps: map[string]*ebpf.MapSpec{".rodata": rodata}}
+	sp := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router": ps}, Maps: map[string]*ebpf.MapSpec{".rodata": rodata}, Variables: spec.Variables}
 	repl := map[string]*ebpf.Map{}
 	for _, ins := range ps.Instructions {
 		if ref := ins.Reference(); ref != "" && ref != ".rodata" {
@@ -281,10 +281,11 @@ func (r *Router) GenericProgram() (*ebpf.Program, error) {
 }
 
 // TracingPrograms are the programs that count failed transmits, attached
-// to the kernel's xdp_devmap_xmit and xdp_bulk_tx tracepoints.
+// to the kernel's xdp tracepoints (redirect_err, devmap_xmit, bulk_tx,
+// exception), by name.
 func (r *Router) TracingPrograms() (map[string]*ebpf.Program, error) {
 	out := map[string]*ebpf.Program{}
-	for _, n := range []string{"br_tx_devmap", "br_tx_bulk"} {
+	for _, n := range lateProgs[1:] {
 		p, err := r.loadLate(n)
 		if err != nil {
 			return nil, err
