@@ -411,3 +411,38 @@ func warnForwarding(cfg *Config, ns string, w io.Writer) {
 		return nil
 	})
 }
+
+// RouterState is an attached router as `br list` shows it.
+type RouterState struct {
+	ID      string             `json:"id"`
+	Devices []xdp.PinnedDevice `json:"devices"`
+}
+
+// Gone says every device of the router was removed (its namespace deleted,
+// say): what is left are pins, maps and counters; `br detach --router`
+// removes them.
+func (s RouterState) Gone() bool {
+	for _, d := range s.Devices {
+		if !d.Gone {
+			return false
+		}
+	}
+	return true
+}
+
+// List describes every attached router and the state of its devices.
+func List() ([]RouterState, error) {
+	ids, err := Attached()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RouterState, 0, len(ids))
+	for _, id := range ids {
+		devs, err := xdp.PinnedDevices(PinDir(id))
+		if err != nil {
+			return nil, fmt.Errorf("router %s: %w", id, err)
+		}
+		out = append(out, RouterState{ID: id, Devices: devs})
+	}
+	return out, nil
+}

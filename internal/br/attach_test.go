@@ -212,3 +212,40 @@ func TestFIBVerdicts(t *testing.T) {
 		t.Fatalf("blackhole route: %+v", res)
 	}
 }
+
+// Deleting the namespace of an attached router leaves its pins, maps and
+// counters: br list shows the router as gone, and detach removes the rest.
+func TestGoneRouterIsShownAndDetached(t *testing.T) {
+	tb := labtest.Testbed(t)
+	cfg := labConfig(t)
+	name := attachLab(t, tb, cfg)
+	state := func() RouterState {
+		t.Helper()
+		all, err := List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range all {
+			if r.ID == name {
+				return r
+			}
+		}
+		t.Fatalf("router %s not listed", name)
+		return RouterState{}
+	}
+	if s := state(); s.Gone() || len(s.Devices) != 2 || s.Devices[0].Mode != xdp.Native {
+		t.Fatalf("attached router listed as %+v", s)
+	}
+	if err := netns.Delete(tb.DUTIn().Netns); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); !s.Gone() {
+		t.Fatalf("router of a deleted namespace listed as %+v", s)
+	}
+	if err := Detach(name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
+		t.Fatalf("detach left %s (%v)", PinDir(name), err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // A network function instance keeps its maps and one link per device in a
@@ -192,3 +193,41 @@ func Instances(root string) ([]string, error) {
 }
 
 func loadPinnedLink(pin string) (link.Link, error) { return link.LoadPinnedLink(pin, nil) }
+
+// PinnedDevice is a device an instance has a link pin for, as it stands.
+type PinnedDevice struct {
+	Iface
+	Mode Mode `json:"mode,omitempty"`
+	// Gone says the device (or its namespace) was removed while attached:
+	// the link is defunct, and only its pin and the maps are left.
+	Gone bool `json:"gone,omitempty"`
+}
+
+// PinnedDevices lists the devices an instance directory has links for.
+func PinnedDevices(dir string) ([]PinnedDevice, error) {
+	var out []PinnedDevice
+	for _, pin := range Links(dir) {
+		i, ok := ParseLinkPinName(filepath.Base(pin))
+		if !ok {
+			continue
+		}
+		d := PinnedDevice{Iface: i}
+		err := PinnedLinkState(pin)
+		switch {
+		case errors.Is(err, ErrLinkGone):
+			d.Gone = true
+		case err != nil:
+			return nil, err
+		case i.Netns != "" && !netns.Exists(i.Netns):
+			d.Gone = true
+		default:
+			if m, err := AttachedMode(i); err == nil {
+				d.Mode = m
+			} else {
+				d.Gone = true
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
