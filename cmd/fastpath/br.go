@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -261,14 +263,16 @@ func brStatsCmd() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(all)
 			}
-			for id, ifs := range all {
+			for _, id := range slices.Sorted(maps.Keys(all)) {
+				ifs := all[id]
 				fmt.Printf("router %s\n", id)
 				if gone[id] {
 					fmt.Printf("  every device of this router is gone (namespace deleted?): these counters are its last; fastpath br detach --router %s removes them\n", id)
 				}
 				fmt.Printf("  %-10s %-18s %14s %16s\n", "interface", "verdict", "packets", "bytes")
-				for ifn, vs := range ifs {
-					for v, s := range vs {
+				for _, ifn := range slices.Sorted(maps.Keys(ifs)) {
+					for _, v := range slices.Sorted(maps.Keys(ifs[ifn])) {
+						s := ifs[ifn][v]
 						fmt.Printf("  %-10s %-18s %14d %16d\n", ifn, v, s.Packets, s.Bytes)
 					}
 				}
