@@ -19,8 +19,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/scionproto/scion/pkg/addr"
-	"golang.org/x/sys/unix"
 
+	"github.com/fastpath-dev/fastpath/internal/capture"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -338,84 +338,11 @@ func udpInCsumErrors(t *testing.T, ns string) uint64 {
 	return n
 }
 
-// frameTap reads every frame a device receives, with whether the kernel
-// still owes its checksum (TP_STATUS_CSUMNOTREADY: the skb is
-// CHECKSUM_PARTIAL, so the field holds the pseudo-header's sum only).
-type frameTap struct {
-	fd     int
-	mu     sync.Mutex
-	frames []tappedFrame
-	done   chan struct{}
-}
-
-type tappedFrame struct {
-	data    []byte
-	pending bool
-}
-
-func tap(t *testing.T, ns, dev string) *frameTap {
-	t.Helper()
-	a, err := xdp.Lookup(xdp.Iface{Netns: ns, Name: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ft := &frameTap{done: make(chan struct{})}
-	err = netns.Run(ns, func() error {
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		ft.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
-			return err
-		}
-		tv := unix.Timeval{Usec: 100000}
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: a.Index})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	go func() {
-		defer close(ft.done)
-		buf, oob := make([]byte, 9000), make([]byte, 256)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, oobn, _, _, err := unix.Recvmsg(ft.fd, buf, oob, 0)
-			if err != nil {
-				continue
-			}
-			pending := false
-			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-				for _, m := range msgs {
-					if m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= 4 {
-						pending = binary.NativeEndian.Uint32(m.Data)&unix.TP_STATUS_CSUMNOTREADY != 0
-					}
-				}
-			}
-			ft.mu.Lock()
-			ft.frames = append(ft.frames, tappedFrame{append([]byte(nil), buf[:n]...), pending})
-			ft.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-ft.done; unix.Close(ft.fd) })
-	return ft
-}
-
-// udpTo are the tapped frames of datagrams to dst.
-func (ft *frameTap) udpTo(dst netip.AddrPort) []tappedFrame {
-	ft.mu.Lock()
-	defer ft.mu.Unlock()
-	var out []tappedFrame
-	for _, f := range ft.frames {
-		if _, d, ok := underlayEnds(f.data); ok && d == dst {
+// udpTo are the captured frames of datagrams to dst.
+func udpTo(frames []capture.Frame, dst netip.AddrPort) []capture.Frame {
+	var out []capture.Frame
+	for _, f := range frames {
+		if _, d, ok := underlayEnds(f.Data); ok && d == dst && !f.Outgoing {
 			out = append(out, f)
 		}
 	}
@@ -441,7 +368,11 @@ func TestChecksumOfForwardedDatagrams(t *testing.T) {
 				}
 				to := netip.AddrPortFrom(b.bAddr, 50000)
 				got := listen(t, b.b, to)
-				ft := tap(t, b.b, "b0")
+				ft, err := capture.Open(xdp.Iface{Netns: b.b, Name: "b0"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ft.Close()
 				errsBefore := udpInCsumErrors(t, b.b)
 				const n = 20
 				send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
@@ -453,19 +384,19 @@ func TestChecksumOfForwardedDatagrams(t *testing.T) {
 				if e := udpInCsumErrors(t, b.b) - errsBefore; e != 0 {
 					t.Fatalf("B's kernel dropped %d datagrams for their checksum", e)
 				}
-				frames := ft.udpTo(to)
+				frames := udpTo(ft.Frames(), to)
 				if len(frames) != n {
 					t.Fatalf("tapped %d frames to %s, want %d", len(frames), to, n)
 				}
 				for i, f := range frames {
-					off, _, pseudo, _ := udpSpan(f.data)
-					field := binary.BigEndian.Uint16(f.data[off+6:])
+					off, _, pseudo, _ := udpSpan(f.Data)
+					field := binary.BigEndian.Uint16(f.Data[off+6:])
 					switch {
-					case f.pending && field != fold(pseudo):
+					case f.Pending && field != fold(pseudo):
 						t.Fatalf("frame %d: checksum still owed, but the field %#04x is not the pseudo-header's sum %#04x", i, field, fold(pseudo))
-					case !f.pending && !udpChecksumOK(f.data):
+					case !f.Pending && !udpChecksumOK(f.Data):
 						t.Fatalf("frame %d: complete checksum %#04x is wrong", i, field)
-					case mode == XDPModeNative && f.pending:
+					case mode == XDPModeNative && f.Pending:
 						t.Fatalf("frame %d: an XDP frame cannot owe its checksum", i)
 					}
 				}
