@@ -135,4 +135,3 @@ func echoVariants(frame []byte, n, frameLen int) ([][]byte, error) {
 	}
 	return out, nil
 }
-
