@@ -386,8 +386,8 @@ func brRunCmd() *cobra.Command {
 		Use:   "run --config FILE --in IN.pcap [--out OUT.pcap] [--json] [--repeat N]",
 		Short: "run a capture through the router offline (BPF_PROG_TEST_RUN, nothing attached)",
 		Long: `Every packet of the capture goes through the kernel program once, in the current
-network namespace (--netns: another), whose routes and neighbours the FIB lookups see;
---no-fib skips them. Prints per packet the action, the verdict, the egress interface and
+network namespace (--netns: another), whose routes, neighbours and addresses the FIB
+lookups see, and out of whose devices any frame may leave; --no-fib skips them. Prints per packet the action, the verdict, the egress interface and
 the next hop; --out writes the frames the router emitted; --repeat N times each packet
 over N runs.`,
 		Args: cobra.NoArgs,
@@ -414,6 +414,17 @@ over N runs.`,
 				return err
 			}
 			defer r.Close()
+			if !noFIB {
+				// Offline, a frame may leave by any device of the namespace;
+				// attach decides that device by device.
+				devs, err := xdp.Devices(ns)
+				if err == nil {
+					err = r.SetHost(ns, devs)
+				}
+				if err != nil {
+					return err
+				}
+			}
 			var res []br.RunResult
 			if err := netns.Run(ns, func() error {
 				var err error

@@ -115,7 +115,7 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	cfg.CPUs = []int{0, 1}
-	attachLab(t, tb, cfg)
+	name := attachLab(t, tb, cfg)
 	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1000, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 		}
 	}
 	if total != count {
-		t.Fatalf("sink counted %d, want %d", total, count)
+		t.Fatalf("sink counted %d, want %d; the router's verdicts: %v", total, count, verdicts(t, name))
 	}
 	if busy < 2 {
 		t.Fatalf("all packets went through one CPU: %+v", per)
