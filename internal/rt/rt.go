@@ -96,6 +96,9 @@ type TestRunOptions struct {
 	// Netns runs the runtime in that network namespace (bpf_fib_lookup
 	// asks its routing tables).
 	Netns string
+	// Kernel makes the runtime behave as that kernel version's helpers
+	// ("6.12"), not the running kernel's.
+	Kernel string
 }
 
 // Record is one ring buffer record.
@@ -104,8 +107,12 @@ type Record struct {
 	Data []byte
 }
 
-// PacketResult is what one packet's run produced.
+// PacketResult is what one packet's run produced. Errno is set, and
+// nothing else, when the run refused the frame as the kernel's
+// BPF_PROG_TEST_RUN does (EINVAL for a frame shorter than an Ethernet
+// header, ENOMEM for more pages than a frame may have).
 type PacketResult struct {
+	Errno   int
 	Ret     uint32
 	Out     []byte
 	Ringbuf []Record
@@ -120,8 +127,10 @@ type MapDump struct {
 
 // Result of a test run.
 type Result struct {
-	Program     string
-	Engine      string
+	Program string
+	Engine  string
+	// Semantics says which kernel's helper semantics the runtime used.
+	Semantics   string
 	Runs        int
 	NsPerRun    float64
 	InsnsPerRun float64
@@ -173,6 +182,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	if o.NoVerify {
 		args = append(args, "--no-verify")
 	}
+	if o.Kernel != "" {
+		args = append(args, "--kernel", o.Kernel)
+	}
 	if len(o.Maps) > 0 {
 		m := map[string][][2]any{}
 		for name, es := range o.Maps {
@@ -198,7 +210,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		NsPerRun    float64 `json:"ns_per_run"`
 		InsnsPerRun float64 `json:"insns_per_run"`
 		NsPerInsn   float64 `json:"ns_per_insn"`
+		Semantics   string  `json:"semantics"`
 		Packets     []struct {
+			Errno   int      `json:"errno"`
 			Ret     uint32   `json:"ret"`
 			Out     hexBytes `json:"out"`
 			Ringbuf []struct {
@@ -215,9 +229,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
 		return nil, fmt.Errorf("read fastpath-rt's output: %w", err)
 	}
-	r := &Result{Program: raw.Program, Engine: raw.Engine, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, Maps: map[string]MapDump{}}
+	r := &Result{Program: raw.Program, Engine: raw.Engine, Semantics: raw.Semantics, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, Maps: map[string]MapDump{}}
 	for _, p := range raw.Packets {
-		pr := PacketResult{Ret: p.Ret, Out: p.Out}
+		pr := PacketResult{Errno: p.Errno, Ret: p.Ret, Out: p.Out}
 		for _, rec := range p.Ringbuf {
 			pr.Ringbuf = append(pr.Ringbuf, Record{Map: rec.Map, Data: rec.Data})
 		}

@@ -77,40 +77,74 @@ fn round8(n: usize) -> usize {
     (n + 7) & !7
 }
 
+/// Zeroed memory from the kernel, reserved but not committed: pages cost
+/// nothing until they are written, and a size the address space cannot
+/// hold is an error rather than an abort.
+pub struct Zeroed {
+    mem: *mut u8,
+    len: usize,
+}
+
+unsafe impl Send for Zeroed {}
+unsafe impl Sync for Zeroed {}
+
+impl Zeroed {
+    pub fn new(bytes: u128, what: &str) -> Result<Zeroed, String> {
+        let len = usize::try_from(bytes.max(8)).ok().filter(|&n| n < isize::MAX as usize).ok_or_else(|| too_big(what, bytes, "beyond the address space"))?;
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(too_big(what, bytes, &std::io::Error::last_os_error().to_string()));
+        }
+        Ok(Zeroed { mem: p as *mut u8, len })
+    }
+}
+
+impl Drop for Zeroed {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.mem as *mut libc::c_void, self.len) };
+    }
+}
+
+fn too_big(what: &str, bytes: u128, why: &str) -> String {
+    format!("{what}: {bytes} bytes ({:.1} GiB) of values cannot be allocated: {why}", bytes as f64 / (1u64 << 30) as f64)
+}
+
 /// One zeroed allocation that the writable maps' arenas are carved from, so
 /// that compiled code checks every map value with one range.
 pub struct Pool {
-    mem: Vec<u64>,
+    mem: Zeroed,
     used: usize,
 }
 
 impl Pool {
-    pub fn new(bytes: usize) -> Pool {
-        Pool { mem: vec![0u64; bytes.div_ceil(8).max(1)], used: 0 }
+    pub fn new(bytes: u128) -> Result<Pool, String> {
+        Ok(Pool { mem: Zeroed::new(bytes, "the maps")?, used: 0 })
     }
 
     fn take(&mut self, bytes: usize) -> Option<*mut u8> {
         let bytes = round8(bytes);
-        if self.used + bytes > self.mem.len() * 8 {
+        if self.used + bytes > self.mem.len {
             return None;
         }
-        let p = unsafe { (self.mem.as_mut_ptr() as *mut u8).add(self.used) };
+        let p = unsafe { self.mem.mem.add(self.used) };
         self.used += bytes;
         Some(p)
     }
 
     pub fn range(&self) -> (u64, u64) {
-        let s = self.mem.as_ptr() as u64;
+        let s = self.mem.mem as u64;
         (s, s + self.used as u64)
     }
 }
 
 /// The bytes a map's values take, for sizing the pool.
-pub fn arena_bytes(def: &MapDef, ncpus: usize) -> usize {
+pub fn arena_bytes(def: &MapDef, ncpus: usize) -> u128 {
     let percpu = matches!(def.map_type, mt::PERCPU_ARRAY | mt::PERCPU_HASH | mt::LRU_PERCPU_HASH);
     match def.map_type {
         mt::ARRAY | mt::PERCPU_ARRAY | mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH | mt::LPM_TRIE => {
-            def.max_entries as usize * round8(def.value_size.max(1) as usize) * if percpu { ncpus } else { 1 }
+            def.max_entries as u128 * round8(def.value_size.max(1) as usize) as u128 * if percpu { ncpus as u128 } else { 1 }
         }
         _ => 0,
     }
@@ -122,7 +156,7 @@ pub fn arena_bytes(def: &MapDef, ncpus: usize) -> usize {
 pub struct Arena {
     mem: *mut u8,
     /// The allocation, when the arena is not in a pool.
-    _own: Option<Vec<u64>>,
+    _own: Option<Zeroed>,
     elem: usize,
     slots: usize,
     ncpus: usize,
@@ -132,14 +166,14 @@ unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 
 impl Arena {
-    fn new(slots: usize, value_size: usize, ncpus: usize, pool: Option<&mut Pool>) -> Arena {
+    fn new(name: &str, slots: usize, value_size: usize, ncpus: usize, pool: Option<&mut Pool>) -> Result<Arena, String> {
         let elem = round8(value_size.max(1));
-        let bytes = slots * elem * ncpus;
-        if let Some(p) = pool.and_then(|p| p.take(bytes)) {
-            return Arena { mem: p, _own: None, elem, slots, ncpus };
+        let bytes = slots as u128 * elem as u128 * ncpus as u128;
+        if let Some(p) = pool.and_then(|p| usize::try_from(bytes).ok().and_then(|b| p.take(b))) {
+            return Ok(Arena { mem: p, _own: None, elem, slots, ncpus });
         }
-        let mut own = vec![0u64; bytes.div_ceil(8).max(1)];
-        Arena { mem: own.as_mut_ptr() as *mut u8, _own: Some(own), elem, slots, ncpus }
+        let own = Zeroed::new(bytes, &format!("map {name} ({slots} entries of {value_size} bytes)"))?;
+        Ok(Arena { mem: own.mem, _own: Some(own), elem, slots, ncpus })
     }
 
     fn ptr(&self, slot: usize, cpu: usize) -> *mut u8 {
@@ -165,16 +199,22 @@ impl Arena {
 }
 
 /// Slot allocation for hash-like maps, with LRU order when asked.
+/// Slots are handed out in order and reused when freed, so that a map of
+/// 2^31 entries costs what its entries use.
 pub struct Slots {
+    /// Slot by key (an LPM trie's: the prefix length and the bits it covers).
     index: KeyMap<usize>,
+    /// The key each slot holds, as last written (an LPM trie keeps the
+    /// bytes beyond the prefix, as the kernel does).
     keys: Vec<Option<Vec<u8>>>,
     free: Vec<usize>,
+    capacity: usize,
     lru: Option<VecDeque<usize>>,
 }
 
 impl Slots {
     fn new(n: usize, lru: bool) -> Slots {
-        Slots { index: KeyMap::default(), keys: vec![None; n], free: (0..n).rev().collect(), lru: lru.then(VecDeque::new) }
+        Slots { index: KeyMap::default(), keys: Vec::new(), free: Vec::new(), capacity: n, lru: lru.then(VecDeque::new) }
     }
 
     fn touch(&mut self, slot: usize) {
@@ -200,6 +240,10 @@ impl Slots {
     fn alloc(&mut self) -> Option<usize> {
         if let Some(s) = self.free.pop() {
             return Some(s);
+        }
+        if self.keys.len() < self.capacity {
+            self.keys.push(None);
+            return Some(self.keys.len() - 1);
         }
         let lru = self.lru.as_mut()?;
         let mut counts: HashMap<usize, usize> = HashMap::new();
@@ -327,7 +371,7 @@ impl Map {
         }
         let store = match def.map_type {
             mt::ARRAY | mt::PERCPU_ARRAY => {
-                let a = Arena::new(n, vs, cpus, pool);
+                let a = Arena::new(&def.name, n, vs, cpus, pool)?;
                 if let Some(d) = &def.data {
                     a.write(0, 0, d);
                 }
@@ -335,13 +379,13 @@ impl Map {
             }
             mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH => {
                 let lru = matches!(def.map_type, mt::LRU_HASH | mt::LRU_PERCPU_HASH);
-                Store::Hash(Arena::new(n, vs, cpus, pool), Mutex::new(Slots::new(n, lru)))
+                Store::Hash(Arena::new(&def.name, n, vs, cpus, pool)?, Mutex::new(Slots::new(n, lru)))
             }
             mt::LPM_TRIE => {
                 if def.key_size < 5 || def.flags & 1 == 0 {
                     return Err(format!("map {}: an LPM trie needs a key of 4 + data bytes and BPF_F_NO_PREALLOC", def.name));
                 }
-                Store::Lpm { arena: Arena::new(n, vs, 1, pool), slots: Mutex::new(Slots::new(n, false)), bits: (def.key_size - 4) * 8 }
+                Store::Lpm { arena: Arena::new(&def.name, n, vs, 1, pool)?, slots: Mutex::new(Slots::new(n, false)), bits: (def.key_size - 4) * 8 }
             }
             mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS | mt::PROG_ARRAY | mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP => {
                 Store::Refs(Mutex::new(HashMap::new()))
@@ -503,11 +547,12 @@ impl Map {
                     Some(s) => s,
                     None => {
                         let Some(s) = slots.alloc() else { return -ENOSPC };
-                        slots.index.insert(k.clone(), s);
-                        slots.keys[s] = Some(k);
+                        slots.index.insert(k, s);
                         s
                     }
                 };
+                // The kernel replaces the node: its key bytes are this update's.
+                slots.keys[slot] = Some(key[..self.def.key_size as usize].to_vec());
                 arena.write(slot, 0, &value[..vs]);
                 0
             }
@@ -587,7 +632,7 @@ impl Map {
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut keys: Vec<Vec<u8>> = match &self.store {
             Store::Array(a) => (0..a.slots as u32).map(|i| i.to_le_bytes().to_vec()).collect(),
-            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.lock().unwrap().index.keys().cloned().collect(),
+            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.lock().unwrap().keys.iter().flatten().cloned().collect(),
             Store::Refs(m) => m.lock().unwrap().keys().cloned().collect(),
             Store::Ringbuf(_) => Vec::new(),
         };
@@ -619,7 +664,9 @@ mod tests {
     use super::*;
 
     fn def(t: u32, k: u32, v: u32, n: u32, flags: u32) -> MapDef {
-        MapDef { name: "t".into(), map_type: t, key_size: k, value_size: v, max_entries: n, flags, inner: None, data: None, readonly: false }
+        let mut d = MapDef::new("t", t, k, v, n);
+        d.flags = flags;
+        d
     }
 
     #[test]
