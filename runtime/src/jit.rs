@@ -9,11 +9,13 @@
 use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, AbiParam, AtomicRmwOp, Function, InstBuilder, MemFlags, Signature, Value};
+use cranelift_codegen::ir::{
+    types, AbiParam, AtomicRmwOp, ExtFuncData, ExternalName, Function, GlobalValueData, InstBuilder, MemFlags, Signature, UserExternalName, UserFuncName, Value,
+};
+use cranelift_codegen::isa::{CallConv, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
 
 use crate::helpers;
 use crate::insn::*;
@@ -54,11 +56,62 @@ const ENV_TAIL: i32 = 96;
 type EntryFn = unsafe extern "C" fn(*mut Env, u64, u64, u64, u64, u64, u64) -> u64;
 
 pub struct Jit {
-    _module: JITModule,
+    _code: ExecMem,
     /// Native code of each BPF function, by (program, first instruction).
     funcs: HashMap<(usize, usize), EntryFn>,
     prog: usize,
     entry: EntryFn,
+}
+
+/// Native code of every program of an object, not yet placed: each
+/// address it needs (other functions, the host functions, map values) is
+/// a relocation, so the same image runs in this process (the JIT) or is
+/// written to a file and loaded later without Cranelift (AOT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub code: Vec<u8>,
+    /// Every function: (program, first instruction, offset in code).
+    pub funcs: Vec<(u32, u32, u32)>,
+    pub relocs: Vec<ImageReloc>,
+}
+
+/// One address to fill in: at `at`, `kind` (RELOC_ABS8: 8 bytes absolute;
+/// RELOC_PCREL4: 4 bytes relative to the field), the address of symbol
+/// `index` of namespace `ns`, plus `addend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageReloc {
+    pub at: u32,
+    pub kind: u8,
+    pub ns: u32,
+    pub index: u32,
+    pub addend: i64,
+}
+
+pub const RELOC_ABS8: u8 = 0;
+pub const RELOC_PCREL4: u8 = 1;
+/// Namespaces: a function of the image (by its index in `funcs`), a host
+/// function (HOST_*), a map's values (by map index), a place in the image.
+pub const NS_FUNC: u32 = 0;
+pub const NS_HOST: u32 = 1;
+pub const NS_MAP: u32 = 2;
+pub const NS_CODE: u32 = 3;
+const HOST_CHECK: u32 = 0;
+const HOST_CTX: u32 = 1;
+const HOST_HELPER: u32 = 2;
+
+/// Executable memory holding a placed image.
+struct ExecMem {
+    mem: *mut u8,
+    len: usize,
+}
+
+unsafe impl Send for ExecMem {}
+unsafe impl Sync for ExecMem {}
+
+impl Drop for ExecMem {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.mem as *mut libc::c_void, self.len) };
+    }
 }
 
 impl Env {
@@ -146,17 +199,12 @@ fn bpf_loop(env: &mut Env, pc: u64, fp: u64, a: [u64; 5]) -> u64 {
     a[0]
 }
 
-fn bpf_sig(m: &JITModule) -> Signature {
-    let mut s = m.make_signature();
-    for _ in 0..7 {
-        s.params.push(AbiParam::new(types::I64));
-    }
-    s.returns.push(AbiParam::new(types::I64));
-    s
+fn bpf_sig(cc: CallConv) -> Signature {
+    host_sig(cc, 7)
 }
 
-fn host_sig(m: &JITModule, params: usize) -> Signature {
-    let mut s = m.make_signature();
+fn host_sig(cc: CallConv, params: usize) -> Signature {
+    let mut s = Signature::new(cc);
     for _ in 0..params {
         s.params.push(AbiParam::new(types::I64));
     }
@@ -164,66 +212,148 @@ fn host_sig(m: &JITModule, params: usize) -> Signature {
     s
 }
 
+/// The ISA code is compiled for: this machine's, as Cranelift finds it.
+fn native_isa() -> Result<OwnedTargetIsa, String> {
+    let mut fb = settings::builder();
+    fb.set("opt_level", "speed").map_err(|e| e.to_string())?;
+    cranelift_native::builder()
+        .map_err(|e| format!("no JIT for this machine: {e}"))?
+        .finish(settings::Flags::new(fb))
+        .map_err(|e| e.to_string())
+}
+
+/// Compiles every program the runtime can run, each BPF function (entry,
+/// call targets, callbacks) to one native function, into one image.
+pub fn compile_image(vm: &Vm) -> Result<Image, String> {
+    // A test proves that AOT runs compile nothing.
+    if std::env::var_os("FASTPATH_RT_NO_CRANELIFT").is_some() {
+        return Err("compiling is off (FASTPATH_RT_NO_CRANELIFT)".into());
+    }
+    let isa = native_isa()?;
+    let cc = isa.default_call_conv();
+    // Arrays' layouts, for lookups compiled inline as the kernel does.
+    let arrays: HashMap<usize, ArrayLayout> = vm
+        .maps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.array_layout().map(|(_, elem, slots, per_cpu)| (i, ArrayLayout { elem, slots, per_cpu, percpu: m.percpu() })))
+        .collect();
+    // Every function first, so that calls can name them by index.
+    let mut funcs: Vec<(usize, usize, usize)> = Vec::new(); // program, start, end
+    for (pi, p) in vm.programs.iter().enumerate() {
+        if p.refused.is_some() {
+            continue;
+        }
+        let mut entries = BTreeSet::from([0usize]);
+        for (pc, ins) in p.insns.iter().enumerate() {
+            if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
+                entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
+            }
+        }
+        let entries: Vec<usize> = entries.into_iter().collect();
+        for (i, &start) in entries.iter().enumerate() {
+            funcs.push((pi, start, entries.get(i + 1).copied().unwrap_or(p.insns.len())));
+        }
+    }
+    let mut img = Image { code: Vec::new(), funcs: Vec::new(), relocs: Vec::new() };
+    let mut ctx = cranelift_codegen::Context::new();
+    let mut fbc = FunctionBuilderContext::new();
+    for (fi, &(pi, start, end)) in funcs.iter().enumerate() {
+        let p = &vm.programs[pi];
+        let ids: HashMap<usize, u32> = funcs.iter().enumerate().filter(|(_, f)| f.0 == pi).map(|(i, f)| (f.1, i as u32)).collect();
+        ctx.clear();
+        ctx.func.signature = bpf_sig(cc);
+        ctx.func.name = UserFuncName::user(NS_FUNC, fi as u32);
+        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays).map_err(|e| format!("program {}: {e}", p.name))?;
+        let names = ctx.func.params.user_named_funcs().clone();
+        let code = ctx.compile(&*isa, &mut Default::default()).map_err(|e| format!("program {}: compile: {:?}", p.name, e.inner))?;
+        while img.code.len() % 16 != 0 {
+            img.code.push(0xcc);
+        }
+        let base = img.code.len() as u32;
+        img.code.extend_from_slice(code.code_buffer());
+        for r in code.buffer.relocs() {
+            let kind = match r.kind {
+                Reloc::Abs8 => RELOC_ABS8,
+                Reloc::X86PCRel4 | Reloc::X86CallPCRel4 => RELOC_PCREL4,
+                k => return Err(format!("program {}: relocation {k:?} is not supported", p.name)),
+            };
+            let (ns, index, addend) = match &r.target {
+                FinalizedRelocTarget::ExternalName(ExternalName::User(u)) => {
+                    let n = &names[*u];
+                    (n.namespace, n.index, r.addend)
+                }
+                FinalizedRelocTarget::Func(off) => (NS_CODE, 0, base as i64 + *off as i64 + r.addend),
+                FinalizedRelocTarget::ExternalName(n) => return Err(format!("program {}: relocation to {n:?} is not supported", p.name)),
+            };
+            img.relocs.push(ImageReloc { at: base + r.offset, kind, ns, index, addend });
+        }
+        img.funcs.push((pi as u32, start as u32, base));
+    }
+    Ok(img)
+}
+
 impl Jit {
-    /// Compiles a program of the Vm with the functions it calls, and the
-    /// object's other programs, which tail calls may enter.
+    /// Compiles the Vm's programs and places them in this process: `prog`
+    /// with the functions it calls, and the object's other programs, which
+    /// tail calls may enter.
     pub fn compile(vm: &Vm, prog: usize) -> Result<Jit, String> {
         if let Some(why) = &vm.programs[prog].refused {
             return Err(why.clone());
         }
-        let mut fb = settings::builder();
-        fb.set("opt_level", "speed").map_err(|e| e.to_string())?;
-        let isa = cranelift_native::builder()
-            .map_err(|e| format!("no JIT for this machine: {e}"))?
-            .finish(settings::Flags::new(fb))
-            .map_err(|e| e.to_string())?;
-        let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
-        let sig = bpf_sig(&module);
-        // Arrays' layouts, for lookups compiled inline as the kernel does.
-        let arrays: HashMap<usize, ArrayLayout> = vm
-            .maps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| m.array_layout().map(|(base, elem, slots, per_cpu)| (i, ArrayLayout { base, elem, slots, per_cpu, percpu: m.percpu() })))
-            .collect();
-        let mut ctx = module.make_context();
-        let mut fbc = FunctionBuilderContext::new();
-        let mut all_ids = Vec::new();
-        let order = std::iter::once(prog).chain((0..vm.programs.len()).filter(|&i| i != prog && vm.programs[i].refused.is_none()));
-        for pi in order {
-            let p = &vm.programs[pi];
-            // Functions: the entry and every call or callback target.
-            let mut entries = BTreeSet::from([0usize]);
-            for (pc, ins) in p.insns.iter().enumerate() {
-                if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
-                    entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
+        Jit::load(vm, prog, &compile_image(vm)?)
+    }
+
+    /// Places an image (compiled now, or read from an AOT file) in
+    /// executable memory, with its addresses filled in for this Vm.
+    pub fn load(vm: &Vm, prog: usize, img: &Image) -> Result<Jit, String> {
+        if let Some(why) = &vm.programs[prog].refused {
+            return Err(why.clone());
+        }
+        let page = 4096;
+        let len = img.code.len().div_ceil(page).max(1) * page;
+        let mem = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        if mem == libc::MAP_FAILED {
+            return Err(format!("map memory for native code: {}", std::io::Error::last_os_error()));
+        }
+        let exec = ExecMem { mem: mem as *mut u8, len };
+        let base = exec.mem as u64;
+        unsafe { std::ptr::copy_nonoverlapping(img.code.as_ptr(), exec.mem, img.code.len()) };
+        for r in &img.relocs {
+            let sym = match r.ns {
+                NS_FUNC => base + img.funcs.get(r.index as usize).ok_or("relocation to a function the image lacks")?.2 as u64,
+                NS_HOST => match r.index {
+                    HOST_CHECK => host_check as *const () as u64,
+                    HOST_CTX => host_ctx_load as *const () as u64,
+                    HOST_HELPER => host_helper as *const () as u64,
+                    i => return Err(format!("relocation to host function {i}, which the runtime lacks")),
+                },
+                NS_MAP => vm.maps.get(r.index as usize).and_then(|m| m.region()).ok_or_else(|| format!("relocation to map {}, which has no values", r.index))?.0,
+                NS_CODE => base,
+                ns => return Err(format!("relocation namespace {ns} is unknown")),
+            };
+            let target = sym.wrapping_add(r.addend as u64);
+            let at = r.at as usize;
+            match r.kind {
+                RELOC_ABS8 if at + 8 <= img.code.len() => unsafe { (exec.mem.add(at) as *mut u64).write_unaligned(target) },
+                RELOC_PCREL4 if at + 4 <= img.code.len() => {
+                    let rel = target.wrapping_sub(base + at as u64) as i64;
+                    let rel = i32::try_from(rel).map_err(|_| "relative relocation out of range")?;
+                    unsafe { (exec.mem.add(at) as *mut i32).write_unaligned(rel) }
                 }
+                k => return Err(format!("relocation kind {k} at {at} is not valid")),
             }
-            let entries: Vec<usize> = entries.into_iter().collect();
-            let mut ids: HashMap<usize, FuncId> = HashMap::new();
-            for &e in &entries {
-                let id = module.declare_function(&format!("p{pi}_{e}"), Linkage::Local, &sig).map_err(|e| e.to_string())?;
-                ids.insert(e, id);
-            }
-            for (i, &start) in entries.iter().enumerate() {
-                let end = entries.get(i + 1).copied().unwrap_or(p.insns.len());
-                ctx.func.signature = sig.clone();
-                translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays).map_err(|e| format!("program {}: {e}", p.name))?;
-                module.define_function(ids[&start], &mut ctx).map_err(|e| format!("program {}: compile: {e:?}", p.name))?;
-                module.clear_context(&mut ctx);
-            }
-            all_ids.push((pi, ids));
         }
-        module.finalize_definitions().map_err(|e| e.to_string())?;
+        if unsafe { libc::mprotect(mem, len, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
+            return Err(format!("make native code executable: {}", std::io::Error::last_os_error()));
+        }
         let mut funcs = HashMap::new();
-        for (pi, ids) in all_ids {
-            for (e, id) in ids {
-                let f: EntryFn = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
-                funcs.insert((pi, e), f);
-            }
+        for &(pi, start, off) in &img.funcs {
+            let f: EntryFn = unsafe { std::mem::transmute(base + off as u64) };
+            funcs.insert((pi as usize, start as usize), f);
         }
-        let entry = funcs[&(prog, 0)];
-        Ok(Jit { _module: module, funcs, prog, entry })
+        let entry = *funcs.get(&(prog, 0)).ok_or("the image lacks the program")?;
+        Ok(Jit { _code: exec, funcs, prog, entry })
     }
 
     /// Runs the compiled program on the packet.
@@ -264,7 +394,6 @@ impl Jit {
 
 #[derive(Clone, Copy)]
 struct ArrayLayout {
-    base: u64,
     elem: usize,
     slots: usize,
     per_cpu: usize,
@@ -278,9 +407,8 @@ struct Tr<'a, 'b> {
     bounds: [Variable; 6],
     env: Value,
     fault: cranelift_codegen::ir::Block,
-    check_sig: cranelift_codegen::ir::SigRef,
-    ctx_sig: cranelift_codegen::ir::SigRef,
-    helper_sig: cranelift_codegen::ir::SigRef,
+    /// The host functions: region check, context field, helper call.
+    hosts: [cranelift_codegen::ir::FuncRef; 3],
     bpf_sig: cranelift_codegen::ir::SigRef,
     arrays: &'a HashMap<usize, ArrayLayout>,
     /// Instruction that starts the block being translated.
@@ -291,29 +419,31 @@ fn flags() -> MemFlags {
     MemFlags::new().with_notrap()
 }
 
+/// A function the code calls through a relocation.
+fn import(func: &mut Function, ns: u32, index: u32, sig: Signature) -> cranelift_codegen::ir::FuncRef {
+    let name = func.declare_imported_user_function(UserExternalName::new(ns, index));
+    let signature = func.import_signature(sig);
+    func.import_function(ExtFuncData { name: ExternalName::user(name), signature, colocated: false })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn translate(
-    module: &mut JITModule,
+    cc: CallConv,
     func: &mut Function,
     fbc: &mut FunctionBuilderContext,
     p: &crate::vm::Program,
     start: usize,
     end: usize,
-    ids: &HashMap<usize, FuncId>,
+    ids: &HashMap<usize, u32>,
     arrays: &HashMap<usize, ArrayLayout>,
 ) -> Result<(), String> {
-    let check_sig = host_sig(module, 5);
-    let ctx_sig = host_sig(module, 2);
-    let helper_sig = host_sig(module, 9);
-    let bpf_sig = bpf_sig(module);
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
-        funcrefs.insert(e, module.declare_func_in_func(id, func));
+        funcrefs.insert(e, import(func, NS_FUNC, id, bpf_sig(cc)));
     }
+    let hosts = [import(func, NS_HOST, HOST_CHECK, host_sig(cc, 5)), import(func, NS_HOST, HOST_CTX, host_sig(cc, 2)), import(func, NS_HOST, HOST_HELPER, host_sig(cc, 9))];
+    let bpf_sig = func.import_signature(bpf_sig(cc));
     let mut b = FunctionBuilder::new(func, fbc);
-    let check_sig = b.import_signature(check_sig);
-    let ctx_sig = b.import_signature(ctx_sig);
-    let helper_sig = b.import_signature(helper_sig);
-    let bpf_sig = b.import_signature(bpf_sig);
 
     // Leaders: the entry, jump targets, and what follows a jump or exit.
     let mut leaders = BTreeSet::from([start]);
@@ -359,7 +489,7 @@ fn translate(
     b.def_var(scratch, zero);
     let bounds: [Variable; 6] = std::array::from_fn(|_| b.declare_var(types::I64));
     let fault = b.create_block();
-    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, bpf_sig, arrays, block_start: start };
+    let mut t = Tr { b, regs, scratch, bounds, env, fault, hosts, bpf_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -405,10 +535,16 @@ impl Tr<'_, '_> {
         self.b.ins().load(types::I64, flags(), self.env, off)
     }
 
-    fn host(&mut self, sig: cranelift_codegen::ir::SigRef, f: u64, args: &[Value]) -> Value {
-        let callee = self.b.ins().iconst(types::I64, f as i64);
-        let call = self.b.ins().call_indirect(sig, callee, args);
+    fn host(&mut self, which: u32, args: &[Value]) -> Value {
+        let call = self.b.ins().call(self.hosts[which as usize], args);
         self.b.inst_results(call)[0]
+    }
+
+    /// The address of a map's values plus `off`, through a relocation.
+    fn map_addr(&mut self, map: usize, off: i64) -> Value {
+        let name = self.b.func.declare_imported_user_function(UserExternalName::new(NS_MAP, map as u32));
+        let gv = self.b.func.create_global_value(GlobalValueData::Symbol { name: ExternalName::user(name), offset: off.into(), colocated: false, tls: false });
+        self.b.ins().symbol_value(types::I64, gv)
     }
 
     /// The one emitter of bounds checks: on return, code continues where
@@ -444,7 +580,7 @@ impl Tr<'_, '_> {
             self.b.ins().iconst(types::I64, write as i64),
             self.b.ins().iconst(types::I64, pc as i64),
         ];
-        let r = self.host(self.check_sig, host_check as *const () as u64, &args);
+        let r = self.host(HOST_CHECK, &args);
         self.b.ins().brif(r, ok, &[], self.fault, &[]);
         self.b.switch_to_block(ok);
     }
@@ -529,7 +665,13 @@ impl Tr<'_, '_> {
                 if !ins.is_ld_imm64() {
                     return Err(format!("instruction {pc}: legacy packet loads are not supported"));
                 }
-                let v = self.b.ins().iconst(types::I64, p.imm64[pc] as i64);
+                // Map values' addresses are relocations; other 64-bit
+                // loads (numbers, map handles, functions) are constants.
+                let v = if ins.src() == PSEUDO_MAP_VALUE {
+                    self.map_addr(ins.imm as usize, p.insns[pc + 1].imm as u32 as i64)
+                } else {
+                    self.b.ins().iconst(types::I64, p.imm64[pc] as i64)
+                };
                 self.set(dst, v);
                 Ok(false)
             }
@@ -548,7 +690,7 @@ impl Tr<'_, '_> {
                     let join = self.b.create_block();
                     self.b.ins().brif(is_ctx, ctx_blk, &[], mem_blk, &[]);
                     self.b.switch_to_block(ctx_blk);
-                    let v = self.host(self.ctx_sig, host_ctx_load as *const () as u64, &[self.env, d]);
+                    let v = self.host(HOST_CTX, &[self.env, d]);
                     self.b.def_var(self.scratch, v);
                     self.b.ins().jump(join, &[]);
                     self.b.switch_to_block(mem_blk);
@@ -623,7 +765,7 @@ impl Tr<'_, '_> {
                             let pcv = self.b.ins().iconst(types::I64, pc as i64);
                             let mut a = vec![self.env, id, pcv, fp];
                             a.extend_from_slice(&args);
-                            let r = self.host(self.helper_sig, host_helper as *const () as u64, &a);
+                            let r = self.host(HOST_HELPER, &a);
                             self.set(0, r);
                             if ins.imm == 12 {
                                 self.after_call();
@@ -725,13 +867,14 @@ impl Tr<'_, '_> {
         if ins.imm != 1 {
             return None;
         }
-        let a = *self.arrays.get(&self.map_in_r1(p, pc)?)?;
+        let map = self.map_in_r1(p, pc)?;
+        let a = *self.arrays.get(&map)?;
         let key = self.get(2);
         self.check(pc, 2, 0, key, 4, false);
         let idx = self.b.ins().uload32(flags(), key, 0);
         let inb = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, idx, a.slots as i64);
         let off = self.b.ins().imul_imm(idx, a.elem as i64);
-        let mut base = self.b.ins().iconst(types::I64, a.base as i64);
+        let mut base = self.map_addr(map, 0);
         if a.percpu {
             let cpu = self.env_field(ENV_CPU);
             let c = self.b.ins().imul_imm(cpu, a.per_cpu as i64);

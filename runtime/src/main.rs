@@ -9,6 +9,9 @@ use fastpath_rt::vm::{Packet, Vm};
 use fastpath_rt::{kernel, pcap};
 
 const USAGE: &str = "usage:
+  fastpath-rt compile OBJ [-o OBJ.native] [--no-verify]
+                      (every program compiled ahead of time; run and test-run take OBJ.native in place
+                      of OBJ, with --engine aot, and check it was compiled from that ELF: --elf PATH)
   fastpath-rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N]
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
@@ -48,10 +51,15 @@ struct Opts {
     generic: bool,
     duration: f64,
     kernel: Option<(u32, u32)>,
+    engine_given: bool,
+    output: Option<String>,
+    elf: Option<String>,
+    /// An AOT object's image, when OBJ is one.
+    native: Option<fastpath_rt::jit::Image>,
 }
 
 fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, native: None };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -62,7 +70,12 @@ fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
             "--in" => o.input = Some(val(&mut i, "--in")?),
             "--out" => o.out = Some(val(&mut i, "--out")?),
             "--prog" => o.prog = Some(val(&mut i, "--prog")?),
-            "--engine" => o.engine = val(&mut i, "--engine")?,
+            "--engine" => {
+                o.engine = val(&mut i, "--engine")?;
+                o.engine_given = true;
+            }
+            "-o" => o.output = Some(val(&mut i, "-o")?),
+            "--elf" => o.elf = Some(val(&mut i, "--elf")?),
             "--repeat" => {
                 let v = val(&mut i, "--repeat")?;
                 o.repeat = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("--repeat {v:?}: a positive count"))?;
@@ -97,8 +110,8 @@ fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
     if o.obj.is_empty() && !forward {
         return Err(format!("no object file given\n{USAGE}"));
     }
-    if o.engine != "interp" && o.engine != "jit" {
-        return Err(format!("--engine {:?}: use interp or jit", o.engine));
+    if !["interp", "jit", "aot"].contains(&o.engine.as_str()) {
+        return Err(format!("--engine {:?}: use interp, jit or aot (with an object from fastpath rt compile)", o.engine));
     }
     Ok(o)
 }
@@ -109,15 +122,31 @@ fn hex(b: &[u8]) -> String {
 
 fn run(args: &[String]) -> Result<(), String> {
     let Some(cmd) = args.first() else { return Err(USAGE.into()) };
-    let o = parse(&args[1..], cmd == "forward")?;
+    let mut o = parse(&args[1..], cmd == "forward")?;
     if let Some(v) = o.kernel {
         kernel::set_semantics(v)?;
     }
     if cmd == "forward" {
         return run_xsk(None, &o);
     }
-    let obj = BpfObject::load(&o.obj)?;
+    let obj = if fastpath_rt::aot::is_native(&o.obj) {
+        // An AOT object: its ELF, checked by hash, and its code.
+        let native = fastpath_rt::aot::read(&o.obj)?;
+        let (elf, data) = fastpath_rt::aot::elf_of(&native, &o.obj, o.elf.as_deref())?;
+        if !o.engine_given {
+            o.engine = "aot".into();
+        }
+        o.native = Some(native.image);
+        BpfObject::parse(&elf, &data)?
+    } else {
+        if o.engine == "aot" {
+            return Err(format!("--engine aot needs an object from fastpath rt compile, and {} is an ELF object", o.obj));
+        }
+        BpfObject::load(&o.obj)?
+    };
+    let o = &o;
     match cmd.as_str() {
+        "compile" => compile(&obj, o),
         "list" => {
             for p in &obj.programs {
                 println!("program {} (section {}, {} instructions)", p.name, p.section, p.insns.len());
@@ -134,8 +163,8 @@ fn run(args: &[String]) -> Result<(), String> {
             println!("runtime: {}", kernel::semantics().describe());
             Ok(())
         }
-        "test-run" => test_run(&obj, &o),
-        "run" => run_xsk(Some(&obj), &o),
+        "test-run" => test_run(&obj, o),
+        "run" => run_xsk(Some(&obj), o),
         c => Err(format!("unknown command {c:?}\n{USAGE}")),
     }
 }
@@ -221,6 +250,49 @@ fn fill_map(vm: &mut Vm, path: &str, name: &str, idx: usize, entries: &serde_jso
     Ok(())
 }
 
+/// `compile`: every program the runtime can run, verified by the kernel
+/// first, compiled to one image and written with the ELF's hash.
+fn compile(obj: &BpfObject, o: &Opts) -> Result<(), String> {
+    if o.native.is_some() {
+        return Err(format!("{} is compiled already", o.obj));
+    }
+    if obj.programs.is_empty() {
+        obj.program(None)?;
+    }
+    if o.verify {
+        for p in &obj.programs {
+            kernel::verify(obj, p)?;
+        }
+    }
+    let vm = Vm::new(obj, 1)?;
+    let image = fastpath_rt::jit::compile_image(&vm)?;
+    let out = o.output.clone().unwrap_or_else(|| format!("{}.native", o.obj));
+    let data = std::fs::read(&o.obj).map_err(|e| format!("{}: {e}", o.obj))?;
+    fastpath_rt::aot::write(&out, &o.obj, &data, &image)?;
+    let refused: Vec<&str> = vm.programs.iter().filter(|p| p.refused.is_some()).map(|p| p.name.as_str()).collect();
+    println!(
+        "{out}: {} program(s), {} functions, {} bytes of code, from {} (sha256 {}){}",
+        vm.programs.len() - refused.len(),
+        image.funcs.len(),
+        image.code.len(),
+        o.obj,
+        hex(&fastpath_rt::aot::sha256(&data)),
+        if refused.is_empty() { String::new() } else { format!("; not compiled (the runtime cannot run them): {}", refused.join(", ")) }
+    );
+    Ok(())
+}
+
+/// The compiled code for an engine: none for the interpreter, compiled now
+/// for the JIT, loaded from the AOT object for aot.
+fn native_code(vm: &Vm, prog: usize, o: &Opts) -> Result<Option<Jit>, String> {
+    match (o.engine.as_str(), &o.native) {
+        ("jit", _) => Jit::compile(vm, prog).map(Some),
+        ("aot", Some(img)) => Jit::load(vm, prog, img).map(Some),
+        ("aot", None) => Err("--engine aot needs an object from fastpath rt compile".into()),
+        _ => Ok(None),
+    }
+}
+
 fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     let input = o.input.as_ref().ok_or("test-run needs --in IN.pcap")?;
     let pkts = pcap::read(input)?;
@@ -233,7 +305,7 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         fill_maps(&mut vm, path)?;
     }
     let prog = vm.program_index(&def.name)?;
-    let jit = if o.engine == "jit" { Some(Jit::compile(&vm, prog)?) } else { None };
+    let jit = native_code(&vm, prog, o)?;
     let mut results = Vec::new();
     let mut outs = Vec::new();
     let (mut total_ns, mut total_steps, mut runs) = (0u128, 0u64, 0u64);
@@ -358,9 +430,7 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
             fill_maps(&mut v, path)?;
         }
         prog = v.program_index(&def.name)?;
-        if o.engine == "jit" {
-            Jit::compile(&v, prog)?; // refuse before anything is attached
-        }
+        native_code(&v, prog, o)?; // refuse before anything is attached
         name = def.name.clone();
         vm = Some(v);
     }
@@ -525,9 +595,9 @@ fn serve_queue(
         let _ = ready.send(Err(e.clone()));
         Err(e)
     };
-    let jit = match (&vm, o.engine.as_str()) {
-        (Some(v), "jit") => Some(Jit::compile(v, prog)?),
-        _ => None,
+    let jit = match &vm {
+        Some(v) => native_code(v, prog, o)?,
+        None => None,
     };
     // Room for every port's fill and TX rings.
     let mut umem = match Umem::new(devs.len() * 2 * RING as usize) {
