@@ -148,7 +148,7 @@ func TestBadInput(t *testing.T) {
 func TestHugeMap(t *testing.T) {
 	labtest.RequireKernel(t)
 	obj := compile(t, t.TempDir(), "huge", hugeMapsProgram)
-	for _, engine := range []string{"interp", "jit"} {
+	for _, engine := range []string{"interp", "jit", "aot"} {
 		got, err := TestRun(TestRunOptions{Object: obj, Packets: [][]byte{bench.Sample("xdp_tx")}, NoVerify: true, Engine: engine})
 		if err != nil {
 			t.Fatalf("%s: %v", engine, err)

@@ -154,7 +154,7 @@ func TestConformance(t *testing.T) {
 		pkts = append(pkts, bench.Mutate(rng, corpus[rng.IntN(len(corpus))]))
 	}
 	for _, p := range bench.Programs() {
-		for _, engine := range []string{"interp", "jit"} {
+		for _, engine := range []string{"interp", "jit", "aot"} {
 			t.Run(p.Name+"/"+engine, func(t *testing.T) {
 				conform(t, p, engine, pkts)
 			})

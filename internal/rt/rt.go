@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,6 +140,18 @@ type Result struct {
 	Maps        map[string]MapDump
 }
 
+// isNative tells an AOT object (from Compile) by its first bytes.
+func isNative(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 8)
+	_, err = io.ReadFull(f, head)
+	return err == nil && string(head) == "FPRTAOT\x00"
+}
+
 type hexBytes []byte
 
 func (h *hexBytes) UnmarshalJSON(b []byte) error {
@@ -151,7 +164,27 @@ func (h *hexBytes) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// TestRun runs the program over the packets in fastpath-rt.
+// Compile compiles every program of an ELF object ahead of time into
+// out (fastpath rt compile), for Engine "aot".
+func Compile(object, out string, verify bool) error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	args := []string{"compile", object, "-o", out}
+	if !verify {
+		args = append(args, "--no-verify")
+	}
+	if b, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(string(b), "fastpath-rt: ")))
+	}
+	return nil
+}
+
+// TestRun runs the program over the packets in fastpath-rt. With Engine
+// "aot" and an ELF object, the object is compiled ahead of time first and
+// the run is made with compiling turned off, so that it proves the AOT
+// object runs without Cranelift.
 func TestRun(o TestRunOptions) (*Result, error) {
 	bin, err := Binary()
 	if err != nil {
@@ -162,6 +195,17 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	var env []string
+	if o.Engine == "aot" {
+		if !isNative(o.Object) {
+			native := filepath.Join(dir, "object.native")
+			if err := Compile(o.Object, native, !o.NoVerify); err != nil {
+				return nil, err
+			}
+			o.Object = native
+		}
+		env = append(os.Environ(), "FASTPATH_RT_NO_CRANELIFT=1")
+	}
 	in := filepath.Join(dir, "in.pcap")
 	if err := pcap.Write(in, o.Packets); err != nil {
 		return nil, err
@@ -199,7 +243,7 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, env
 	if err := netns.Run(o.Netns, cmd.Run); err != nil {
 		return nil, fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(stderr.String(), "fastpath-rt: ")))
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -64,7 +66,7 @@ func TestKernelSemantics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, engine := range []string{"interp", "jit"} {
+		for _, engine := range []string{"interp", "jit", "aot"} {
 			t.Run(c.name+"/"+engine, func(t *testing.T) {
 				coll, err := ebpf.NewCollection(spec)
 				if err != nil {
@@ -133,5 +135,39 @@ func TestCsumDiffSemanticsByVersion(t *testing.T) {
 		if !bytes.Contains([]byte(got.Semantics), []byte("kernel "+c.kernel)) {
 			t.Errorf("--kernel %s: semantics %q", c.kernel, got.Semantics)
 		}
+	}
+}
+
+// TestAOTBoundToItsELF: an AOT object runs only with the ELF object it was
+// compiled from; a changed ELF at the recorded path is refused by hash, and
+// naming another ELF (--elf) is refused too.
+func TestAOTBoundToItsELF(t *testing.T) {
+	labtest.RequireKernel(t)
+	dir := t.TempDir()
+	elf, native := filepath.Join(dir, "tx.o"), filepath.Join(dir, "tx.o.native")
+	data, err := os.ReadFile(filepath.Join("..", "bench", "xdptx_bpfel.o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(elf, data, 0o644)
+	if err := Compile(elf, native, true); err != nil {
+		t.Fatal(err)
+	}
+	pkts := [][]byte{bench.Sample("xdp_tx")}
+	got, err := TestRun(TestRunOptions{Object: native, Packets: pkts, Engine: "aot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Engine != "aot" || got.Packets[0].Ret != 3 {
+		t.Fatalf("engine %s, verdict %d: want aot and XDP_TX", got.Engine, got.Packets[0].Ret)
+	}
+	other, err := os.ReadFile(filepath.Join("..", "bench", "xdpmap_bpfel.o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(elf, other, 0o644)
+	_, err = TestRun(TestRunOptions{Object: native, Packets: pkts, Engine: "aot"})
+	if err == nil || !strings.Contains(err.Error(), "not the ELF object") || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("a changed ELF: error %v, want a refusal by hash", err)
 	}
 }
