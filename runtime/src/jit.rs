@@ -35,11 +35,17 @@ pub struct Env {
     fault: u64,
     jit: *const Jit,
     prog: u64,
-    maps_lo: u64,
-    maps_hi: u64,
     cpu: u64,
     /// Set by a tail call that is taken: the program to continue in.
     tail_fn: u64,
+    /// The packet's data pointer (ctx->data).
+    pkt_data: u64,
+    /// A bounds check that failed: instruction, address, size and 1 for
+    /// a write.
+    fault_pc: u64,
+    fault_addr: u64,
+    fault_size: u64,
+    fault_write: u64,
 }
 
 const ENV_PKT_LO: i32 = 8;
@@ -48,10 +54,13 @@ const ENV_STACK_LO: i32 = 24;
 const ENV_STACK_HI: i32 = 32;
 const ENV_CTX: i32 = 40;
 const ENV_FAULT: i32 = 48;
-const ENV_MAPS_LO: i32 = 72;
-const ENV_MAPS_HI: i32 = 80;
-const ENV_CPU: i32 = 88;
-const ENV_TAIL: i32 = 96;
+const ENV_CPU: i32 = 72;
+const ENV_TAIL: i32 = 80;
+const ENV_PKT_DATA: i32 = 88;
+const ENV_FAULT_PC: i32 = 96;
+const ENV_FAULT_ADDR: i32 = 104;
+const ENV_FAULT_SIZE: i32 = 112;
+const ENV_FAULT_WRITE: i32 = 120;
 
 type EntryFn = unsafe extern "C" fn(*mut Env, u64, u64, u64, u64, u64, u64) -> u64;
 
@@ -95,7 +104,9 @@ pub const NS_FUNC: u32 = 0;
 pub const NS_HOST: u32 = 1;
 pub const NS_MAP: u32 = 2;
 pub const NS_CODE: u32 = 3;
-const HOST_CHECK: u32 = 0;
+/// The start (0) and end (1) of the pool of writable map values.
+pub const NS_POOL: u32 = 4;
+/// (Host function 0 was the region check, now all inline.)
 const HOST_CTX: u32 = 1;
 const HOST_HELPER: u32 = 2;
 
@@ -123,6 +134,7 @@ impl Env {
         let x = self.exec();
         let base = x.pkt.base();
         let (lo, hi) = (base + x.pkt.meta as u64, base + x.pkt.data_end as u64);
+        self.pkt_data = base + x.pkt.data as u64;
         self.pkt_lo = lo;
         self.pkt_hi = hi;
     }
@@ -131,14 +143,6 @@ impl Env {
         self.exec().jit_fault = Some(f);
         self.fault = 1;
         0
-    }
-}
-
-extern "C" fn host_check(env: *mut Env, addr: u64, size: u64, write: u64, pc: u64) -> u64 {
-    let env = unsafe { &mut *env };
-    match env.exec().check(pc as usize, addr, size, write != 0) {
-        Ok(()) => 1,
-        Err(f) => env.fail(f),
     }
 }
 
@@ -238,6 +242,8 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         .enumerate()
         .filter_map(|(i, m)| m.array_layout().map(|(_, elem, slots, per_cpu)| (i, ArrayLayout { elem, slots, per_cpu, percpu: m.percpu() })))
         .collect();
+    // Read-only data lies outside the pool: its regions, by map.
+    let rodata: Vec<(usize, u64)> = vm.maps.iter().enumerate().filter(|(_, m)| m.def.readonly).filter_map(|(i, m)| m.region().map(|(a, b)| (i, b - a))).collect();
     // Every function first, so that calls can name them by index.
     let mut funcs: Vec<(usize, usize, usize)> = Vec::new(); // program, start, end
     for (pi, p) in vm.programs.iter().enumerate() {
@@ -264,7 +270,7 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         ctx.clear();
         ctx.func.signature = bpf_sig(cc);
         ctx.func.name = UserFuncName::user(NS_FUNC, fi as u32);
-        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays).map_err(|e| format!("program {}: {e}", p.name))?;
+        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata).map_err(|e| format!("program {}: {e}", p.name))?;
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx.compile(&*isa, &mut Default::default()).map_err(|e| format!("program {}: compile: {:?}", p.name, e.inner))?;
         while img.code.len() % 16 != 0 {
@@ -323,13 +329,16 @@ impl Jit {
             let sym = match r.ns {
                 NS_FUNC => base + img.funcs.get(r.index as usize).ok_or("relocation to a function the image lacks")?.2 as u64,
                 NS_HOST => match r.index {
-                    HOST_CHECK => host_check as *const () as u64,
                     HOST_CTX => host_ctx_load as *const () as u64,
                     HOST_HELPER => host_helper as *const () as u64,
                     i => return Err(format!("relocation to host function {i}, which the runtime lacks")),
                 },
                 NS_MAP => vm.maps.get(r.index as usize).and_then(|m| m.region()).ok_or_else(|| format!("relocation to map {}, which has no values", r.index))?.0,
                 NS_CODE => base,
+                NS_POOL => match r.index {
+                    0 => vm.pool.range().0,
+                    _ => vm.pool.range().1,
+                },
                 ns => return Err(format!("relocation namespace {ns} is unknown")),
             };
             let target = sym.wrapping_add(r.addend as u64);
@@ -363,7 +372,6 @@ impl Jit {
         }
         let f = self.entry;
         let stack_lo = vm.stack.as_ptr() as u64;
-        let (maps_lo, maps_hi) = vm.pool.range();
         let cpu = vm.cpu as u64;
         let mut x = Exec::new(vm, pkt);
         let ctx = x.prepare();
@@ -378,15 +386,18 @@ impl Jit {
             fault: 0,
             jit: self,
             prog: prog as u64,
-            maps_lo,
-            maps_hi,
             cpu,
             tail_fn: 0,
+            pkt_data: 0,
+            fault_pc: 0,
+            fault_addr: 0,
+            fault_size: 0,
+            fault_write: 0,
         };
         env.refresh_packet();
         let r0 = unsafe { f(&mut env, ctx, 0, 0, 0, 0, stack_lo + STACK_SIZE as u64) };
         if env.fault != 0 {
-            return Err(x.jit_fault.take().unwrap_or(Fault::Bad("fault".into())));
+            return Err(x.jit_fault.take().unwrap_or(Fault::Memory { pc: env.fault_pc as usize, addr: env.fault_addr, len: env.fault_size, write: env.fault_write != 0 }));
         }
         Ok(r0)
     }
@@ -404,11 +415,17 @@ struct Tr<'a, 'b> {
     b: FunctionBuilder<'b>,
     regs: [Variable; 11],
     scratch: Variable,
-    bounds: [Variable; 6],
+    /// The packet's bounds (data_meta, data_end), kept in registers.
+    bounds: [Variable; 2],
+    /// Registers known to hold the context (R1 at a program's entry, and
+    /// copies), for the instruction being translated.
+    ctx_regs: u16,
     env: Value,
     fault: cranelift_codegen::ir::Block,
-    /// The host functions: region check, context field, helper call.
-    hosts: [cranelift_codegen::ir::FuncRef; 3],
+    /// The host functions: context field, helper call.
+    hosts: [cranelift_codegen::ir::FuncRef; 2],
+    /// Read-only data: (map, bytes), checked for reads only.
+    rodata: &'a [(usize, u64)],
     bpf_sig: cranelift_codegen::ir::SigRef,
     arrays: &'a HashMap<usize, ArrayLayout>,
     /// Instruction that starts the block being translated.
@@ -417,6 +434,76 @@ struct Tr<'a, 'b> {
 
 fn flags() -> MemFlags {
     MemFlags::new().with_notrap()
+}
+
+/// Which registers hold the context at the start of each block of a
+/// function (a bit per register): R1 at a program's entry (instruction 0),
+/// and its copies, until written; nothing is known at a subprogram's.
+/// Forward dataflow, meeting by intersection.
+fn ctx_registers(p: &crate::vm::Program, start: usize, end: usize, leaders: &BTreeSet<usize>) -> HashMap<usize, u16> {
+    let ls: Vec<usize> = leaders.iter().copied().collect();
+    let mut state: HashMap<usize, u16> = ls.iter().map(|&l| (l, 0xffff)).collect();
+    state.insert(start, if start == 0 { 1 << 1 } else { 0 });
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (i, &l) in ls.iter().enumerate() {
+            let block_end = ls.get(i + 1).copied().unwrap_or(end);
+            let mut m = state[&l];
+            let mut pc = l;
+            let mut succs: Vec<usize> = Vec::new();
+            let mut falls = true;
+            while pc < block_end {
+                let ins = p.insns[pc];
+                m = ctx_after(m, ins);
+                let class = ins.class();
+                if (class == CLASS_JMP || class == CLASS_JMP32) && !ins.is_call() {
+                    let op = ins.code & 0xf0;
+                    if op == 0x90 {
+                        falls = false;
+                    } else {
+                        let off = if op == 0x00 && class == CLASS_JMP32 { ins.imm as i64 } else { ins.off as i64 };
+                        succs.push((pc as i64 + off + 1) as usize);
+                        if op == 0x00 {
+                            falls = false;
+                        }
+                    }
+                }
+                pc += if ins.is_ld_imm64() { 2 } else { 1 };
+            }
+            if falls && block_end < end {
+                succs.push(block_end);
+            }
+            for sc in succs {
+                if let Some(s) = state.get_mut(&sc) {
+                    if *s & m != *s {
+                        *s &= m;
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+    // A block no path reaches keeps "every register": know nothing there.
+    for v in state.values_mut() {
+        if *v == 0xffff {
+            *v = 0;
+        }
+    }
+    state
+}
+
+/// The context registers after an instruction.
+fn ctx_after(m: u16, ins: Insn) -> u16 {
+    let dst = ins.dst();
+    let src = (ins.regs >> 4) as usize;
+    match ins.class() {
+        CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => (m & !(1 << dst)) | (((m >> src) & 1) << dst),
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => m & !(1 << dst),
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => m & !(1 << src) & !1,
+        CLASS_JMP | CLASS_JMP32 if ins.is_call() => m & !0b11_1111,
+        _ => m,
+    }
 }
 
 /// A function the code calls through a relocation.
@@ -436,12 +523,13 @@ fn translate(
     end: usize,
     ids: &HashMap<usize, u32>,
     arrays: &HashMap<usize, ArrayLayout>,
+    rodata: &[(usize, u64)],
 ) -> Result<(), String> {
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
         funcrefs.insert(e, import(func, NS_FUNC, id, bpf_sig(cc)));
     }
-    let hosts = [import(func, NS_HOST, HOST_CHECK, host_sig(cc, 5)), import(func, NS_HOST, HOST_CTX, host_sig(cc, 2)), import(func, NS_HOST, HOST_HELPER, host_sig(cc, 9))];
+    let hosts = [import(func, NS_HOST, HOST_CTX, host_sig(cc, 2)), import(func, NS_HOST, HOST_HELPER, host_sig(cc, 9))];
     let bpf_sig = func.import_signature(bpf_sig(cc));
     let mut b = FunctionBuilder::new(func, fbc);
 
@@ -487,9 +575,11 @@ fn translate(
         b.def_var(*r, v);
     }
     b.def_var(scratch, zero);
-    let bounds: [Variable; 6] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let bounds: [Variable; 2] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let ctx_in = ctx_registers(p, start, end, &leaders);
     let fault = b.create_block();
-    let mut t = Tr { b, regs, scratch, bounds, env, fault, hosts, bpf_sig, arrays, block_start: start };
+    b.set_cold_block(fault);
+    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -501,6 +591,7 @@ fn translate(
             }
             t.b.switch_to_block(blocks[&pc]);
             t.block_start = pc;
+            t.ctx_regs = ctx_in[&pc];
         } else if terminated {
             // Unreachable until the next leader.
             pc += 1;
@@ -508,6 +599,7 @@ fn translate(
         }
         let ins = p.insns[pc];
         terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
+        t.ctx_regs = ctx_after(t.ctx_regs, ins);
         pc += if ins.is_ld_imm64() { 2 } else { 1 };
     }
     if !terminated {
@@ -536,7 +628,7 @@ impl Tr<'_, '_> {
     }
 
     fn host(&mut self, which: u32, args: &[Value]) -> Value {
-        let call = self.b.ins().call(self.hosts[which as usize], args);
+        let call = self.b.ins().call(self.hosts[which as usize - 1], args);
         self.b.inst_results(call)[0]
     }
 
@@ -555,34 +647,71 @@ impl Tr<'_, '_> {
         if base_reg == 10 && (off as i64) >= -(STACK_SIZE as i64) && (off as i64) + size <= 0 {
             return;
         }
+        #[derive(Clone, Copy)]
+        enum Region {
+            Packet,
+            Maps,
+            Stack,
+        }
         let ok = self.b.create_block();
-        let second = self.b.create_block();
-        let third = self.b.create_block();
-        let slow = self.b.create_block();
         // Through R10 (a frame at a variable offset) the stack comes first;
-        // otherwise the packet, which loops walk.
-        let (stack, pkt, maps) = ((self.bounds[0], self.bounds[1]), (self.bounds[2], self.bounds[3]), (self.bounds[4], self.bounds[5]));
-        let order = if base_reg == 10 { [stack, pkt, maps] } else { [pkt, maps, stack] };
-        for ((lo_var, hi_var), miss) in order.into_iter().zip([second, third, slow]) {
-            let lo = self.b.use_var(lo_var);
-            let hi = self.b.use_var(hi_var);
+        // otherwise the packet, which loops walk, then map values. The
+        // packet's bounds live in registers; the pool of map values never
+        // moves (its bounds are relocations); the stack's are read when
+        // needed.
+        let order = if base_reg == 10 { [Region::Stack, Region::Packet, Region::Maps] } else { [Region::Packet, Region::Maps, Region::Stack] };
+        for region in order {
+            let (lo, hi) = match region {
+                Region::Packet => (self.b.use_var(self.bounds[0]), self.b.use_var(self.bounds[1])),
+                Region::Maps => (self.pool_bound(0), self.pool_bound(1)),
+                Region::Stack => (self.env_field(ENV_STACK_LO), self.env_field(ENV_STACK_HI)),
+            };
+            // Two compares, each its own branch: lo <= addr, addr <= hi - size.
             let last = self.b.ins().iadd_imm(hi, -size);
-            let c1 = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, lo);
-            let c2 = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, last);
-            let c = self.b.ins().band(c1, c2);
-            self.b.ins().brif(c, ok, &[], miss, &[]);
+            let above_lo = self.b.create_block();
+            let miss = self.b.create_block();
+            let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
+            self.b.ins().brif(below, miss, &[], above_lo, &[]);
+            self.b.switch_to_block(above_lo);
+            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
+            self.b.ins().brif(past, miss, &[], ok, &[]);
             self.b.switch_to_block(miss);
         }
-        let args = [
-            self.env,
-            addr,
-            self.b.ins().iconst(types::I64, size),
-            self.b.ins().iconst(types::I64, write as i64),
-            self.b.ins().iconst(types::I64, pc as i64),
-        ];
-        let r = self.host(HOST_CHECK, &args);
-        self.b.ins().brif(r, ok, &[], self.fault, &[]);
+        // Read-only data, for reads.
+        if !write {
+            for i in 0..self.rodata.len() {
+                let (map, len) = self.rodata[i];
+                let lo = self.map_addr(map, 0);
+                let last = self.map_addr(map, len as i64 - size);
+                let above_lo = self.b.create_block();
+                let miss = self.b.create_block();
+                let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
+                self.b.ins().brif(below, miss, &[], above_lo, &[]);
+                self.b.switch_to_block(above_lo);
+                let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
+                self.b.ins().brif(past, miss, &[], ok, &[]);
+                self.b.switch_to_block(miss);
+            }
+        }
+        // Outside every region: the run ends with a fault, no call made, so
+        // that no value of a loop needs to survive a call.
+        self.b.set_cold_block(self.b.current_block().unwrap());
+        let one = self.b.ins().iconst(types::I64, 1);
+        let pcv = self.b.ins().iconst(types::I64, pc as i64);
+        let sz = self.b.ins().iconst(types::I64, size);
+        let wr = self.b.ins().iconst(types::I64, write as i64);
+        for (v, off) in [(pcv, ENV_FAULT_PC), (addr, ENV_FAULT_ADDR), (sz, ENV_FAULT_SIZE), (wr, ENV_FAULT_WRITE), (one, ENV_FAULT)] {
+            self.b.ins().store(flags(), v, self.env, off);
+        }
+        self.b.ins().jump(self.fault, &[]);
         self.b.switch_to_block(ok);
+    }
+
+    /// The pool of writable map values' start (0) or end (1).
+    fn pool_bound(&mut self, which: u32) -> Value {
+        let name = self.b.func.declare_imported_user_function(UserExternalName::new(NS_POOL, which));
+        let gv = self.b.func.create_global_value(GlobalValueData::Symbol { name: ExternalName::user(name), offset: 0.into(), colocated: false, tls: false });
+        self.b.ins().symbol_value(types::I64, gv)
     }
 
     fn after_call(&mut self) {
@@ -593,10 +722,10 @@ impl Tr<'_, '_> {
         self.load_bounds();
     }
 
-    /// The stack's and packet's bounds, kept in registers; a helper may
-    /// move the packet's, so they are read again after every call.
+    /// The packet's bounds, kept in registers; a helper may move them, so
+    /// they are read again after every call.
     fn load_bounds(&mut self) {
-        for (i, off) in [ENV_STACK_LO, ENV_STACK_HI, ENV_PKT_LO, ENV_PKT_HI, ENV_MAPS_LO, ENV_MAPS_HI].into_iter().enumerate() {
+        for (i, off) in [ENV_PKT_LO, ENV_PKT_HI].into_iter().enumerate() {
             let v = self.env_field(off);
             self.b.def_var(self.bounds[i], v);
         }
@@ -679,6 +808,18 @@ impl Tr<'_, '_> {
                 let size = ins.size();
                 let base = self.get(src);
                 let addr = self.b.ins().iadd_imm(base, ins.off as i64);
+                if size == 4 && ins.code & 0xe0 == MODE_MEM && self.ctx_regs & (1 << src) != 0 && matches!(ins.off, 0 | 4 | 8 | 12 | 16 | 20) {
+                    // A field of the context: data fields read as full
+                    // pointers, as the kernel's verifier rewrites them.
+                    let v = match ins.off {
+                        0 => self.env_field(ENV_PKT_DATA),
+                        4 => self.b.use_var(self.bounds[1]),
+                        8 => self.b.use_var(self.bounds[0]),
+                        _ => self.b.ins().uload32(flags(), base, ins.off as i32),
+                    };
+                    self.set(dst, v);
+                    return Ok(false);
+                }
                 if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 {
                     // A 32-bit load may be of the context, whose data fields
                     // read as full pointers.

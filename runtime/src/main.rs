@@ -225,7 +225,9 @@ fn fill_map(vm: &mut Vm, path: &str, name: &str, idx: usize, entries: &serde_jso
                 if let Some(n) = inner.get("max_entries").and_then(|n| n.as_u64()) {
                     def.max_entries = n as u32;
                 }
-                let m = fastpath_rt::maps::Map::new(&def, vm.maps[idx].ncpus).map_err(|e| format!("{path}: {name}: {e}"))?;
+                // From the pool, where compiled code checks map values.
+                let pool = std::sync::Arc::get_mut(&mut vm.pool).ok_or("maps are shared already")?;
+                let m = fastpath_rt::maps::Map::new_in(&def, vm.maps[idx].ncpus, Some(pool)).map_err(|e| format!("{path}: {name}: {e}"))?;
                 let maps = std::sync::Arc::get_mut(&mut vm.maps).ok_or("maps are shared already")?;
                 maps.push(m);
                 let inner_idx = maps.len() - 1;

@@ -111,16 +111,23 @@ fn too_big(what: &str, bytes: u128, why: &str) -> String {
     format!("{what}: {bytes} bytes ({:.1} GiB) of values cannot be allocated: {why}", bytes as f64 / (1u64 << 30) as f64)
 }
 
-/// One zeroed allocation that the writable maps' arenas are carved from, so
-/// that compiled code checks every map value with one range.
+/// One zeroed allocation that the writable maps' arenas and the ring
+/// buffers are carved from, so that compiled code checks every map value
+/// and ring buffer record with one range that never moves. It reserves
+/// room (address space, not memory) for maps made later: the inner maps of
+/// maps of maps.
 pub struct Pool {
     mem: Zeroed,
     used: usize,
 }
 
+/// Address space kept in the pool for maps made after the object's.
+const POOL_SPARE: u128 = 1 << 36;
+
 impl Pool {
     pub fn new(bytes: u128) -> Result<Pool, String> {
-        Ok(Pool { mem: Zeroed::new(bytes, "the maps")?, used: 0 })
+        let mem = Zeroed::new(bytes + POOL_SPARE, "the maps").or_else(|_| Zeroed::new(bytes, "the maps"))?;
+        Ok(Pool { mem, used: 0 })
     }
 
     fn take(&mut self, bytes: usize) -> Option<*mut u8> {
@@ -133,9 +140,11 @@ impl Pool {
         Some(p)
     }
 
+    /// The whole reserved range: compiled code checks against it, and
+    /// whatever of it no map uses yet is zero pages of the runtime's own.
     pub fn range(&self) -> (u64, u64) {
         let s = self.mem.mem as u64;
-        (s, s + self.used as u64)
+        (s, s + self.mem.len as u64)
     }
 }
 
@@ -146,6 +155,8 @@ pub fn arena_bytes(def: &MapDef, ncpus: usize) -> u128 {
         mt::ARRAY | mt::PERCPU_ARRAY | mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH | mt::LPM_TRIE => {
             def.max_entries as u128 * round8(def.value_size.max(1) as usize) as u128 * if percpu { ncpus as u128 } else { 1 }
         }
+        // Records are laid out in twice the ring's size, each contiguous.
+        mt::RINGBUF => 2 * def.max_entries as u128,
         _ => 0,
     }
 }
@@ -287,8 +298,13 @@ pub enum Store {
 pub struct Ringbuf {
     pub size: usize,
     used: usize,
-    /// Reserved, not yet submitted: pointer → (buffer, charged bytes).
-    pending: HashMap<u64, (Box<[u8]>, usize)>,
+    /// Where records are reserved: twice the ring's size, so that each is
+    /// contiguous, as the kernel maps its ring twice.
+    arena: Arena,
+    /// The producer's position, in bytes.
+    head: usize,
+    /// Reserved, not yet submitted: pointer → (length, charged bytes).
+    pending: HashMap<u64, (usize, usize)>,
     pub records: VecDeque<Vec<u8>>,
     charged: VecDeque<usize>,
 }
@@ -304,23 +320,25 @@ impl Ringbuf {
             return None;
         }
         self.used += c;
-        let buf = vec![0u8; len].into_boxed_slice();
-        let p = buf.as_ptr() as u64;
-        self.pending.insert(p, (buf, c));
-        Some(p)
+        // After an 8-byte header, as in the kernel's ring.
+        let p = unsafe { self.arena.mem.add(self.head % self.size + 8) };
+        self.head += c;
+        unsafe { std::ptr::write_bytes(p, 0, len) };
+        self.pending.insert(p as u64, (len, c));
+        Some(p as u64)
     }
 
     pub fn pending_region(&self, addr: u64, len: u64) -> bool {
-        self.pending.iter().any(|(&p, (b, _))| addr >= p && addr + len <= p + b.len() as u64)
+        self.pending.iter().any(|(&p, &(n, _))| addr >= p && addr + len <= p + n as u64)
     }
 
     pub fn submit(&mut self, p: u64, discard: bool) -> bool {
         match self.pending.remove(&p) {
-            Some((b, c)) => {
+            Some((n, c)) => {
                 if discard {
                     self.used -= c;
                 } else {
-                    self.records.push_back(b.into_vec());
+                    self.records.push_back(unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec());
                     self.charged.push_back(c);
                 }
                 true
@@ -332,8 +350,7 @@ impl Ringbuf {
     pub fn output(&mut self, data: &[u8]) -> bool {
         match self.reserve(data.len()) {
             Some(p) => {
-                let (b, _) = self.pending.get_mut(&p).unwrap();
-                b.copy_from_slice(data);
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, data.len()) };
                 self.submit(p, false)
             }
             None => false,
@@ -394,7 +411,8 @@ impl Map {
                 if n == 0 || !n.is_power_of_two() || n % 4096 != 0 {
                     return Err(format!("map {}: a ring buffer's size must be a power of two and a multiple of the page size", def.name));
                 }
-                Store::Ringbuf(Mutex::new(Ringbuf { size: n, used: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() }))
+                let arena = Arena::new(&def.name, 2, n, 1, pool)?;
+                Store::Ringbuf(Mutex::new(Ringbuf { size: n, used: 0, arena, head: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() }))
             }
             t => return Err(format!("map {}: type {t} ({}) is not supported", def.name, mt::name(t))),
         };
