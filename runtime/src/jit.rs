@@ -109,6 +109,7 @@ pub const NS_POOL: u32 = 4;
 /// (Host function 0 was the region check, now all inline.)
 const HOST_CTX: u32 = 1;
 const HOST_HELPER: u32 = 2;
+const HOST_MAP: u32 = 3;
 
 /// Executable memory holding a placed image.
 struct ExecMem {
@@ -178,6 +179,24 @@ extern "C" fn host_helper(env: *mut Env, id: u64, pc: u64, fp: u64, a1: u64, a2:
     }
 }
 
+/// A map helper whose key (and value) compiled code has checked: op 1
+/// lookup, 2 update, 3 delete, as the helpers do them.
+extern "C" fn host_map(env: *mut Env, op: u64, map: u64, key: u64, value: u64, flags: u64) -> u64 {
+    let env = unsafe { &mut *env };
+    let x = env.exec();
+    let m = &x.vm.maps[map as usize];
+    let key = unsafe { std::slice::from_raw_parts(key as *const u8, m.def.key_size as usize) };
+    match op {
+        1 => m.lookup(key, x.vm.cpu).unwrap_or(0),
+        2 => {
+            // A value may point into the same map: copy it first.
+            let val = unsafe { std::slice::from_raw_parts(value as *const u8, m.def.value_size as usize) }.to_vec();
+            m.update(key, &val, flags, Some(x.vm.cpu)) as u64
+        }
+        _ => m.delete(key) as u64,
+    }
+}
+
 /// bpf_loop with a compiled callback, in the frame below the caller's.
 fn bpf_loop(env: &mut Env, pc: u64, fp: u64, a: [u64; 5]) -> u64 {
     if let Err(code) = helpers::loop_args(a) {
@@ -242,6 +261,7 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         .enumerate()
         .filter_map(|(i, m)| m.array_layout().map(|(_, elem, slots, per_cpu)| (i, ArrayLayout { elem, slots, per_cpu, percpu: m.percpu() })))
         .collect();
+    let map_sizes: Vec<(usize, usize)> = vm.maps.iter().map(|m| (m.def.key_size as usize, m.def.value_size as usize)).collect();
     // Read-only data lies outside the pool: its regions, by map.
     let rodata: Vec<(usize, u64)> = vm.maps.iter().enumerate().filter(|(_, m)| m.def.readonly).filter_map(|(i, m)| m.region().map(|(a, b)| (i, b - a))).collect();
     // Every function first, so that calls can name them by index.
@@ -270,7 +290,7 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         ctx.clear();
         ctx.func.signature = bpf_sig(cc);
         ctx.func.name = UserFuncName::user(NS_FUNC, fi as u32);
-        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata).map_err(|e| format!("program {}: {e}", p.name))?;
+        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata, &map_sizes).map_err(|e| format!("program {}: {e}", p.name))?;
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx.compile(&*isa, &mut Default::default()).map_err(|e| format!("program {}: compile: {:?}", p.name, e.inner))?;
         while img.code.len() % 16 != 0 {
@@ -331,6 +351,7 @@ impl Jit {
                 NS_HOST => match r.index {
                     HOST_CTX => host_ctx_load as *const () as u64,
                     HOST_HELPER => host_helper as *const () as u64,
+                    HOST_MAP => host_map as *const () as u64,
                     i => return Err(format!("relocation to host function {i}, which the runtime lacks")),
                 },
                 NS_MAP => vm.maps.get(r.index as usize).and_then(|m| m.region()).ok_or_else(|| format!("relocation to map {}, which has no values", r.index))?.0,
@@ -420,16 +441,31 @@ struct Tr<'a, 'b> {
     /// Registers known to hold the context (R1 at a program's entry, and
     /// copies), for the instruction being translated.
     ctx_regs: u16,
+    /// Registers known to hold R10 plus a constant, in this block (the
+    /// `r2 = r10; r2 += -4` of a map key): accesses through them at a
+    /// constant offset inside the frame need no check, as through R10.
+    fp_off: [Option<i64>; 11],
+    /// Key and value sizes of the object's maps, for map helpers called
+    /// with their arguments checked inline.
+    map_sizes: &'a [(usize, usize)],
     env: Value,
     fault: cranelift_codegen::ir::Block,
-    /// The host functions: context field, helper call.
-    hosts: [cranelift_codegen::ir::FuncRef; 2],
+    /// The host functions: context field, helper call, map operation.
+    hosts: [cranelift_codegen::ir::FuncRef; 3],
     /// Read-only data: (map, bytes), checked for reads only.
     rodata: &'a [(usize, u64)],
     bpf_sig: cranelift_codegen::ir::SigRef,
     arrays: &'a HashMap<usize, ArrayLayout>,
     /// Instruction that starts the block being translated.
     block_start: usize,
+    /// Where that block ends (the next leader).
+    block_end: usize,
+    /// A run of accesses at constant offsets from one register, checked
+    /// once as a whole: (register, last instruction of the run, whether
+    /// the whole range was found inside a region).
+    runs: Vec<(usize, usize, Variable)>,
+    /// The program being translated.
+    prog: &'a crate::vm::Program,
 }
 
 fn flags() -> MemFlags {
@@ -493,6 +529,27 @@ fn ctx_registers(p: &crate::vm::Program, start: usize, end: usize, leaders: &BTr
     state
 }
 
+const FP_UNKNOWN: [Option<i64>; 11] = [None, None, None, None, None, None, None, None, None, None, Some(0)];
+
+/// What registers hold R10 plus a constant after an instruction.
+fn fp_after(mut f: [Option<i64>; 11], ins: Insn) -> [Option<i64>; 11] {
+    let dst = ins.dst();
+    let src = (ins.regs >> 4) as usize;
+    match ins.class() {
+        CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => f[dst] = f[src],
+        CLASS_ALU64 if ins.code == 0x07 => f[dst] = f[dst].map(|k| k + ins.imm as i64),
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => f[dst] = None,
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => {
+            f[src] = None;
+            f[0] = None;
+        }
+        CLASS_JMP | CLASS_JMP32 if ins.is_call() => f[..6].fill(None),
+        _ => {}
+    }
+    f[10] = Some(0);
+    f
+}
+
 /// The context registers after an instruction.
 fn ctx_after(m: u16, ins: Insn) -> u16 {
     let dst = ins.dst();
@@ -524,12 +581,13 @@ fn translate(
     ids: &HashMap<usize, u32>,
     arrays: &HashMap<usize, ArrayLayout>,
     rodata: &[(usize, u64)],
+    map_sizes: &[(usize, usize)],
 ) -> Result<(), String> {
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
         funcrefs.insert(e, import(func, NS_FUNC, id, bpf_sig(cc)));
     }
-    let hosts = [import(func, NS_HOST, HOST_CTX, host_sig(cc, 2)), import(func, NS_HOST, HOST_HELPER, host_sig(cc, 9))];
+    let hosts = [import(func, NS_HOST, HOST_CTX, host_sig(cc, 2)), import(func, NS_HOST, HOST_HELPER, host_sig(cc, 9)), import(func, NS_HOST, HOST_MAP, host_sig(cc, 6))];
     let bpf_sig = func.import_signature(bpf_sig(cc));
     let mut b = FunctionBuilder::new(func, fbc);
 
@@ -579,7 +637,7 @@ fn translate(
     let ctx_in = ctx_registers(p, start, end, &leaders);
     let fault = b.create_block();
     b.set_cold_block(fault);
-    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
+    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -591,7 +649,10 @@ fn translate(
             }
             t.b.switch_to_block(blocks[&pc]);
             t.block_start = pc;
+            t.block_end = leaders.range(pc + 1..).next().copied().unwrap_or(end);
+            t.runs.clear();
             t.ctx_regs = ctx_in[&pc];
+            t.fp_off = FP_UNKNOWN;
         } else if terminated {
             // Unreachable until the next leader.
             pc += 1;
@@ -600,6 +661,7 @@ fn translate(
         let ins = p.insns[pc];
         terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
         t.ctx_regs = ctx_after(t.ctx_regs, ins);
+        t.fp_off = fp_after(t.fp_off, ins);
         pc += if ins.is_ld_imm64() { 2 } else { 1 };
     }
     if !terminated {
@@ -644,9 +706,107 @@ impl Tr<'_, '_> {
     /// constant offset inside the frame needs none: R10 is read-only and
     /// every frame lies inside the stack.
     fn check(&mut self, pc: usize, base_reg: usize, off: i16, addr: Value, size: i64, write: bool) {
-        if base_reg == 10 && (off as i64) >= -(STACK_SIZE as i64) && (off as i64) + size <= 0 {
+        if let Some(k) = self.fp_off.get(base_reg).copied().flatten() {
+            let at = k + off as i64;
+            if at >= -(STACK_SIZE as i64) && at + size <= 0 {
+                return;
+            }
+        }
+        // A run of accesses at constant offsets from the same register in
+        // this block is checked once, as one range, at its first access;
+        // each access then tests the outcome, and makes its own check only
+        // when the range was not found whole in one region.
+        self.runs.retain(|&(_, last, _)| pc <= last);
+        if !self.runs.iter().any(|&(r, _, _)| r == base_reg) {
+            if let Some((lo, hi, last)) = self.run_from(pc, base_reg) {
+                let flag = self.b.declare_var(types::I8);
+                let base = self.get(base_reg);
+                let a = self.b.ins().iadd_imm(base, lo);
+                let inside = self.in_region(a, hi - lo);
+                self.b.def_var(flag, inside);
+                self.runs.push((base_reg, last, flag));
+            }
+        }
+        if let Some(&(_, _, flag)) = self.runs.iter().find(|&&(r, _, _)| r == base_reg) {
+            let proven = self.b.use_var(flag);
+            let ok = self.b.create_block();
+            let own = self.b.create_block();
+            self.b.ins().brif(proven, ok, &[], own, &[]);
+            self.b.switch_to_block(own);
+            self.b.set_cold_block(own);
+            self.check_one(pc, base_reg, addr, size, write);
+            self.b.ins().jump(ok, &[]);
+            self.b.switch_to_block(ok);
             return;
         }
+        self.check_one(pc, base_reg, addr, size, write);
+    }
+
+    /// The run of accesses through `reg` at constant offsets that starts
+    /// at `pc`, up to the block's end, a write to the register or a call:
+    /// its lowest offset, highest end and last instruction, when it has
+    /// more than one access.
+    fn run_from(&self, pc: usize, reg: usize) -> Option<(i64, i64, usize)> {
+        let (mut lo, mut hi, mut last, mut n) = (i64::MAX, i64::MIN, pc, 0);
+        let mut i = pc;
+        while i < self.block_end {
+            let ins = self.prog.insns[i];
+            let class = ins.class();
+            let through = match class {
+                CLASS_LDX => (ins.regs >> 4) as usize == reg && !(ins.size() == 4 && ins.code & 0xe0 == MODE_MEM && self.ctx_regs & (1 << reg) != 0),
+                CLASS_ST | CLASS_STX => ins.dst() == reg,
+                _ => false,
+            };
+            if through {
+                lo = lo.min(ins.off as i64);
+                hi = hi.max(ins.off as i64 + ins.size() as i64);
+                last = i;
+                n += 1;
+            }
+            let writes = match class {
+                CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => ins.dst() == reg,
+                CLASS_STX => ins.code & 0xe0 == MODE_ATOMIC && ((ins.regs >> 4) as usize == reg || reg == 0),
+                CLASS_JMP | CLASS_JMP32 => true, // a call, or the block's end
+                _ => false,
+            };
+            if writes {
+                break;
+            }
+            i += if ins.is_ld_imm64() { 2 } else { 1 };
+        }
+        (n > 1).then_some((lo, hi, last))
+    }
+
+    /// Whether [addr, addr+size) lies inside the packet, the pool of map
+    /// values or the stack (all writable), as an i8.
+    fn in_region(&mut self, addr: Value, size: i64) -> Value {
+        let done = self.b.create_block();
+        self.b.append_block_param(done, types::I8);
+        let yes = self.b.ins().iconst(types::I8, 1);
+        for region in 0..3 {
+            let (lo, hi) = match region {
+                0 => (self.b.use_var(self.bounds[0]), self.b.use_var(self.bounds[1])),
+                1 => (self.pool_bound(0), self.pool_bound(1)),
+                _ => (self.env_field(ENV_STACK_LO), self.env_field(ENV_STACK_HI)),
+            };
+            let last = self.b.ins().iadd_imm(hi, -size);
+            let above_lo = self.b.create_block();
+            let miss = self.b.create_block();
+            let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
+            self.b.ins().brif(below, miss, &[], above_lo, &[]);
+            self.b.switch_to_block(above_lo);
+            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
+            self.b.ins().brif(past, miss, &[], done, &[yes.into()]);
+            self.b.switch_to_block(miss);
+        }
+        let no = self.b.ins().iconst(types::I8, 0);
+        self.b.ins().jump(done, &[no.into()]);
+        self.b.switch_to_block(done);
+        self.b.block_params(done)[0]
+    }
+
+    /// One access's check, region by region.
+    fn check_one(&mut self, pc: usize, base_reg: usize, addr: Value, size: i64, write: bool) {
         #[derive(Clone, Copy)]
         enum Region {
             Packet,
@@ -901,6 +1061,9 @@ impl Tr<'_, '_> {
                         } else if let Some(r) = self.inline_array_lookup(p, pc, ins) {
                             self.set(0, r);
                             return Ok(false);
+                        } else if let Some(r) = self.map_call(p, pc, ins) {
+                            self.set(0, r);
+                            return Ok(false);
                         } else {
                             let id = self.b.ins().iconst(types::I64, ins.imm as i64);
                             let pcv = self.b.ins().iconst(types::I64, pc as i64);
@@ -1000,6 +1163,31 @@ impl Tr<'_, '_> {
             }
         }
         None
+    }
+
+    /// bpf_map_lookup_elem, update_elem and delete_elem on a map known
+    /// here: key and value checked inline, then the map's own operation,
+    /// which can neither fault nor move the packet, so nothing is read
+    /// again after it.
+    fn map_call(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
+        if !matches!(ins.imm, 1..=3) {
+            return None;
+        }
+        let map = self.map_in_r1(p, pc)?;
+        let (ks, vs) = *self.map_sizes.get(map)?;
+        let key = self.get(2);
+        self.check(pc, 2, 0, key, ks as i64, false);
+        let z = self.b.ins().iconst(types::I64, 0);
+        let (value, flags) = if ins.imm == 2 {
+            let v = self.get(3);
+            self.check(pc, 3, 0, v, vs as i64, false);
+            (v, self.get(4))
+        } else {
+            (z, z)
+        };
+        let op = self.b.ins().iconst(types::I64, ins.imm as i64);
+        let m = self.b.ins().iconst(types::I64, map as i64);
+        Some(self.host(HOST_MAP, &[self.env, op, m, key, value, flags]))
     }
 
     /// bpf_map_lookup_elem on an array, compiled inline: bounds-checked

@@ -288,7 +288,7 @@ impl Slots {
 pub enum Store {
     Array(Arena),
     Hash(Arena, Mutex<Slots>),
-    Lpm { arena: Arena, slots: Mutex<Slots>, bits: u32 },
+    Lpm { arena: Arena, slots: Mutex<Slots>, bits: u32, lens: Mutex<Vec<u32>> },
     /// Map-in-map, program array, devmap, cpumap, xskmap: small values
     /// (ids, indexes) kept by key.
     Refs(Mutex<HashMap<Vec<u8>, Vec<u8>>>),
@@ -402,7 +402,8 @@ impl Map {
                 if def.key_size < 5 || def.flags & 1 == 0 {
                     return Err(format!("map {}: an LPM trie needs a key of 4 + data bytes and BPF_F_NO_PREALLOC", def.name));
                 }
-                Store::Lpm { arena: Arena::new(&def.name, n, vs, 1, pool)?, slots: Mutex::new(Slots::new(n, false)), bits: (def.key_size - 4) * 8 }
+                let bits = (def.key_size - 4) * 8;
+                Store::Lpm { arena: Arena::new(&def.name, n, vs, 1, pool)?, slots: Mutex::new(Slots::new(n, false)), bits, lens: Mutex::new(vec![0; bits as usize + 1]) }
             }
             mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS | mt::PROG_ARRAY | mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP => {
                 Store::Refs(Mutex::new(HashMap::new()))
@@ -464,13 +465,16 @@ impl Map {
                 s.touch(slot);
                 Some(a.ptr(slot, c) as u64)
             }
-            Store::Lpm { arena, slots, bits } => {
+            Store::Lpm { arena, slots, bits, lens } => {
                 let slots = slots.lock().unwrap();
+                let lens = lens.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().ok()?).min(*bits);
-                let data = &key[4..];
-                for l in (0..=plen).rev() {
-                    let k = lpm_key(l, data);
-                    if let Some(&slot) = slots.index.get(&k) {
+                let data = &key[4..4 + (*bits as usize / 8)];
+                // Only the prefix lengths the trie holds, longest first.
+                let mut k = [0u8; 4 + 256];
+                for l in (0..=plen).rev().filter(|&l| lens[l as usize] > 0) {
+                    let n = lpm_key_into(l, data, &mut k);
+                    if let Some(&slot) = slots.index.get(&k[..n]) {
                         return Some(arena.ptr(slot, 0) as u64);
                     }
                 }
@@ -548,7 +552,7 @@ impl Map {
                 write(a, slot);
                 0
             }
-            Store::Lpm { arena, slots, bits } => {
+            Store::Lpm { arena, slots, bits, lens } => {
                 let mut slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
                 if plen > *bits {
@@ -566,6 +570,7 @@ impl Map {
                     None => {
                         let Some(s) = slots.alloc() else { return -ENOSPC };
                         slots.index.insert(k, s);
+                        lens.lock().unwrap()[plen as usize] += 1;
                         s
                     }
                 };
@@ -602,13 +607,18 @@ impl Map {
             Store::Hash(_, s) => {
                 if s.lock().unwrap().remove(key).is_some() { 0 } else { -ENOENT }
             }
-            Store::Lpm { slots, bits, .. } => {
+            Store::Lpm { slots, bits, lens, .. } => {
                 let mut slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
                 if plen > *bits {
                     return -EINVAL;
                 }
-                if slots.remove(&lpm_key(plen, &key[4..])).is_some() { 0 } else { -ENOENT }
+                if slots.remove(&lpm_key(plen, &key[4..])).is_some() {
+                    lens.lock().unwrap()[plen as usize] -= 1;
+                    0
+                } else {
+                    -ENOENT
+                }
             }
             Store::Refs(m) => {
                 if m.lock().unwrap().remove(key).is_some() { 0 } else { -ENOENT }
@@ -634,7 +644,7 @@ impl Map {
         match &self.store {
             Store::Array(a) => self.array_index(key).map(|i| read(a, i)),
             Store::Hash(a, s) => s.lock().unwrap().index.get(key).map(|&slot| read(a, slot)),
-            Store::Lpm { arena, slots, bits } => {
+            Store::Lpm { arena, slots, bits, .. } => {
                 let plen = u32::from_le_bytes(key.get(..4)?.try_into().ok()?);
                 if plen > *bits {
                     return None;
@@ -664,6 +674,16 @@ impl Map {
             _ => None,
         }
     }
+}
+
+/// lpm_key into a buffer; returns its length.
+fn lpm_key_into(plen: u32, data: &[u8], out: &mut [u8]) -> usize {
+    out[..4].copy_from_slice(&plen.to_le_bytes());
+    for (i, &b) in data.iter().enumerate() {
+        let bit = i as u32 * 8;
+        out[4 + i] = if bit + 8 <= plen { b } else if bit >= plen { 0 } else { b & (0xffu8 << (8 - (plen - bit))) };
+    }
+    4 + data.len()
 }
 
 /// An LPM entry's identity: its length and the data bits it covers.
