@@ -97,7 +97,11 @@ func Bench(o BenchOptions) ([]BenchRow, error) {
 			}
 		}
 		for r := 0; r < o.Rounds; r++ {
-			for _, engine := range []string{"interp", "jit", "aot"} {
+			// The order turns each round, so that no engine always runs
+			// first (or last) on a machine whose speed drifts.
+			engines := []string{"interp", "jit", "aot"}
+			engines = append(engines[r%3:], engines[:r%3]...)
+			for _, engine := range engines {
 				obj := filepath.Join(o.Dir, p.Object)
 				if engine == "aot" {
 					obj = native
