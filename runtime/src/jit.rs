@@ -563,6 +563,14 @@ fn ctx_after(m: u16, ins: Insn) -> u16 {
     }
 }
 
+/// The regions a bounds check tries inline.
+#[derive(Clone, Copy)]
+enum Region {
+    Packet,
+    Maps,
+    Stack,
+}
+
 /// A function the code calls through a relocation.
 fn import(func: &mut Function, ns: u32, index: u32, sig: Signature) -> cranelift_codegen::ir::FuncRef {
     let name = func.declare_imported_user_function(UserExternalName::new(ns, index));
@@ -783,21 +791,9 @@ impl Tr<'_, '_> {
         let done = self.b.create_block();
         self.b.append_block_param(done, types::I8);
         let yes = self.b.ins().iconst(types::I8, 1);
-        for region in 0..3 {
-            let (lo, hi) = match region {
-                0 => (self.b.use_var(self.bounds[0]), self.b.use_var(self.bounds[1])),
-                1 => (self.pool_bound(0), self.pool_bound(1)),
-                _ => (self.env_field(ENV_STACK_LO), self.env_field(ENV_STACK_HI)),
-            };
-            let last = self.b.ins().iadd_imm(hi, -size);
-            let above_lo = self.b.create_block();
-            let miss = self.b.create_block();
-            let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
-            self.b.ins().brif(below, miss, &[], above_lo, &[]);
-            self.b.switch_to_block(above_lo);
-            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
-            self.b.ins().brif(past, miss, &[], done, &[yes.into()]);
-            self.b.switch_to_block(miss);
+        for region in [Region::Packet, Region::Maps, Region::Stack] {
+            let (lo, hi) = self.region_bounds(region);
+            self.branch_if_inside(addr, lo, hi, size, done, &[yes.into()]);
         }
         let no = self.b.ins().iconst(types::I8, 0);
         self.b.ins().jump(done, &[no.into()]);
@@ -805,52 +801,48 @@ impl Tr<'_, '_> {
         self.b.block_params(done)[0]
     }
 
+    /// A region's bounds. The packet's live in registers; the pool of map
+    /// values never moves (its bounds are relocations); the stack's are
+    /// read when needed.
+    fn region_bounds(&mut self, r: Region) -> (Value, Value) {
+        match r {
+            Region::Packet => (self.b.use_var(self.bounds[0]), self.b.use_var(self.bounds[1])),
+            Region::Maps => (self.pool_bound(0), self.pool_bound(1)),
+            Region::Stack => (self.env_field(ENV_STACK_LO), self.env_field(ENV_STACK_HI)),
+        }
+    }
+
+    /// Goes to `hit` when lo <= addr <= hi - size, with two compares, each
+    /// its own branch; code goes on where it is not.
+    fn branch_if_inside(&mut self, addr: Value, lo: Value, hi: Value, size: i64, hit: cranelift_codegen::ir::Block, args: &[cranelift_codegen::ir::BlockArg]) {
+        let last = self.b.ins().iadd_imm(hi, -size);
+        let above_lo = self.b.create_block();
+        let miss = self.b.create_block();
+        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
+        self.b.ins().brif(below, miss, &[], above_lo, &[]);
+        self.b.switch_to_block(above_lo);
+        let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
+        self.b.ins().brif(past, miss, &[], hit, args);
+        self.b.switch_to_block(miss);
+    }
+
     /// One access's check, region by region.
     fn check_one(&mut self, pc: usize, base_reg: usize, addr: Value, size: i64, write: bool) {
-        #[derive(Clone, Copy)]
-        enum Region {
-            Packet,
-            Maps,
-            Stack,
-        }
         let ok = self.b.create_block();
         // Through R10 (a frame at a variable offset) the stack comes first;
-        // otherwise the packet, which loops walk, then map values. The
-        // packet's bounds live in registers; the pool of map values never
-        // moves (its bounds are relocations); the stack's are read when
-        // needed.
+        // otherwise the packet, which loops walk, then map values.
         let order = if base_reg == 10 { [Region::Stack, Region::Packet, Region::Maps] } else { [Region::Packet, Region::Maps, Region::Stack] };
         for region in order {
-            let (lo, hi) = match region {
-                Region::Packet => (self.b.use_var(self.bounds[0]), self.b.use_var(self.bounds[1])),
-                Region::Maps => (self.pool_bound(0), self.pool_bound(1)),
-                Region::Stack => (self.env_field(ENV_STACK_LO), self.env_field(ENV_STACK_HI)),
-            };
-            // Two compares, each its own branch: lo <= addr, addr <= hi - size.
-            let last = self.b.ins().iadd_imm(hi, -size);
-            let above_lo = self.b.create_block();
-            let miss = self.b.create_block();
-            let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
-            self.b.ins().brif(below, miss, &[], above_lo, &[]);
-            self.b.switch_to_block(above_lo);
-            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
-            self.b.ins().brif(past, miss, &[], ok, &[]);
-            self.b.switch_to_block(miss);
+            let (lo, hi) = self.region_bounds(region);
+            self.branch_if_inside(addr, lo, hi, size, ok, &[]);
         }
         // Read-only data, for reads.
         if !write {
             for i in 0..self.rodata.len() {
                 let (map, len) = self.rodata[i];
                 let lo = self.map_addr(map, 0);
-                let last = self.map_addr(map, len as i64 - size);
-                let above_lo = self.b.create_block();
-                let miss = self.b.create_block();
-                let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
-                self.b.ins().brif(below, miss, &[], above_lo, &[]);
-                self.b.switch_to_block(above_lo);
-                let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
-                self.b.ins().brif(past, miss, &[], ok, &[]);
-                self.b.switch_to_block(miss);
+                let hi = self.map_addr(map, len as i64);
+                self.branch_if_inside(addr, lo, hi, size, ok, &[]);
             }
         }
         // Outside every region: the run ends with a fault, no call made, so
