@@ -466,3 +466,23 @@ pub fn loop_args(a: [u64; 5]) -> Result<(), u64> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::csum_diff_of;
+
+    #[test]
+    fn csum_diff_by_kernel() {
+        let to = [0x78, 0x56, 0x34, 0x12, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0];
+        // Up to 6.12: csum_partial's 32 bits, the carry added back.
+        assert_eq!(csum_diff_of(&[], &to, 0, false), 0x1234_5679);
+        // From 6.13: folded to 16 bits.
+        assert_eq!(csum_diff_of(&[], &to, 0, true), 0x68ad);
+        // Diffing a value against itself gives the seed back, folded.
+        assert_eq!(csum_diff_of(&to[..4], &to[..4], 0x1_0001, true), 0x0002);
+        // Pulling data: ~csum(from, ~seed), then folded.
+        assert_eq!(csum_diff_of(&[1, 0, 0, 0], &[], 0, true), 0xfffe);
+        // Any size from 6.13: a tail of 2 bytes is padded with zeros.
+        assert_eq!(csum_diff_of(&[], &[0x34, 0x12], 0, true), 0x1234);
+    }
+}
