@@ -449,3 +449,27 @@ func List() ([]RouterState, error) {
 	}
 	return out, nil
 }
+
+// Totals are a router's counts by verdict name, summed over its interfaces;
+// verdicts that counted nothing are left out.
+func (p *Pinned) Totals() (map[string]Stat, error) {
+	c, err := p.ReadCounters()
+	if err != nil {
+		return nil, err
+	}
+	slots, err := p.Slots()
+	if err != nil {
+		return nil, err
+	}
+	all, err := c.Verdicts(slots, "all")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Stat{}
+	for v, s := range all {
+		if s.Packets > 0 {
+			out[VerdictName(Verdict(v))] = s
+		}
+	}
+	return out, nil
+}

@@ -134,8 +134,12 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 			busy++
 		}
 	}
-	if total != count {
-		t.Fatalf("sink counted %d, want %d; the router's verdicts: %v", total, count, verdicts(t, name))
+	// Bursts from two worker CPUs may overflow the sink's veth ring: such a
+	// frame is counted tx_failed, never forwarded, so each packet is in one
+	// of the two.
+	v := verdicts(t, name)
+	if total+v["tx_failed"] != count || v["forwarded"] != total {
+		t.Fatalf("sink counted %d of %d; the router's verdicts: %v", total, count, v)
 	}
 	if busy < 2 {
 		t.Fatalf("all packets went through one CPU: %+v", per)

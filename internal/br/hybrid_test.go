@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/scionproto/scion/pkg/addr"
 
 	"github.com/fastpath-dev/fastpath/internal/capture"
+	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -194,7 +194,7 @@ func (b *hostBed) attach(t *testing.T, mode string) (name, warnings string) {
 	return name, w.String()
 }
 
-// verdicts are the router's counts of each verdict, over all interfaces.
+// verdicts are the router's packet counts by verdict, over its interfaces.
 func verdicts(t *testing.T, name string) map[string]uint64 {
 	t.Helper()
 	p, err := OpenPinned(name)
@@ -202,23 +202,13 @@ func verdicts(t *testing.T, name string) map[string]uint64 {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := p.ReadCounters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slots, err := p.Slots()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := c.Verdicts(slots, "all")
+	totals, err := p.Totals()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]uint64{}
-	for v, s := range all {
-		if s.Packets > 0 {
-			out[VerdictName(Verdict(v))] = s.Packets
-		}
+	for v, s := range totals {
+		out[v] = s.Packets
 	}
 	return out
 }
@@ -236,6 +226,15 @@ func (b *hostBed) transit(t *testing.T, n int) [][]byte {
 		out[i] = scionPayload(f)
 	}
 	return out
+}
+
+// sendTransit sends n transit datagrams from A's socket to the router and
+// returns the router's verdicts after.
+func (b *hostBed) sendTransit(t *testing.T, name string, n int) map[string]uint64 {
+	t.Helper()
+	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
+	time.Sleep(100 * time.Millisecond)
+	return verdicts(t, name)
 }
 
 // listen binds a UDP socket in a namespace and collects what arrives.
@@ -392,8 +391,8 @@ func TestChecksumOfForwardedDatagrams(t *testing.T) {
 					off, _, pseudo, _ := udpSpan(f.Data)
 					field := binary.BigEndian.Uint16(f.Data[off+6:])
 					switch {
-					case f.Pending && field != fold(pseudo):
-						t.Fatalf("frame %d: checksum still owed, but the field %#04x is not the pseudo-header's sum %#04x", i, field, fold(pseudo))
+					case f.Pending && field != checksum.Fold(pseudo):
+						t.Fatalf("frame %d: checksum still owed, but the field %#04x is not the pseudo-header's sum %#04x", i, field, checksum.Fold(pseudo))
 					case !f.Pending && !udpChecksumOK(f.Data):
 						t.Fatalf("frame %d: complete checksum %#04x is wrong", i, field)
 					case mode == XDPModeNative && f.Pending:
@@ -427,9 +426,7 @@ func TestUnusableEgressIsLeftToTheStack(t *testing.T) {
 		t.Fatalf("attach warned %q; want the peer b0 named with the fix", warnings)
 	}
 	const n = 10
-	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
-	time.Sleep(100 * time.Millisecond)
-	v := verdicts(t, name)
+	v := b.sendTransit(t, name, n)
 	if v["tx_unusable"] != n || v["forwarded"] != 0 {
 		t.Fatalf("verdicts %v; want %d tx_unusable and nothing forwarded", v, n)
 	}
@@ -443,9 +440,7 @@ func TestFailedTransmitIsNotForwarded(t *testing.T) {
 	name, _ := b.attach(t, XDPModeNative)
 	b.setGRO(t, b.b, "b0", false)
 	const n = 10
-	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
-	time.Sleep(100 * time.Millisecond)
-	v := verdicts(t, name)
+	v := b.sendTransit(t, name, n)
 	if v["tx_failed"] != n || v["forwarded"] != 0 {
 		t.Fatalf("verdicts %v; want %d tx_failed and nothing forwarded", v, n)
 	}
@@ -490,34 +485,6 @@ func TestLocalHostsAreDelivered(t *testing.T) {
 	}
 }
 
-// runWith runs a frame through a program of the router (the generic copy,
-// say) and reports the verdict as runOne does.
-func (r *Router) runWith(t *testing.T, prog *ebpf.Program, frame []byte) result {
-	t.Helper()
-	before, err := r.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256)}
-	ret, err := prog.Run(&opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := r.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := result{action: ret, out: opts.DataOut, verdict: "none"}
-	for s := range after {
-		for v := range after[s] {
-			if after[s][v].Packets != before[s][v].Packets {
-				res.verdict = VerdictName(Verdict(v))
-			}
-		}
-	}
-	return res
-}
-
 // makeEither sets the last payload word so that the datagram's field is
 // both a complete, right checksum and the pseudo-header's sum.
 func makeEither(f []byte) {
@@ -525,9 +492,9 @@ func makeEither(f []byte) {
 	// The last whole word of the payload, at an even offset in the datagram.
 	w := off + (end-off-2)/2*2
 	f[w], f[w+1] = 0, 0
-	field := fold(pseudo)
+	field := checksum.Fold(pseudo)
 	binary.BigEndian.PutUint16(f[off+6:], field)
-	need := ^fold(sum16(f[off:end], pseudo))
+	need := ^checksum.Fold(checksum.Sum(f[off:end], pseudo))
 	binary.BigEndian.PutUint16(f[w:], need)
 }
 
@@ -589,8 +556,8 @@ func TestChecksumKinds(t *testing.T) {
 				}
 			case "pending":
 				o, _, pseudo, _ := udpSpan(res.out)
-				if got := binary.BigEndian.Uint16(res.out[o+6:]); got != fold(pseudo) {
-					t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, fold(pseudo))
+				if got := binary.BigEndian.Uint16(res.out[o+6:]); got != checksum.Fold(pseudo) {
+					t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, checksum.Fold(pseudo))
 				}
 			}
 		})

@@ -80,24 +80,11 @@ func forwarded(t *testing.T, name string) uint64 {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := p.ReadCounters()
+	totals, err := p.Totals()
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots, err := p.Slots()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Verdicts(slots, "all")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range v {
-		if br.VerdictName(br.Verdict(i)) == "forwarded" {
-			return s.Packets
-		}
-	}
-	return 0
+	return totals["forwarded"].Packets
 }
 
 // bfdState sums, over an AS's reference router's interfaces, how many are
