@@ -33,6 +33,10 @@ require (
 	google.golang.org/protobuf v1.34.1 // indirect
 )
 
-require golang.org/x/net v0.48.0 // indirect
+require (
+	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
+	golang.org/x/exp v0.0.0-20240506185415-9bf2ced13842 // indirect
+	golang.org/x/net v0.48.0 // indirect
+)
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -138,4 +138,16 @@ __attribute__((noinline)) int csum_xdp(struct xdp_md *ctx, __u32 off, __u32 len,
 	return csum_packet(data + (off & CSUM_OFF_MASK), len, data_end, sum);
 }
 
+/* csum_xdp for an skb (TC), whose bytes from off on must be linear (pulled). */
+__attribute__((noinline)) int csum_skb(struct __sk_buff *skb, __u32 off, __u32 len, __u64 *sum)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (!sum || off > CSUM_OFF_MASK)
+		return -1;
+	asm volatile("" : "+r"(off));
+	return csum_packet(data + (off & CSUM_OFF_MASK), len, data_end, sum);
+}
+
 #endif

@@ -1,0 +1,891 @@
+/* SCION-IP translator: an unmodified IPv6 host talks over SCION.
+ *
+ * The host routes SCION-mapped IPv6 (fc00::/8) into a device pair of the
+ * translator's own (tra0 → tra1) that has neither TSO nor checksum offload:
+ * the kernel cuts TCP super-packets into segments and completes checksums
+ * on the way, in one pass, so that what arrives at tra1 is one IPv6 packet
+ * per SCION packet with a checksum that an incremental update keeps right.
+ *
+ *   tra_out (TC ingress of tra1): IPv6 → SCION/UDP/IPv4 to the AS's router
+ *   tra_in  (XDP on the underlay device): SCION → IPv6, into tra1 → tra0
+ *
+ * Each direction is a list of named steps; each returns CONTINUE or the
+ * action it decided. A packet without a path yet goes to the daemon, which
+ * sends it again once the path is there. */
+#include "common.h"
+#include "parse.h"
+#include "csum.h"
+#include "scion.h"
+#include "tra_shared.h"
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <linux/icmpv6.h>
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#define IPPROTO_ICMPV6_ 58
+
+/* The translator's configuration, written by the control plane. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tra_config);
+} tra_conf SEC(".maps");
+
+/* Paths by destination ISD-AS, filled by the daemon (tra run). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct tra_dest);
+} tra_paths SEC(".maps");
+
+/* Packets waiting for a path and SCMP errors, for the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} tra_events SEC(".maps");
+
+/* The host's end of the pair, for redirects into it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} tra_host_port SEC(".maps");
+
+/* Packets and bytes per verdict, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TRA_VERDICT_MAX);
+	__type(key, __u32);
+	__type(value, struct tra_counter);
+} tra_counters SEC(".maps");
+
+/* Unused by the programs: put enum tra_verdict and struct tra_event (the
+ * ring buffer has no value type) into BTF for bpf2go. */
+volatile const enum tra_verdict tra_verdict_anchor = TRA_VERDICT_MAX;
+const struct tra_event *tra_event_anchor __attribute__((unused));
+
+static __always_inline void count(__u32 v, __u32 bytes)
+{
+	struct tra_counter *c = bpf_map_lookup_elem(&tra_counters, &v);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+/* How much of a packet an event carries: the mask bounds it for the
+ * verifier (a clamp alone is lost in clang's rewrites), the clamp for us. */
+static __always_inline __u32 event_len(__u32 n)
+{
+	n &= 0x7ff;
+	return n > TRA_HELD_MAX ? TRA_HELD_MAX : n;
+}
+
+/* ---- Shared: checksums and SCION addresses --------------------------------- */
+
+static __always_inline __u64 sum_bytes16(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+
+	return (__u64)w[0] + w[1] + w[2] + w[3];
+}
+
+/* The SCION host address of an SM-IP address: its IPv4 address (IPv4 form:
+ * local prefix 0, IID 0:ffff:a.b.c.d) or itself. Returns 4 or 16. */
+static __always_inline int smip_host_len(const __u8 *smip)
+{
+	const __u32 *w = (const __u32 *)smip;
+
+	/* The local prefix is the low 24 bits of the upper half for the BGP
+	 * form, 8 for the public form: both zero in the IPv4 form. */
+	__u32 hi_lo = bpf_ntohl(w[1]);
+	__u8 form = (bpf_ntohl(w[0]) >> 8) & 0xf;
+	__u32 local = form == 0xe ? hi_lo & 0xff : hi_lo & 0xffffff;
+
+	if (local == 0 && w[2] == bpf_htonl(0xffff))
+		return 4;
+	return 16;
+}
+
+/* The ISD-AS an SM-IP address encodes, network order; 0 if it is not one. */
+static __always_inline __u64 smip_ia(const __u8 *smip)
+{
+	__u64 hi = ((__u64)bpf_ntohl(((const __u32 *)smip)[0]) << 32) | bpf_ntohl(((const __u32 *)smip)[1]);
+	__u64 isd, as;
+	__u8 field;
+
+	if (hi >> 56 != 0xfc)
+		return 0;
+	isd = hi >> 44 & 0xfff;
+	field = hi >> 40 & 0xf;
+	if (!(field & 0x8))
+		as = hi >> 24 & 0xfffff;
+	else if (field == 0xe)
+		as = (2ULL << 32) | (hi >> 8 & 0xffffffff);
+	else
+		return 0;
+	return bpf_cpu_to_be64(isd << 48 | as);
+}
+
+/* The SM-IP address of a SCION address: an IPv4 host in its IPv4 form; an
+ * IPv6 host must be an SM-IP address of that ISD-AS. Returns 0 or -1. */
+static __always_inline int scion_to_smip(__u64 ia_be, const __u8 *host, int host_len, __u8 *out)
+{
+	__u64 ia = bpf_be64_to_cpu(ia_be);
+	__u64 isd = ia >> 48, as = ia & 0xffffffffffffULL, hi;
+
+	if (host_len == 16) {
+		if (smip_ia(host) != ia_be)
+			return -1;
+		__builtin_memcpy(out, host, 16);
+		return 0;
+	}
+	if (isd > 0xfff)
+		return -1;
+	if (as < (1 << 19))
+		hi = 0xfcULL << 56 | isd << 44 | as << 24;
+	else if (as >> 32 == 2)
+		hi = 0xfcULL << 56 | isd << 44 | 0xeULL << 40 | (as & 0xffffffff) << 8;
+	else
+		return -1;
+	((__u32 *)out)[0] = bpf_htonl(hi >> 32);
+	((__u32 *)out)[1] = bpf_htonl(hi);
+	((__u32 *)out)[2] = bpf_htonl(0xffff);
+	__builtin_memcpy(out + 12, host, 4);
+	return 0;
+}
+
+/* ---- Egress: IPv6 from the host → SCION ------------------------------------ */
+
+/* Where an outgoing packet stands. */
+struct tra_out_pkt {
+	struct tra_config *cfg;
+	__u32 len;         /* bytes from the IPv6 header on */
+	__u16 l4_len;      /* IPv6 payload */
+	__u8 proto;        /* IPv6 next header */
+	__u8 scion_proto;  /* SCION NextHdr */
+	__u8 tclass;
+	__u32 flow;        /* 20-bit FlowID */
+	__u8 src[16] __attribute__((aligned(8)));
+	__u8 dst[16] __attribute__((aligned(8)));
+	__u64 dst_ia;      /* network order */
+	__u8 dst_host_len; /* 4 or 16 */
+	__u8 src_host_len;
+	__u16 scion_len;   /* the SCION header: common, address, path */
+	struct tra_path *path;
+	__u16 l4_csum_off; /* from the IPv6 header */
+	__u16 csum;        /* the L4 checksum as it stands */
+	__u8 tcp_flags;
+};
+
+#define ETH_LEN 14
+#define IP6_LEN 40
+#define OUT_HDRS (20 + 8) /* IPv4 and UDP in front of the SCION header */
+
+static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	void *data, *end;
+	struct ethhdr *eth;
+	struct ipv6hdr *ip6;
+
+	/* Headers and the first bytes of L4 (the TCP options of a SYN). */
+	bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128);
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	eth = data;
+	ip6 = data + ETH_LEN;
+	if (!PKT_HAS(ip6, IP6_LEN, end) || eth->h_proto != bpf_htons(ETH_P_IPV6))
+		return TC_ACT_SHOT; /* ARP, IPv4: nothing the host should send here */
+	/* One SCION packet per IPv6 packet: the pair cuts GSO packets before
+	 * they get here, and anything else GSO cannot be translated. */
+	if (skb->gso_size) {
+		count(TRA_UNSUPPORTED, skb->len);
+		return TC_ACT_SHOT;
+	}
+	p->proto = ip6->nexthdr;
+	p->l4_len = bpf_ntohs(ip6->payload_len);
+	p->len = skb->len - ETH_LEN;
+	p->tclass = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	__builtin_memcpy(p->src, &ip6->saddr, 16);
+	__builtin_memcpy(p->dst, &ip6->daddr, 16);
+	if (IP6_LEN + p->l4_len != p->len) {
+		count(TRA_PARSE_ERROR, skb->len);
+		return TC_ACT_SHOT;
+	}
+	switch (p->proto) {
+	case IPPROTO_TCP: {
+		struct tcphdr *tcp = (void *)(ip6 + 1);
+
+		if (!PKT_HAS(tcp, sizeof(*tcp), end))
+			goto bad;
+		p->scion_proto = IPPROTO_TCP;
+		p->l4_csum_off = IP6_LEN + 16;
+		p->csum = tcp->check;
+		p->tcp_flags = ((__u8 *)tcp)[13];
+		break;
+	}
+	case IPPROTO_UDP: {
+		struct udphdr *udp = (void *)(ip6 + 1);
+
+		if (!PKT_HAS(udp, sizeof(*udp), end))
+			goto bad;
+		p->scion_proto = IPPROTO_UDP;
+		p->l4_csum_off = IP6_LEN + 6;
+		p->csum = udp->check;
+		break;
+	}
+	case IPPROTO_ICMPV6_: {
+		__u8 *icmp = (void *)(ip6 + 1);
+
+		if (!PKT_HAS(icmp, 8, end))
+			goto bad;
+		/* Echo maps to SCMP echo, same types and layout; the host's
+		 * own errors would quote a packet that was SCION on the wire. */
+		if (icmp[0] != 128 && icmp[0] != 129) {
+			count(TRA_UNSUPPORTED, skb->len);
+			return TC_ACT_SHOT;
+		}
+		p->scion_proto = SCION_PROTO_SCMP;
+		p->l4_csum_off = IP6_LEN + 2;
+		p->csum = *(__u16 *)(icmp + 2);
+		break;
+	}
+	default:
+		count(TRA_UNSUPPORTED, skb->len);
+		return TC_ACT_SHOT;
+	}
+	return CONTINUE;
+bad:
+	count(TRA_PARSE_ERROR, skb->len);
+	return TC_ACT_SHOT;
+}
+
+/* The destination's ISD-AS and host from its SM-IP address; the source
+ * must be this host's. */
+static __always_inline int map_destination(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	p->dst_ia = smip_ia(p->dst);
+	if (!p->dst_ia) {
+		count(TRA_NOT_SMIP, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (((__u64 *)p->src)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
+	    ((__u64 *)p->src)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
+		count(TRA_NOT_SMIP, skb->len);
+		return TC_ACT_SHOT;
+	}
+	p->dst_host_len = smip_host_len(p->dst);
+	p->src_host_len = p->cfg->host_is4 ? 4 : 16;
+	return CONTINUE;
+}
+
+/* A flow's hash: which of the destination's paths it takes, and its
+ * FlowID. */
+static __always_inline __u32 flow_hash(struct __sk_buff *skb, const struct tra_out_pkt *p)
+{
+	__u32 h = 0x811c9dc5, ports = 0;
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u32 *l4 = data + ETH_LEN + IP6_LEN;
+
+	if ((p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && PKT_HAS(l4, 4, end))
+		ports = *l4;
+	h ^= ((const __u32 *)p->dst)[3] * 0x85ebca6b;
+	h ^= ((const __u32 *)p->dst)[1] * 0xc2b2ae35;
+	h ^= ports * 0x27d4eb2f;
+	h ^= p->proto * 0x165667b1;
+	h ^= h >> 16;
+	h *= 0x7feb352d;
+	h ^= h >> 15;
+	return h;
+}
+
+/* A path per destination AS, chosen per flow; none yet: the daemon gets
+ * the packet and sends it again once it has one. The local AS needs none. */
+static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
+{
+	struct tra_dest *d;
+	struct tra_event *e;
+	__u32 n;
+
+	d = bpf_map_lookup_elem(&tra_paths, &p->dst_ia);
+	if (d && d->n > 0) {
+		__u32 i;
+
+		n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
+		i = hash % n;
+		/* clang drops a mask it can prove idle; the verifier cannot
+		 * follow the modulo. */
+		asm volatile("" : "+r"(i));
+		p->path = &d->paths[i & (TRA_MAX_PATHS - 1)];
+		return CONTINUE;
+	}
+	e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
+	if (!e) {
+		count(TRA_HELD_LOST, skb->len);
+		return TC_ACT_SHOT;
+	}
+	e->kind = TRA_EV_NO_PATH;
+	e->ia = p->dst_ia;
+	n = event_len(p->len);
+	e->len = n;
+	if (!n || p->len > TRA_HELD_MAX || bpf_skb_load_bytes(skb, ETH_LEN, e->data, n)) {
+		bpf_ringbuf_discard(e, 0);
+		count(TRA_HELD_LOST, skb->len);
+		return TC_ACT_SHOT;
+	}
+	bpf_ringbuf_submit(e, 0);
+	count(TRA_NO_PATH, skb->len);
+	return TC_ACT_SHOT;
+}
+
+/* The SCION header this packet will carry: common (12), address (16 of
+ * ISD-ASes and the two hosts), path. */
+static __always_inline void size_scion(struct tra_out_pkt *p)
+{
+	__u16 path = p->path ? (p->path->len & (TRA_PATH_MAX - 1 | TRA_PATH_MAX)) : 0;
+
+	p->scion_len = SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len + path;
+}
+
+#ifndef TCPOPT_MSS
+#define TCPOPT_MSS 2
+#endif
+
+/* A TCP SYN asks for at most what fits the path: MSS = path MTU less the
+ * SCION header and TCP's own. */
+static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	struct tcphdr *tcp = data + ETH_LEN + IP6_LEN;
+	__u8 *opt;
+	__u16 max, mss;
+
+	if (p->proto != IPPROTO_TCP || !(p->tcp_flags & 0x02) || !p->path)
+		return;
+	if (!PKT_HAS(tcp, sizeof(*tcp), end))
+		return;
+	max = p->path->mtu - p->scion_len - sizeof(*tcp);
+	opt = (__u8 *)(tcp + 1);
+	/* Options up to 40 bytes; the MSS option is usually first. */
+	for (int i = 0; i < 10; i++) {
+		if (!PKT_HAS(opt, 4, end) || opt >= (__u8 *)tcp + tcp->doff * 4)
+			return;
+		if (opt[0] == 0)
+			return;
+		if (opt[0] == 1) {
+			opt++;
+			continue;
+		}
+		if (opt[0] == TCPOPT_MSS && opt[1] == 4) {
+			mss = (opt[2] << 8) | opt[3];
+			if (mss > max) {
+				__u32 diff = bpf_htons(mss) ^ 0xffff;
+
+				/* ~new = ~old + ~mss + new_mss (RFC 1624). */
+				__u64 s = (__u16)~p->csum;
+				s += diff + bpf_htons(max);
+				p->csum = ~csum_fold32(s);
+				opt[2] = max >> 8;
+				opt[3] = max;
+				tcp->check = p->csum;
+				count(TRA_MSS_CLAMPED, 0);
+			}
+			return;
+		}
+		if (opt[1] < 2)
+			return;
+		opt += opt[1];
+	}
+}
+
+/* The L4 checksum moves from IPv6's pseudo-header to SCION's: addresses
+ * become ISD-ASes and hosts, ICMPv6's next header SCMP's. */
+static __always_inline __u16 l4_csum_to_scion(const struct tra_out_pkt *p)
+{
+	__u64 sub = sum_bytes16(p->src) + sum_bytes16(p->dst) + bpf_htons(p->proto);
+	__u64 add = (__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) +
+		    (__u32)p->dst_ia + (__u32)(p->dst_ia >> 32) + bpf_htons(p->scion_proto);
+	__u64 s;
+
+	add += p->src_host_len == 4 ? p->cfg->host_ip4 : sum_bytes16(p->src);
+	add += p->dst_host_len == 4 ? ((const __u32 *)p->dst)[3] : sum_bytes16(p->dst);
+	/* The length is the same in both. */
+	s = (__u16)~p->csum;
+	s += (__u16)~csum_fold32(sub);
+	s += add;
+	return ~csum_fold32(s);
+}
+
+/* Too big for the path: the host gets ICMPv6 Packet Too Big with the MTU
+ * that fits, quoting its packet (IPv6 minimum MTU: 1280 bytes in all). */
+static __always_inline int send_ptb(struct __sk_buff *skb, struct tra_out_pkt *p);
+
+static __always_inline int check_path_mtu(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	if (!p->path || p->scion_len + p->l4_len <= p->path->mtu)
+		return CONTINUE;
+	return send_ptb(skb, p);
+}
+
+/* Builds the SCION packet in place: IPv6 (40) becomes IPv4 (20), UDP (8)
+ * and the SCION header. */
+static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
+{
+	__u16 new_csum = l4_csum_to_scion(p);
+	void *data, *end;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	__u8 *c, *a;
+	__u16 path_len = p->path ? p->path->len : 0;
+	__u32 off;
+
+	/* IPv6 → IPv4 leaves 20 bytes of network header; UDP and SCION go
+	 * after it. */
+	if (bpf_skb_change_proto(skb, bpf_htons(ETH_P_IP), 0))
+		goto fail;
+	if (bpf_skb_adjust_room(skb, sizeof(struct udphdr) + p->scion_len, BPF_ADJ_ROOM_NET, 0))
+		goto fail;
+	if (bpf_skb_pull_data(skb, ETH_LEN + OUT_HDRS + SCION_CMN_LEN + 2 * SCION_IA_LEN + 32))
+		goto fail;
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	ip = data + ETH_LEN;
+	udp = (void *)(ip + 1);
+	c = (void *)(udp + 1);
+	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN + 32, end))
+		goto fail;
+	((struct ethhdr *)data)->h_proto = bpf_htons(ETH_P_IP);
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = p->tclass;
+	ip->tot_len = bpf_htons(OUT_HDRS + p->scion_len + p->l4_len);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000);
+	ip->ttl = 64;
+	ip->protocol = IPPROTO_UDP;
+	ip->check = 0;
+	ip->saddr = p->cfg->host_ip4;
+	if (p->path && p->path->len) {
+		ip->daddr = p->path->next_hop;
+		udp->dest = p->path->next_port;
+	} else {
+		/* The local AS: straight to the host (IPv4 hosts only). */
+		ip->daddr = ((const __u32 *)p->dst)[3];
+		udp->dest = bpf_htons(SCION_ENDHOST_PORT);
+	}
+	ip->check = ipv4_hdr_csum(ip);
+	udp->source = p->cfg->underlay_port;
+	udp->len = bpf_htons(8 + p->scion_len + p->l4_len);
+	/* IPv4 allows no UDP checksum; the L4 checksum inside covers the
+	 * payload end to end. */
+	udp->check = 0;
+
+	/* Common header: version 0, QoS, FlowID, NextHdr, HdrLen, PayloadLen,
+	 * PathType, address types and lengths. */
+	c[0] = p->tclass >> 4;
+	c[1] = (p->tclass << 4) | ((hash >> 16) & 0xf);
+	c[2] = hash >> 8;
+	c[3] = hash;
+	c[4] = p->scion_proto;
+	c[5] = p->scion_len / SCION_LINE;
+	c[6] = p->l4_len >> 8;
+	c[7] = p->l4_len;
+	c[8] = path_len ? SCION_PATH_SCION : SCION_PATH_EMPTY;
+	c[9] = (p->dst_host_len == 16 ? SCION_ADDR_IP6 : SCION_ADDR_IP4) << 4 |
+	       (p->src_host_len == 16 ? SCION_ADDR_IP6 : SCION_ADDR_IP4);
+	c[10] = 0;
+	c[11] = 0;
+	a = c + SCION_CMN_LEN;
+	__builtin_memcpy(a, &p->dst_ia, 8);
+	__builtin_memcpy(a + 8, &p->cfg->local_ia, 8);
+	a += 16;
+	if (p->dst_host_len == 16) {
+		__builtin_memcpy(a, p->dst, 16);
+		a += 16;
+	} else {
+		__builtin_memcpy(a, p->dst + 12, 4);
+		a += 4;
+	}
+	if (p->src_host_len == 16) {
+		__builtin_memcpy(a, p->src, 16);
+	} else {
+		__builtin_memcpy(a, &p->cfg->host_ip4, 4);
+	}
+	off = ETH_LEN + OUT_HDRS + SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len;
+	if (path_len) {
+		/* 1..TRA_PATH_MAX, in a form the verifier can bound. */
+		__u32 n = ((path_len - 1) & (TRA_PATH_MAX - 1)) + 1;
+
+		if (path_len > TRA_PATH_MAX || bpf_skb_store_bytes(skb, off & 0xff, p->path->raw, n, 0))
+			goto fail;
+	}
+	/* The L4 checksum, now after the SCION header. */
+	off = ETH_LEN + OUT_HDRS + p->scion_len + (p->l4_csum_off - IP6_LEN);
+	if (bpf_skb_store_bytes(skb, off & 0x7ff, &new_csum, 2, 0))
+		goto fail;
+	if (p->proto == IPPROTO_ICMPV6_) {
+		/* Echo types are the same numbers in SCMP; nothing else to do. */
+	}
+	return CONTINUE;
+fail:
+	count(TRA_PARSE_ERROR, skb->len);
+	return TC_ACT_SHOT;
+}
+
+/* To the first hop, with L2 from the kernel's neighbour table. */
+static __always_inline int send_to_as(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	struct bpf_redir_neigh nh = { .nh_family = AF_INET };
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + ETH_LEN;
+
+	if (!PKT_HAS(ip, sizeof(*ip), end))
+		return TC_ACT_SHOT;
+	nh.ipv4_nh = ip->daddr;
+	count(TRA_OUT, skb->len);
+	return bpf_redirect_neigh(p->cfg->underlay_ifindex, &nh, sizeof(nh), 0);
+}
+
+SEC("tc")
+int tra_out(struct __sk_buff *skb)
+{
+	struct tra_out_pkt p = {};
+	__u32 zero = 0, hash;
+	int ret;
+
+	p.cfg = bpf_map_lookup_elem(&tra_conf, &zero);
+	if (!p.cfg || !p.cfg->underlay_ifindex)
+		return TC_ACT_SHOT;
+	if ((ret = parse_ipv6_out(skb, &p)) != CONTINUE)
+		return ret;
+	if ((ret = map_destination(skb, &p)) != CONTINUE)
+		return ret;
+	hash = flow_hash(skb, &p);
+	if (p.dst_ia != p.cfg->local_ia && (ret = choose_path(skb, &p, hash)) != CONTINUE)
+		return ret;
+	size_scion(&p);
+	clamp_mss(skb, &p);
+	if ((ret = check_path_mtu(skb, &p)) != CONTINUE)
+		return ret;
+	if ((ret = build_scion(skb, &p, hash)) != CONTINUE)
+		return ret;
+	return send_to_as(skb, &p);
+}
+
+/* The Packet Too Big reply, built from the packet itself: a new IPv6 and
+ * ICMPv6 header in front, what does not fit 1280 bytes cut, back out of
+ * tra1 to the host. The source is the destination it could not reach. */
+static __always_inline int send_ptb(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	__u32 mtu = p->path->mtu - p->scion_len + IP6_LEN;
+	struct ethhdr *eth;
+	struct ipv6hdr *ip6;
+	__u8 *icmp;
+	void *data, *end;
+	__u32 quote, plen;
+	__u64 sum = 0;
+	__u8 mac[6];
+
+	if (mtu < 1280)
+		mtu = 1280;
+	/* An ICMPv6 error quotes as much as fits the minimum MTU. */
+	quote = p->len < 1280 - IP6_LEN - 8 ? p->len : 1280 - IP6_LEN - 8;
+	if (bpf_skb_change_tail(skb, ETH_LEN + quote, 0))
+		goto fail;
+	if (bpf_skb_adjust_room(skb, IP6_LEN + 8, BPF_ADJ_ROOM_MAC, 0))
+		goto fail;
+	if (bpf_skb_pull_data(skb, 0))
+		goto fail;
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	eth = data;
+	ip6 = data + ETH_LEN;
+	icmp = (void *)(ip6 + 1);
+	if (!PKT_HAS(icmp, 8, end))
+		goto fail;
+	__builtin_memcpy(mac, eth->h_dest, 6);
+	__builtin_memcpy(eth->h_dest, eth->h_source, 6);
+	__builtin_memcpy(eth->h_source, mac, 6);
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	plen = 8 + quote;
+	ip6->version = 6;
+	ip6->priority = 0;
+	__builtin_memset(ip6->flow_lbl, 0, 3);
+	ip6->payload_len = bpf_htons(plen);
+	ip6->nexthdr = IPPROTO_ICMPV6_;
+	ip6->hop_limit = 64;
+	__builtin_memcpy(&ip6->saddr, p->dst, 16);
+	__builtin_memcpy(&ip6->daddr, p->src, 16);
+	icmp[0] = 2; /* Packet Too Big */
+	icmp[1] = 0;
+	icmp[2] = 0;
+	icmp[3] = 0;
+	*(__u32 *)(icmp + 4) = bpf_htonl(mtu);
+	sum = sum_bytes16(p->dst) + sum_bytes16(p->src) + bpf_htonl(plen) + bpf_htonl(IPPROTO_ICMPV6_);
+	if (csum_skb(skb, ETH_LEN + IP6_LEN, plen, &sum))
+		goto fail;
+	*(__u16 *)(icmp + 2) = ~csum_fold32(sum);
+	count(TRA_PTB, skb->len);
+	return bpf_redirect(p->cfg->host_ifindex, 0);
+fail:
+	count(TRA_PARSE_ERROR, skb->len);
+	return TC_ACT_SHOT;
+}
+
+/* ---- Ingress: SCION for the host → IPv6 ------------------------------------ */
+
+struct tra_in_pkt {
+	struct tra_config *cfg;
+	__u16 udp_off;
+	__u16 scion_off;
+	__u16 hdr_len;     /* SCION header */
+	__u16 l4_len;
+	__u8 next_hdr;
+	__u8 src_host_len;
+	__u8 dst_host_len;
+	__u8 qos;
+	__u32 flow;
+	__u64 src_ia;
+	__u8 src_smip[16] __attribute__((aligned(8)));
+	__u8 src_host[16] __attribute__((aligned(8)));
+};
+
+static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + ETH_LEN;
+	struct udphdr *udp;
+	__u32 ihl;
+
+	if (!PKT_HAS(ip, sizeof(*ip), end) || eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	if (ip->protocol != IPPROTO_UDP || ip->daddr != p->cfg->host_ip4 || ipv4_is_fragment(ip))
+		return XDP_PASS;
+	ihl = ip->ihl * 4;
+	if (ihl < sizeof(*ip) || ihl > 60)
+		return XDP_PASS;
+	p->udp_off = ETH_LEN + ihl;
+	udp = data + p->udp_off;
+	if (!PKT_HAS(udp, sizeof(*udp), end))
+		return XDP_PASS;
+	/* The router delivers SCION/UDP to its port when dispatched, the rest
+	 * to the end-host port. */
+	{
+		__u16 port = bpf_ntohs(udp->dest);
+
+		if (port != SCION_ENDHOST_PORT && (port < p->cfg->dispatched_start || port > p->cfg->dispatched_end))
+			return XDP_PASS;
+	}
+	p->scion_off = p->udp_off + sizeof(*udp);
+	return CONTINUE;
+}
+
+/* The SCION header: for this host, a standard or empty path, an L4 the
+ * translator carries. */
+static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	__u8 *c = data + (p->scion_off & 0xff);
+	__u8 *dst;
+	__u8 dt, st;
+
+	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN + 32, end))
+		return XDP_PASS;
+	if (c[0] >> 4 != 0)
+		return XDP_PASS;
+	if (*(__u64 *)(c + SCION_CMN_LEN) != p->cfg->local_ia) {
+		count(TRA_NOT_OURS, end - data);
+		return XDP_PASS;
+	}
+	p->qos = (c[0] << 4) | (c[1] >> 4);
+	p->flow = ((c[1] & 0xf) << 16) | (c[2] << 8) | c[3];
+	p->next_hdr = c[4];
+	p->hdr_len = c[5] * SCION_LINE;
+	p->l4_len = (c[6] << 8) | c[7];
+	dt = c[9] >> 4;
+	st = c[9] & 0xf;
+	if ((dt != SCION_ADDR_IP4 && dt != SCION_ADDR_IP6) || (st != SCION_ADDR_IP4 && st != SCION_ADDR_IP6)) {
+		count(TRA_NOT_OURS, end - data);
+		return XDP_PASS;
+	}
+	if (c[8] != SCION_PATH_SCION && c[8] != SCION_PATH_EMPTY) {
+		count(TRA_UNSUPPORTED, end - data);
+		return XDP_DROP;
+	}
+	p->dst_host_len = dt == SCION_ADDR_IP6 ? 16 : 4;
+	p->src_host_len = st == SCION_ADDR_IP6 ? 16 : 4;
+	dst = c + SCION_CMN_LEN + 2 * SCION_IA_LEN;
+	/* This host: its IPv4 address, or its SM-IP address. */
+	if (p->dst_host_len == 4 ? (!p->cfg->host_is4 || *(__u32 *)dst != p->cfg->host_ip4)
+				 : (((__u64 *)dst)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
+				    ((__u64 *)dst)[1] != ((__u64 *)p->cfg->host_smip)[1])) {
+		count(TRA_NOT_OURS, end - data);
+		return XDP_PASS;
+	}
+	p->src_ia = *(__u64 *)(c + SCION_CMN_LEN + SCION_IA_LEN);
+	if (p->dst_host_len == 4)
+		__builtin_memcpy(p->src_host, dst + 4, 16);
+	else
+		__builtin_memcpy(p->src_host, dst + 16, 16);
+	if (p->hdr_len < SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len ||
+	    (void *)c + p->hdr_len + p->l4_len > end) {
+		count(TRA_PARSE_ERROR, end - data);
+		return XDP_DROP;
+	}
+	if (p->next_hdr != IPPROTO_TCP && p->next_hdr != IPPROTO_UDP && p->next_hdr != SCION_PROTO_SCMP) {
+		count(TRA_UNSUPPORTED, end - data);
+		return XDP_DROP;
+	}
+	return CONTINUE;
+}
+
+static __always_inline int map_source(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	if (scion_to_smip(p->src_ia, p->src_host, p->src_host_len, p->src_smip)) {
+		count(TRA_UNMAPPABLE, ctx->data_end - ctx->data);
+		return XDP_DROP;
+	}
+	return CONTINUE;
+}
+
+/* The L4 checksum moves from SCION's pseudo-header to IPv6's. SCMP echo
+ * becomes ICMPv6 echo (same types and layout); an SCMP error becomes the
+ * nearest ICMPv6 error, and the daemon hears of those about paths. */
+static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	__u8 *l4 = data + ((p->scion_off + p->hdr_len) & 0x7ff);
+	__u8 proto6 = p->next_hdr == SCION_PROTO_SCMP ? IPPROTO_ICMPV6_ : p->next_hdr;
+	__u16 *csum;
+	__u64 sub, add, s;
+
+	if (!PKT_HAS(l4, 8, end)) {
+		count(TRA_PARSE_ERROR, end - data);
+		return XDP_DROP;
+	}
+	switch (p->next_hdr) {
+	case IPPROTO_TCP:
+		if (!PKT_HAS(l4, 20, end))
+			return XDP_DROP;
+		csum = (__u16 *)(l4 + 16);
+		break;
+	case IPPROTO_UDP:
+		csum = (__u16 *)(l4 + 6);
+		break;
+	default: /* SCMP */
+		csum = (__u16 *)(l4 + 2);
+		if (l4[0] != 128 && l4[0] != 129) {
+			struct tra_event *e;
+
+			/* Errors go to the daemon (a link down, a path expired:
+			 * it fails over); the host gets none it could not read. */
+			e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
+			if (e) {
+				__u32 n = event_len(end - (void *)l4);
+
+				e->kind = TRA_EV_SCMP;
+				e->ia = p->src_ia;
+				e->scmp_type = l4[0];
+				e->scmp_code = l4[1];
+				e->len = n;
+				if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n))
+					bpf_ringbuf_discard(e, 0);
+				else
+					bpf_ringbuf_submit(e, 0);
+			}
+			count(TRA_SCMP_REPORTED, end - data);
+			return XDP_DROP;
+		}
+	}
+	{
+		const __u8 *dst = data + ((p->scion_off + SCION_CMN_LEN + 2 * SCION_IA_LEN) & 0xff);
+		const __u8 *src;
+
+		if (!PKT_HAS(dst, 32, end))
+			return XDP_DROP;
+		src = dst + p->dst_host_len;
+		sub = (__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) + (__u32)p->src_ia +
+		      (__u32)(p->src_ia >> 32) + bpf_htons(p->next_hdr);
+		sub += p->dst_host_len == 4 ? *(__u32 *)dst : sum_bytes16(dst);
+		sub += p->src_host_len == 4 ? *(__u32 *)src : sum_bytes16(src);
+	}
+	add = sum_bytes16(p->src_smip) + sum_bytes16(p->cfg->host_smip) + bpf_htons(proto6);
+	s = (__u16)~*csum;
+	s += (__u16)~csum_fold32(sub);
+	s += add;
+	*csum = ~csum_fold32(s);
+	return CONTINUE;
+}
+
+/* Everything in front of L4 becomes Ethernet and IPv6, from the remote's
+ * SM-IP address to this host's; into tra1, out of tra0. */
+static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	int delta = (int)(p->scion_off + p->hdr_len) - (ETH_LEN + IP6_LEN);
+	void *data, *end;
+	struct ethhdr *eth;
+	struct ipv6hdr *ip6;
+
+	if (bpf_xdp_adjust_head(ctx, delta)) {
+		count(TRA_PARSE_ERROR, ctx->data_end - ctx->data);
+		return XDP_DROP;
+	}
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip6 = data + ETH_LEN;
+	if (!PKT_HAS(ip6, IP6_LEN, end))
+		return XDP_DROP;
+	__builtin_memcpy(eth->h_dest, p->cfg->host_mac, 6);
+	__builtin_memcpy(eth->h_source, p->cfg->pair_mac, 6);
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	ip6->version = 6;
+	ip6->priority = p->qos >> 4;
+	ip6->flow_lbl[0] = (p->qos << 4) | (p->flow >> 16 & 0xf);
+	ip6->flow_lbl[1] = p->flow >> 8;
+	ip6->flow_lbl[2] = p->flow;
+	ip6->payload_len = bpf_htons(p->l4_len);
+	ip6->nexthdr = p->next_hdr == SCION_PROTO_SCMP ? IPPROTO_ICMPV6_ : p->next_hdr;
+	ip6->hop_limit = 64;
+	__builtin_memcpy(&ip6->saddr, p->src_smip, 16);
+	__builtin_memcpy(&ip6->daddr, p->cfg->host_smip, 16);
+	/* Trailing bytes past the SCION payload go. */
+	{
+		int excess = (int)(end - data) - (ETH_LEN + IP6_LEN + p->l4_len);
+
+		if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
+			return XDP_DROP;
+	}
+	count(TRA_IN, ctx->data_end - ctx->data);
+	return bpf_redirect_map(&tra_host_port, 0, 0);
+}
+
+SEC("xdp")
+int tra_in(struct xdp_md *ctx)
+{
+	struct tra_in_pkt p = {};
+	__u32 zero = 0;
+	int ret;
+
+	p.cfg = bpf_map_lookup_elem(&tra_conf, &zero);
+	if (!p.cfg || !p.cfg->host_ifindex)
+		return XDP_PASS;
+	if ((ret = parse_underlay_in(ctx, &p)) != CONTINUE)
+		return ret;
+	if ((ret = parse_scion_in(ctx, &p)) != CONTINUE)
+		return ret;
+	if ((ret = map_source(ctx, &p)) != CONTINUE)
+		return ret;
+	if ((ret = translate_l4_in(ctx, &p)) != CONTINUE)
+		return ret;
+	return to_ipv6(ctx, &p);
+}
+
+char _license[] SEC("license") = "GPL";
