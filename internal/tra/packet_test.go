@@ -39,7 +39,7 @@ var (
 func testPath(t *testing.T) []byte {
 	t.Helper()
 	d := scion.Decoded{
-		Base: scion.Base{PathMeta: scion.MetaHdr{SegLen: [3]uint8{2, 2, 0}}, NumINF: 2, NumHops: 4},
+		Base:       scion.Base{PathMeta: scion.MetaHdr{SegLen: [3]uint8{2, 2, 0}}, NumINF: 2, NumHops: 4},
 		InfoFields: []path.InfoField{{SegID: 0x1111, Timestamp: 1700000000}, {ConsDir: true, SegID: 0x2222, Timestamp: 1700000000}},
 		HopFields: []path.HopField{
 			{ExpTime: 63, ConsIngress: 0, ConsEgress: 1, Mac: [6]byte{1, 2, 3, 4, 5, 6}},

@@ -206,9 +206,9 @@ func TestEgressSendsPacketTooBig(t *testing.T) {
 func TestEgressRefuses(t *testing.T) {
 	tr := loadTest(t)
 	for name, c := range map[string]struct{ src, dst netip.Addr }{
-		"not SM-IP":        {hostSMIP, netip.MustParseAddr("2001:db8::1")},
-		"reserved form":    {hostSMIP, netip.MustParseAddr("fc00:1800::ffff:a00:1")},
-		"another source":   {netip.MustParseAddr("fc00:10fc:100::99"), remote4SMIP},
+		"not SM-IP":      {hostSMIP, netip.MustParseAddr("2001:db8::1")},
+		"reserved form":  {hostSMIP, netip.MustParseAddr("fc00:1800::ffff:a00:1")},
+		"another source": {netip.MustParseAddr("fc00:10fc:100::99"), remote4SMIP},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := tr.counts(t)["not_smip"].Packets
