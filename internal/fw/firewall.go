@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -34,8 +35,9 @@ func PinDir(name string) string { return filepath.Join(PinRoot, name) }
 type LoadOptions struct {
 	// PinPath, if set, pins the maps there or reuses those pinned there.
 	PinPath string
-	// MaxFlows sizes the flow table (default 131072). Ignored when the
-	// maps are reused from pins.
+	// MaxFlows is how many flows the flow cache holds per CPU (default
+	// 131072), rounded up to a power of two. Ignored when the maps are
+	// reused from pins.
 	MaxFlows uint32
 }
 
@@ -56,8 +58,9 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, fmt.Errorf("read the firewall program: %w", err)
 	}
 	if opts.MaxFlows > 0 {
-		spec.Maps["fw_flows4"].MaxEntries = opts.MaxFlows
-		spec.Maps["fw_flows6"].MaxEntries = opts.MaxFlows
+		sets := flowSets(opts.MaxFlows)
+		spec.Maps["fw_flows4"].MaxEntries = sets
+		spec.Maps["fw_flows6"].MaxEntries = sets
 	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
@@ -72,8 +75,26 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		}
 		return nil, fmt.Errorf("load the firewall program: %w", err)
 	}
+	// The data path finds a flow's set with this mask.
+	mask := f.objs.FwFlows4.MaxEntries() - 1
+	if err := f.updateConfig(func(c *fwFwConfig) { c.FlowMask = mask }); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return f, nil
 }
+
+// flowSets is the number of sets for n flows per CPU: a power of two.
+func flowSets(n uint32) uint32 {
+	sets := max(n/flowWays, 1)
+	if sets&(sets-1) != 0 {
+		sets = 1 << bits.Len32(sets)
+	}
+	return min(sets, 1<<24)
+}
+
+// FlowCapacity is how many flows the flow cache holds per CPU.
+func (f *Firewall) FlowCapacity() int { return int(f.objs.FwFlows4.MaxEntries()) * flowWays }
 
 func pinAll(spec *ebpf.CollectionSpec) {
 	for _, m := range spec.Maps {
@@ -118,11 +139,11 @@ func (f *Firewall) Close() error {
 
 // slotMaps are one rule set's maps, in the order of their outer arrays.
 type slotMaps struct {
-	src4, dst4, src6, dst6, sport, dport, cand, rule, set *ebpf.Map
+	set, idx4, ivl4, ivl6, node, wild, pmask, pblock, cand, rule *ebpf.Map
 }
 
 func (s *slotMaps) all() []**ebpf.Map {
-	return []**ebpf.Map{&s.src4, &s.dst4, &s.src6, &s.dst6, &s.sport, &s.dport, &s.cand, &s.rule, &s.set}
+	return []**ebpf.Map{&s.set, &s.idx4, &s.ivl4, &s.ivl6, &s.node, &s.wild, &s.pmask, &s.pblock, &s.cand, &s.rule}
 }
 
 func (s *slotMaps) close() {
@@ -135,10 +156,10 @@ func (s *slotMaps) close() {
 
 func (f *Firewall) outers() []*ebpf.Map {
 	m := &f.objs.fwMaps
-	return []*ebpf.Map{m.FwSrc4, m.FwDst4, m.FwSrc6, m.FwDst6, m.FwSport, m.FwDport, m.FwCand, m.FwRuleSlots, m.FwSetSlots}
+	return []*ebpf.Map{m.FwSetSlots, m.FwIdx4Slots, m.FwIvl4Slots, m.FwIvl6Slots, m.FwNodeSlots, m.FwWildSlots, m.FwPmaskSlots, m.FwPblockSlots, m.FwCandSlots, m.FwRuleSlots}
 }
 
-var outerNames = []string{"fw_src4", "fw_dst4", "fw_src6", "fw_dst6", "fw_sport", "fw_dport", "fw_cand", "fw_rule_slots", "fw_set_slots"}
+var outerNames = []string{"fw_set_slots", "fw_idx4_slots", "fw_ivl4_slots", "fw_ivl6_slots", "fw_node_slots", "fw_wild_slots", "fw_pmask_slots", "fw_pblock_slots", "fw_cand_slots", "fw_rule_slots"}
 
 // Generation is the active rule set's generation; 0 before the first Install.
 func (f *Firewall) Generation() (uint32, error) {
@@ -221,39 +242,33 @@ func (f *Firewall) lock() (func(), error) {
 
 // build creates and fills a slot's maps.
 func (f *Firewall) build(c *compiled, s *slotMaps) error {
-	sizes := []int{len(c.src4), len(c.dst4), len(c.src6), len(c.dst6), 65536, 65536, len(c.cands), len(c.rules), 1}
 	for i, name := range outerNames {
 		in := f.specs[name].InnerMap.Copy()
-		in.MaxEntries = uint32(max(sizes[i], 1))
+		if in.Flags&unix.BPF_F_INNER_MAP != 0 {
+			// Sized per rule set; the others have their declared size.
+			in.MaxEntries = uint32(max([]int{0, 0, len(c.ivl4), len(c.ivl6), len(c.nodes), 0, 0, 0, len(c.cands), len(c.rules)}[i], 1))
+		}
 		in.Name = ""
 		m, err := ebpf.NewMap(in)
 		if err != nil {
-			return fmt.Errorf("create a %s map for %d entries: %w", name, sizes[i], err)
+			return fmt.Errorf("create a %s map for %d entries: %w", name, in.MaxEntries, err)
 		}
 		*s.all()[i] = m
 	}
 	for _, fill := range []func() error{
-		func() error { return putAll(s.src4, c.src4) },
-		func() error { return putAll(s.dst4, c.dst4) },
-		func() error { return putAll(s.src6, c.src6) },
-		func() error { return putAll(s.dst6, c.dst6) },
-		func() error { return putArray(s.sport, c.sport) },
-		func() error { return putArray(s.dport, c.dport) },
+		func() error { return s.set.Put(uint32(0), c.set) },
+		func() error { return putArray(s.idx4, c.idx4) },
+		func() error { return putArray(s.ivl4, c.ivl4) },
+		func() error { return putArray(s.ivl6, c.ivl6) },
+		func() error { return putArray(s.node, c.nodes) },
+		func() error { return putArray(s.wild, c.wild) },
+		func() error { return putArray(s.pmask, c.pmask) },
+		func() error { return putArray(s.pblock, c.pblock) },
 		func() error { return putArray(s.cand, c.cands) },
 		func() error { return putArray(s.rule, c.rules) },
-		func() error { return s.set.Put(uint32(0), c.set) },
 	} {
 		if err := fill(); err != nil {
 			return fmt.Errorf("fill the new rule set: %w", err)
-		}
-	}
-	return nil
-}
-
-func putAll[K comparable, V any](m *ebpf.Map, entries map[K]V) error {
-	for k, v := range entries {
-		if err := m.Put(k, v); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -278,37 +293,38 @@ func putArray[V any](m *ebpf.Map, vals []V) error {
 	return nil
 }
 
-// statsKey is a rule's key in fw_stats.
-func statsKey(slot uint32, rule int) uint32 { return slot<<31 | uint32(rule) }
-
-// resetStats removes a slot's counters and creates zeroed ones for n rule
-// ids (the default policy's included): the data path only updates.
-func (f *Firewall) resetStats(slot uint32, n int) error {
-	m := f.objs.FwStats
-	var (
-		k    uint32
-		v    []fwFwRuleStats
-		old  []uint32
-		keys = make([]uint32, n)
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if k>>31 == slot {
-			old = append(old, k)
+// readArray reads the first n values of an array map, in batches where the
+// kernel has them.
+func readArray[V any](m *ebpf.Map, n int) ([]V, error) {
+	vals := make([]V, n)
+	keys := make([]uint32, n)
+	var cur ebpf.MapBatchCursor
+	for got := 0; got < n; {
+		c, err := m.BatchLookup(&cur, keys[got:], vals[got:], nil)
+		got += c
+		if errors.Is(err, ebpf.ErrKeyNotExist) || got >= n {
+			break
 		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the rule counters: %w", err)
-	}
-	if len(old) > 0 {
-		if _, err := m.BatchDelete(old, nil); err != nil {
-			for _, k := range old {
-				if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return fmt.Errorf("clear the rule counters: %w", err)
+		if err != nil {
+			for i := range vals {
+				if err := m.Lookup(uint32(i), &vals[i]); err != nil {
+					return nil, err
 				}
 			}
+			return vals, nil
 		}
 	}
+	return vals, nil
+}
+
+// statsKey is a rule's key in fw_stats.
+func statsKey(slot uint32, rule int) uint32 { return slot<<statsSlotShift | uint32(rule) }
+
+// resetStats zeroes a slot's counters of n rule ids (the default
+// policy's included).
+func (f *Firewall) resetStats(slot uint32, n int) error {
+	m := f.objs.FwStats
+	keys := make([]uint32, n)
 	for i := range keys {
 		keys[i] = statsKey(slot, i)
 	}
@@ -319,7 +335,7 @@ func (f *Firewall) resetStats(slot uint32, n int) error {
 	zero := make([]fwFwRuleStats, ebpf.MustPossibleCPU())
 	for _, k := range keys {
 		if err := m.Put(k, zero); err != nil {
-			return fmt.Errorf("create the rule counters: %w", err)
+			return fmt.Errorf("clear the rule counters: %w", err)
 		}
 	}
 	return nil
@@ -401,11 +417,12 @@ func (f *Firewall) Rules() (*RuleSet, error) {
 		return nil, fmt.Errorf("read the rule-set header: %w", err)
 	}
 	rs.Default = Action(set.DefaultAction)
-	for id := uint32(1); id <= set.Nrules; id++ {
-		var k fwFwRule
-		if err := ms["fw_rule_slots"].Lookup(id, &k); err != nil {
-			return nil, fmt.Errorf("read rule %d: %w", id, err)
-		}
+	ks, err := readArray[fwFwRule](ms["fw_rule_slots"], int(set.Nrules)+1)
+	if err != nil {
+		return nil, fmt.Errorf("read the rules: %w", err)
+	}
+	rs.Rules = make([]Rule, 0, set.Nrules)
+	for _, k := range ks[1:] {
 		rs.Rules = append(rs.Rules, ruleFromKernel(k))
 	}
 	var c fwFwConfig
@@ -470,7 +487,7 @@ var counterNames = map[fwFwCounter]string{
 	fwFwCounterFW_C_PASS_NOT_IP:    "pass_not_ip",
 	fwFwCounterFW_C_DROP_MALFORMED: "drop_malformed",
 	fwFwCounterFW_C_CLASSIFIED:     "classified",
-	fwFwCounterFW_C_FLOW_UNTRACKED: "flow_untracked",
+	fwFwCounterFW_C_FLOW_REPLACED:  "flow_replaced",
 }
 
 // Counters reads the per-reason counters.

@@ -125,38 +125,90 @@ type FlowStats struct {
 	Current bool `json:"current"`
 }
 
-// Flows reads the flow table.
+// Flows reads the flow caches of every CPU. A flow seen on several CPUs is
+// one entry: its counters summed, its verdict the latest.
 func (f *Firewall) Flows() ([]FlowStats, error) {
 	gen, err := f.Generation()
 	if err != nil {
 		return nil, err
 	}
+	byFlow := map[Flow]int{}
 	var out []FlowStats
 	add := func(fl Flow, v fwFwFlow) {
-		out = append(out, FlowStats{
+		if v.Packets == 0 {
+			return
+		}
+		s := FlowStats{
 			Flow: fl, Packets: v.Packets, Bytes: v.Bytes,
 			FirstSeen: wallTime(v.FirstNs), LastSeen: wallTime(v.LastNs),
 			Rule: uint32(v.Verdict) >> 1, Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
-		})
+		}
+		i, ok := byFlow[fl]
+		if !ok {
+			byFlow[fl] = len(out)
+			out = append(out, s)
+			return
+		}
+		o := &out[i]
+		o.Packets += s.Packets
+		o.Bytes += s.Bytes
+		if s.FirstSeen.Before(o.FirstSeen) {
+			o.FirstSeen = s.FirstSeen
+		}
+		if s.LastSeen.After(o.LastSeen) {
+			o.LastSeen, o.Rule, o.Action, o.Current = s.LastSeen, s.Rule, s.Action, s.Current
+		}
 	}
-	var (
-		k4 fwFwFlow4Key
-		k6 fwFwFlowKey
-		v  fwFwFlow
-	)
-	it := f.objs.FwFlows4.Iterate()
-	for it.Next(&k4, &v) {
-		add(flowFromKey4(k4), v)
+	sets4, err := readPerCPU[fwFwFlow4Set](f.objs.FwFlows4)
+	if err != nil {
+		return nil, fmt.Errorf("read the IPv4 flow cache: %w", err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the IPv4 flow table: %w", err)
+	for _, set := range sets4 {
+		for _, w := range set.Way {
+			add(flowFromKey4(w.Key), w.F)
+		}
 	}
-	it = f.objs.FwFlows6.Iterate()
-	for it.Next(&k6, &v) {
-		add(flowFromKey(k6), v)
+	sets6, err := readPerCPU[fwFwFlow6Set](f.objs.FwFlows6)
+	if err != nil {
+		return nil, fmt.Errorf("read the IPv6 flow cache: %w", err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the IPv6 flow table: %w", err)
+	for _, set := range sets6 {
+		for _, w := range set.Way {
+			add(flowFromKey(w.Key), w.F)
+		}
+	}
+	return out, nil
+}
+
+// readPerCPU reads every CPU's values of a per-CPU array, in batches.
+func readPerCPU[V any](m *ebpf.Map) ([]V, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	n := int(m.MaxEntries())
+	const chunk = 4096
+	out := make([]V, 0, n*ncpu)
+	keys := make([]uint32, chunk)
+	vals := make([]V, chunk*ncpu)
+	var cur ebpf.MapBatchCursor
+	for len(out) < n*ncpu {
+		c, err := m.BatchLookup(&cur, keys, vals, nil)
+		out = append(out, vals[:c*ncpu]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			out = out[:0]
+			var per []V
+			for k := uint32(0); k < uint32(n); k++ {
+				if err := m.Lookup(k, &per); err != nil {
+					return nil, err
+				}
+				out = append(out, per...)
+			}
+			break
+		}
 	}
 	return out, nil
 }
