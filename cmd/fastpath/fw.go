@@ -203,7 +203,7 @@ func fwAddCmd(open openFunc) *cobra.Command {
 				return err
 			}
 			n := len(rs.Rules)
-			if at == 0 {
+			if !cmd.Flags().Changed("at") {
 				at = n + 1
 			}
 			if at < 1 || at > n+1 {
