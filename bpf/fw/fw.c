@@ -58,17 +58,20 @@ struct {
 	__type(value, __u64);
 } fw_counters SEC(".maps");
 
-/* The flow caches, one per family: per CPU, so a packet neither locks nor
- * shares a cache line with another CPU. */
+/* The flow caches, one per family: FW_FLOW_SETS sets per CPU, CPU c's at
+ * c * sets. A plain array rather than a per-CPU one: a per-CPU array
+ * allocates each value on its own, so a flood's random sets cost a TLB miss
+ * each; here a CPU's sets are one contiguous range. No two CPUs write the
+ * same set. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FW_FLOW_SETS);
 	__type(key, __u32);
 	__type(value, struct fw_flow4_set);
 } fw_flows4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FW_FLOW_SETS);
 	__type(key, __u32);
 	__type(value, struct fw_flow6_set);
@@ -121,6 +124,16 @@ struct fw_idx4s {
 	__uint(value_size, sizeof(struct fw_range));
 };
 
+/* One bit per IPv4 /16 and direction: set when an anchor prefix covers
+ * part of it. 16 KiB that stay in cache, so that a flood's random
+ * addresses mostly skip the larger index. */
+struct fw_any4s {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 << 10);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u64));
+};
+
 struct fw_ivl4s {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -152,13 +165,21 @@ struct fw_wilds {
 	__uint(value_size, sizeof(struct fw_span));
 };
 
-/* Per port, the levels whose block holds rules: source at 0, destination
- * at 65536. */
-struct fw_pmasks {
+/* Per port, the levels whose block holds rules: levels 0-10 per
+ * port >> FW_PORT_WIDE_SHIFT (source at 0, destination after), levels 11-16
+ * per port (bits 0-5; source at 0, destination at 65536). */
+struct fw_pwides {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 << (16 - FW_PORT_WIDE_SHIFT));
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+};
+
+struct fw_pnarrows {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 << 16);
 	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u8));
 };
 
 /* Spans of the port blocks: source at 0, destination at FW_PORT_BLOCKS. */
@@ -211,12 +232,14 @@ struct {
 	} name SEC(".maps")
 
 FW_SLOT_MAP(fw_set_slots, fw_sets);
+FW_SLOT_MAP(fw_any4_slots, fw_any4s);
 FW_SLOT_MAP(fw_idx4_slots, fw_idx4s);
 FW_SLOT_MAP(fw_ivl4_slots, fw_ivl4s);
 FW_SLOT_MAP(fw_ivl6_slots, fw_ivl6s);
 FW_SLOT_MAP(fw_node_slots, fw_nodes);
 FW_SLOT_MAP(fw_wild_slots, fw_wilds);
-FW_SLOT_MAP(fw_pmask_slots, fw_pmasks);
+FW_SLOT_MAP(fw_pwide_slots, fw_pwides);
+FW_SLOT_MAP(fw_pnarrow_slots, fw_pnarrows);
 FW_SLOT_MAP(fw_pblock_slots, fw_pblocks);
 FW_SLOT_MAP(fw_cand_slots, fw_cands);
 FW_SLOT_MAP(fw_rule_slots, fw_rules);
@@ -412,7 +435,9 @@ static __always_inline int rule_matches(const struct fw_rule *r, const struct fw
 struct scan {
 	struct fw_flow_key key;
 	__u32 slot;
+	/* The span being scanned: candidates [start, end). */
 	__u32 start;
+	__u32 end;
 	/* Lowest matching rule id so far; nrules + 1 while none matched. */
 	__u32 best;
 	/* The anchor prefix node whose rules are next (scan_nodes). */
@@ -422,25 +447,34 @@ struct scan {
 	__u32 levels;
 };
 
-/* One candidate of a span. Spans are ascending, so the first match is the
- * span's best and a candidate above the best so far ends the scan. The slot's
- * map is looked up here rather than passed in: bpf_loop hands the callback
- * only a stack pointer (the outer lookup is inlined). */
-static long scan_candidate(__u64 i, void *data)
+/* Candidates checked per bpf_loop iteration: the callback is an indirect
+ * call, which costs more than checking a rule. */
+#define FW_CHUNK 8
+
+/* FW_CHUNK candidates of a span. Spans are ascending, so the first match is
+ * the span's best and a candidate above the best so far ends the scan. The
+ * slot's map is looked up here rather than passed in: bpf_loop hands the
+ * callback only a stack pointer (the outer lookup is inlined). */
+static long scan_candidates(__u64 i, void *data)
 {
 	struct scan *s = data;
-	__u32 idx = s->start + (__u32)i;
 	void *cands = slot_map(&fw_cand_slots, s->slot);
-	struct fw_rule *r;
+	__u32 idx = s->start + (__u32)i * FW_CHUNK;
 
 	if (!cands)
 		return 1;
-	r = bpf_map_lookup_elem(cands, &idx);
-	if (!r || r->id >= s->best)
-		return 1;
-	if (rule_matches(r, &s->key)) {
-		s->best = r->id;
-		return 1;
+	for (int j = 0; j < FW_CHUNK; j++, idx++) {
+		struct fw_rule *r;
+
+		if (idx >= s->end)
+			return 1;
+		r = bpf_map_lookup_elem(cands, &idx);
+		if (!r || r->id >= s->best)
+			return 1;
+		if (rule_matches(r, &s->key)) {
+			s->best = r->id;
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -450,7 +484,8 @@ static __always_inline void scan_span(struct scan *s, const struct fw_span *span
 	if (!span || !span->len)
 		return;
 	s->start = span->start;
-	bpf_loop(span->len, scan_candidate, s, 0);
+	s->end = span->start + span->len;
+	bpf_loop((span->len + FW_CHUNK - 1) / FW_CHUNK, scan_candidates, s, 0);
 }
 
 /* One anchor prefix of an address: its rules, then on to its parent. The
@@ -479,18 +514,33 @@ static __always_inline void scan_nodes(struct scan *s, __u32 node, int max_nest)
 	bpf_loop(max_nest, scan_node, s, 0);
 }
 
-/* One level of a port, from the narrowest blocks up; s->levels holds the
- * levels with rules not yet scanned, s->port the direction << 16 | port. */
+/* The position of a 32-bit word's only set bit. */
+static __always_inline __u32 bit_pos(__u32 b)
+{
+	return !!(b & 0xffff0000) << 4 | !!(b & 0xff00ff00) << 3 | !!(b & 0xf0f0f0f0) << 2 | !!(b & 0xcccccccc) << 1 |
+	       !!(b & 0xaaaaaaaa);
+}
+
+static __always_inline __u32 popcount32(__u32 v)
+{
+	v = v - ((v >> 1) & 0x55555555);
+	v = (v & 0x33333333) + ((v >> 2) & 0x33333333);
+	return (((v + (v >> 4)) & 0x0f0f0f0f) * 0x01010101) >> 24;
+}
+
+/* One level of a port that holds rules, the lowest left in s->levels;
+ * s->port is the direction << 16 | port. */
 static long scan_level(__u64 i, void *data)
 {
 	struct scan *s = data;
-	__u32 l = FW_PORT_LEVELS - 1 - (__u32)i;
+	__u32 low = s->levels & -s->levels;
+	__u32 l = bit_pos(low);
 	void *pblocks;
 	__u32 key;
 
-	if (!(s->levels & (1U << l)))
-		return 0;
-	s->levels &= ~(1U << l);
+	s->levels ^= low;
+	if (l >= FW_PORT_LEVELS)
+		return 1;
 	pblocks = slot_map(&fw_pblock_slots, s->slot);
 	if (!pblocks)
 		return 1;
@@ -501,16 +551,19 @@ static long scan_level(__u64 i, void *data)
 
 /* The rules anchored on a port: one block per level that holds rules. dir
  * is 0 for the source port, 1 for the destination. */
-static __always_inline void scan_port(struct scan *s, void *pmask, __u32 dir, __u32 port)
+static __always_inline void scan_port(struct scan *s, void *pwide, void *pnarrow, __u32 dir, __u32 port)
 {
-	__u32 key = dir << 16 | port;
-	__u32 *m = bpf_map_lookup_elem(pmask, &key);
+	__u32 key = dir << (16 - FW_PORT_WIDE_SHIFT) | port >> FW_PORT_WIDE_SHIFT;
+	__u32 *w = bpf_map_lookup_elem(pwide, &key);
+	__u8 *n;
 
-	if (!m || !*m)
+	key = dir << 16 | port;
+	n = bpf_map_lookup_elem(pnarrow, &key);
+	if (!w || !n || !(*w | *n))
 		return;
-	s->levels = *m;
+	s->levels = *w | (__u32)*n << FW_PORT_WIDE_LEVELS;
 	s->port = key;
-	bpf_loop(FW_PORT_LEVELS, scan_level, s, 0);
+	bpf_loop(popcount32(s->levels), scan_level, s, 0);
 }
 
 /* The IPv4 interval holding addr (host order): the last one of [lo, hi]
@@ -557,6 +610,24 @@ static __always_inline __u32 find_ivl6(void *ivl, const struct fw_range *r, cons
 	return e ? e->node : 0;
 }
 
+/* An IPv4 address's node: at once when one interval covers its /16. */
+static __always_inline __u32 find_node4(void *any, void *idx, void *ivl, __u32 dir, __u32 addr)
+{
+	__u32 key = dir << 10 | addr >> 22;
+	__u64 *bits = bpf_map_lookup_elem(any, &key);
+	struct fw_range *r;
+
+	if (!bits || !(*bits & (1ULL << (addr >> 16 & 63))))
+		return 0;
+	key = dir << 16 | addr >> 16;
+	r = bpf_map_lookup_elem(idx, &key);
+	if (!r)
+		return 0;
+	if (r->hi == FW_RANGE_NODE)
+		return r->lo;
+	return find_ivl4(ivl, r, addr);
+}
+
 /* The new-flow path: the lowest-numbered rule that matches, from the rules
  * anchored on the packet's values. Returns the rule id, 0 for the default
  * policy. */
@@ -582,34 +653,37 @@ static __always_inline __u32 classify(const struct fw_flow_key *k, __u32 slot, _
 	}
 
 	if (k->family == FW_FAMILY_IPV4) {
+		void *any = slot_map(&fw_any4_slots, slot);
 		void *idx = slot_map(&fw_idx4_slots, slot);
 		void *ivl = slot_map(&fw_ivl4_slots, slot);
-		__u32 src = bpf_ntohl(k->src[3]), dst = bpf_ntohl(k->dst[3]);
-		struct fw_range *r;
 
-		if (!idx || !ivl)
+		if (!any || !idx || !ivl)
 			return 0;
-		key = src >> 16;
-		if ((r = bpf_map_lookup_elem(idx, &key)))
-			scan_nodes(&s, find_ivl4(ivl, r, src), FW_MAX_NEST4);
-		key = 1 << 16 | dst >> 16;
-		if ((r = bpf_map_lookup_elem(idx, &key)))
-			scan_nodes(&s, find_ivl4(ivl, r, dst), FW_MAX_NEST4);
+		if (set->flags & FW_SET_SRC4)
+			scan_nodes(&s, find_node4(any, idx, ivl, 0, bpf_ntohl(k->src[3])), FW_MAX_NEST4);
+		if (set->flags & FW_SET_DST4)
+			scan_nodes(&s, find_node4(any, idx, ivl, 1, bpf_ntohl(k->dst[3])), FW_MAX_NEST4);
 	} else {
 		void *ivl = slot_map(&fw_ivl6_slots, slot);
 
 		if (!ivl)
 			return 0;
-		scan_nodes(&s, find_ivl6(ivl, &set->ivl6[0], k->src), FW_MAX_NEST6);
-		scan_nodes(&s, find_ivl6(ivl, &set->ivl6[1], k->dst), FW_MAX_NEST6);
+		if (set->flags & FW_SET_SRC6)
+			scan_nodes(&s, find_ivl6(ivl, &set->ivl6[0], k->src), FW_MAX_NEST6);
+		if (set->flags & FW_SET_DST6)
+			scan_nodes(&s, find_ivl6(ivl, &set->ivl6[1], k->dst), FW_MAX_NEST6);
 	}
 
-	if ((k->proto == IPPROTO_TCP || k->proto == IPPROTO_UDP) && !k->noports) {
-		void *pmask = slot_map(&fw_pmask_slots, slot);
+	if ((k->proto == IPPROTO_TCP || k->proto == IPPROTO_UDP) && !k->noports &&
+	    (set->flags & (FW_SET_SPORT | FW_SET_DPORT))) {
+		void *pwide = slot_map(&fw_pwide_slots, slot);
+		void *pnarrow = slot_map(&fw_pnarrow_slots, slot);
 
-		if (pmask) {
-			scan_port(&s, pmask, 0, k->sport);
-			scan_port(&s, pmask, 1, k->dport);
+		if (pwide && pnarrow) {
+			if (set->flags & FW_SET_SPORT)
+				scan_port(&s, pwide, pnarrow, 0, k->sport);
+			if (set->flags & FW_SET_DPORT)
+				scan_port(&s, pwide, pnarrow, 1, k->dport);
 		}
 	}
 
@@ -689,7 +763,7 @@ static __always_inline int key6_eq(const struct fw_flow_key *a, const struct fw_
 static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, const struct fw_flow_key *k,
 						   __u64 now)
 {
-	__u32 idx = flow_hash(k) & cfg->flow_mask;
+	__u32 idx = (flow_hash(k) & cfg->flow_mask) + bpf_get_smp_processor_id() * (cfg->flow_mask + 1);
 	struct fw_flow *f;
 	int w;
 
@@ -786,6 +860,9 @@ int fw_xdp(struct xdp_md *ctx)
 	__u64 now;
 	int rc;
 
+#ifdef FW_BENCH_PROLOGUE
+	FW_BENCH_PROLOGUE(ctx);
+#endif
 	rc = parse_flow(ctx, &key);
 	if (rc == XDP_PASS) {
 		count(FW_C_PASS_NOT_IP);

@@ -75,6 +75,7 @@ struct fw_flow4_way {
 
 struct fw_flow4_set {
 	struct fw_flow4_way way[FW_FLOW_WAYS];
+	__u8 pad[16]; /* two cache lines */
 };
 
 struct fw_flow6_way {
@@ -116,8 +117,8 @@ struct fw_config {
 	/* Entries in the block list, kept by userspace: an empty list costs no
 	 * lookup. */
 	__u32 blocked;
-	/* Sets of each flow cache minus one (their count is a power of two),
-	 * written when the maps are created. */
+	/* Sets of each CPU's flow cache minus one (their count is a power of
+	 * two), written when the maps are created. */
 	__u32 flow_mask;
 };
 
@@ -140,8 +141,11 @@ struct fw_span {
  * intervals by a binary search of the direction's range (fw_set). */
 struct fw_range {
 	__u32 lo;
-	__u32 hi; /* inclusive */
+	__u32 hi; /* inclusive; FW_RANGE_NODE: lo is the node of the whole /16 */
 };
+
+/* A /16 that one interval covers gives its node at once: no search. */
+#define FW_RANGE_NODE 0xffffffffU
 
 struct fw_ivl4 {
 	__u32 start; /* host byte order */
@@ -164,11 +168,15 @@ struct fw_node {
 
 /* Ports: a segment tree over 0-65535. A range is stored on the at most 32
  * aligned blocks that tile it; a port lies in one block per level 0-16
- * (block (1 << l) + (port >> (16 - l))), and a mask per port says which of
- * its 17 blocks hold rules. Memory is linear in the rules whatever their
- * nesting. */
+ * (block (1 << l) + (port >> (16 - l))), and masks say which of its 17
+ * blocks hold rules: levels 0-10 (blocks of 64 ports or more) per
+ * port >> FW_PORT_WIDE_SHIFT, levels 11-16 per port, so that the masks of
+ * a flood's random ports stay in cache (8 KiB and 128 KiB). Memory is
+ * linear in the rules whatever their nesting. */
 #define FW_PORT_LEVELS 17
 #define FW_PORT_BLOCKS (1 << FW_PORT_LEVELS)
+#define FW_PORT_WIDE_LEVELS 11
+#define FW_PORT_WIDE_SHIFT (16 - FW_PORT_WIDE_LEVELS + 1)
 
 /* Rules anchored on no field, by family and protocol: index
  * (family == 6) * FW_WILD_PER_FAMILY + proto, and + 256 for the rules of any
@@ -209,6 +217,19 @@ struct fw_set {
 	__u8 pad[3];
 	/* IPv6 intervals of the source (0) and destination (1), [lo, hi]. */
 	struct fw_range ivl6[2];
+	/* Which indexes hold rules (enum fw_set_flag): an empty one costs no
+	 * lookup. */
+	__u32 flags;
+	__u32 pad2;
+};
+
+enum fw_set_flag {
+	FW_SET_SRC4 = 1,
+	FW_SET_DST4 = 2,
+	FW_SET_SRC6 = 4,
+	FW_SET_DST6 = 8,
+	FW_SET_SPORT = 16,
+	FW_SET_DPORT = 32,
 };
 
 /* Per-rule counters (index 0: the default policy). */

@@ -37,20 +37,35 @@ const (
 	directions      = 2 // source, destination
 	idx4PerDir      = 1 << 16
 	wildAnyProtocol = 256
+	portWideLevels  = 11
+	portWideShift   = 16 - portWideLevels + 1
+	rangeNode       = math.MaxUint32 // fw_range.hi of a /16 one interval covers
+)
+
+// Flags of fw_set (enum fw_set_flag): which indexes hold rules.
+const (
+	setSrc4 = 1 << iota
+	setDst4
+	setSrc6
+	setDst6
+	setSPort
+	setDPort
 )
 
 // compiled is a rule set in the layout of one slot's maps.
 type compiled struct {
-	set    fwFwSet
-	rules  []fwFwRule // by id; index 0 is the default policy's slot
-	cands  []fwFwRule
-	idx4   []fwFwRange // per direction and top 16 bits of an IPv4 address
-	ivl4   []fwFwIvl4
-	ivl6   []fwFwIvl6
-	nodes  []fwFwNode // 0 is "no anchor prefix"
-	wild   []fwFwSpan
-	pmask  []uint32
-	pblock []fwFwSpan
+	set     fwFwSet
+	rules   []fwFwRule // by id; index 0 is the default policy's slot
+	cands   []fwFwRule
+	any4    []uint64    // per direction, a bit per IPv4 /16 with an anchor
+	idx4    []fwFwRange // per direction and top 16 bits of an IPv4 address
+	ivl4    []fwFwIvl4
+	ivl6    []fwFwIvl6
+	nodes   []fwFwNode // 0 is "no anchor prefix"
+	wild    []fwFwSpan
+	pwide   []uint32 // levels 0-10 per port >> portWideShift
+	pnarrow []uint8  // levels 11-16 per port
+	pblock  []fwFwSpan
 	// longest is the longest span: the most rules one span makes a packet
 	// check.
 	longest int
@@ -62,13 +77,15 @@ type compiled struct {
 // both families and has no anchor.
 func compile(rs *RuleSet) *compiled {
 	c := &compiled{
-		rules:  make([]fwFwRule, len(rs.Rules)+1),
-		idx4:   make([]fwFwRange, directions*idx4PerDir),
-		nodes:  []fwFwNode{{}},
-		wild:   make([]fwFwSpan, 2*wildPerFamily),
-		pmask:  make([]uint32, directions<<16),
-		pblock: make([]fwFwSpan, directions*portBlocks),
-		cands:  make([]fwFwRule, 0, len(rs.Rules)+16),
+		rules:   make([]fwFwRule, len(rs.Rules)+1),
+		any4:    make([]uint64, directions*idx4PerDir/64),
+		idx4:    make([]fwFwRange, directions*idx4PerDir),
+		nodes:   []fwFwNode{{}},
+		wild:    make([]fwFwSpan, 2*wildPerFamily),
+		pwide:   make([]uint32, directions<<(16-portWideShift)),
+		pnarrow: make([]uint8, directions<<16),
+		pblock:  make([]fwFwSpan, directions*portBlocks),
+		cands:   make([]fwFwRule, 0, len(rs.Rules)+16),
 	}
 	c.set.Nrules = uint32(len(rs.Rules))
 	c.set.DefaultAction = uint8(rs.Default)
@@ -121,10 +138,8 @@ type matchKey struct {
 	sport, dport  Ports
 }
 
-// chooseAnchors puts each rule on the field it shares with the fewest other
-// rules, so that spans stay short: a thousand rules for one source prefix
-// with different ports go by port. Addresses win ties: a packet's address
-// finds fewer rules than a port range it falls in.
+// chooseAnchors puts each rule on the field where packets find it least:
+// see the cost below. Addresses win ties.
 func chooseAnchors(rules []Rule) []anchor {
 	src, dst := map[netip.Prefix]int{}, map[netip.Prefix]int{}
 	sp, dp := map[Ports]int{}, map[Ports]int{}
@@ -154,17 +169,20 @@ func chooseAnchors(rules []Rule) []anchor {
 		if out[i] == anchorDup {
 			continue
 		}
-		best, bestN := anchorNone, int(^uint(0)>>1)
-		try := func(a anchor, ok bool, n int) {
-			if ok && n < bestN {
-				best, bestN = a, n
+		// A packet checks every rule anchored on a value it falls in, so
+		// a rule goes where few rules share the value and few packets
+		// fall in it: the share of addresses or ports the value covers
+		// times the rules that share it. A /0 is no anchor at all.
+		best, bestCost := anchorNone, math.Inf(1)
+		try := func(a anchor, ok bool, coverLog2 int, n int) {
+			if cost := math.Ldexp(float64(n), coverLog2); ok && cost < bestCost {
+				best, bestCost = a, cost
 			}
 		}
-		// A /0 matches a whole family: no better than no anchor.
-		try(anchorSrc, r.Src.IsValid() && r.Src.Bits() > 0, src[r.Src.Prefix])
-		try(anchorDst, r.Dst.IsValid() && r.Dst.Bits() > 0, dst[r.Dst.Prefix])
-		try(anchorDPort, !r.DPort.IsAny(), dp[r.DPort])
-		try(anchorSPort, !r.SPort.IsAny(), sp[r.SPort])
+		try(anchorSrc, r.Src.IsValid() && r.Src.Bits() > 0, -r.Src.Bits(), src[r.Src.Prefix])
+		try(anchorDst, r.Dst.IsValid() && r.Dst.Bits() > 0, -r.Dst.Bits(), dst[r.Dst.Prefix])
+		try(anchorDPort, !r.DPort.IsAny(), bits.Len(uint(r.DPort.Hi-r.DPort.Lo))-16, dp[r.DPort])
+		try(anchorSPort, !r.SPort.IsAny(), bits.Len(uint(r.SPort.Hi-r.SPort.Lo))-16, sp[r.SPort])
 		out[i] = best
 	}
 	return out
@@ -306,6 +324,9 @@ func (c *compiled) prefixIndex(dir int, by map[netip.Prefix][]uint32) {
 		if len(ivs) == 0 || ivs[0].start != (u128{}) {
 			ivs = append([]interval{{}}, ivs...)
 		}
+		if len(ps[f]) > 0 {
+			c.set.Flags |= [2][2]uint32{{setSrc4, setDst4}, {setSrc6, setDst6}}[f][dir]
+		}
 		if f == 0 {
 			c.index4(dir, ivs)
 		} else {
@@ -339,6 +360,16 @@ func (c *compiled) index4(dir int, ivs []interval) {
 	for h := range idx4PerDir {
 		lo := holding(uint64(h) << 16)
 		hi := holding(uint64(h)<<16 | 0xffff)
+		if lo == hi {
+			// One interval: its node, without a search.
+			node := ivs[lo-base].node
+			c.idx4[dir*idx4PerDir+h] = fwFwRange{Lo: node, Hi: rangeNode}
+			if node != 0 {
+				c.any4[(dir*idx4PerDir+h)/64] |= 1 << (h % 64)
+			}
+			continue
+		}
+		c.any4[(dir*idx4PerDir+h)/64] |= 1 << (h % 64)
 		c.idx4[dir*idx4PerDir+h] = fwFwRange{Lo: lo, Hi: hi}
 	}
 }
@@ -355,6 +386,7 @@ func (c *compiled) portIndex(dir int, rules []portRule) {
 	if len(rules) == 0 {
 		return
 	}
+	c.set.Flags |= [2]uint32{setSPort, setDPort}[dir]
 	blocks := map[uint32][]uint32{}
 	for _, r := range rules {
 		for lo, hi := int(r.ports.Lo), int(r.ports.Hi); lo <= hi; {
@@ -381,8 +413,14 @@ func (c *compiled) portIndex(dir int, rules []portRule) {
 		level := bits.Len32(b) - 1
 		width := 1 << (16 - level)
 		first := int(b-1<<level) * width
+		if level < portWideLevels {
+			for p := first >> portWideShift; p < (first+width)>>portWideShift; p++ {
+				c.pwide[dir<<(16-portWideShift)|p] |= 1 << level
+			}
+			continue
+		}
 		for p := first; p < first+width; p++ {
-			c.pmask[dir<<16|p] |= 1 << level
+			c.pnarrow[dir<<16|p] |= 1 << (level - portWideLevels)
 		}
 	}
 }

@@ -57,11 +57,16 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the firewall program: %w", err)
 	}
-	if opts.MaxFlows > 0 {
-		sets := flowSets(opts.MaxFlows)
-		spec.Maps["fw_flows4"].MaxEntries = sets
-		spec.Maps["fw_flows6"].MaxEntries = sets
+	if opts.MaxFlows == 0 {
+		opts.MaxFlows = DefaultMaxFlows
 	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	sets := flowSets(opts.MaxFlows)
+	spec.Maps["fw_flows4"].MaxEntries = sets * uint32(ncpu)
+	spec.Maps["fw_flows6"].MaxEntries = sets * uint32(ncpu)
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
@@ -76,7 +81,7 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, fmt.Errorf("load the firewall program: %w", err)
 	}
 	// The data path finds a flow's set with this mask.
-	mask := f.objs.FwFlows4.MaxEntries() - 1
+	mask := f.objs.FwFlows4.MaxEntries()/uint32(ncpu) - 1
 	if err := f.updateConfig(func(c *fwFwConfig) { c.FlowMask = mask }); err != nil {
 		f.Close()
 		return nil, err
@@ -93,8 +98,8 @@ func flowSets(n uint32) uint32 {
 	return min(sets, 1<<24)
 }
 
-// FlowCapacity is how many flows the flow cache holds per CPU.
-func (f *Firewall) FlowCapacity() int { return int(f.objs.FwFlows4.MaxEntries()) * flowWays }
+// DefaultMaxFlows is the flow cache's size per CPU and family.
+const DefaultMaxFlows = 131072
 
 func pinAll(spec *ebpf.CollectionSpec) {
 	for _, m := range spec.Maps {
@@ -139,11 +144,11 @@ func (f *Firewall) Close() error {
 
 // slotMaps are one rule set's maps, in the order of their outer arrays.
 type slotMaps struct {
-	set, idx4, ivl4, ivl6, node, wild, pmask, pblock, cand, rule *ebpf.Map
+	set, any4, idx4, ivl4, ivl6, node, wild, pwide, pnarrow, pblock, cand, rule *ebpf.Map
 }
 
 func (s *slotMaps) all() []**ebpf.Map {
-	return []**ebpf.Map{&s.set, &s.idx4, &s.ivl4, &s.ivl6, &s.node, &s.wild, &s.pmask, &s.pblock, &s.cand, &s.rule}
+	return []**ebpf.Map{&s.set, &s.any4, &s.idx4, &s.ivl4, &s.ivl6, &s.node, &s.wild, &s.pwide, &s.pnarrow, &s.pblock, &s.cand, &s.rule}
 }
 
 func (s *slotMaps) close() {
@@ -156,10 +161,10 @@ func (s *slotMaps) close() {
 
 func (f *Firewall) outers() []*ebpf.Map {
 	m := &f.objs.fwMaps
-	return []*ebpf.Map{m.FwSetSlots, m.FwIdx4Slots, m.FwIvl4Slots, m.FwIvl6Slots, m.FwNodeSlots, m.FwWildSlots, m.FwPmaskSlots, m.FwPblockSlots, m.FwCandSlots, m.FwRuleSlots}
+	return []*ebpf.Map{m.FwSetSlots, m.FwAny4Slots, m.FwIdx4Slots, m.FwIvl4Slots, m.FwIvl6Slots, m.FwNodeSlots, m.FwWildSlots, m.FwPwideSlots, m.FwPnarrowSlots, m.FwPblockSlots, m.FwCandSlots, m.FwRuleSlots}
 }
 
-var outerNames = []string{"fw_set_slots", "fw_idx4_slots", "fw_ivl4_slots", "fw_ivl6_slots", "fw_node_slots", "fw_wild_slots", "fw_pmask_slots", "fw_pblock_slots", "fw_cand_slots", "fw_rule_slots"}
+var outerNames = []string{"fw_set_slots", "fw_any4_slots", "fw_idx4_slots", "fw_ivl4_slots", "fw_ivl6_slots", "fw_node_slots", "fw_wild_slots", "fw_pwide_slots", "fw_pnarrow_slots", "fw_pblock_slots", "fw_cand_slots", "fw_rule_slots"}
 
 // Generation is the active rule set's generation; 0 before the first Install.
 func (f *Firewall) Generation() (uint32, error) {
@@ -246,7 +251,7 @@ func (f *Firewall) build(c *compiled, s *slotMaps) error {
 		in := f.specs[name].InnerMap.Copy()
 		if in.Flags&unix.BPF_F_INNER_MAP != 0 {
 			// Sized per rule set; the others have their declared size.
-			in.MaxEntries = uint32(max([]int{0, 0, len(c.ivl4), len(c.ivl6), len(c.nodes), 0, 0, 0, len(c.cands), len(c.rules)}[i], 1))
+			in.MaxEntries = uint32(max([]int{0, 0, 0, len(c.ivl4), len(c.ivl6), len(c.nodes), 0, 0, 0, 0, len(c.cands), len(c.rules)}[i], 1))
 		}
 		in.Name = ""
 		m, err := ebpf.NewMap(in)
@@ -257,12 +262,14 @@ func (f *Firewall) build(c *compiled, s *slotMaps) error {
 	}
 	for _, fill := range []func() error{
 		func() error { return s.set.Put(uint32(0), c.set) },
+		func() error { return putArray(s.any4, c.any4) },
 		func() error { return putArray(s.idx4, c.idx4) },
 		func() error { return putArray(s.ivl4, c.ivl4) },
 		func() error { return putArray(s.ivl6, c.ivl6) },
 		func() error { return putArray(s.node, c.nodes) },
 		func() error { return putArray(s.wild, c.wild) },
-		func() error { return putArray(s.pmask, c.pmask) },
+		func() error { return putArray(s.pwide, c.pwide) },
+		func() error { return putArray(s.pnarrow, c.pnarrow) },
 		func() error { return putArray(s.pblock, c.pblock) },
 		func() error { return putArray(s.cand, c.cands) },
 		func() error { return putArray(s.rule, c.rules) },

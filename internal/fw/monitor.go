@@ -159,7 +159,7 @@ func (f *Firewall) Flows() ([]FlowStats, error) {
 			o.LastSeen, o.Rule, o.Action, o.Current = s.LastSeen, s.Rule, s.Action, s.Current
 		}
 	}
-	sets4, err := readPerCPU[fwFwFlow4Set](f.objs.FwFlows4)
+	sets4, err := readArray[fwFwFlow4Set](f.objs.FwFlows4, int(f.objs.FwFlows4.MaxEntries()))
 	if err != nil {
 		return nil, fmt.Errorf("read the IPv4 flow cache: %w", err)
 	}
@@ -168,46 +168,13 @@ func (f *Firewall) Flows() ([]FlowStats, error) {
 			add(flowFromKey4(w.Key), w.F)
 		}
 	}
-	sets6, err := readPerCPU[fwFwFlow6Set](f.objs.FwFlows6)
+	sets6, err := readArray[fwFwFlow6Set](f.objs.FwFlows6, int(f.objs.FwFlows6.MaxEntries()))
 	if err != nil {
 		return nil, fmt.Errorf("read the IPv6 flow cache: %w", err)
 	}
 	for _, set := range sets6 {
 		for _, w := range set.Way {
 			add(flowFromKey(w.Key), w.F)
-		}
-	}
-	return out, nil
-}
-
-// readPerCPU reads every CPU's values of a per-CPU array, in batches.
-func readPerCPU[V any](m *ebpf.Map) ([]V, error) {
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, err
-	}
-	n := int(m.MaxEntries())
-	const chunk = 4096
-	out := make([]V, 0, n*ncpu)
-	keys := make([]uint32, chunk)
-	vals := make([]V, chunk*ncpu)
-	var cur ebpf.MapBatchCursor
-	for len(out) < n*ncpu {
-		c, err := m.BatchLookup(&cur, keys, vals, nil)
-		out = append(out, vals[:c*ncpu]...)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
-		}
-		if err != nil {
-			out = out[:0]
-			var per []V
-			for k := uint32(0); k < uint32(n); k++ {
-				if err := m.Lookup(k, &per); err != nil {
-					return nil, err
-				}
-				out = append(out, per...)
-			}
-			break
 		}
 	}
 	return out, nil

@@ -37,17 +37,19 @@ func runtimeMaps(t testing.TB, c *compiled, gen uint32) map[string][]rt.Entry {
 		return []rt.Entry{{Key: slot, Inner: &rt.Inner{MaxEntries: max(n, 1), Entries: es}}}
 	}
 	return map[string][]rt.Entry{
-		"fw_gen":          {{Key: u32(0), Value: u32(gen)}},
-		"fw_set_slots":    array(1, func(int) any { return c.set }),
-		"fw_idx4_slots":   array(len(c.idx4), func(i int) any { return c.idx4[i] }),
-		"fw_ivl4_slots":   array(len(c.ivl4), func(i int) any { return c.ivl4[i] }),
-		"fw_ivl6_slots":   array(len(c.ivl6), func(i int) any { return c.ivl6[i] }),
-		"fw_node_slots":   array(len(c.nodes), func(i int) any { return c.nodes[i] }),
-		"fw_wild_slots":   array(len(c.wild), func(i int) any { return c.wild[i] }),
-		"fw_pmask_slots":  array(len(c.pmask), func(i int) any { return c.pmask[i] }),
-		"fw_pblock_slots": array(len(c.pblock), func(i int) any { return c.pblock[i] }),
-		"fw_cand_slots":   array(len(c.cands), func(i int) any { return c.cands[i] }),
-		"fw_rule_slots":   array(len(c.rules), func(i int) any { return c.rules[i] }),
+		"fw_gen":           {{Key: u32(0), Value: u32(gen)}},
+		"fw_set_slots":     array(1, func(int) any { return c.set }),
+		"fw_any4_slots":    array(len(c.any4), func(i int) any { return c.any4[i] }),
+		"fw_idx4_slots":    array(len(c.idx4), func(i int) any { return c.idx4[i] }),
+		"fw_ivl4_slots":    array(len(c.ivl4), func(i int) any { return c.ivl4[i] }),
+		"fw_ivl6_slots":    array(len(c.ivl6), func(i int) any { return c.ivl6[i] }),
+		"fw_node_slots":    array(len(c.nodes), func(i int) any { return c.nodes[i] }),
+		"fw_wild_slots":    array(len(c.wild), func(i int) any { return c.wild[i] }),
+		"fw_pwide_slots":   array(len(c.pwide), func(i int) any { return c.pwide[i] }),
+		"fw_pnarrow_slots": array(len(c.pnarrow), func(i int) any { return c.pnarrow[i] }),
+		"fw_pblock_slots":  array(len(c.pblock), func(i int) any { return c.pblock[i] }),
+		"fw_cand_slots":    array(len(c.cands), func(i int) any { return c.cands[i] }),
+		"fw_rule_slots":    array(len(c.rules), func(i int) any { return c.rules[i] }),
 	}
 }
 
