@@ -71,6 +71,9 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	if opts.PinPath != "" {
 		pinAll(spec)
 		copts.Maps.PinPath = opts.PinPath
+		if err := sizeFromPins(spec, opts.PinPath); err != nil {
+			return nil, err
+		}
 	}
 	f := &Firewall{specs: spec.Maps, dir: opts.PinPath}
 	if err := spec.LoadAndAssign(&f.objs, &copts); err != nil {
@@ -87,6 +90,23 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// sizeFromPins gives the flow caches the size of those pinned in dir, if
+// any: their size was chosen when the instance was created.
+func sizeFromPins(spec *ebpf.CollectionSpec, dir string) error {
+	for _, name := range []string{"fw_flows4", "fw_flows6"} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open the pinned %s: %w", name, err)
+		}
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+		m.Close()
+	}
+	return nil
 }
 
 // flowSets is the number of sets for n flows per CPU: a power of two.
@@ -121,6 +141,9 @@ func OpenPinned(name string) (*Firewall, error) {
 		return nil, err
 	}
 	pinAll(spec)
+	if err := sizeFromPins(spec, dir); err != nil {
+		return nil, err
+	}
 	f := &Firewall{specs: spec.Maps, dir: dir}
 	if err := spec.LoadAndAssign(&f.objs.fwMaps, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
 		return nil, fmt.Errorf("open the maps of firewall %q: %w", name, err)
