@@ -74,13 +74,43 @@ struct {
 	__type(value, struct br_counter);
 } br_counters SEC(".maps");
 
-/* Devices the router is attached to, for bulked redirects between them. */
+/* Devices the router may send frames to, by ifindex: those attach found
+ * able to take XDP frames (a veth only when its peer runs XDP or GRO). A
+ * next hop on any other device goes up the stack, to the reference router.
+ * br_egress answers whether a device is one (before anything is written),
+ * br_tx_ports redirects to it in bulk. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} br_egress SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__uint(max_entries, 64);
 	__type(key, __u32);
 	__type(value, __u32);
 } br_tx_ports SEC(".maps");
+
+/* Addresses of this host besides loopback, written at attach: a next hop
+ * there is delivered by the kernel, not forwarded. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct br_addr);
+	__type(value, __u8);
+} br_local_addrs SEC(".maps");
+
+/* The counter slot that last sent a frame to each device, per CPU: a device
+ * flushes what it was given on the CPU that gave it, and the transmit
+ * tracepoints report what it dropped then. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BR_TX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct br_tx_slot);
+} br_tx_slots SEC(".maps");
 
 /* Next hops the FIB gave for an egress interface ID, per CPU, for
  * BR_NH_CACHE_NS: the FIB lookup is the costliest step after the MAC. */
@@ -147,6 +177,10 @@ volatile const __u32 br_cpu_ids[64] = {};
 /* Offline runs (`br run --no-fib`) skip the FIB: next-hop MACs stay zero and
  * the frame leaves with XDP_TX. */
 volatile const __u32 br_skip_fib = 0;
+/* 1 in the copy attached in generic mode, which runs on skbs: what it sends
+ * stays an skb, whose pending checksum (CHECKSUM_PARTIAL) the device still
+ * completes, so a pending checksum must stay pending. */
+volatile const __u32 br_generic = 0;
 
 /* Where the packet stands; offsets are from the start of the frame. */
 struct br_pkt {
@@ -167,6 +201,10 @@ struct br_pkt {
 	__u8 ul_dst[16] __attribute__((aligned(8)));
 	__u16 ul_sport;
 	__u16 ul_dport;
+	/* The datagram after its UDP header, summed, and what the checksum
+	 * field holds (enum udp_csum_kind). */
+	__u64 body_sum;
+	__u8 csum_kind;
 
 	__u16 ingress; /* interface ID the packet came in on; 0: internal */
 	__u16 slot;
@@ -372,6 +410,69 @@ static __always_inline int check_underlay_source(struct br_pkt *p)
 	if (ifc->remote.family != p->family || ifc->remote.port != p->ul_sport ||
 	    !addr_eq(ifc->remote.addr, p->ul_src, p->family))
 		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
+	return CONTINUE;
+}
+
+/* ---- UDP checksum --------------------------------------------------------- */
+
+/* What the arriving checksum field holds. A datagram a local socket sent
+ * through a veth arrives with the checksum still to be completed
+ * (CHECKSUM_PARTIAL): the field holds only the pseudo-header's sum, and the
+ * device that finally sends the skb adds the rest. XDP cannot see the skb's
+ * state, so it tells the kinds apart by summing. */
+enum udp_csum_kind {
+	CSUM_NONE = 0,  /* IPv4 without a checksum (zero) */
+	CSUM_FULL,      /* a complete checksum, and right */
+	CSUM_PENDING,   /* the pseudo-header's sum: to be completed */
+	CSUM_EITHER,    /* both at once (one datagram in 65,536 of those pending) */
+};
+
+static __always_inline __u64 addr_sum(const __u8 *a, __u8 family)
+{
+	const __u16 *w = (const __u16 *)a;
+	__u64 sum = 0;
+	int n = family == 4 ? 2 : 8;
+
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		if (i < n)
+			sum += w[i];
+	return sum;
+}
+
+/* The UDP pseudo-header's sum: addresses, protocol, UDP length. */
+static __always_inline __u64 pseudo_sum(const __u8 *src, const __u8 *dst, __u8 family, __u16 udp_len)
+{
+	return addr_sum(src, family) + addr_sum(dst, family) + bpf_htons(IPPROTO_UDP) + bpf_htons(udp_len);
+}
+
+/* The kernel checks a datagram's checksum before any socket sees it: a
+ * wrong one never reaches the reference router, and a forwarded one must
+ * leave with a right one whatever the arriving field held. The body's sum
+ * is kept for the new checksum. */
+static __always_inline int validate_udp_checksum(struct br_pkt *p)
+{
+	__u64 pseudo = pseudo_sum(p->ul_src, p->ul_dst, p->family, p->udp_len);
+	__u16 field = p->udp_csum;
+	int full, pending;
+
+	if (csum_packet(p->data + ((p->udp_off + sizeof(struct udphdr)) & 0xff), p->udp_len - sizeof(struct udphdr),
+			p->data_end, &p->body_sum))
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	if (field == 0 && p->family == 4) {
+		p->csum_kind = CSUM_NONE;
+		return CONTINUE;
+	}
+	full = csum_fold32(pseudo + p->ul_sport + p->ul_dport + bpf_htons(p->udp_len) + field + p->body_sum) == 0xffff;
+	pending = field == csum_fold32(pseudo);
+	if (full && pending)
+		p->csum_kind = CSUM_EITHER;
+	else if (full)
+		p->csum_kind = CSUM_FULL;
+	else if (pending)
+		p->csum_kind = CSUM_PENDING;
+	else
+		return verdict(p, BR_BAD_CHECKSUM, XDP_DROP);
 	return CONTINUE;
 }
 
@@ -960,10 +1061,31 @@ struct br_underlay_v6 {
 	struct udphdr udp;
 } __attribute__((packed));
 
-/* Next-hop MAC and device from the kernel's FIB: a forwarding lookup from
- * the arrival device, from src to the next hop. (BPF_FIB_LOOKUP_OUTPUT would
- * confine the route to the arrival device.) The kernel answers
- * FWD_DISABLED unless forwarding is on for that device; `br attach` warns. */
+/* Whether a next hop is an address of this host: loopback, or one attach
+ * found on the namespace's devices. br_local_addrs is keyed by the address
+ * with port 0, laid out as struct br_addr: the next hop itself is the key
+ * once its port is cleared (the caller has decided by then, and a key on
+ * the stack would not fit the verifier's budget). */
+static __always_inline int is_local_addr(struct br_addr *a)
+{
+	if (a->family == 4 && a->addr[0] == 127)
+		return 1;
+	if (a->family == 6 && ((const __u64 *)a->addr)[0] == 0 &&
+	    ((const __u32 *)a->addr)[2] == 0 && ((const __u32 *)a->addr)[3] == bpf_htonl(1))
+		return 1;
+	a->port = 0;
+	a->pad = 0;
+	return bpf_map_lookup_elem(&br_local_addrs, a) != NULL;
+}
+
+#define LOOPBACK_IFINDEX 1
+
+/* Next-hop MAC and device from the kernel's FIB, looked up as the
+ * reference router's socket sends: from lo (the kernel's input device for
+ * what the host itself sends), from src to the next hop. The kernel answers
+ * FWD_DISABLED unless forwarding is on for the device a lookup names;
+ * naming lo asks for nothing but lo's flag, which makes the host forward
+ * nothing it did not before. `br attach` says so when it is off. */
 static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct bpf_fib_lookup *fib)
 {
 	struct br_nh *nh = NULL;
@@ -988,7 +1110,7 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		}
 	}
 	__builtin_memset(fib, 0, sizeof(*fib));
-	fib->ifindex = p->ingress_ifindex;
+	fib->ifindex = LOOPBACK_IFINDEX;
 	fib->l4_protocol = IPPROTO_UDP;
 	fib->sport = p->src->port;
 	fib->dport = p->next_hop.port;
@@ -1006,35 +1128,36 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		if (nh) {
-			nh->expires = p->now + BR_NH_CACHE_NS;
-			nh->ifindex = fib->ifindex;
-			__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
-			__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
-		}
-		return CONTINUE;
+		break;
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
 	case BPF_FIB_LKUP_RET_UNREACHABLE:
 	case BPF_FIB_LKUP_RET_PROHIBIT:
 		return verdict(p, BR_FIB_DROP, XDP_DROP);
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return verdict(p, BR_FWD_DISABLED, XDP_PASS);
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		/* Local (or not unicast, or no route): the kernel delivers what
+		 * the reference router sends there through lo. */
+		if (is_local_addr(&p->next_hop))
+			return verdict(p, BR_LOCAL, XDP_PASS);
+		return verdict(p, BR_FIB_PASS, XDP_PASS);
 	default:
 		/* No neighbour entry yet, or a route the FIB cannot resolve here:
 		 * the userspace router sends it and the kernel resolves. */
 		return verdict(p, BR_FIB_PASS, XDP_PASS);
 	}
-}
-
-static __always_inline __u64 addr_sum(const __u8 *a, __u8 family)
-{
-	const __u16 *w = (const __u16 *)a;
-	__u64 sum = 0;
-	int n = family == 4 ? 2 : 8;
-
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-		if (i < n)
-			sum += w[i];
-	return sum;
+	/* A device the frame cannot leave by (a veth whose peer runs neither
+	 * XDP nor GRO drops XDP frames without a word): the reference router's
+	 * socket sends it instead. */
+	if (!bpf_map_lookup_elem(&br_egress, &fib->ifindex))
+		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
+	if (nh) {
+		nh->expires = p->now + BR_NH_CACHE_NS;
+		nh->ifindex = fib->ifindex;
+		__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+		__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
+	}
+	return CONTINUE;
 }
 
 /* The reference rewrites the whole info field when it updates the SegID: the
@@ -1084,6 +1207,35 @@ static __always_inline int write_path(struct br_pkt *p, __u64 *add, __u64 *sub)
 	return 0;
 }
 
+/* The checksum the packet leaves with: complete, from the body's sum as
+ * the path rewrite left it, or in generic mode still pending if it came
+ * pending (the device completes it). */
+static __always_inline __u16 udp_checksum_out(const struct br_pkt *p, __u64 body)
+{
+	__u64 pseudo = pseudo_sum(p->src->addr, p->next_hop.addr, p->next_hop.family, p->udp_len);
+	__u16 c;
+
+	if (br_generic && p->csum_kind == CSUM_PENDING)
+		return csum_fold32(pseudo);
+	c = ~csum_fold32(pseudo + p->src->port + p->next_hop.port + bpf_htons(p->udp_len) + body);
+	/* Zero means "no checksum": RFC 768 sends all ones instead. */
+	return c ? c : 0xffff;
+}
+
+/* Notes which counter slot sends to the device, for the transmit
+ * tracepoints to charge a failure to. */
+static __always_inline void note_tx(const struct br_pkt *p, __u32 ifindex)
+{
+	__u32 key = ifindex & (BR_TX_SLOTS - 1);
+	struct br_tx_slot *t = bpf_map_lookup_elem(&br_tx_slots, &key);
+
+	if (t) {
+		t->ifindex = ifindex;
+		t->slot = p->slot;
+		t->len = p->data_end - p->data;
+	}
+}
+
 /* Sends the packet to p->next_hop from p->src: a new underlay in front of the
  * SCION header, written only now that every check has passed. A function of
  * its own so that its stack frame (the FIB request) is not added to the
@@ -1092,15 +1244,15 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 {
 	struct bpf_fib_lookup fib;
 	__u32 old_hdr = p->scion_off, new_hdr;
-	__u64 add = 0, sub = 0;
-	__u16 udp_csum = p->udp_csum;
+	__u64 add = 0, sub = 0, body;
+	__u16 udp_csum;
 	int ret, delta;
 
 	if (p->next_hop.family != p->src->family)
 		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
-	/* IPv6 requires a UDP checksum; a zero one from IPv4 would need the
-	 * whole datagram summed: the slow path does that. */
-	if (udp_csum == 0 && p->next_hop.family == 6)
+	/* Generic mode cannot tell a pending checksum from a complete one that
+	 * happens to look the same; the reference router can. */
+	if (br_generic && p->csum_kind == CSUM_EITHER)
 		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
 	ret = fib_next_hop(ctx, p, &fib);
 	if (ret != CONTINUE)
@@ -1109,24 +1261,10 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 	/* The SCION header first, while the offsets still hold. */
 	if (write_path(p, &add, &sub))
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-	if (udp_csum != 0) {
-		/* Pseudo-header addresses and ports change too; length and protocol do not. */
-		sub += addr_sum(p->ul_src, p->family) + addr_sum(p->ul_dst, p->family);
-		sub += p->ul_sport + p->ul_dport;
-		add += addr_sum(p->src->addr, p->src->family) + addr_sum(p->next_hop.addr, p->next_hop.family);
-		add += p->src->port + p->next_hop.port;
-		/* ~new = ~old + (-sub) + add, in ones' complement. */
-		{
-			__u64 s = (__u16)~udp_csum;
-			__u16 sub16 = csum_fold32(sub);
-
-			s += (__u16)~sub16;
-			s += add;
-			udp_csum = ~csum_fold32(s);
-			if (udp_csum == 0)
-				udp_csum = 0xffff;
-		}
-	}
+	/* body' = body - old words + new words, in ones' complement. */
+	body = (__u16)~csum_fold32(sub);
+	body += p->body_sum + add;
+	udp_csum = udp_checksum_out(p, body);
 
 	new_hdr = p->next_hop.family == 4 ? sizeof(struct br_underlay_v4) : sizeof(struct br_underlay_v6);
 	delta = (int)old_hdr - (int)new_hdr;
@@ -1188,13 +1326,17 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 
 		if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		p->data = (void *)(long)ctx->data;
+		p->data_end = (void *)(long)ctx->data_end;
 	}
 
 	count(p, BR_FORWARDED);
-	if (br_skip_fib || fib.ifindex == p->ingress_ifindex)
+	if (br_skip_fib)
 		return XDP_TX;
-	return bpf_redirect_map(&br_tx_ports, fib.ifindex, 0) == XDP_REDIRECT ?
-		       XDP_REDIRECT : bpf_redirect(fib.ifindex, 0);
+	note_tx(p, fib.ifindex);
+	if (fib.ifindex == p->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect_map(&br_tx_ports, fib.ifindex, 0);
 }
 
 /* ---- The pipeline ------------------------------------------------------- */
@@ -1288,6 +1430,8 @@ static __always_inline int router_main(struct xdp_md *ctx)
 		return ret;
 	if ((ret = check_underlay_source(&p)) != CONTINUE)
 		return ret;
+	if ((ret = validate_udp_checksum(&p)) != CONTINUE)
+		return ret;
 	if ((ret = parse_scion(&p)) != CONTINUE)
 		return ret;
 	if ((ret = dispatch_path_type(&p)) != CONTINUE)
@@ -1350,6 +1494,105 @@ int br_spread(struct xdp_md *ctx)
 	hash ^= hash >> 15;
 	cpu = br_cpu_ids[(hash % br_num_cpus) & 63];
 	return bpf_redirect_map(&br_cpus, cpu, XDP_PASS);
+}
+
+/* ---- Transmit failures --------------------------------------------------- */
+
+/* What the tracepoints need of the kernel's types, relocated by CO-RE. */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+struct net_device {
+	int ifindex;
+	struct {
+		struct net *net;
+	} nd_net;
+} __attribute__((preserve_access_index));
+
+/* A device dropped frames the router handed it: a veth whose peer stopped
+ * taking XDP frames, a device gone down, a full ring. They were counted
+ * forwarded when handed over; they move to BR_TX_FAILED, against the slot
+ * that last sent to that device from this CPU (the kernel reports a failure
+ * on the CPU that queued the frame). dev is any device of the event, for
+ * its namespace; ifindex the device the frames were for. */
+static __always_inline void charge_tx_failure(const struct net_device *dev, __u32 ifindex, int drops)
+{
+	struct br_counter *fwd, *failed;
+	struct br_config *cfg;
+	struct br_tx_slot *t;
+	__u32 zero = 0, key;
+
+	if (drops <= 0)
+		return;
+	cfg = bpf_map_lookup_elem(&br_conf, &zero);
+	if (!cfg || dev->nd_net.net->ns.inum != cfg->netns_ino)
+		return;
+	key = ifindex & (BR_TX_SLOTS - 1);
+	t = bpf_map_lookup_elem(&br_tx_slots, &key);
+	if (!t || t->ifindex != ifindex || t->slot >= BR_MAX_IFACES)
+		return;
+	key = (__u32)t->slot * BR_VERDICT_MAX + BR_FORWARDED;
+	fwd = bpf_map_lookup_elem(&br_counters, &key);
+	key = (__u32)t->slot * BR_VERDICT_MAX + BR_TX_FAILED;
+	failed = bpf_map_lookup_elem(&br_counters, &key);
+	if (!fwd || !failed)
+		return;
+	failed->packets += drops;
+	failed->bytes += (__u64)drops * t->len;
+	fwd->packets = fwd->packets > (__u64)drops ? fwd->packets - drops : 0;
+	fwd->bytes = fwd->bytes > (__u64)drops * t->len ? fwd->bytes - (__u64)drops * t->len : 0;
+}
+
+/* Each way the kernel reports a frame it could not send. */
+
+/* A redirect refused at once (the target takes no XDP frames now, or is
+ * down): xdp_redirect_err(dev, prog, target, err, map_type, map_id, index). */
+SEC("tp_btf/xdp_redirect_err")
+int br_tx_redirect_err(__u64 *ctx)
+{
+	const struct net_device *dev = (const struct net_device *)ctx[0];
+
+	charge_tx_failure(dev, (__u32)ctx[6], 1);
+	return 0;
+}
+
+/* Redirected frames the target dropped when the devmap flushed them:
+ * xdp_devmap_xmit(from_dev, to_dev, sent, drops, err). */
+SEC("tp_btf/xdp_devmap_xmit")
+int br_tx_devmap(__u64 *ctx)
+{
+	const struct net_device *to = (const struct net_device *)ctx[1];
+
+	charge_tx_failure(to, to->ifindex, (int)ctx[3]);
+	return 0;
+}
+
+/* XDP_TX frames the driver dropped at its flush: xdp_bulk_tx(dev, sent,
+ * drops, err). */
+SEC("tp_btf/xdp_bulk_tx")
+int br_tx_bulk(__u64 *ctx)
+{
+	const struct net_device *dev = (const struct net_device *)ctx[0];
+
+	charge_tx_failure(dev, dev->ifindex, (int)ctx[2]);
+	return 0;
+}
+
+/* An XDP_TX the driver (or generic XDP) could not send at all:
+ * xdp_exception(dev, prog, act). */
+SEC("tp_btf/xdp_exception")
+int br_tx_exception(__u64 *ctx)
+{
+	const struct net_device *dev = (const struct net_device *)ctx[0];
+
+	if ((__u32)ctx[2] == XDP_TX)
+		charge_tx_failure(dev, dev->ifindex, 1);
+	return 0;
 }
 
 char _license[] SEC("license") = "GPL";

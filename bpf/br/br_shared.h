@@ -22,7 +22,7 @@ enum br_verdict {
 	BR_UNDERLAY_MISMATCH,  /* underlay source is not the neighbour or sibling: dropped */
 	BR_ROUTER_ALERT,       /* router alert for this router: passed */
 	BR_FIB_DROP,           /* no route to the next hop: dropped */
-	BR_FIB_PASS,           /* next hop not resolved (no neighbour entry): passed */
+	BR_FIB_PASS,           /* next hop not resolved (no neighbour entry, no route, MTU): passed */
 	BR_INVALID_MAC,        /* hop-field MAC check failed: SCMP */
 	BR_EXPIRED,            /* hop field expired: SCMP */
 	BR_LINK_TYPE,          /* interface pair or segment change not allowed: SCMP */
@@ -32,6 +32,11 @@ enum br_verdict {
 	BR_BAD_DST_IA,         /* destination ISD-AS invalid here: SCMP */
 	BR_BAD_HOST_ADDR,      /* source or destination host address invalid: SCMP */
 	BR_BFD,                /* BFD for the control plane: passed */
+	BR_BAD_CHECKSUM,       /* UDP checksum wrong: dropped, as the kernel would */
+	BR_LOCAL,              /* for an address of this host: passed, the kernel delivers it */
+	BR_FWD_DISABLED,       /* FIB refused: forwarding is off on lo: passed */
+	BR_TX_UNUSABLE,        /* egress device cannot take XDP frames: passed */
+	BR_TX_FAILED,          /* handed to the device, which dropped it (not forwarded) */
 	BR_VERDICT_MAX,
 };
 
@@ -119,7 +124,18 @@ struct br_config {
 	/* Bumped whenever a key changes: MAC cache entries of an older
 	 * generation no longer count. */
 	__u32 key_gen;
-	__u32 pad2;
+	/* Inode of the network namespace the router's devices live in: the
+	 * transmit tracepoints fire for every namespace. */
+	__u32 netns_ino;
+};
+
+/* Value of br_tx_slots, per CPU: which counter slot last sent a frame to
+ * a device, so that the device's failed transmits count against it. */
+#define BR_TX_SLOTS 256 /* power of two; indexed by ifindex */
+struct br_tx_slot {
+	__u32 ifindex;
+	__u16 slot;
+	__u16 len; /* the frame's length, for the bytes of a failure */
 };
 
 /* One hop-field key: AES-128 round keys, with round key 0 already XORed

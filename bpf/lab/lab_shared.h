@@ -8,9 +8,17 @@
 #define GEN_MAX_FRAME 1536
 #endif
 
-/* One packet of the capture the generator replays. */
+/* One packet of the capture the generator replays. The offsets are for
+ * flood mode, which rewrites the source address and ports of each packet:
+ * where they are, and the bits of the address that may change. */
 struct gen_packet {
 	__u32 len;
+	__u32 host_mask; /* host order */
+	__u16 l3_off;
+	__u16 l4_off;
+	__u16 csum_off; /* the L4 checksum */
+	__u8 family;    /* 4 or 6 */
+	__u8 proto;     /* IPPROTO_UDP or IPPROTO_TCP */
 	__u8 data[GEN_MAX_FRAME];
 };
 

@@ -99,18 +99,48 @@ func brDetachCmd() *cobra.Command {
 }
 
 func brListCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "list attached routers",
+		Short: "list attached routers and the state of their devices",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rs, err := br.Attached()
-			for _, r := range rs {
-				fmt.Println(r)
+			if err := preflight.BPF(); err != nil {
+				return err
 			}
-			return err
+			rs, err := br.List()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rs)
+			}
+			if len(rs) == 0 {
+				fmt.Fprintln(os.Stderr, "no router is attached")
+				return nil
+			}
+			for _, r := range rs {
+				var devs []string
+				for _, d := range r.Devices {
+					state := string(d.Mode)
+					if d.Gone {
+						state = "gone"
+					}
+					devs = append(devs, fmt.Sprintf("%s (%s)", d.Iface, state))
+				}
+				line := fmt.Sprintf("%s  %s", r.ID, strings.Join(devs, ", "))
+				if r.Gone() {
+					line += fmt.Sprintf("  — every device is gone (namespace deleted?): fastpath br detach --router %s removes what is left", r.ID)
+				}
+				fmt.Println(line)
+			}
+			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
 
 func brKeyCmd() *cobra.Command {
@@ -187,6 +217,9 @@ func brStatsCmd() *cobra.Command {
 		Short: "counters per interface and verdict; --metrics serves them to Prometheus",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
 			routers := args
 			if len(routers) == 0 {
 				var err error
@@ -195,6 +228,12 @@ func brStatsCmd() *cobra.Command {
 				}
 				if len(routers) == 0 {
 					return fmt.Errorf("no router is attached (fastpath br attach)")
+				}
+			}
+			gone := map[string]bool{}
+			if states, err := br.List(); err == nil {
+				for _, r := range states {
+					gone[r.ID] = r.Gone()
 				}
 			}
 			if metrics != "" {
@@ -224,6 +263,9 @@ func brStatsCmd() *cobra.Command {
 			}
 			for id, ifs := range all {
 				fmt.Printf("router %s\n", id)
+				if gone[id] {
+					fmt.Printf("  every device of this router is gone (namespace deleted?): these counters are its last; fastpath br detach --router %s removes them\n", id)
+				}
 				fmt.Printf("  %-10s %-18s %14s %16s\n", "interface", "verdict", "packets", "bytes")
 				for ifn, vs := range ifs {
 					for v, s := range vs {

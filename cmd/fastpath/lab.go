@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/lab"
@@ -115,11 +116,12 @@ func findIface(prefix, ns, dev string) (xdp.Iface, error) {
 func labGenCmd(prefix *string) *cobra.Command {
 	var (
 		dev, ns, capture string
-		count, rate   uint64
-		duration      time.Duration
-		cpu           int
-		batch         uint32
-		window        bool
+		count, rate      uint64
+		duration         time.Duration
+		cpu              int
+		batch            uint32
+		window, fixed    bool
+		flood            floodFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "gen --dev IFACE --pcap FILE [--count N | --duration D]",
@@ -146,19 +148,30 @@ func labGenCmd(prefix *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			g, err := lab.NewGenerator(lab.GenOptions{Iface: iface, Packets: pkts, CPU: cpu, BatchSize: batch, Window: window})
+			src, err := flood.source()
+			if err != nil {
+				return err
+			}
+			g, err := lab.NewGenerator(lab.GenOptions{Iface: iface, Packets: pkts, CPU: cpu, BatchSize: batch, Window: window, Flows: flood.flows, FlowSrc: src, Fixed: fixed})
 			if err != nil {
 				return err
 			}
 			defer g.Close()
-			fmt.Printf("sending %d distinct packets from %s\n", len(pkts), iface)
+			switch {
+			case fixed:
+				fmt.Printf("sending the first packet of %d, as it is, from %s\n", len(pkts), iface)
+			case flood.flows > 0:
+				fmt.Printf("sending %d distinct random flows on %d templates from %s\n", flood.flows, len(pkts), iface)
+			default:
+				fmt.Printf("sending %d distinct packets from %s\n", len(pkts), iface)
+			}
 			st, err := g.Send(cmd.Context(), lab.SendOptions{
 				Count: count, Duration: duration, Rate: rate,
 				Progress: func(el time.Duration, sent uint64, pps float64) {
 					fmt.Printf("%7.1fs  %8.3f Mpps  sent %d\n", el.Seconds(), pps/1e6, sent)
 				},
 			})
-			fmt.Printf("sent %d packets in %.3fs: %.3f Mpps; drops reported by %s: %d\n", st.Sent, st.Elapsed.Seconds(), st.Mpps(), iface.Name, st.Drops)
+			fmt.Printf("sent %d packets in %.3fs from the first to the last (%.3fs in all): %.3f Mpps; drops reported by %s: %d\n", st.Sent, st.Elapsed.Seconds(), st.Wall.Seconds(), st.Mpps(), iface.Name, st.Drops)
 			if st.Vanished > 0 {
 				fmt.Printf("warning: %d frames vanished without a counter: the peer of %s runs neither XDP nor GRO (ethtool -K PEER gro on)\n", st.Vanished, iface.Name)
 			}
@@ -175,7 +188,34 @@ func labGenCmd(prefix *string) *cobra.Command {
 	f.IntVar(&cpu, "cpu", -1, "pin the generator to this CPU")
 	f.Uint32Var(&batch, "batch", 0, "frames per kernel batch (default 64, at most 256)")
 	f.BoolVar(&window, "window", false, "write only the bytes where the packets differ: faster, but wrong if the path rewrites frames in place")
+	f.BoolVar(&fixed, "fixed", false, "send the first packet as it is, writing nothing: the generator's ceiling")
+	flood.register(f)
 	return cmd
+}
+
+// floodFlags are lab gen's and lab bench's flood options.
+type floodFlags struct {
+	flows uint32
+	src   string
+}
+
+func (fl *floodFlags) register(f *pflag.FlagSet) {
+	f.Uint32Var(&fl.flows, "flows", 0, "flood: every packet one of N distinct random flows (source address and ports vary; the packets are templates)")
+	f.StringVar(&fl.src, "flow-src", "", "flood: prefix the random source addresses come from (default: the packets' own source, ports vary)")
+}
+
+func (fl *floodFlags) source() (netip.Prefix, error) {
+	if fl.src == "" {
+		return netip.Prefix{}, nil
+	}
+	if fl.flows == 0 {
+		return netip.Prefix{}, fmt.Errorf("--flow-src needs --flows N")
+	}
+	p, err := netip.ParsePrefix(fl.src)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("--flow-src %q: want a prefix such as 10.0.0.0/8 or fd00::/64", fl.src)
+	}
+	return p, nil
 }
 
 func labSinkCmd(prefix *string) *cobra.Command {
@@ -371,6 +411,8 @@ func labBenchCmd(prefix *string) *cobra.Command {
 		plotOut         string
 		list            bool
 		interleave      bool
+		noCeiling       bool
+		flood           floodFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [SCENARIO...]",
@@ -385,8 +427,13 @@ func labBenchCmd(prefix *string) *cobra.Command {
 			if len(args) == 0 {
 				args = []string{"veth", "bridge", "xdp-redirect"}
 			}
+			src, err := flood.source()
+			if err != nil {
+				return err
+			}
 			o := lab.BenchOptions{
 				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Size: size, Prefix: *prefix, CPU: cpu, Interleave: interleave,
+				Flows: flood.flows, FlowSrc: src, NoCeiling: noCeiling,
 				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr,
 			}
 			if _, err := o.Validate(); err != nil {
@@ -414,6 +461,8 @@ func labBenchCmd(prefix *string) *cobra.Command {
 	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
 	f.BoolVar(&list, "list", false, "list the scenarios and exit")
 	f.BoolVar(&interleave, "interleave", false, "run the scenarios in turns, one run each, so that the machine's drift hits every row alike")
+	f.BoolVar(&noCeiling, "no-ceiling", false, "leave out the generator's ceiling row (one fixed frame, nothing written)")
+	flood.register(f)
 	return cmd
 }
 

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -46,12 +48,20 @@ type AttachOptions struct {
 // configuration updates the maps and swaps the program in place on devices
 // that already have it; nothing is detached. Everything is validated before
 // the first change.
+//
+// Attach checks what the host must give the fast path and warns, naming
+// the fix, where it falls short: each device a frame may leave by must take
+// XDP frames (it is left out, and its traffic goes to the reference router,
+// until it does), and lo must have forwarding on for the FIB lookups.
 func Attach(cfg *Config, opts AttachOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	if opts.Warn == nil {
 		opts.Warn = io.Discard
+	}
+	if len(cfg.CPUs) > 0 && cfg.XDPMode == XDPModeGeneric {
+		return fmt.Errorf("%s: cpus needs native XDP (xdp_mode = %q): generic mode runs on skbs, which a CPU map does not hand on as frames; drop one of the two", cfg.Path, XDPModeGeneric)
 	}
 	devs := opts.Devices
 	if len(devs) == 0 {
@@ -64,15 +74,23 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if cfg.XDPMode == XDPModeGeneric {
 		mode = xdp.Generic
 	}
-	ifindex := map[xdp.Iface]int{}
 	for _, d := range devs {
-		attrs, err := xdp.Lookup(d)
-		if err != nil {
+		if d.Netns != opts.Netns && opts.Netns != "" {
+			return fmt.Errorf("device %s is not in network namespace %s: a router's devices share one namespace", d, opts.Netns)
+		}
+		if _, err := xdp.Lookup(d); err != nil {
 			return err
 		}
-		ifindex[d] = attrs.Index
-		warnForwarding(d, opts.Warn)
 	}
+	ns := opts.Netns
+	if len(devs) > 0 {
+		ns = devs[0].Netns
+	}
+	tx, err := usableEgress(cfg, ns, devs, opts.Warn)
+	if err != nil {
+		return err
+	}
+	warnForwarding(cfg, ns, opts.Warn)
 	name := opts.Name
 	if name == "" {
 		name = cfg.RouterID
@@ -87,18 +105,104 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		return err
 	}
 	defer r.Close()
-	if err := r.fillCPUs(); err != nil {
+	if err := r.SetHost(ns, tx); err != nil {
+		xdp.RemoveIfEmpty(dir)
 		return err
 	}
-	for _, d := range devs {
-		// A devmap resolves indexes in the namespace of the thread updating it.
-		if err := netns.Run(d.Netns, func() error {
-			return r.objs.TxPorts.Put(uint32(ifindex[d]), uint32(ifindex[d]))
-		}); err != nil {
-			return fmt.Errorf("add %s to the redirect map: %w", d, err)
+	if err := r.fillCPUs(); err != nil {
+		xdp.RemoveIfEmpty(dir)
+		return err
+	}
+	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
+		return err
+	}
+	if err := r.attachTracing(dir); err != nil {
+		return errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))
+	}
+	return nil
+}
+
+// Tracing link pins: not device links (xdp.Links ignores them), and gone
+// with the directory when the last device is detached.
+var tracingPins = map[string]string{"br_tx_redirect_err": "trace_redirect_err", "br_tx_devmap": "trace_devmap", "br_tx_bulk": "trace_bulk", "br_tx_exception": "trace_exception"}
+
+// attachTracing attaches the transmit-failure counters and pins their
+// links, replacing those of an earlier attach.
+func (r *Router) attachTracing(dir string) error {
+	progs, err := r.TracingPrograms()
+	if err != nil {
+		return err
+	}
+	for prog, pin := range tracingPins {
+		l, err := link.AttachTracing(link.TracingOptions{Program: progs[prog]})
+		if err != nil {
+			return fmt.Errorf("attach %s to its tracepoint: %w", prog, err)
+		}
+		path := filepath.Join(dir, pin)
+		os.Remove(path)
+		err = l.Pin(path)
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("pin %s: %w", pin, err)
 		}
 	}
-	return xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn})
+	return nil
+}
+
+// usableEgress are the devices a forwarded frame may leave by — those the
+// router is attached to and those its configured next hops (neighbours,
+// siblings) are reached through — less those that would drop XDP frames,
+// each of which gets a warning naming the fix.
+func usableEgress(cfg *Config, ns string, devs []xdp.Iface, warn io.Writer) ([]xdp.Iface, error) {
+	seen := map[xdp.Iface]bool{}
+	var all []xdp.Iface
+	add := func(d xdp.Iface) {
+		if !seen[d] {
+			seen[d] = true
+			all = append(all, d)
+		}
+	}
+	for _, d := range devs {
+		add(d)
+	}
+	var hops []netip.Addr
+	for _, i := range cfg.Interfaces {
+		switch i.Kind {
+		case External:
+			hops = append(hops, i.Remote.Addr())
+		case Sibling:
+			hops = append(hops, i.SiblingAddr.Addr())
+		}
+	}
+	h, err := netns.Handle(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	for _, hop := range hops {
+		routes, err := h.RouteGet(hop.AsSlice())
+		if err != nil || len(routes) == 0 {
+			continue // no route yet: the FIB decides per packet
+		}
+		l, err := h.LinkByIndex(routes[0].LinkIndex)
+		if err != nil || l.Attrs().Name == "lo" {
+			continue
+		}
+		add(xdp.Iface{Netns: ns, Name: l.Attrs().Name})
+	}
+	var ok []xdp.Iface
+	for _, d := range all {
+		problem, err := xdp.TxProblem(d)
+		if err != nil {
+			return nil, err
+		}
+		if problem != "" {
+			fmt.Fprintf(warn, "warning: %s. Until then the fast path leaves what goes out by %s to the reference router (verdict tx_unusable); attach again once it is fixed.\n", problem, d)
+			continue
+		}
+		ok = append(ok, d)
+	}
+	return ok, nil
 }
 
 // fillCPUs points the CPU map at the router program on each worker CPU.
@@ -276,17 +380,69 @@ func slotsOf(m *ebpf.Map) (map[int]int, error) {
 // Counters reads the pinned counters.
 func (p *Pinned) ReadCounters() (*Counts, error) { return readCounters(p.Counters) }
 
-// warnForwarding says when a device has IP forwarding off: the kernel then
-// answers the router's FIB lookups with FWD_DISABLED, and every packet that
-// arrives there takes the slow path.
-func warnForwarding(d xdp.Iface, w io.Writer) {
-	_ = netns.Run(d.Netns, func() error {
+// warnForwarding says when lo has forwarding off for a family the router
+// uses: the kernel then refuses the fast path's FIB lookups, which name lo,
+// and every packet goes to the reference router.
+func warnForwarding(cfg *Config, ns string, w io.Writer) {
+	// The sysctl directory of each family the router's addresses use.
+	fams := map[string]bool{}
+	sysctlDir := func(a netip.Addr) string {
+		if a.Unmap().Is4() {
+			return "ipv4"
+		}
+		return "ipv6"
+	}
+	fams[sysctlDir(cfg.Internal.Addr())] = true
+	for _, i := range cfg.Interfaces {
+		if i.Kind == External {
+			fams[sysctlDir(i.Remote.Addr())] = true
+		}
+	}
+	_ = netns.Run(ns, func() error {
 		for _, fam := range []string{"ipv4", "ipv6"} {
-			b, err := os.ReadFile(filepath.Join("/proc/sys/net", fam, "conf", d.Name, "forwarding"))
-			if err == nil && strings.TrimSpace(string(b)) == "0" && fam == "ipv4" {
-				fmt.Fprintf(w, "warning: %s: IPv4 forwarding is off, so the fast path's FIB lookups fail and packets arriving there go to the slow path; enable it with sysctl net.ipv4.conf.%s.forwarding=1\n", d, d.Name)
+			if !fams[fam] {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join("/proc/sys/net", fam, "conf/lo/forwarding"))
+			if err == nil && strings.TrimSpace(string(b)) == "0" {
+				fmt.Fprintf(w, "warning: %s: forwarding is off on lo, so the kernel refuses the fast path's FIB lookups (they name lo, as the host's own traffic does) and every packet goes to the reference router (verdict fwd_disabled). Turn it on for lo alone with `sysctl -w net.%s.conf.lo.forwarding=1`: the host still forwards nothing it did not before.\n", nsName(ns), fam)
 			}
 		}
 		return nil
 	})
+}
+
+// RouterState is an attached router as `br list` shows it.
+type RouterState struct {
+	ID      string             `json:"id"`
+	Devices []xdp.PinnedDevice `json:"devices"`
+}
+
+// Gone says every device of the router was removed (its namespace deleted,
+// say): what is left are pins, maps and counters; `br detach --router`
+// removes them.
+func (s RouterState) Gone() bool {
+	for _, d := range s.Devices {
+		if !d.Gone {
+			return false
+		}
+	}
+	return true
+}
+
+// List describes every attached router and the state of its devices.
+func List() ([]RouterState, error) {
+	ids, err := Attached()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RouterState, 0, len(ids))
+	for _, id := range ids {
+		devs, err := xdp.PinnedDevices(PinDir(id))
+		if err != nil {
+			return nil, fmt.Errorf("router %s: %w", id, err)
+		}
+		out = append(out, RouterState{ID: id, Devices: devs})
+	}
+	return out, nil
 }

@@ -159,6 +159,9 @@ func TestFIBVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
+		if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
+			t.Fatal(err)
+		}
 		// The userspace runtime gets the same maps, before the run fills
 		// the next-hop cache.
 		maps, err := rt.MirrorMaps(r.maps)
@@ -210,17 +213,39 @@ func TestFIBVerdicts(t *testing.T) {
 	}
 }
 
-// A bench run that dies leaves the router attached and pinned: lab down
-// removes the pins with the namespaces.
-func TestLabDownRemovesRouterPins(t *testing.T) {
+// Deleting the namespace of an attached router leaves its pins, maps and
+// counters: br list shows the router as gone, and detach removes the rest.
+func TestGoneRouterIsShownAndDetached(t *testing.T) {
 	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	name := attachLab(t, tb, cfg)
-	if err := tb.Down(); err != nil {
+	state := func() RouterState {
+		t.Helper()
+		all, err := List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range all {
+			if r.ID == name {
+				return r
+			}
+		}
+		t.Fatalf("router %s not listed", name)
+		return RouterState{}
+	}
+	if s := state(); s.Gone() || len(s.Devices) != 2 || s.Devices[0].Mode != xdp.Native {
+		t.Fatalf("attached router listed as %+v", s)
+	}
+	if err := netns.Delete(tb.DUTIn().Netns); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); !s.Gone() {
+		t.Fatalf("router of a deleted namespace listed as %+v", s)
+	}
+	if err := Detach(name, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
-		Detach(name, nil)
-		t.Fatalf("lab down left %s (%v)", PinDir(name), err)
+		t.Fatalf("detach left %s (%v)", PinDir(name), err)
 	}
 }

@@ -8,47 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // ReferenceVersion is the scionproto release the router follows and is
 // compared with.
-const ReferenceVersion = "v0.12.0"
-
-// ReferenceRouterBinary returns scionproto's own router, built once per
-// machine from the Go module proxy into the user's cache directory, or the
-// binary FASTPATH_SCION_ROUTER names.
-func ReferenceRouterBinary() (string, error) {
-	if p := os.Getenv("FASTPATH_SCION_ROUTER"); p != "" {
-		return p, nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	bin := filepath.Join(cache, "fastpath", "scion-router-"+ReferenceVersion)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	dir, err := os.MkdirTemp("", "fastpath-refrouter-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	mod := fmt.Sprintf("module refrouter\n\ngo 1.24\n\nrequire github.com/scionproto/scion %s\n", ReferenceVersion)
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return "", err
-	}
-	cmd := exec.Command("go", "build", "-o", bin+".tmp", "github.com/scionproto/scion/router/cmd/router")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build scionproto's router %s (needs the Go module proxy): %v\n%s", ReferenceVersion, err, out)
-	}
-	return bin, os.Rename(bin+".tmp", bin)
-}
+const ReferenceVersion = scionproto.Version
 
 // ReferenceRouter is scionproto's router running in a network namespace.
 type ReferenceRouter struct {
@@ -62,7 +28,7 @@ type ReferenceRouter struct {
 // waits until it listens on internal. BFD is off: it would hold every
 // interface down until a BFD peer answered.
 func StartReferenceRouter(netns, id, configDir, internal string) (*ReferenceRouter, error) {
-	bin, err := ReferenceRouterBinary()
+	bin, err := scionproto.Binary("router")
 	if err != nil {
 		return nil, err
 	}

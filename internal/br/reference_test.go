@@ -244,6 +244,9 @@ func TestAgreesWithReferenceRouter(t *testing.T) {
 			off := 42 + rng.Intn(min(len(f)-42, 100))
 			f[off] ^= byte(1 << rng.Intn(8))
 		}
+		// A mutation is another packet, sent with a right checksum as the
+		// reference's sender sends it; a wrong checksum is the kernel's.
+		setUDPChecksum(f)
 		inputs = append(inputs, input{fmt.Sprintf("mutation %d of %s", i, src.name), f})
 	}
 

@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sort"
 
 	"github.com/cilium/ebpf"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 	"github.com/scionproto/scion/pkg/addr"
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +40,11 @@ var verdictNames = map[Verdict]string{
 	routerBrVerdictBR_BAD_DST_IA:        "bad_dst_ia",
 	routerBrVerdictBR_BAD_HOST_ADDR:     "bad_host_addr",
 	routerBrVerdictBR_BFD:               "bfd",
+	routerBrVerdictBR_BAD_CHECKSUM:      "bad_checksum",
+	routerBrVerdictBR_LOCAL:             "local",
+	routerBrVerdictBR_FWD_DISABLED:      "fwd_disabled",
+	routerBrVerdictBR_TX_UNUSABLE:       "tx_unusable",
+	routerBrVerdictBR_TX_FAILED:         "tx_failed",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -57,21 +65,23 @@ const (
 
 // objects are the router's programs and maps, whichever variant is loaded.
 type objects struct {
-	Router   *ebpf.Program `ebpf:"br_router"`
-	Spread   *ebpf.Program `ebpf:"br_spread"`
-	Conf     *ebpf.Map     `ebpf:"br_conf"`
-	Keys     *ebpf.Map     `ebpf:"br_keys"`
-	Sockets  *ebpf.Map     `ebpf:"br_sockets"`
-	Ports    *ebpf.Map     `ebpf:"br_ports"`
-	Ifaces   *ebpf.Map     `ebpf:"br_ifaces"`
-	Counters *ebpf.Map     `ebpf:"br_counters"`
-	TxPorts  *ebpf.Map     `ebpf:"br_tx_ports"`
-	CPUs     *ebpf.Map     `ebpf:"br_cpus"`
+	Router     *ebpf.Program `ebpf:"br_router"`
+	Spread     *ebpf.Program `ebpf:"br_spread"`
+	Conf       *ebpf.Map     `ebpf:"br_conf"`
+	Keys       *ebpf.Map     `ebpf:"br_keys"`
+	Sockets    *ebpf.Map     `ebpf:"br_sockets"`
+	Ports      *ebpf.Map     `ebpf:"br_ports"`
+	Ifaces     *ebpf.Map     `ebpf:"br_ifaces"`
+	Counters   *ebpf.Map     `ebpf:"br_counters"`
+	TxPorts    *ebpf.Map     `ebpf:"br_tx_ports"`
+	Egress     *ebpf.Map     `ebpf:"br_egress"`
+	LocalAddrs *ebpf.Map     `ebpf:"br_local_addrs"`
+	CPUs       *ebpf.Map     `ebpf:"br_cpus"`
 }
 
 func (o *objects) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.CPUs} {
+	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.Egress, o.LocalAddrs, o.CPUs} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -93,13 +103,20 @@ type LoadOptions struct {
 // Router is a loaded, configured router program; nothing is attached.
 type Router struct {
 	cfg      *Config
+	opts     LoadOptions
 	objs     objects
 	coll     *ebpf.Collection // what objs does not hold (.rodata, caches)
 	maps     map[string]*ebpf.Map
 	mapSpecs map[string]*ebpf.MapSpec
-	cpuProg  *ebpf.Program     // the worker-CPU router, with cpus only
-	slots    map[uint16]uint16 // interface ID → counter slot, this router's
+	progs    map[string]*ebpf.ProgramSpec // loaded only when needed: worker-CPU, tracing
+	cpuProg  *ebpf.Program                // the worker-CPU router, with cpus only
+	generic  *ebpf.Program                // the copy for generic mode, once asked for
+	tracing  []*ebpf.Program              // the transmit-failure counters, once asked for
+	slots    map[uint16]uint16            // interface ID → counter slot, this router's
 }
+
+// lateProgs are loaded on the main collection's maps only when needed.
+var lateProgs = []string{"br_router_cpu", "br_tx_redirect_err", "br_tx_devmap", "br_tx_bulk", "br_tx_exception"}
 
 // Load validates cfg, loads the router variant it asks for and fills its
 // maps. The caller attaches Program() or runs it.
@@ -107,39 +124,16 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	load := loadRouter
-	if !cfg.MACCheck {
-		load = loadRouternomac
-	}
-	spec, err := load()
+	spec, err := routerSpec(cfg, opts, false)
 	if err != nil {
-		return nil, fmt.Errorf("load router spec: %w", err)
+		return nil, err
 	}
-	if opts.SkipFIB {
-		if err := spec.Variables["br_skip_fib"].Set(uint32(1)); err != nil {
-			return nil, err
-		}
+	// Programs used only by some attachments are loaded when used.
+	late := map[string]*ebpf.ProgramSpec{}
+	for _, n := range lateProgs {
+		late[n] = spec.Programs[n]
+		delete(spec.Programs, n)
 	}
-	if opts.NoMACCache {
-		if err := spec.Variables["br_use_mac_cache"].Set(uint32(0)); err != nil {
-			return nil, err
-		}
-	}
-	if n := len(cfg.CPUs); n > 0 {
-		if err := spec.Variables["br_num_cpus"].Set(uint32(n)); err != nil {
-			return nil, err
-		}
-		var ids [64]uint32
-		for i, c := range cfg.CPUs {
-			ids[i] = uint32(c)
-		}
-		if err := spec.Variables["br_cpu_ids"].Set(ids); err != nil {
-			return nil, err
-		}
-	}
-	// The worker-CPU copy of the program is loaded only when it is used.
-	cpuProg := spec.Programs["br_router_cpu"]
-	delete(spec.Programs, "br_router_cpu")
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {
@@ -149,7 +143,7 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		}
 		copts.Maps.PinPath = opts.PinPath
 	}
-	r := &Router{cfg: cfg, slots: map[uint16]uint16{}, mapSpecs: spec.Maps}
+	r := &Router{cfg: cfg, opts: opts, slots: map[uint16]uint16{}, mapSpecs: spec.Maps, progs: late}
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -169,7 +163,7 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		return nil, err
 	}
 	if len(cfg.CPUs) > 0 {
-		if err := r.loadCPUProgram(cpuProg); err != nil {
+		if r.cpuProg, err = r.loadLate("br_router_cpu"); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -181,36 +175,134 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 	return r, nil
 }
 
-// loadCPUProgram loads the router's copy for CPU-map workers, on the maps
-// already loaded.
-func (r *Router) loadCPUProgram(ps *ebpf.ProgramSpec) error {
-	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router_cpu": ps}, Maps: map[string]*ebpf.MapSpec{}}
+// routerSpec is the router variant cfg asks for, with its load-time
+// constants set; generic sets the copy for generic-mode attachments.
+func routerSpec(cfg *Config, opts LoadOptions, generic bool) (*ebpf.CollectionSpec, error) {
+	load := loadRouter
+	if !cfg.MACCheck {
+		load = loadRouternomac
+	}
+	spec, err := load()
+	if err != nil {
+		return nil, fmt.Errorf("load router spec: %w", err)
+	}
+	set := map[string]any{}
+	if opts.SkipFIB {
+		set["br_skip_fib"] = uint32(1)
+	}
+	if opts.NoMACCache {
+		set["br_use_mac_cache"] = uint32(0)
+	}
+	if generic {
+		set["br_generic"] = uint32(1)
+	}
+	if n := len(cfg.CPUs); n > 0 {
+		var ids [64]uint32
+		for i, c := range cfg.CPUs {
+			ids[i] = uint32(c)
+		}
+		set["br_num_cpus"], set["br_cpu_ids"] = uint32(n), ids
+	}
+	for name, v := range set {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return spec, nil
+}
+
+// loadLate loads one of lateProgs on the maps already loaded.
+func (r *Router) loadLate(name string) (*ebpf.Program, error) {
+	return r.loadOnMaps(name, r.progs[name], r.maps)
+}
+
+// loadOnMaps loads a program of a router spec with the maps it references
+// taken from maps.
+func (r *Router) loadOnMaps(name string, ps *ebpf.ProgramSpec, maps map[string]*ebpf.Map) (*ebpf.Program, error) {
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{name: ps}, Maps: map[string]*ebpf.MapSpec{}}
 	repl := map[string]*ebpf.Map{}
 	for _, ins := range ps.Instructions {
 		if ref := ins.Reference(); ref != "" {
-			if m, ok := r.maps[ref]; ok {
+			if m, ok := maps[ref]; ok {
 				repl[ref] = m
+				spec.Maps[ref] = r.mapSpecs[ref]
 			}
 		}
 	}
-	for name := range repl {
-		spec.Maps[name] = r.mapSpecs[name]
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("the kernel refused %s: %+v", name, ve)
+		}
+		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
-	var objs struct {
-		Prog *ebpf.Program `ebpf:"br_router_cpu"`
+	defer coll.Close()
+	return coll.DetachProgram(name), nil
+}
+
+// GenericProgram is the router for devices attached in generic mode: the
+// same program, loaded once more with br_generic set, on the same maps but
+// its own constants.
+func (r *Router) GenericProgram() (*ebpf.Program, error) {
+	if r.generic != nil {
+		return r.generic, nil
 	}
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return fmt.Errorf("load the worker-CPU router: %w", err)
+	spec, err := routerSpec(r.cfg, r.opts, true)
+	if err != nil {
+		return nil, err
 	}
-	r.cpuProg = objs.Prog
-	return nil
+	maps := map[string]*ebpf.Map{}
+	for n, m := range r.maps {
+		if n != ".rodata" {
+			maps[n] = m
+		}
+	}
+	// The copy's own .rodata holds br_generic.
+	ps := spec.Programs["br_router"]
+	rodata := spec.Maps[".rodata"]
+	sp := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router": ps}, Maps: map[string]*ebpf.MapSpec{".rodata": rodata}, Variables: spec.Variables}
+	repl := map[string]*ebpf.Map{}
+	for _, ins := range ps.Instructions {
+		if ref := ins.Reference(); ref != "" && ref != ".rodata" {
+			if m, ok := maps[ref]; ok {
+				repl[ref] = m
+				sp.Maps[ref] = r.mapSpecs[ref]
+			}
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(sp, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		return nil, fmt.Errorf("load the generic-mode router: %w", err)
+	}
+	defer coll.Close()
+	r.generic = coll.DetachProgram("br_router")
+	return r.generic, nil
+}
+
+// TracingPrograms are the programs that count failed transmits, attached
+// to the kernel's xdp tracepoints (redirect_err, devmap_xmit, bulk_tx,
+// exception), by name.
+func (r *Router) TracingPrograms() (map[string]*ebpf.Program, error) {
+	out := map[string]*ebpf.Program{}
+	for _, n := range lateProgs[1:] {
+		p, err := r.loadLate(n)
+		if err != nil {
+			return nil, err
+		}
+		r.tracing = append(r.tracing, p)
+		out[n] = p
+	}
+	return out, nil
 }
 
 // Close unloads the router (pinned maps stay pinned).
 func (r *Router) Close() error {
 	err := r.objs.Close()
-	if r.cpuProg != nil {
-		err = errors.Join(err, r.cpuProg.Close())
+	for _, p := range append([]*ebpf.Program{r.cpuProg, r.generic}, r.tracing...) {
+		if p != nil {
+			err = errors.Join(err, p.Close())
+		}
 	}
 	if r.coll != nil {
 		r.coll.Close()
@@ -300,6 +392,7 @@ func (r *Router) configure() error {
 	var old routerBrConfig
 	if err := r.objs.Conf.Lookup(uint32(0), &old); err == nil {
 		conf.KeyGen = old.KeyGen
+		conf.NetnsIno = old.NetnsIno
 	}
 	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("write router config: %w", err)
@@ -508,3 +601,111 @@ func readCounters(m *ebpf.Map) (*Counts, error) {
 
 // Counters reads the router's counters.
 func (r *Router) Counters() (*Counts, error) { return readCounters(r.objs.Counters) }
+
+// SetHost tells the router about the host it runs on: the network
+// namespace of its devices (the transmit tracepoints see every namespace),
+// the addresses there that are the host's own (a next hop there is
+// delivered by the kernel), and the devices it may send frames to.
+func (r *Router) SetHost(ns string, tx []xdp.Iface) error {
+	ino, err := xdp.NetnsInode(ns)
+	if err != nil {
+		return err
+	}
+	var conf routerBrConfig
+	if err := r.objs.Conf.Lookup(uint32(0), &conf); err != nil {
+		return fmt.Errorf("read router config: %w", err)
+	}
+	conf.NetnsIno = uint32(ino)
+	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
+		return fmt.Errorf("write router config: %w", err)
+	}
+	local := map[routerBrAddr]bool{}
+	err = netns.Run(ns, func() error {
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					local[brAddr(netip.AddrPortFrom(ip, 0))] = true
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("addresses of %s: %w", nsName(ns), err)
+	}
+	if err := syncSet(r.objs.LocalAddrs, local, uint8(1)); err != nil {
+		return fmt.Errorf("write local addresses: %w", err)
+	}
+	ports := map[uint32]bool{}
+	for _, d := range tx {
+		a, err := xdp.Lookup(d)
+		if err != nil {
+			return err
+		}
+		ports[uint32(a.Index)] = true
+	}
+	// The redirect map first: a device is in br_egress only once a frame
+	// can be redirected to it. A devmap resolves indexes in the namespace
+	// of the thread updating it.
+	err = netns.Run(ns, func() error {
+		var k, v uint32
+		var stale []uint32
+		it := r.objs.TxPorts.Iterate()
+		for it.Next(&k, &v) {
+			if !ports[k] {
+				stale = append(stale, k)
+			}
+		}
+		for idx := range ports {
+			if err := r.objs.TxPorts.Put(idx, idx); err != nil {
+				return fmt.Errorf("add device %d to the redirect map: %w", idx, err)
+			}
+		}
+		if err := syncSet(r.objs.Egress, ports, uint8(1)); err != nil {
+			return fmt.Errorf("write the egress devices: %w", err)
+		}
+		for _, k := range stale {
+			r.objs.TxPorts.Delete(k)
+		}
+		return it.Err()
+	})
+	return err
+}
+
+// syncSet makes a hash map hold exactly the keys of want, each with val.
+func syncSet[K comparable, V any](m *ebpf.Map, want map[K]bool, val V) error {
+	var k K
+	var v V
+	var stale []K
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for k := range want {
+		if err := m.Put(k, val); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nsName(ns string) string {
+	if ns == "" {
+		return "this network namespace"
+	}
+	return "network namespace " + ns
+}

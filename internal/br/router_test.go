@@ -691,12 +691,14 @@ func TestMACCache(t *testing.T) {
 	bad := append([]byte(nil), good...)
 	hf := 14 + 20 + 8 + 12 + 16 + 4 + 4 + 4 + 8 + 12 // start of hop field 1
 	bad[hf+6+5] ^= 0x01
+	setUDPChecksum(bad)
 	if res := r.runOne(t, bad); res.verdict != "invalid_mac" {
 		t.Fatalf("packet with a wrong MAC after a cached valid one: %s", res.verdict)
 	}
 	// Same MAC, other input (ExpTime): no hit.
 	bad2 := append([]byte(nil), good...)
 	bad2[hf+1] ^= 0x01
+	setUDPChecksum(bad2)
 	if res := r.runOne(t, bad2); res.verdict != "invalid_mac" {
 		t.Fatalf("packet with a changed hop field after a cached valid one: %s", res.verdict)
 	}

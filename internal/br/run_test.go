@@ -25,6 +25,7 @@ func TestRunReportsEachPacket(t *testing.T) {
 	good := transitFrame(t)
 	bad2 := append([]byte(nil), good...)
 	bad2[14+20+8+5] = 1 // HdrLen far too short
+	setUDPChecksum(bad2)
 	res, err := r.Run([][]byte{good, bad2, make([]byte, 60)}, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -43,9 +43,9 @@ func TransitPackets(cfg *Config, o TransitOptions) ([][]byte, error) {
 	default:
 		return nil, fmt.Errorf("%s: interfaces %d (%s) and %d (%s): transit traffic needs child→parent or core→core", cfg.Path, in.ID, in.LinkType, out.ID, out.LinkType)
 	}
-	const headers = 14 + 20 + 8 + 12 + 24 + 4 + 8 + 3*12 + 8
+	headers := 14 + 20 + 8 + 12 + 24 + 4 + 8 + 3*12 + 8
 	if !in.Local.Addr().Is4() {
-		return nil, fmt.Errorf("%s: interface %d: test traffic is generated over IPv4 underlays only", cfg.Path, in.ID)
+		headers += 20 // an IPv6 underlay
 	}
 	if o.Size < headers+4 || o.Size > 1514 {
 		return nil, fmt.Errorf("packet size %d out of range: SCION transit packets here are %d to 1514 bytes", o.Size, headers+4)

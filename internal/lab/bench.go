@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +33,13 @@ type BenchOptions struct {
 	MaxSeconds float64
 	// Size of the default UDP frames.
 	Size int
+	// Flows > 0 floods every row that has no flood of its own with this
+	// many distinct random flows (GenOptions.Flows); FlowSrc as there.
+	Flows   uint32
+	FlowSrc netip.Prefix
+	// NoCeiling leaves out the generator's ceiling row, which every bench
+	// otherwise measures beside its rows.
+	NoCeiling bool
 	// Prefix of the testbed's names (DefaultPrefix if empty).
 	Prefix string
 	// CPU the generator is pinned to, which is also where the whole path runs:
@@ -46,6 +55,9 @@ func (o *BenchOptions) Validate() ([]Scenario, error) {
 	scs, err := resolveRuns(o.Scenarios, o.Runs)
 	if err != nil {
 		return nil, err
+	}
+	if !o.NoCeiling && !slices.ContainsFunc(scs, func(s Scenario) bool { return s.Name == CeilingScenario }) {
+		scs = append([]Scenario{scenarios[CeilingScenario]}, scs...)
 	}
 	if o.Packets < 1000 {
 		return nil, fmt.Errorf("--packets %d: send at least 1000 packets per run", o.Packets)
@@ -180,7 +192,11 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 		return row, err
 	}
 	defer sink.Close()
-	gen, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: o.CPU, Window: !restore})
+	flows, flowSrc := s.Flows, s.FlowSrc
+	if flows == 0 && !s.Fixed {
+		flows, flowSrc = o.Flows, o.FlowSrc
+	}
+	gen, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: o.CPU, Window: !restore, Flows: flows, FlowSrc: flowSrc, Fixed: s.Fixed})
 	if err != nil {
 		return row, err
 	}
@@ -205,7 +221,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 		if err != nil {
 			return row, err
 		}
-		r := Run{Sent: st.Sent, Received: after.Packets - before.Packets, Seconds: st.Elapsed.Seconds(), OfferedMpps: st.Mpps()}
+		r := Run{Sent: st.Sent, Received: after.Packets - before.Packets, Seconds: st.Elapsed.Seconds(), WallSeconds: st.Wall.Seconds(), OfferedMpps: st.Mpps()}
 		if r.Seconds > 0 {
 			r.Mpps = float64(r.Received) / r.Seconds / 1e6
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -41,8 +42,21 @@ type GenOptions struct {
 	// of the whole packet on every run. It needs packets of one length, and is
 	// wrong when anything on the path rewrites frames in place (the kernel
 	// recycles live-frame pages without restoring them). Ignored when the
-	// packets' lengths differ.
+	// packets' lengths differ, and in flood mode.
 	Window bool
+	// Flows > 0 is flood mode: the packets are templates, and run n sends
+	// template n % len(Packets) as flow n % Flows, with its source address
+	// (the host bits of FlowSrc) and both ports drawn from a bijection of
+	// the flow number: Flows distinct flows that look random. The
+	// templates must be UDP or TCP over IPv4 or IPv6.
+	Flows uint32
+	// FlowSrc is where flood mode's source addresses come from; the zero
+	// prefix keeps each template's source and varies only the ports. At
+	// most the low 32 bits of an address vary.
+	FlowSrc netip.Prefix
+	// Fixed sends the first packet as it is on every run, writing nothing:
+	// the generator's own ceiling, against which its per-packet cost shows.
+	Fixed bool
 }
 
 // Generator replays a capture at top speed through BPF_PROG_TEST_RUN in
@@ -54,12 +68,17 @@ type Generator struct {
 	maxLen  int
 	window  bool
 	objs    genObjects
+	prog    *ebpf.Program // lab_gen, or lab_gen_fixed
 }
 
 // GenStats is what one Send did.
 type GenStats struct {
-	Sent    uint64
+	Sent uint64
+	// Elapsed is the time from the first packet sent to the last (the
+	// program notes both); set-up between test runs does not count.
 	Elapsed time.Duration
+	// Wall is the time the whole Send took, set-up included.
+	Wall time.Duration
 	// Drops is what the interface reported it could not pass to its peer
 	// (its peer's ring was full).
 	Drops uint64
@@ -102,9 +121,28 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 		maxLen = max(maxLen, len(p))
 	}
 
+	var flows []flowTemplate
+	if opts.Flows > 0 {
+		if opts.Fixed {
+			return nil, errors.New("flood mode varies every packet: it cannot send a fixed one")
+		}
+		if flows, err = flowTemplates(opts.Packets, opts.FlowSrc); err != nil {
+			return nil, err
+		}
+		opts.Window = false
+	}
+
 	spec, err := loadGen()
 	if err != nil {
 		return nil, fmt.Errorf("load generator spec: %w", err)
+	}
+	if opts.Flows > 0 {
+		if err := spec.Variables["gen_flows"].Set(opts.Flows); err != nil {
+			return nil, err
+		}
+		if err := spec.Variables["gen_flow_bits"].Set(uint32(32 + flows[0].hostBits)); err != nil {
+			return nil, err
+		}
 	}
 	spec.Maps["gen_packets"].MaxEntries = uint32(len(opts.Packets))
 	if err := spec.Variables["gen_count"].Set(uint32(len(opts.Packets))); err != nil {
@@ -128,9 +166,16 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
 		return nil, fmt.Errorf("load generator: %w", err)
 	}
+	g.prog = g.objs.LabGen
+	if opts.Fixed {
+		g.prog = g.objs.LabGenFixed
+	}
 	keys := make([]uint32, len(opts.Packets))
 	vals := make([]genGenPacket, len(opts.Packets))
 	for i, p := range opts.Packets {
+		if flows != nil {
+			p = flows[i].pkt
+		}
 		part := p[lo:]
 		if hi >= 0 {
 			part = p[lo:hi]
@@ -138,6 +183,11 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 		keys[i] = uint32(i)
 		vals[i].Len = uint32(len(part))
 		copy(vals[i].Data[:], part)
+		if flows != nil {
+			f := flows[i]
+			vals[i].HostMask, vals[i].L3Off, vals[i].L4Off, vals[i].CsumOff = f.hostMask, f.l3, f.l4, f.csum
+			vals[i].Family, vals[i].Proto = f.family, f.proto
+		}
 	}
 	if _, err := g.objs.GenPackets.BatchUpdate(keys, vals, nil); err != nil {
 		g.Close()
@@ -226,7 +276,8 @@ func (g *Generator) Send(ctx context.Context, o SendOptions) (GenStats, error) {
 
 // loop issues test runs. Each run costs milliseconds to set up, so runs are
 // long: a whole count at once, or slices of about 100 ms when the generator
-// must report progress, stop on time or keep a rate.
+// must report progress, stop on time or keep a rate. The time counted is
+// the program's own, from each test run's first packet to its last.
 func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, stats *GenStats) error {
 	frame := make([]byte, g.maxLen)
 	copy(frame, g.opts.Packets[0])
@@ -241,6 +292,7 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 		// small and let the next runs grow to ~100 ms.
 		chunk = 1 << 10
 	}
+	defer func() { stats.Wall = time.Since(start) }()
 	for {
 		if o.Count > 0 && stats.Sent >= o.Count {
 			return nil
@@ -259,7 +311,11 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 			}
 		}
 		t0 := time.Now()
-		_, err := g.objs.LabGen.Run(&ebpf.RunOptions{
+		first := startRuns + stats.Sent
+		if err := g.markRun(first, first+n-1); err != nil {
+			return err
+		}
+		_, err := g.prog.Run(&ebpf.RunOptions{
 			Data:      frame,
 			Repeat:    uint32(n),
 			Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
@@ -273,8 +329,17 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 		if err != nil {
 			return err
 		}
+		sent := runs - first
 		stats.Sent = runs - startRuns
-		stats.Elapsed = time.Since(start)
+		d, err := g.runTime(sent, n)
+		if err != nil {
+			return err
+		}
+		if d == 0 {
+			// Interrupted before its last packet: the wall clock must do.
+			d = time.Since(t0)
+		}
+		stats.Elapsed += d
 		// Size slices to about 100 ms at the rate just seen.
 		if o.Rate == 0 {
 			if d := time.Since(t0); d > 0 {
@@ -290,6 +355,31 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 			lastReport, lastSent = now, stats.Sent
 		}
 	}
+}
+
+// markRun tells the program which runs are the next test run's first and
+// last packet, and clears their times.
+func (g *Generator) markRun(first, last uint64) error {
+	return errors.Join(g.objs.GenFirst.Set(first), g.objs.GenLast.Set(last),
+		g.objs.GenFirstNs.Set(uint64(0)), g.objs.GenLastNs.Set(uint64(0)))
+}
+
+// runTime is how long a test run of n packets that sent sent of them took,
+// from its first packet to its last: n packets span n-1 gaps, so one
+// average gap is added. 0 if the run did not reach its last packet.
+func (g *Generator) runTime(sent, n uint64) (time.Duration, error) {
+	var t0, t1 uint64
+	if err := errors.Join(g.objs.GenFirstNs.Get(&t0), g.objs.GenLastNs.Get(&t1)); err != nil {
+		return 0, fmt.Errorf("read generator times: %w", err)
+	}
+	if sent != n || t0 == 0 || t1 < t0 {
+		return 0, nil
+	}
+	d := float64(t1 - t0)
+	if n > 1 {
+		d *= float64(n) / float64(n-1)
+	}
+	return time.Duration(d), nil
 }
 
 func (g *Generator) runs() (uint64, error) {

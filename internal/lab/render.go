@@ -40,6 +40,17 @@ func (r *Report) Finish() {
 		}
 		row.Loss = median(loss)
 	}
+	r.CeilingMpps, r.VethOfCeiling = 0, 0
+	for _, row := range r.Rows {
+		if row.Scenario == CeilingScenario {
+			r.CeilingMpps = row.MedianMpps
+		}
+	}
+	for _, row := range r.Rows {
+		if row.Scenario == "veth" && r.CeilingMpps > 0 {
+			r.VethOfCeiling = row.MedianMpps / r.CeilingMpps
+		}
+	}
 	for i := range r.Rows {
 		row := &r.Rows[i]
 		row.Ratio = 0
@@ -151,7 +162,22 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
 	}
 	b.WriteString("ns/pkt: whole path on one core\n")
+	if line := r.ceilingLine(); line != "" {
+		b.WriteString(line + "\n")
+	}
 	return b.String()
+}
+
+// ceilingLine says how close the generator's veth row comes to the
+// generator alone; "" without both rows.
+func (r *Report) ceilingLine() string {
+	if r.CeilingMpps == 0 {
+		return ""
+	}
+	if r.VethOfCeiling == 0 {
+		return fmt.Sprintf("generator ceiling (one fixed frame, nothing written): %.2f Mpps", r.CeilingMpps)
+	}
+	return fmt.Sprintf("generator ceiling (one fixed frame, nothing written): %.2f Mpps; the veth row reaches %.2f of it", r.CeilingMpps, r.VethOfCeiling)
 }
 
 // Markdown renders the report as a Markdown document for docs and PRs.
@@ -171,6 +197,9 @@ func (r *Report) Markdown() string {
 		b.WriteString("- generator: only the bytes where the packets differ written on each run\n")
 	}
 	b.WriteString("- one core runs generator, DUT and sink: ns/pkt is the whole path's cost\n")
+	if line := r.ceilingLine(); line != "" {
+		b.WriteString("- " + line + "\n")
+	}
 	b.WriteString("\n")
 
 	mdRow(&b, columns)

@@ -18,6 +18,11 @@ type Report struct {
 	// the packets differ.
 	Restore bool  `json:"restore"`
 	Rows    []Row `json:"rows"`
+	// CeilingMpps is the generator alone (the ceiling row), and VethOfCeiling
+	// the veth row's share of it: what the generator's per-packet work
+	// leaves of the testbed's capacity. 0 when a row is missing.
+	CeilingMpps   float64 `json:"ceiling_mpps"`
+	VethOfCeiling float64 `json:"veth_of_ceiling"`
 }
 
 // Row is one scenario's figures over all its runs.
@@ -44,9 +49,12 @@ type Row struct {
 
 // Run is one generation of a fixed number of packets through a scenario.
 type Run struct {
-	Sent     uint64  `json:"sent"`
-	Received uint64  `json:"received"`
-	Seconds  float64 `json:"seconds"`
+	Sent     uint64 `json:"sent"`
+	Received uint64 `json:"received"`
+	// Seconds is the generator's time from its first packet to its last;
+	// WallSeconds the whole send, test-run set-up included.
+	Seconds     float64 `json:"seconds"`
+	WallSeconds float64 `json:"wall_seconds"`
 	// OfferedMpps is what the generator sent per second; Mpps what the sink got.
 	OfferedMpps float64 `json:"offered_mpps"`
 	Mpps        float64 `json:"mpps"`

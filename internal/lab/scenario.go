@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -38,6 +39,14 @@ type Scenario struct {
 	// Packets, if set, builds the packets to send; otherwise the testbed's
 	// default UDP packets of the requested size are sent.
 	Packets func(tb Testbed, size int) ([][]byte, error)
+	// Flows > 0 sends a flood: the packets are templates and every packet
+	// is one of Flows distinct random flows (GenOptions.Flows), with source
+	// addresses from FlowSrc. `lab bench --flows` sets it for rows without
+	// their own.
+	Flows   uint32
+	FlowSrc netip.Prefix
+	// Fixed sends one frame as it is on every run: the generator's ceiling.
+	Fixed bool
 }
 
 var (
@@ -109,7 +118,20 @@ func LookupScenarios(names []string) ([]Scenario, error) {
 	return out, nil
 }
 
+// CeilingScenario is the row every bench reports beside the others: the
+// generator alone, sending one fixed frame into an XDP_DROP sink. The veth
+// row divided by it is what the generator's own per-packet work costs.
+const CeilingScenario = "ceiling"
+
 func init() {
+	Register(Scenario{
+		Name:        CeilingScenario,
+		Description: "the generator's ceiling: one fixed frame sent as it is into the sink, nothing written",
+		Layout:      LayoutVeth,
+		Order:       -1,
+		Fixed:       true,
+		Setup:       func(Testbed) (func() error, error) { return func() error { return nil }, nil },
+	})
 	Register(Scenario{
 		Name:        "veth",
 		Description: "generator straight into the sink over one veth pair",

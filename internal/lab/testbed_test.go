@@ -127,6 +127,11 @@ func sendExact(t *testing.T, tb Testbed, pkts [][]byte, count, rate uint64) {
 	if st.Sent != count || got.Packets != count {
 		t.Fatalf("sent %d, sink counted %d; want exactly %d (interface drops %d, vanished %d)", st.Sent, got.Packets, count, st.Drops, st.Vanished)
 	}
+	// Paced sends sleep between test runs: the program's first-to-last time
+	// is well inside the wall time.
+	if st.Elapsed <= 0 || st.Elapsed > st.Wall {
+		t.Fatalf("first-to-last time %v, wall %v: want 0 < first-to-last <= wall", st.Elapsed, st.Wall)
+	}
 	var wantBytes uint64
 	for i := uint64(0); i < count; i++ {
 		wantBytes += uint64(len(pkts[i%uint64(len(pkts))]))
@@ -246,7 +251,7 @@ func TestBenchRejectsBeforeSetup(t *testing.T) {
 		opts BenchOptions
 		want string
 	}{
-		"unknown scenario": {BenchOptions{Scenarios: []string{"veth", "warp-drive"}, Runs: 1, Packets: 1e6, Size: 138}, `unknown scenario "warp-drive": known are veth, bridge, routed, xdp-pass, xdp-redirect`},
+		"unknown scenario": {BenchOptions{Scenarios: []string{"veth", "warp-drive"}, Runs: 1, Packets: 1e6, Size: 138}, `unknown scenario "warp-drive": known are ceiling, veth, bridge, routed, xdp-pass, xdp-redirect`},
 		"no runs":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 0, Packets: 1e6, Size: 138}, "--runs 0"},
 		"tiny size":        {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Size: 20}, "packet size 20"},
 		"over the MTU":     {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Size: 1515}, "--size 1515: longer than the lab's veths take"},

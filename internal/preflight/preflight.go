@@ -30,9 +30,35 @@ func Root() error {
 func BPFFSMounted() error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(BPFFS, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		if ns := inIPNetnsExec(); ns != "" {
+			return fmt.Errorf("%w: running inside `ip netns exec %s`, which mounts a fresh /sys and so hides the pins under %s (the routers and firewalls attached there); run fastpath outside it and name the namespace with --netns %s, or enter only the network namespace: nsenter --net=/run/netns/%s fastpath ...", ErrNotReady, ns, BPFFS, ns, ns)
+		}
 		return fmt.Errorf("%w: no bpf filesystem at %s; mount one with `mount -t bpf bpf %s` (or run `make deps`)", ErrNotReady, BPFFS, BPFFS)
 	}
 	return nil
+}
+
+// inIPNetnsExec names the namespace when the process looks like it runs
+// under `ip netns exec NAME`: a mount namespace of its own (ip makes one to
+// remount /sys) and a network namespace bind-mounted as NAME.
+func inIPNetnsExec() string {
+	same := func(a, b string) bool {
+		var sa, sb unix.Stat_t
+		return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Ino == sb.Ino && sa.Dev == sb.Dev
+	}
+	if same("/proc/self/ns/mnt", "/proc/1/ns/mnt") || same("/proc/self/ns/net", "/proc/1/ns/net") {
+		return ""
+	}
+	ents, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		if same("/proc/self/ns/net", "/run/netns/"+e.Name()) {
+			return e.Name()
+		}
+	}
+	return ""
 }
 
 // BTF fails unless the kernel exposes its BTF, which CO-RE relocations and

@@ -11,17 +11,32 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // A network function instance keeps its maps and one link per device in a
 // pin directory; the link pins are what keep the program attached.
 
-// LinkPinName is the file name of a device's link pin.
+// LinkPinName is the file name of a device's link pin: link_NAME, or
+// link_NETNS:NAME for a device in a named namespace. Device names never hold
+// a colon, so the last one splits the two (ParseLinkPinName).
 func LinkPinName(i Iface) string {
 	if i.Netns == "" {
 		return "link_" + i.Name
 	}
-	return "link_" + i.Netns + "_" + i.Name
+	return "link_" + i.Netns + ":" + i.Name
+}
+
+// ParseLinkPinName is the device a link pin name stands for.
+func ParseLinkPinName(name string) (Iface, bool) {
+	rest, ok := strings.CutPrefix(name, "link_")
+	if !ok {
+		return Iface{}, false
+	}
+	if i := strings.LastIndexByte(rest, ':'); i >= 0 {
+		return Iface{Netns: rest[:i], Name: rest[i+1:]}, true
+	}
+	return Iface{Name: rest}, true
 }
 
 // Links returns the link pins in a pin directory.
@@ -43,6 +58,18 @@ type PinOptions struct {
 	NoFallback bool
 	// Warn receives the fallback warning.
 	Warn io.Writer
+	// Generic, if set, gives the program for devices attached in generic
+	// mode (chosen or fallen back to), where prog is for native mode: a
+	// program on skbs may have to leave some things as the skb has them.
+	Generic func() (*ebpf.Program, error)
+}
+
+// progFor is the program for a device in the given mode.
+func (o PinOptions) progFor(mode Mode, prog *ebpf.Program) (*ebpf.Program, error) {
+	if mode != Generic || o.Generic == nil {
+		return prog, nil
+	}
+	return o.Generic()
 }
 
 // AttachPinned attaches prog to each device and pins the links in dir. A
@@ -60,17 +87,30 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 	for _, d := range devs {
 		pin := filepath.Join(dir, LinkPinName(d))
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			err = l.Update(prog)
+			mode, err := AttachedMode(d)
+			var p *ebpf.Program
+			if err == nil {
+				p, err = o.progFor(mode, prog)
+			}
+			if err == nil {
+				err = l.Update(p)
+			}
 			l.Close()
 			if err != nil {
 				return errors.Join(fmt.Errorf("replace the program on %s: %w", d, err), rollback(dir, made))
 			}
 			continue
 		}
-		l, err := Attach(d, prog, o.Mode)
+		p, err := o.progFor(o.Mode, prog)
+		if err != nil {
+			return errors.Join(err, rollback(dir, made))
+		}
+		l, err := Attach(d, p, o.Mode)
 		if errors.Is(err, ErrNativeUnsupported) && !o.NoFallback {
 			fmt.Fprintf(o.Warn, "warning: %s has no native XDP; attaching in generic mode (slower). --no-fallback forbids this.\n", d)
-			l, err = Attach(d, prog, Generic)
+			if p, err = o.progFor(Generic, prog); err == nil {
+				l, err = Attach(d, p, Generic)
+			}
 		}
 		if err != nil {
 			return errors.Join(err, rollback(dir, made))
@@ -150,4 +190,44 @@ func Instances(root string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, err
+}
+
+func loadPinnedLink(pin string) (link.Link, error) { return link.LoadPinnedLink(pin, nil) }
+
+// PinnedDevice is a device an instance has a link pin for, as it stands.
+type PinnedDevice struct {
+	Iface
+	Mode Mode `json:"mode,omitempty"`
+	// Gone says the device (or its namespace) was removed while attached:
+	// the link is defunct, and only its pin and the maps are left.
+	Gone bool `json:"gone,omitempty"`
+}
+
+// PinnedDevices lists the devices an instance directory has links for.
+func PinnedDevices(dir string) ([]PinnedDevice, error) {
+	var out []PinnedDevice
+	for _, pin := range Links(dir) {
+		i, ok := ParseLinkPinName(filepath.Base(pin))
+		if !ok {
+			continue
+		}
+		d := PinnedDevice{Iface: i}
+		err := PinnedLinkState(pin)
+		switch {
+		case errors.Is(err, ErrLinkGone):
+			d.Gone = true
+		case err != nil:
+			return nil, err
+		case i.Netns != "" && !netns.Exists(i.Netns):
+			d.Gone = true
+		default:
+			if m, err := AttachedMode(i); err == nil {
+				d.Mode = m
+			} else {
+				d.Gone = true
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

@@ -38,8 +38,8 @@ func ParseMode(s string) (Mode, error) {
 
 // Iface is an interface in a network namespace ("" is the caller's).
 type Iface struct {
-	Netns string
-	Name  string
+	Netns string `json:"netns,omitempty"`
+	Name  string `json:"name"`
 }
 
 func (i Iface) String() string {

@@ -1,0 +1,667 @@
+package br
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/scionproto/scion/pkg/addr"
+	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// The router as it is deployed in front of a reference router: neighbours
+// that send from ordinary sockets on veths with their default offloads (the
+// checksum left for the device to complete), in either family, attached in
+// native or generic mode.
+
+// hostBed is neighbour A ─ router ─ neighbour B, three namespaces joined by
+// veths a0–d0 and d1–b0. A is the router's child (interface 1), B its
+// parent (interface 2).
+type hostBed struct {
+	a, dut, b                    string
+	v6                           bool
+	aAddr, d0Addr, d1Addr, bAddr netip.Addr
+	dir                          string
+	cfg                          *Config
+}
+
+func newHostBed(t *testing.T, v6 bool) *hostBed {
+	t.Helper()
+	requireKernel(t)
+	r := make([]byte, 2)
+	rand.Read(r)
+	p := "fp-h" + hex.EncodeToString(r) + "-"
+	b := &hostBed{a: p + "a", dut: p + "dut", b: p + "b", v6: v6, dir: t.TempDir()}
+	if v6 {
+		b.aAddr, b.d0Addr = netip.MustParseAddr("fd00:1::1"), netip.MustParseAddr("fd00:1::2")
+		b.d1Addr, b.bAddr = netip.MustParseAddr("fd00:2::2"), netip.MustParseAddr("fd00:2::1")
+	} else {
+		b.aAddr, b.d0Addr = netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2")
+		b.d1Addr, b.bAddr = netip.MustParseAddr("10.2.0.2"), netip.MustParseAddr("10.2.0.1")
+	}
+	t.Cleanup(func() {
+		for _, ns := range []string{b.a, b.dut, b.b} {
+			netns.Delete(ns)
+		}
+	})
+	for _, ns := range []string{b.a, b.dut, b.b} {
+		if err := netns.Create(ns); err != nil {
+			t.Fatal(err)
+		}
+		b.ip(t, ns, "link", "set", "lo", "up")
+		// Router solicitations and DAD would add packets of their own.
+		b.sysctl(t, ns, "net.ipv6.conf.all.accept_ra", "0")
+		b.sysctl(t, ns, "net.ipv6.conf.default.accept_ra", "0")
+		if !v6 {
+			b.sysctl(t, ns, "net.ipv6.conf.all.disable_ipv6", "1")
+			b.sysctl(t, ns, "net.ipv6.conf.default.disable_ipv6", "1")
+		}
+	}
+	mustRun(t, "ip", "link", "add", "a0", "netns", b.a, "type", "veth", "peer", "name", "d0", "netns", b.dut)
+	mustRun(t, "ip", "link", "add", "d1", "netns", b.dut, "type", "veth", "peer", "name", "b0", "netns", b.b)
+	bits := "24"
+	if v6 {
+		bits = "64"
+	}
+	for _, e := range []struct {
+		ns, dev string
+		a       netip.Addr
+	}{{b.a, "a0", b.aAddr}, {b.dut, "d0", b.d0Addr}, {b.dut, "d1", b.d1Addr}, {b.b, "b0", b.bAddr}} {
+		args := []string{"addr", "add", e.a.String() + "/" + bits, "dev", e.dev}
+		if v6 {
+			args = append(args, "nodad")
+		}
+		b.ip(t, e.ns, args...)
+		b.ip(t, e.ns, "link", "set", e.dev, "up")
+	}
+	// The router sends to A and B: GRO lets their veths take XDP frames.
+	b.setGRO(t, b.a, "a0", true)
+	b.setGRO(t, b.b, "b0", true)
+	// Static neighbours, so that no first packet waits for ARP or ND.
+	b.ip(t, b.dut, "neigh", "replace", b.aAddr.String(), "lladdr", b.mac(t, b.a, "a0"), "dev", "d0", "nud", "permanent")
+	b.ip(t, b.dut, "neigh", "replace", b.bAddr.String(), "lladdr", b.mac(t, b.b, "b0"), "dev", "d1", "nud", "permanent")
+	b.ip(t, b.a, "neigh", "replace", b.d0Addr.String(), "lladdr", b.mac(t, b.dut, "d0"), "dev", "a0", "nud", "permanent")
+	b.ip(t, b.b, "neigh", "replace", b.d1Addr.String(), "lladdr", b.mac(t, b.dut, "d1"), "dev", "b0", "nud", "permanent")
+	// What the FIB lookups need of the host, and nothing more.
+	b.sysctl(t, b.dut, "net.ipv4.conf.lo.forwarding", "1")
+	b.sysctl(t, b.dut, "net.ipv6.conf.lo.forwarding", "1")
+
+	ap := func(a netip.Addr, port int) string { return netip.AddrPortFrom(a, uint16(port)).String() }
+	topo := fmt.Sprintf(`{
+  "isd_as": "1-ff00:0:110", "mtu": 1472, "dispatched_ports": "31000-32767", "attributes": [],
+  "border_routers": {
+    "br1": {
+      "internal_addr": %q,
+      "interfaces": {
+        "1": {"underlay": {"local": %q, "remote": %q}, "isd_as": "1-ff00:0:111", "link_to": "child", "mtu": 1472},
+        "2": {"underlay": {"local": %q, "remote": %q}, "isd_as": "1-ff00:0:100", "link_to": "parent", "mtu": 1472}
+      }
+    }
+  }
+}`, ap(b.d0Addr, 30042), ap(b.d0Addr, 50000), ap(b.aAddr, 50000), ap(b.d1Addr, 50000), ap(b.bAddr, 50000))
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(b.dir, "keys"), 0o700))
+	must(os.WriteFile(filepath.Join(b.dir, "topology.json"), []byte(topo), 0o600))
+	must(os.WriteFile(filepath.Join(b.dir, "keys", "master0.key"), []byte("IAOYbTs/CobLFV3T3jt6lQ=="), 0o600))
+	must(os.WriteFile(filepath.Join(b.dir, "keys", "master1.key"), []byte("8fiM4fdey8zv/9OaQw8lKg=="), 0o600))
+	must(os.WriteFile(filepath.Join(b.dir, "br.toml"), []byte("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\n"), 0o600))
+	cfg, err := LoadConfig(filepath.Join(b.dir, "br.toml"))
+	must(err)
+	b.cfg = cfg
+	return b
+}
+
+func mustRun(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func (b *hostBed) ip(t *testing.T, ns string, args ...string) {
+	t.Helper()
+	mustRun(t, "ip", append([]string{"-n", ns}, args...)...)
+}
+
+// sysctl writes inside the namespace only (ip netns exec would remount /sys).
+func (b *hostBed) sysctl(t *testing.T, ns, key, val string) {
+	t.Helper()
+	path := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	if err := netns.Run(ns, func() error { return os.WriteFile(path, []byte(val), 0o644) }); err != nil {
+		t.Fatalf("sysctl %s=%s in %s: %v", key, val, ns, err)
+	}
+}
+
+func (b *hostBed) mac(t *testing.T, ns, dev string) string {
+	t.Helper()
+	a, err := xdp.Lookup(xdp.Iface{Netns: ns, Name: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.HardwareAddr.String()
+}
+
+func (b *hostBed) setGRO(t *testing.T, ns, dev string, on bool) {
+	t.Helper()
+	v := "off"
+	if on {
+		v = "on"
+	}
+	if err := netns.Run(ns, func() error {
+		out, err := exec.Command("ethtool", "-K", dev, "gro", v).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("ethtool -K %s gro %s: %v", dev, v, err)
+	}
+}
+
+// attach attaches the router to d0 and d1 in the given mode and returns
+// its warnings.
+func (b *hostBed) attach(t *testing.T, mode string) (name, warnings string) {
+	t.Helper()
+	cfg := *b.cfg
+	cfg.XDPMode = mode
+	name = strings.TrimSuffix(b.dut, "dut") + "br"
+	var w bytes.Buffer
+	devs := []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}
+	if err := Attach(&cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true, Warn: &w}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Detach(name, nil) })
+	return name, w.String()
+}
+
+// verdicts are the router's counts of each verdict, over all interfaces.
+func verdicts(t *testing.T, name string) map[string]uint64 {
+	t.Helper()
+	p, err := OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.ReadCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := p.Slots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := c.Verdicts(slots, "all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for v, s := range all {
+		if s.Packets > 0 {
+			out[VerdictName(Verdict(v))] = s.Packets
+		}
+	}
+	return out
+}
+
+// transit are n SCION datagrams from A across the router to B, as A's
+// socket sends them.
+func (b *hostBed) transit(t *testing.T, n int) [][]byte {
+	t.Helper()
+	frames, err := TransitPackets(b.cfg, TransitOptions{Count: n, Size: 200, SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]byte, n)
+	for i, f := range frames {
+		out[i] = scionPayload(f)
+	}
+	return out
+}
+
+// listen binds a UDP socket in a namespace and collects what arrives.
+type listener struct {
+	mu  sync.Mutex
+	got [][]byte
+	c   *net.UDPConn
+}
+
+func listen(t *testing.T, ns string, at netip.AddrPort) *listener {
+	t.Helper()
+	l := &listener{}
+	if err := netns.Run(ns, func() error {
+		var err error
+		l.c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(at))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.c.Close() })
+	go func() {
+		buf := make([]byte, 9000)
+		for {
+			n, _, err := l.c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.got = append(l.got, append([]byte(nil), buf[:n]...))
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// await waits up to a second for n datagrams and returns what came.
+func (l *listener) await(n int) [][]byte {
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		l.mu.Lock()
+		k := len(l.got)
+		l.mu.Unlock()
+		if k >= n {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // and nothing more
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][]byte(nil), l.got...)
+}
+
+// send sends the datagrams from a socket bound at from (in ns) to to.
+func send(t *testing.T, ns string, from, to netip.AddrPort, dgrams [][]byte) {
+	t.Helper()
+	if err := netns.Run(ns, func() error {
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(from))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for _, d := range dgrams {
+			if _, err := c.WriteToUDPAddrPort(d, to); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// udpInCsumErrors is the namespace's count of datagrams its kernel dropped
+// for a wrong checksum.
+func udpInCsumErrors(t *testing.T, ns string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := netns.Run(ns, func() error {
+		b, err := os.ReadFile("/proc/net/snmp")
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i+1 < len(lines); i++ {
+			if !strings.HasPrefix(lines[i], "Udp: ") || !strings.HasPrefix(lines[i+1], "Udp: ") {
+				continue
+			}
+			keys, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+			for k := range keys {
+				if keys[k] == "InCsumErrors" {
+					n, err = strconv.ParseUint(vals[k], 10, 64)
+					return err
+				}
+			}
+		}
+		return fmt.Errorf("no Udp InCsumErrors in /proc/net/snmp")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// frameTap reads every frame a device receives, with whether the kernel
+// still owes its checksum (TP_STATUS_CSUMNOTREADY: the skb is
+// CHECKSUM_PARTIAL, so the field holds the pseudo-header's sum only).
+type frameTap struct {
+	fd     int
+	mu     sync.Mutex
+	frames []tappedFrame
+	done   chan struct{}
+}
+
+type tappedFrame struct {
+	data    []byte
+	pending bool
+}
+
+func tap(t *testing.T, ns, dev string) *frameTap {
+	t.Helper()
+	a, err := xdp.Lookup(xdp.Iface{Netns: ns, Name: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := &frameTap{done: make(chan struct{})}
+	err = netns.Run(ns, func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		ft.fd = fd
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+			return err
+		}
+		tv := unix.Timeval{Usec: 100000}
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: a.Index})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		defer close(ft.done)
+		buf, oob := make([]byte, 9000), make([]byte, 256)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n, oobn, _, _, err := unix.Recvmsg(ft.fd, buf, oob, 0)
+			if err != nil {
+				continue
+			}
+			pending := false
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, m := range msgs {
+					if m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= 4 {
+						pending = binary.NativeEndian.Uint32(m.Data)&unix.TP_STATUS_CSUMNOTREADY != 0
+					}
+				}
+			}
+			ft.mu.Lock()
+			ft.frames = append(ft.frames, tappedFrame{append([]byte(nil), buf[:n]...), pending})
+			ft.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-ft.done; unix.Close(ft.fd) })
+	return ft
+}
+
+// udpTo are the tapped frames of datagrams to dst.
+func (ft *frameTap) udpTo(dst netip.AddrPort) []tappedFrame {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	var out []tappedFrame
+	for _, f := range ft.frames {
+		if _, d, ok := underlayEnds(f.data); ok && d == dst {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Datagrams from sockets with checksum offload on (the veth default) cross
+// the router and arrive with a right checksum, over IPv4 and IPv6, in
+// native mode (the frame leaves as an XDP frame: the checksum must be
+// complete) and in generic mode (the frame stays an skb that may still owe
+// its checksum: then the field must hold the new pseudo-header's sum).
+func TestChecksumOfForwardedDatagrams(t *testing.T) {
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		for _, mode := range []string{XDPModeNative, XDPModeGeneric} {
+			t.Run(fam+"/"+mode, func(t *testing.T) {
+				b := newHostBed(t, fam == "ipv6")
+				if !txChecksumOffload(t, b.a, "a0") {
+					t.Fatal("a0 has no checksum offload: the test needs the veth default")
+				}
+				name, warnings := b.attach(t, mode)
+				if warnings != "" {
+					t.Fatalf("unexpected warnings at attach:\n%s", warnings)
+				}
+				to := netip.AddrPortFrom(b.bAddr, 50000)
+				got := listen(t, b.b, to)
+				ft := tap(t, b.b, "b0")
+				errsBefore := udpInCsumErrors(t, b.b)
+				const n = 20
+				send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
+				arrived := got.await(n)
+				v := verdicts(t, name)
+				if len(arrived) != n || v["forwarded"] != n {
+					t.Fatalf("%d of %d datagrams arrived; verdicts %v; UdpInCsumErrors +%d", len(arrived), n, v, udpInCsumErrors(t, b.b)-errsBefore)
+				}
+				if e := udpInCsumErrors(t, b.b) - errsBefore; e != 0 {
+					t.Fatalf("B's kernel dropped %d datagrams for their checksum", e)
+				}
+				frames := ft.udpTo(to)
+				if len(frames) != n {
+					t.Fatalf("tapped %d frames to %s, want %d", len(frames), to, n)
+				}
+				for i, f := range frames {
+					off, _, pseudo, _ := udpSpan(f.data)
+					field := binary.BigEndian.Uint16(f.data[off+6:])
+					switch {
+					case f.pending && field != fold(pseudo):
+						t.Fatalf("frame %d: checksum still owed, but the field %#04x is not the pseudo-header's sum %#04x", i, field, fold(pseudo))
+					case !f.pending && !udpChecksumOK(f.data):
+						t.Fatalf("frame %d: complete checksum %#04x is wrong", i, field)
+					case mode == XDPModeNative && f.pending:
+						t.Fatalf("frame %d: an XDP frame cannot owe its checksum", i)
+					}
+				}
+			})
+		}
+	}
+}
+
+func txChecksumOffload(t *testing.T, ns, dev string) bool {
+	t.Helper()
+	var on bool
+	netns.Run(ns, func() error {
+		out, err := exec.Command("ethtool", "-k", dev).CombinedOutput()
+		on = err == nil && strings.Contains(string(out), "tx-checksumming: on")
+		return nil
+	})
+	return on
+}
+
+// A veth whose peer runs neither XDP nor GRO drops what is redirected into
+// it without an error the program could see. Attach says so and names the
+// fix, and the router leaves that traffic to the reference router.
+func TestUnusableEgressIsLeftToTheStack(t *testing.T) {
+	b := newHostBed(t, false)
+	b.setGRO(t, b.b, "b0", false)
+	name, warnings := b.attach(t, XDPModeNative)
+	if !strings.Contains(warnings, "b0") || !strings.Contains(warnings, "ethtool -K b0 gro on") {
+		t.Fatalf("attach warned %q; want the peer b0 named with the fix", warnings)
+	}
+	const n = 10
+	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
+	time.Sleep(100 * time.Millisecond)
+	v := verdicts(t, name)
+	if v["tx_unusable"] != n || v["forwarded"] != 0 {
+		t.Fatalf("verdicts %v; want %d tx_unusable and nothing forwarded", v, n)
+	}
+}
+
+// A device that stops taking XDP frames after attach (its peer's GRO
+// turned off) drops them; the transmit tracepoints move them from
+// forwarded to tx_failed.
+func TestFailedTransmitIsNotForwarded(t *testing.T) {
+	b := newHostBed(t, false)
+	name, _ := b.attach(t, XDPModeNative)
+	b.setGRO(t, b.b, "b0", false)
+	const n = 10
+	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
+	time.Sleep(100 * time.Millisecond)
+	v := verdicts(t, name)
+	if v["tx_failed"] != n || v["forwarded"] != 0 {
+		t.Fatalf("verdicts %v; want %d tx_failed and nothing forwarded", v, n)
+	}
+}
+
+// Packets for a host on the router's own machine (its internal address,
+// loopback) are passed up as local, and scionproto's router, running
+// behind, delivers them.
+func TestLocalHostsAreDelivered(t *testing.T) {
+	b := newHostBed(t, false)
+	ref, err := StartReferenceRouter(b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ref.Stop)
+	name, _ := b.attach(t, XDPModeNative)
+	localIA := addr.MustParseIA("1-ff00:0:110")
+	for _, host := range []netip.Addr{b.d0Addr, netip.MustParseAddr("127.0.0.1")} {
+		at := netip.AddrPortFrom(host, 31500)
+		got := listen(t, b.dut, at)
+		p := SCIONPacket{
+			Path:  PathSpec{Segments: []Segment{seg(false, 1, hopPair{21, 41}, hopPair{31, 11}, hopPair{0, 1})}, CurrHF: 2},
+			Key:   b.cfg.Keys[0],
+			SrcIA: addr.MustParseIA("1-ff00:0:111"), DstIA: localIA,
+			SrcHost: addr.HostIP(b.aAddr), DstHost: addr.HostIP(host),
+			SrcPort: 31500, DstPort: 31500, Payload: []byte("for a host on the router's machine"),
+			SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6),
+			UnderlaySrc: netip.AddrPortFrom(b.aAddr, 50000), UnderlayDst: netip.AddrPortFrom(b.d0Addr, 50000),
+		}
+		f, err := p.Frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := verdicts(t, name)["local"]
+		send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), [][]byte{scionPayload(f)})
+		if arrived := got.await(1); len(arrived) != 1 {
+			t.Fatalf("%s: %d datagrams arrived, want 1; verdicts %v; reference router:\n%s", at, len(arrived), verdicts(t, name), ref.Logs.String())
+		}
+		if v := verdicts(t, name); v["local"] != before+1 {
+			t.Fatalf("%s: verdicts %v; want one more local", at, v)
+		}
+	}
+}
+
+// runWith runs a frame through a program of the router (the generic copy,
+// say) and reports the verdict as runOne does.
+func (r *Router) runWith(t *testing.T, prog *ebpf.Program, frame []byte) result {
+	t.Helper()
+	before, err := r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256)}
+	ret, err := prog.Run(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := result{action: ret, out: opts.DataOut, verdict: "none"}
+	for s := range after {
+		for v := range after[s] {
+			if after[s][v].Packets != before[s][v].Packets {
+				res.verdict = VerdictName(Verdict(v))
+			}
+		}
+	}
+	return res
+}
+
+// makeEither sets the last payload word so that the datagram's field is
+// both a complete, right checksum and the pseudo-header's sum.
+func makeEither(f []byte) {
+	off, end, pseudo, _ := udpSpan(f)
+	// The last whole word of the payload, at an even offset in the datagram.
+	w := off + (end-off-2)/2*2
+	f[w], f[w+1] = 0, 0
+	field := fold(pseudo)
+	binary.BigEndian.PutUint16(f[off+6:], field)
+	need := ^fold(sum16(f[off:end], pseudo))
+	binary.BigEndian.PutUint16(f[w:], need)
+}
+
+// The arriving checksum field decides what leaves: a complete checksum
+// always from the native program; from the generic copy, the new
+// pseudo-header's sum when the field came pending (the device completes
+// it), and the slow path when the field could be either.
+func TestChecksumKinds(t *testing.T) {
+	r := loadTestRouter(t, testConfig())
+	generic, err := r.GenericProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := transitFrame(t)
+	off, _, _, _ := udpSpan(good)
+	variant := func(edit func(f []byte)) []byte {
+		f := append([]byte(nil), good...)
+		edit(f)
+		return f
+	}
+	pending := variant(setPendingChecksum)
+	none := variant(func(f []byte) { f[off+6], f[off+7] = 0, 0 })
+	bad := variant(func(f []byte) { f[off+7] ^= 1 })
+	either := variant(makeEither)
+	if !udpChecksumOK(either) {
+		t.Fatal("makeEither made a wrong checksum")
+	}
+	cases := map[string]struct {
+		frame   []byte
+		generic bool
+		verdict string
+		out     string // "complete" or "pending"
+	}{
+		"complete in, native":       {good, false, "forwarded", "complete"},
+		"complete in, generic":      {good, true, "forwarded", "complete"},
+		"pending in, native":        {pending, false, "forwarded", "complete"},
+		"pending in, generic":       {pending, true, "forwarded", "pending"},
+		"none (IPv4 zero), native":  {none, false, "forwarded", "complete"},
+		"none (IPv4 zero), generic": {none, true, "forwarded", "complete"},
+		"wrong, native":             {bad, false, "bad_checksum", ""},
+		"wrong, generic":            {bad, true, "bad_checksum", ""},
+		"either, native":            {either, false, "forwarded", "complete"},
+		"either, generic":           {either, true, "not_implemented", ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			prog := r.objs.Router
+			if c.generic {
+				prog = generic
+			}
+			res := r.runWith(t, prog, c.frame)
+			if res.verdict != c.verdict {
+				t.Fatalf("verdict %s, want %s", res.verdict, c.verdict)
+			}
+			switch c.out {
+			case "complete":
+				if !udpChecksumOK(res.out) {
+					t.Fatalf("checksum of what leaves is wrong:\n%x", res.out)
+				}
+			case "pending":
+				o, _, pseudo, _ := udpSpan(res.out)
+				if got := binary.BigEndian.Uint16(res.out[o+6:]); got != fold(pseudo) {
+					t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, fold(pseudo))
+				}
+			}
+		})
+	}
+}
