@@ -95,6 +95,30 @@ struct {
 	__type(value, struct fw_rule_stats);
 } fw_stats SEC(".maps");
 
+/* The two overlays (see struct fw_overlay). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fw_overlay);
+} fw_overlays SEC(".maps");
+
+/* Each overlay's added rules: overlay o's at o * FW_MAX_ADDED. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_SLOTS * FW_MAX_ADDED);
+	__type(key, __u32);
+	__type(value, struct fw_rule);
+} fw_added SEC(".maps");
+
+/* Each overlay's deleted ids, a bit each: overlay o's at o * FW_DEAD_WORDS. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_SLOTS * FW_DEAD_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} fw_dead SEC(".maps");
+
 /* Rate-limit state per source address (IPv4-mapped for IPv4). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -434,12 +458,17 @@ static __always_inline int rule_matches(const struct fw_rule *r, const struct fw
 
 struct scan {
 	struct fw_flow_key key;
+	/* The slot of the installed set's maps, and the overlay. */
 	__u32 slot;
+	__u32 overlay;
 	/* The span being scanned: candidates [start, end). */
 	__u32 start;
 	__u32 end;
-	/* Lowest matching rule id so far; nrules + 1 while none matched. */
+	/* The match so far: the lowest prio (~0 while none), its rule's id
+	 * and action. */
 	__u32 best;
+	__u32 rule;
+	__u32 action;
 	/* The anchor prefix node whose rules are next (scan_nodes). */
 	__u32 node;
 	/* The port and its levels still to scan (scan_port). */
@@ -451,10 +480,31 @@ struct scan {
  * call, which costs more than checking a rule. */
 #define FW_CHUNK 8
 
-/* FW_CHUNK candidates of a span. Spans are ascending, so the first match is
- * the span's best and a candidate above the best so far ends the scan. The
- * slot's map is looked up here rather than passed in: bpf_loop hands the
- * callback only a stack pointer (the outer lookup is inlined). */
+static __always_inline int is_dead(const struct scan *s, __u32 id)
+{
+	__u32 key = s->overlay * FW_DEAD_WORDS + (id >> 6);
+	__u64 *w = bpf_map_lookup_elem(&fw_dead, &key);
+
+	return w && (*w & (1ULL << (id & 63)));
+}
+
+/* Checks one candidate: 1 ends its span (a match, or a prio above the best
+ * so far: spans are ascending), 0 goes on. */
+static __always_inline int check(struct scan *s, const struct fw_rule *r, int base)
+{
+	if (!r || r->prio >= s->best)
+		return 1;
+	if (!rule_matches(r, &s->key) || (base && is_dead(s, r->id)))
+		return 0;
+	s->best = r->prio;
+	s->rule = r->id;
+	s->action = r->action;
+	return 1;
+}
+
+/* FW_CHUNK candidates of a span of the installed set. The slot's map is
+ * looked up here rather than passed in: bpf_loop hands the callback only a
+ * stack pointer (the outer lookup is inlined). */
 static long scan_candidates(__u64 i, void *data)
 {
 	struct scan *s = data;
@@ -464,17 +514,8 @@ static long scan_candidates(__u64 i, void *data)
 	if (!cands)
 		return 1;
 	for (int j = 0; j < FW_CHUNK; j++, idx++) {
-		struct fw_rule *r;
-
-		if (idx >= s->end)
+		if (idx >= s->end || check(s, bpf_map_lookup_elem(cands, &idx), 1))
 			return 1;
-		r = bpf_map_lookup_elem(cands, &idx);
-		if (!r || r->id >= s->best)
-			return 1;
-		if (rule_matches(r, &s->key)) {
-			s->best = r->id;
-			return 1;
-		}
 	}
 	return 0;
 }
@@ -486,6 +527,21 @@ static __always_inline void scan_span(struct scan *s, const struct fw_span *span
 	s->start = span->start;
 	s->end = span->start + span->len;
 	bpf_loop((span->len + FW_CHUNK - 1) / FW_CHUNK, scan_candidates, s, 0);
+}
+
+/* FW_CHUNK of the overlay's added rules. */
+static long scan_added(__u64 i, void *data)
+{
+	struct scan *s = data;
+	__u32 idx = s->start + (__u32)i * FW_CHUNK;
+
+	for (int j = 0; j < FW_CHUNK; j++, idx++) {
+		__u32 key = s->overlay * FW_MAX_ADDED + idx;
+
+		if (idx >= s->end || check(s, bpf_map_lookup_elem(&fw_added, &key), 0))
+			return 1;
+	}
+	return 0;
 }
 
 /* One anchor prefix of an address: its rules, then on to its parent. The
@@ -628,22 +684,27 @@ static __always_inline __u32 find_node4(void *any, void *idx, void *ivl, __u32 d
 	return find_ivl4(ivl, r, addr);
 }
 
-/* The new-flow path: the lowest-numbered rule that matches, from the rules
- * anchored on the packet's values. Returns the rule id, 0 for the default
- * policy. */
-static __always_inline __u32 classify(const struct fw_flow_key *k, __u32 slot, __u8 *action)
+/* The new-flow path: the first rule that matches (lowest prio), from the
+ * rules anchored on the packet's values and the overlay's added ones.
+ * Returns the rule's id, 0 for the default policy. */
+static __always_inline __u32 classify(const struct fw_flow_key *k, const struct fw_overlay *ov, __u32 overlay,
+				      __u8 *action)
 {
-	__u32 zero = 0;
+	__u32 zero = 0, slot = ov->base;
 	void *sets = slot_map(&fw_set_slots, slot);
 	struct fw_set *set = sets ? bpf_map_lookup_elem(sets, &zero) : NULL;
-	struct scan s = {.key = *k, .slot = slot};
+	struct scan s = {.key = *k, .slot = slot, .overlay = overlay, .best = ~0U};
 	void *wild = slot_map(&fw_wild_slots, slot);
 	__u32 key;
 
 	*action = FW_ACT_PASS;
 	if (!set || !wild)
 		return 0; /* no rule set loaded yet */
-	s.best = set->nrules + 1;
+	if (ov->nadded) {
+		s.start = 0;
+		s.end = ov->nadded;
+		bpf_loop((ov->nadded + FW_CHUNK - 1) / FW_CHUNK, scan_added, &s, 0);
+	}
 
 	key = (k->family == FW_FAMILY_IPV6) * FW_WILD_PER_FAMILY + 256;
 	scan_span(&s, bpf_map_lookup_elem(wild, &key));
@@ -687,14 +748,9 @@ static __always_inline __u32 classify(const struct fw_flow_key *k, __u32 slot, _
 		}
 	}
 
-	if (s.best <= set->nrules) {
-		void *rules = slot_map(&fw_rule_slots, slot);
-		struct fw_rule *r = rules ? bpf_map_lookup_elem(rules, &s.best) : NULL;
-
-		if (r) {
-			*action = r->action;
-			return s.best;
-		}
+	if (s.best != ~0U) {
+		*action = s.action;
+		return s.rule;
 	}
 	*action = set->default_action;
 	return 0;
@@ -819,18 +875,22 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&fw_gen, &zero);
 	__u32 gen = genp ? *(volatile __u32 *)genp : 0;
-	__u32 slot = gen & 1;
-	struct fw_flow *f = flow_lookup(cfg, k, now);
+	__u32 overlay = gen & 1;
+	struct fw_overlay *ov = bpf_map_lookup_elem(&fw_overlays, &overlay);
+	struct fw_flow *f;
 	__u64 verdict;
 	__u32 rule;
 	__u8 action;
 
+	if (!ov)
+		return XDP_ABORTED;
+	f = flow_lookup(cfg, k, now);
 	if (f && f->packets && (f->verdict >> 32) == gen) {
 		verdict = f->verdict;
 		rule = (__u32)verdict >> 1;
 		action = verdict & 1;
 	} else {
-		rule = classify(k, slot, &action);
+		rule = classify(k, ov, overlay, &action);
 		count(FW_C_CLASSIFIED);
 		verdict = (__u64)gen << 32 | rule << 1 | action;
 	}
@@ -841,7 +901,7 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 		if (f->verdict != verdict)
 			f->verdict = verdict; /* only after a classification */
 	}
-	count_rule(slot, rule, len);
+	count_rule(ov->stats, rule, len);
 	if (action == FW_ACT_DROP) {
 		count(rule ? FW_C_DROP_RULE : FW_C_DROP_DEFAULT);
 		return XDP_DROP;

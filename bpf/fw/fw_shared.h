@@ -186,7 +186,10 @@ struct fw_node {
 
 /* One rule, every field ANDed. net/mask are over the IPv4-mapped 128-bit
  * address; a zero mask matches any address. Port ranges are inclusive, in
- * host byte order. id is the rule's number (its position, from 1). */
+ * host byte order. The first match is the rule of lowest prio; id names
+ * its counters and stays while the rule lives. A set installed whole gives
+ * rule n id n and prio n << FW_PRIO_SHIFT, which leaves room for the rules
+ * fw add puts between. */
 struct fw_rule {
 	__u8 family;
 	__u8 proto; /* 0: any */
@@ -195,6 +198,10 @@ struct fw_rule {
 	__u16 sport_lo, sport_hi;
 	__u16 dport_lo, dport_hi;
 	__u32 id;
+	__u32 prio;
+	/* For the control plane: the next rule that repeats this one's fields
+	 * (FW_RULE_DUP), which takes its place if fw del deletes it. */
+	__u32 dup_next;
 	__u32 src_net[4];
 	__u32 src_mask[4];
 	__u32 dst_net[4];
@@ -208,6 +215,9 @@ enum fw_rule_flag {
 	FW_RULE_PORTS = 1,
 	FW_RULE_SRC = 2,
 	FW_RULE_DST = 4,
+	/* Repeats the fields of an earlier rule of the installed set, so no
+	 * index holds it: it can never be the first match. */
+	FW_RULE_DUP = 8,
 };
 
 /* Header of a rule set (index 0 of its set map). */
@@ -260,5 +270,27 @@ enum fw_counter {
 /* Per-rule counters of both slots: index slot << FW_STATS_SLOT_SHIFT | rule.
  * A set has at most (1 << FW_STATS_SLOT_SHIFT) - 1 rules. */
 #define FW_STATS_SLOT_SHIFT 18
+
+#define FW_PRIO_SHIFT 12
+
+/* fw add and fw del change a rule set without rebuilding it: an overlay
+ * says which of the installed set's rules are deleted (a bit per id in
+ * fw_dead) and which rules were added (fw_added, ascending prio, checked
+ * for every new flow). Two overlays exist, like the slots: fw_gen & 1
+ * picks one, so that a change is built in the other and made active with
+ * the same one write; the installed set's maps are shared. */
+struct fw_overlay {
+	__u32 base;    /* the slot of the installed set's maps */
+	__u32 stats;   /* the slot of its counters in fw_stats */
+	__u32 nadded;  /* rules in fw_added */
+	__u32 next_id; /* for the control plane: the next rule's id */
+	__u32 nbase;   /* rules of the installed set: ids 1 to nbase */
+	__u32 pad;
+};
+
+/* Rules that can be added to a set before fw add installs it whole. */
+#define FW_MAX_ADDED 4096
+/* Words of one overlay's bitmap of deleted ids. */
+#define FW_DEAD_WORDS (1 << (FW_STATS_SLOT_SHIFT - 6))
 
 #endif

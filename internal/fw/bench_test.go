@@ -155,3 +155,92 @@ func TestClassBenchAgainstOracle(t *testing.T) {
 		}
 	}
 }
+
+// TestIncrementalAgainstOracle adds and deletes rules on a running
+// ClassBench-like set, through the overlay and, when it runs out of room
+// between two rules, by installing the set whole; after each change the
+// kernel's verdicts, the rules read back and the rule numbers of the flow
+// cache agree with the same changes made to a plain list.
+func TestIncrementalAgainstOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	rs, err := ClassBench("fw", 2000, 9, 20, netip.Prefix{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rs.Rules {
+		rs.Rules[i].Action = Action(rng.IntN(2))
+	}
+	f := newFirewall(t, "")
+	if err := f.Install(rs); err != nil {
+		t.Fatal(err)
+	}
+	model := slices.Clone(rs.Rules)
+	for step := 0; step < 40; step++ {
+		switch {
+		case step%3 == 2 && len(model) > 1:
+			a, b := rng.IntN(len(model))+1, rng.IntN(len(model))+1
+			if err := f.Delete(a, b); err != nil {
+				t.Fatal(err)
+			}
+			model = slices.DeleteFunc(model, func(r Rule) bool { return false })
+			var keep []Rule
+			for i, r := range model {
+				if i+1 != a && i+1 != b {
+					keep = append(keep, r)
+				}
+			}
+			model = keep
+		default:
+			at := rng.IntN(len(model)+1) + 1
+			if step < 16 {
+				at = 1 // 14 halvings exhaust the room before rule 1: installed whole
+			}
+			r := rs.Rules[rng.IntN(len(rs.Rules))]
+			r.Action = Action(rng.IntN(2))
+			if err := f.Insert(at, r); err != nil {
+				t.Fatal(err)
+			}
+			model = slices.Insert(model, at-1, r)
+		}
+		want := &RuleSet{Default: rs.Default, Rules: model}
+		got, err := f.Rules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Rules) != len(model) {
+			t.Fatalf("step %d: %d rules read back, want %d", step, len(got.Rules), len(model))
+		}
+		for i := range model {
+			if got.Rules[i].String() != model[i].String() {
+				t.Fatalf("step %d: rule %d read back %q, want %q", step, i+1, got.Rules[i], model[i])
+			}
+		}
+		for i := 0; i < 200; i++ {
+			fl := Hitting(rng, want)
+			id, act := want.Match(fl)
+			if got := verdictName(run(t, f, packet(t, fl, 8))); got != act.String() {
+				t.Fatalf("step %d: %s: kernel %s, oracle %s (rule %d: %v)", step, fl, got, act, id, ruleAt(want, id))
+			}
+		}
+	}
+	// The flow cache's verdicts name rules by their numbers after the
+	// changes too.
+	flows, err := f.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &RuleSet{Default: rs.Default, Rules: model}
+	checked := 0
+	for _, fs := range flows {
+		if !fs.Current {
+			continue
+		}
+		if id, _ := want.Match(fs.Flow); int(fs.Rule) != id {
+			t.Fatalf("flow %s: rule %d in the flow cache, %d by the oracle", fs.Flow, fs.Rule, id)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no current flow in the flow cache")
+	}
+}

@@ -91,9 +91,21 @@ func compile(rs *RuleSet) *compiled {
 	c.set.DefaultAction = uint8(rs.Default)
 	for i, r := range rs.Rules {
 		c.rules[i+1] = kernelRule(r, uint32(i+1))
+		c.rules[i+1].Prio = uint32(i+1) << prioShift
 	}
 
 	anchors := chooseAnchors(rs.Rules)
+	// Chain each repeat to the next, for fw del (see dup_next).
+	last := map[matchKey]uint32{}
+	for i, r := range rs.Rules {
+		id := uint32(i + 1)
+		k := r.matchKey()
+		if anchors[i] == anchorDup {
+			c.rules[id].Flags |= ruleFlagDup
+			c.rules[last[k]].DupNext = id
+		}
+		last[k] = id
+	}
 	prefixes := [directions]map[netip.Prefix][]uint32{{}, {}}
 	var ports [directions][]portRule
 	var wild [2 * wildPerFamily][]uint32
@@ -138,6 +150,10 @@ type matchKey struct {
 	sport, dport  Ports
 }
 
+func (r Rule) matchKey() matchKey {
+	return matchKey{r.Family(), uint8(r.Proto), r.Src.Prefix, r.Dst.Prefix, r.SPort.norm(), r.DPort.norm()}
+}
+
 // chooseAnchors puts each rule on the field where packets find it least:
 // see the cost below. Addresses win ties.
 func chooseAnchors(rules []Rule) []anchor {
@@ -146,7 +162,7 @@ func chooseAnchors(rules []Rule) []anchor {
 	seen := make(map[matchKey]struct{}, len(rules))
 	out := make([]anchor, len(rules))
 	for i, r := range rules {
-		k := matchKey{r.Family(), uint8(r.Proto), r.Src.Prefix, r.Dst.Prefix, r.SPort.norm(), r.DPort.norm()}
+		k := r.matchKey()
 		if _, dup := seen[k]; dup {
 			out[i] = anchorDup
 			continue
@@ -500,6 +516,7 @@ const (
 	ruleFlagPorts = 1
 	ruleFlagSrc   = 2
 	ruleFlagDst   = 4
+	ruleFlagDup   = 8
 )
 
 // prefixFromKernel reads a prefix the rule gives; a zero mask is the /0 of

@@ -212,32 +212,84 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	defer unlock()
-	gen, err := f.Generation()
+	return f.install(c, rs.RateLimit)
+}
+
+// install makes a compiled set the active one; the caller holds the lock.
+func (f *Firewall) install(c *compiled, rl *RateLimit) error {
+	gen, ov, err := f.overlay()
 	if err != nil {
 		return err
 	}
-	next := gen + 1
-	slot := next & 1
+	// The active overlay uses one slot of maps and of counters; the new
+	// set takes the others, which no packet uses any more.
+	base, stats := 1-ov.Base, 1-ov.Stats
 	var s slotMaps
 	defer s.close()
 	if err := f.build(c, &s); err != nil {
 		return err
 	}
-	// The slot's counters belong to the set two generations back, which no
-	// packet uses any more.
-	if err := f.resetStats(slot, len(c.rules)); err != nil {
+	if err := f.resetStats(stats, 0, len(c.rules)); err != nil {
 		return err
 	}
 	for i, outer := range f.outers() {
-		if err := outer.Put(slot, *s.all()[i]); err != nil {
+		if err := outer.Put(base, *s.all()[i]); err != nil {
 			return fmt.Errorf("install %s: %w", outerNames[i], err)
 		}
 	}
-	if err := f.setRateLimit(rs.RateLimit); err != nil {
+	if err := f.setRateLimit(rl); err != nil {
 		return err
 	}
+	n := uint32(len(c.rules) - 1)
+	return f.activate(gen, fwFwOverlay{Base: base, Stats: stats, NextId: n + 1, Nbase: n}, nil, make([]uint64, deadWords))
+}
+
+// Sizes of the overlays (bpf/fw/fw_shared.h).
+const (
+	maxAdded  = 4096
+	deadWords = 1 << (statsSlotShift - 6)
+	prioShift = 12
+)
+
+// overlay reads the generation and the active overlay.
+func (f *Firewall) overlay() (uint32, fwFwOverlay, error) {
+	var ov fwFwOverlay
+	gen, err := f.Generation()
+	if err != nil {
+		return 0, ov, err
+	}
+	if err := f.objs.FwOverlays.Lookup(gen&1, &ov); err != nil {
+		return 0, ov, fmt.Errorf("read the rule-set overlay: %w", err)
+	}
+	return gen, ov, nil
+}
+
+// activate writes an overlay into the one the data path does not use and
+// makes it active with one write of fw_gen.
+func (f *Firewall) activate(gen uint32, ov fwFwOverlay, added []fwFwRule, dead []uint64) error {
+	next := (gen + 1) & 1
+	if len(added) > 0 {
+		keys := make([]uint32, len(added))
+		for i := range keys {
+			keys[i] = next*maxAdded + uint32(i)
+		}
+		if _, err := f.objs.FwAdded.BatchUpdate(keys, added, nil); err != nil {
+			return fmt.Errorf("write the added rules: %w", err)
+		}
+	}
+	keys := make([]uint32, len(dead))
+	for i := range keys {
+		keys[i] = next*deadWords + uint32(i)
+	}
+	if _, err := f.objs.FwDead.BatchUpdate(keys, dead, nil); err != nil {
+		return fmt.Errorf("write the deleted rules: %w", err)
+	}
+	ov.Nadded = uint32(len(added))
+	if err := f.objs.FwOverlays.Put(next, ov); err != nil {
+		return fmt.Errorf("write the rule-set overlay: %w", err)
+	}
 	// The switch: the data path reads fw_gen once per packet.
-	if err := f.objs.FwGen.Put(uint32(0), next); err != nil {
+	if err := f.objs.FwGen.Put(uint32(0), gen+1); err != nil {
 		return fmt.Errorf("activate the rule set: %w", err)
 	}
 	return nil
@@ -285,15 +337,15 @@ func (f *Firewall) build(c *compiled, s *slotMaps) error {
 	}
 	for _, fill := range []func() error{
 		func() error { return s.set.Put(uint32(0), c.set) },
-		func() error { return putArray(s.any4, c.any4) },
-		func() error { return putArray(s.idx4, c.idx4) },
+		func() error { return putSparse(s.any4, c.any4) },
+		func() error { return putSparse(s.idx4, c.idx4) },
 		func() error { return putArray(s.ivl4, c.ivl4) },
 		func() error { return putArray(s.ivl6, c.ivl6) },
 		func() error { return putArray(s.node, c.nodes) },
-		func() error { return putArray(s.wild, c.wild) },
-		func() error { return putArray(s.pwide, c.pwide) },
-		func() error { return putArray(s.pnarrow, c.pnarrow) },
-		func() error { return putArray(s.pblock, c.pblock) },
+		func() error { return putSparse(s.wild, c.wild) },
+		func() error { return putSparse(s.pwide, c.pwide) },
+		func() error { return putSparse(s.pnarrow, c.pnarrow) },
+		func() error { return putSparse(s.pblock, c.pblock) },
 		func() error { return putArray(s.cand, c.cands) },
 		func() error { return putArray(s.rule, c.rules) },
 	} {
@@ -317,6 +369,32 @@ func putArray[V any](m *ebpf.Map, vals []V) error {
 	}
 	for i, v := range vals {
 		if err := m.Put(uint32(i), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putSparse writes the entries of a new array map that are not zero: the
+// kernel created it zeroed, and most of a fixed-size index is empty.
+func putSparse[V comparable](m *ebpf.Map, vals []V) error {
+	var zero V
+	var keys []uint32
+	var nz []V
+	for i, v := range vals {
+		if v != zero {
+			keys = append(keys, uint32(i))
+			nz = append(nz, v)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := m.BatchUpdate(keys, nz, nil); err == nil {
+		return nil
+	}
+	for i, k := range keys {
+		if err := m.Put(k, nz[i]); err != nil {
 			return err
 		}
 	}
@@ -350,13 +428,12 @@ func readArray[V any](m *ebpf.Map, n int) ([]V, error) {
 // statsKey is a rule's key in fw_stats.
 func statsKey(slot uint32, rule int) uint32 { return slot<<statsSlotShift | uint32(rule) }
 
-// resetStats zeroes a slot's counters of n rule ids (the default
-// policy's included).
-func (f *Firewall) resetStats(slot uint32, n int) error {
+// resetStats zeroes a slot's counters of rule ids [first, first+n).
+func (f *Firewall) resetStats(slot uint32, first, n int) error {
 	m := f.objs.FwStats
 	keys := make([]uint32, n)
 	for i := range keys {
-		keys[i] = statsKey(slot, i)
+		keys[i] = statsKey(slot, first+i)
 	}
 	vals := make([]fwFwRuleStats, n*ebpf.MustPossibleCPU())
 	if _, err := m.BatchUpdate(keys, vals, nil); err == nil {
@@ -395,9 +472,12 @@ func (f *Firewall) updateConfig(change func(*fwFwConfig)) error {
 
 // activeSlot opens the maps of the active rule set.
 func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, error) {
-	gen, err := f.Generation()
+	gen, ov, err := f.overlay()
 	if err != nil {
 		return nil, 0, err
+	}
+	if gen == 0 {
+		return nil, gen, nil
 	}
 	out := map[string]*ebpf.Map{}
 	for i, name := range outerNames {
@@ -409,7 +489,7 @@ func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, er
 			continue
 		}
 		var id uint32
-		if err := f.outers()[i].Lookup(gen&1, &id); err != nil {
+		if err := f.outers()[i].Lookup(ov.Base, &id); err != nil {
 			for _, m := range out {
 				m.Close()
 			}
@@ -433,36 +513,49 @@ func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, er
 // Rules reads the active rule set back from the kernel: what is enforced,
 // not what a file says. Comments are not kept.
 func (f *Firewall) Rules() (*RuleSet, error) {
-	ms, _, err := f.activeSlot("fw_rule_slots", "fw_set_slots")
-	if err != nil {
-		return nil, err
-	}
+	rs, _, err := f.rules()
+	return rs, err
+}
+
+// rules also returns each rule's kernel id, in rule order.
+func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 	rs := &RuleSet{}
-	if ms == nil {
-		return rs, nil
+	ord, err := f.order()
+	if err != nil || ord.gen == 0 {
+		return rs, nil, err
+	}
+	ms, _, err := f.activeSlot("fw_rule_slots", "fw_set_slots")
+	if err != nil || ms == nil {
+		return rs, nil, err
 	}
 	defer closeAll(ms)
 	var set fwFwSet
 	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
-		return nil, fmt.Errorf("read the rule-set header: %w", err)
+		return nil, nil, fmt.Errorf("read the rule-set header: %w", err)
 	}
 	rs.Default = Action(set.DefaultAction)
-	ks, err := readArray[fwFwRule](ms["fw_rule_slots"], int(set.Nrules)+1)
+	base, err := readArray[fwFwRule](ms["fw_rule_slots"], int(ord.ov.Nbase)+1)
 	if err != nil {
-		return nil, fmt.Errorf("read the rules: %w", err)
+		return nil, nil, fmt.Errorf("read the rules: %w", err)
 	}
-	rs.Rules = make([]Rule, 0, set.Nrules)
-	for _, k := range ks[1:] {
+	rs.Rules = make([]Rule, 0, len(ord.rules))
+	ids := make([]uint32, 0, len(ord.rules))
+	for _, o := range ord.rules {
+		k := o.kernel
+		if !o.added {
+			k = base[o.id]
+		}
 		rs.Rules = append(rs.Rules, ruleFromKernel(k))
+		ids = append(ids, o.id)
 	}
 	var c fwFwConfig
 	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
-		return nil, fmt.Errorf("read the rate limit: %w", err)
+		return nil, nil, fmt.Errorf("read the rate limit: %w", err)
 	}
 	if c.RatePps > 0 || c.RateBps > 0 {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
 	}
-	return rs, nil
+	return rs, ids, nil
 }
 
 func closeAll(ms map[string]*ebpf.Map) {
@@ -478,21 +571,21 @@ type RuleStats struct {
 }
 
 // Stats returns the active set's counters: index 0 is the default policy,
-// index i rule i. They start at zero when a set is installed.
+// index i rule i. They start at zero when a set is installed whole; fw add
+// and fw del keep the other rules' counters.
 func (f *Firewall) Stats() ([]RuleStats, error) {
-	ms, gen, err := f.activeSlot("fw_set_slots")
-	if err != nil || ms == nil {
+	ord, err := f.order()
+	if err != nil || ord.gen == 0 {
 		return nil, err
 	}
-	defer closeAll(ms)
-	var set fwFwSet
-	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
-		return nil, fmt.Errorf("read the rule-set header: %w", err)
-	}
-	out := make([]RuleStats, set.Nrules+1)
+	out := make([]RuleStats, len(ord.rules)+1)
 	var per []fwFwRuleStats
 	for i := range out {
-		if err := f.objs.FwStats.Lookup(statsKey(gen&1, i), &per); err != nil {
+		id := uint32(0)
+		if i > 0 {
+			id = ord.rules[i-1].id
+		}
+		if err := f.objs.FwStats.Lookup(statsKey(ord.ov.Stats, int(id)), &per); err != nil {
 			return nil, fmt.Errorf("read counters of rule %d: %w", i, err)
 		}
 		for _, p := range per {

@@ -128,9 +128,20 @@ type FlowStats struct {
 // Flows reads the flow caches of every CPU. A flow seen on several CPUs is
 // one entry: its counters summed, its verdict the latest.
 func (f *Firewall) Flows() ([]FlowStats, error) {
-	gen, err := f.Generation()
+	ord, err := f.order()
 	if err != nil {
 		return nil, err
+	}
+	gen := ord.gen
+	// Verdicts hold rule ids; a rule's number is its position, which is
+	// its id until fw add or fw del changed the set.
+	number := func(id uint32) uint32 { return id }
+	if ord.ov.Nadded > 0 || len(ord.rules) != int(ord.ov.Nbase) {
+		pos := make(map[uint32]uint32, len(ord.rules))
+		for i, r := range ord.rules {
+			pos[r.id] = uint32(i + 1)
+		}
+		number = func(id uint32) uint32 { return pos[id] }
 	}
 	byFlow := map[Flow]int{}
 	var out []FlowStats
@@ -141,7 +152,7 @@ func (f *Firewall) Flows() ([]FlowStats, error) {
 		s := FlowStats{
 			Flow: fl, Packets: v.Packets, Bytes: v.Bytes,
 			FirstSeen: wallTime(v.FirstNs), LastSeen: wallTime(v.LastNs),
-			Rule: uint32(v.Verdict) >> 1, Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
+			Rule: number(uint32(v.Verdict) >> 1), Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
 		}
 		i, ok := byFlow[fl]
 		if !ok {

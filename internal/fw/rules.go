@@ -1,8 +1,10 @@
 package fw
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -409,4 +411,35 @@ func (rs *RuleSet) Match(fl Flow) (int, Action) {
 		}
 	}
 	return 0, rs.Default
+}
+
+// WriteTOML writes the set as a rules file that ParseRules reads back.
+func (rs *RuleSet) WriteTOML(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "default = %q\n", rs.Default)
+	if rl := rs.RateLimit; rl != nil {
+		fmt.Fprintf(bw, "\n[rate_limit]\npps = %d\nbps = %d\nblock_for = %q\n", rl.PPS, rl.BPS, rl.BlockFor.String())
+	}
+	for _, r := range rs.Rules {
+		fmt.Fprintf(bw, "\n[[rule]]\naction = %q\n", r.Action)
+		if r.Src.IsValid() {
+			fmt.Fprintf(bw, "src = %q\n", r.Src.Prefix.String())
+		}
+		if r.Dst.IsValid() {
+			fmt.Fprintf(bw, "dst = %q\n", r.Dst.Prefix.String())
+		}
+		if r.Proto != 0 {
+			fmt.Fprintf(bw, "proto = %q\n", r.Proto)
+		}
+		if !r.SPort.IsAny() {
+			fmt.Fprintf(bw, "sport = %q\n", r.SPort)
+		}
+		if !r.DPort.IsAny() {
+			fmt.Fprintf(bw, "dport = %q\n", r.DPort)
+		}
+		if r.Comment != "" {
+			fmt.Fprintf(bw, "comment = %q\n", r.Comment)
+		}
+	}
+	return bw.Flush()
 }

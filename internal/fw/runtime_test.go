@@ -19,8 +19,8 @@ func raw(t testing.TB, v any) []byte {
 
 // runtimeMaps is a compiled rule set as the userspace runtime's --maps-in
 // takes it: the slot's inner maps, and the generation that selects it.
-func runtimeMaps(t testing.TB, c *compiled, gen uint32) map[string][]rt.Entry {
-	slot := binary.LittleEndian.AppendUint32(nil, gen&1)
+func runtimeMaps(t testing.TB, c *compiled, gen uint32, ov fwFwOverlay) map[string][]rt.Entry {
+	slot := binary.LittleEndian.AppendUint32(nil, ov.Base)
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	// array gives the runtime an inner array's non-zero entries.
 	array := func(n int, val func(i int) any) []rt.Entry {
@@ -38,6 +38,7 @@ func runtimeMaps(t testing.TB, c *compiled, gen uint32) map[string][]rt.Entry {
 	}
 	return map[string][]rt.Entry{
 		"fw_gen":           {{Key: u32(0), Value: u32(gen)}},
+		"fw_overlays":      {{Key: u32(gen & 1), Value: raw(t, ov)}},
 		"fw_set_slots":     array(1, func(int) any { return c.set }),
 		"fw_any4_slots":    array(len(c.any4), func(i int) any { return c.any4[i] }),
 		"fw_idx4_slots":    array(len(c.idx4), func(i int) any { return c.idx4[i] }),
@@ -65,7 +66,10 @@ func TestRuntimeAgrees(t *testing.T) {
 		if err := f.Install(rs); err != nil {
 			t.Fatal(err)
 		}
-		gen, _ := f.Generation()
+		gen, ov, err := f.overlay()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var pkts [][]byte
 		var want []uint32
 		for i := 0; i < 600; i++ {
@@ -73,7 +77,7 @@ func TestRuntimeAgrees(t *testing.T) {
 			pkts = append(pkts, p)
 			want = append(want, run(t, f, p))
 		}
-		maps := runtimeMaps(t, compile(rs), gen)
+		maps := runtimeMaps(t, compile(rs), gen, ov)
 		for _, engine := range []string{"interp", "jit"} {
 			got, err := rt.TestRun(rt.TestRunOptions{Object: "fw_bpfel.o", Program: "fw_xdp", Packets: pkts, Engine: engine, Maps: maps})
 			if err != nil {
