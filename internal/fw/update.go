@@ -226,7 +226,7 @@ func (f *Firewall) Delete(positions ...int) error {
 				}
 				id = k.DupNext
 			}
-			for ; id != 0 && id <= o.ov.Nbase; {
+			for id != 0 && id <= o.ov.Nbase {
 				k, err := read(id)
 				if err != nil {
 					return fmt.Errorf("read rule %d: %w", id, err)
@@ -270,4 +270,3 @@ func (f *Firewall) rebuild(change func(*RuleSet) error) error {
 	}
 	return f.install(compile(rs), rs.RateLimit)
 }
-
