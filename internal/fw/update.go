@@ -92,6 +92,20 @@ func (f *Firewall) Len() (int, error) {
 	return len(o.rules), nil
 }
 
+// lockedOrder takes the install lock and reads the running set's order.
+func (f *Firewall) lockedOrder() (*ordering, func(), error) {
+	unlock, err := f.lock()
+	if err != nil {
+		return nil, nil, err
+	}
+	o, err := f.order()
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return o, unlock, nil
+}
+
 // errRebuild says a change does not fit the overlay.
 var errRebuild = errors.New("the overlay is full")
 
@@ -102,15 +116,11 @@ func (f *Firewall) Insert(at int, r Rule) error {
 		return err
 	}
 	r = one.Rules[0]
-	unlock, err := f.lock()
+	o, unlock, err := f.lockedOrder()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	o, err := f.order()
-	if err != nil {
-		return err
-	}
 	if at < 1 || at > len(o.rules)+1 {
 		return fmt.Errorf("position %d: the set has %d rules, use 1 to %d", at, len(o.rules), len(o.rules)+1)
 	}
@@ -156,15 +166,11 @@ func usedWords(n uint32) int { return int(n/64) + 1 }
 
 // Delete removes the rules at the given positions (1 is first).
 func (f *Firewall) Delete(positions ...int) error {
-	unlock, err := f.lock()
+	o, unlock, err := f.lockedOrder()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	o, err := f.order()
-	if err != nil {
-		return err
-	}
 	del := map[int]bool{}
 	for _, p := range positions {
 		if p < 1 || p > len(o.rules) {
