@@ -244,3 +244,25 @@ func TestIncrementalAgainstOracle(t *testing.T) {
 		t.Fatal("no current flow in the flow cache")
 	}
 }
+
+// TestLabClassBenchMisses: the lab's ClassBench-like sets let every flood
+// packet through to the last rule, as the flood rows assume.
+func TestLabClassBenchMisses(t *testing.T) {
+	tb := labTestbed()
+	src, dst := tb.Gen().Addr.Masked(), tb.Sink().Addr.Masked()
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, kind := range ClassBenchKinds {
+		rs, err := LabClassBench(kind, 20000, src, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2000; i++ {
+			b := src.Addr().As4()
+			b[3] = byte(rng.IntN(256))
+			fl := Flow{Src: netip.AddrFrom4(b), Dst: tb.Sink().Addr.Addr(), Proto: 17, SPort: uint16(rng.IntN(65536)), DPort: uint16(rng.IntN(65536))}
+			if id, act := rs.Match(fl); id != len(rs.Rules) || act != Pass {
+				t.Fatalf("%s: %s matches rule %d (%v), not the last", kind, fl, id, ruleAt(rs, id))
+			}
+		}
+	}
+}

@@ -133,8 +133,17 @@ func (g *cbGen) within(p netip.Prefix, bits int) netip.Prefix {
 }
 
 // prefix draws an address field: any, a host, or a network that nests in
-// the popular ones.
+// the popular ones; never one that overlaps avoid.
 func (g *cbGen) prefix(v6 bool, anyPct, hostPct int) Prefix {
+	for {
+		p := g.drawPrefix(v6, anyPct, hostPct)
+		if !p.IsValid() || !p.Overlaps(g.avoid) {
+			return p
+		}
+	}
+}
+
+func (g *cbGen) drawPrefix(v6 bool, anyPct, hostPct int) Prefix {
 	f, w := 0, 32
 	if v6 {
 		f, w = 1, 128
