@@ -39,7 +39,7 @@ test: deps build
 	@bash scripts/test.sh
 
 demo: deps build
-	./$(BIN) lab bench veth bridge xdp-redirect rt-jit br br-nomac ref-router routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
+	./$(BIN) lab bench veth bridge xdp-redirect afxdp-fwd rt-jit br br-nomac ref-router scion-ref scion-hybrid routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
 		--json results/bench.json --md results/bench.md --plot results/bench.png
 	@echo "results: results/bench.json results/bench.md results/bench.png"
 

@@ -450,14 +450,13 @@ static __always_inline __u64 pseudo_sum(const __u8 *src, const __u8 *dst, __u8 f
  * wrong one never reaches the reference router, and a forwarded one must
  * leave with a right one whatever the arriving field held. The body's sum
  * is kept for the new checksum. */
-static __always_inline int validate_udp_checksum(struct br_pkt *p)
+static __always_inline int validate_udp_checksum(struct xdp_md *ctx, struct br_pkt *p)
 {
 	__u64 pseudo = pseudo_sum(p->ul_src, p->ul_dst, p->family, p->udp_len);
 	__u16 field = p->udp_csum;
 	int full, pending;
 
-	if (csum_packet(p->data + ((p->udp_off + sizeof(struct udphdr)) & 0xff), p->udp_len - sizeof(struct udphdr),
-			p->data_end, &p->body_sum))
+	if (csum_xdp(ctx, p->udp_off + sizeof(struct udphdr), p->udp_len - sizeof(struct udphdr), &p->body_sum))
 		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
 	if (field == 0 && p->family == 4) {
 		p->csum_kind = CSUM_NONE;
@@ -1430,7 +1429,7 @@ static __always_inline int router_main(struct xdp_md *ctx)
 		return ret;
 	if ((ret = check_underlay_source(&p)) != CONTINUE)
 		return ret;
-	if ((ret = validate_udp_checksum(&p)) != CONTINUE)
+	if ((ret = validate_udp_checksum(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = parse_scion(&p)) != CONTINUE)
 		return ret;

@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -261,14 +263,16 @@ func brStatsCmd() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(all)
 			}
-			for id, ifs := range all {
+			for _, id := range slices.Sorted(maps.Keys(all)) {
+				ifs := all[id]
 				fmt.Printf("router %s\n", id)
 				if gone[id] {
 					fmt.Printf("  every device of this router is gone (namespace deleted?): these counters are its last; fastpath br detach --router %s removes them\n", id)
 				}
 				fmt.Printf("  %-10s %-18s %14s %16s\n", "interface", "verdict", "packets", "bytes")
-				for ifn, vs := range ifs {
-					for v, s := range vs {
+				for _, ifn := range slices.Sorted(maps.Keys(ifs)) {
+					for _, v := range slices.Sorted(maps.Keys(ifs[ifn])) {
+						s := ifs[ifn][v]
 						fmt.Printf("  %-10s %-18s %14d %16d\n", ifn, v, s.Packets, s.Bytes)
 					}
 				}
@@ -382,8 +386,8 @@ func brRunCmd() *cobra.Command {
 		Use:   "run --config FILE --in IN.pcap [--out OUT.pcap] [--json] [--repeat N]",
 		Short: "run a capture through the router offline (BPF_PROG_TEST_RUN, nothing attached)",
 		Long: `Every packet of the capture goes through the kernel program once, in the current
-network namespace (--netns: another), whose routes and neighbours the FIB lookups see;
---no-fib skips them. Prints per packet the action, the verdict, the egress interface and
+network namespace (--netns: another), whose routes, neighbours and addresses the FIB
+lookups see, and out of whose devices any frame may leave; --no-fib skips them. Prints per packet the action, the verdict, the egress interface and
 the next hop; --out writes the frames the router emitted; --repeat N times each packet
 over N runs.`,
 		Args: cobra.NoArgs,
@@ -410,6 +414,17 @@ over N runs.`,
 				return err
 			}
 			defer r.Close()
+			if !noFIB {
+				// Offline, a frame may leave by any device of the namespace;
+				// attach decides that device by device.
+				devs, err := xdp.Devices(ns)
+				if err == nil {
+					err = r.SetHost(ns, devs)
+				}
+				if err != nil {
+					return err
+				}
+			}
 			var res []br.RunResult
 			if err := netns.Run(ns, func() error {
 				var err error

@@ -23,9 +23,12 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
 
   fastpath rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME] [--duration S] [--json]
   fastpath rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N] [--engine interp|jit] [--json] [--dump-maps]
+  fastpath rt compile OBJ [-o OBJ.native]   (run and test-run take OBJ.native in place of OBJ: engine aot)
+  fastpath rt forward --dev IFACE --dev IFACE (AF_XDP forwarding with no program: the runtime's I/O alone)
   fastpath rt list OBJ
-  fastpath rt verify OBJ [--prog NAME]
-  fastpath rt bench [--repeat N] [--json FILE] [--md FILE]`,
+  fastpath rt verify OBJ [--prog NAME]       (also says which kernel's helper semantics the runtime uses)
+  fastpath rt bench [--repeat N] [--json FILE] [--md FILE]
+Any command takes --kernel X.Y to behave as that kernel's helpers rather than the running kernel's.`,
 	}
 	pass := func(use, short string) *cobra.Command {
 		return &cobra.Command{
@@ -49,6 +52,8 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
 	cmd.AddCommand(
 		pass("run OBJ --dev IFACE [flags]", "run a program on an interface's queue 0 over AF_XDP (TX back out, PASS to --tap)"),
 		pass("test-run OBJ --in IN.pcap [flags]", "run a program over a capture: the userspace twin of BPF_PROG_TEST_RUN"),
+		pass("compile OBJ [-o OBJ.native]", "compile every program of an object ahead of time, for run and test-run without Cranelift"),
+		pass("forward --dev IFACE --dev IFACE [flags]", "forward frames between interfaces over AF_XDP with no program: the runtime's I/O ceiling"),
 		pass("list OBJ", "list an object's programs and maps"),
 		pass("verify OBJ [--prog NAME]", "load a program into the kernel's verifier and print its verdict"),
 		rtBenchCmd(),
@@ -63,7 +68,7 @@ func rtBenchCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "ns per execution of each benchmark program: kernel JIT beside the runtime's engines",
+		Short: "ns per execution of each benchmark program: kernel JIT beside the runtime's engines (JIT, AOT, interpreter)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := preflight.BPF(); err != nil {

@@ -115,7 +115,7 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
 	cfg.CPUs = []int{0, 1}
-	attachLab(t, tb, cfg)
+	name := attachLab(t, tb, cfg)
 	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1000, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
 	if err != nil {
 		t.Fatal(err)
@@ -134,8 +134,12 @@ func TestAttachSpreadsOverCPUs(t *testing.T) {
 			busy++
 		}
 	}
-	if total != count {
-		t.Fatalf("sink counted %d, want %d", total, count)
+	// Bursts from two worker CPUs may overflow the sink's veth ring: such a
+	// frame is counted tx_failed, never forwarded, so each packet is in one
+	// of the two.
+	v := verdicts(t, name)
+	if total+v["tx_failed"] != count || v["forwarded"] != total {
+		t.Fatalf("sink counted %d of %d; the router's verdicts: %v", total, count, v)
 	}
 	if busy < 2 {
 		t.Fatalf("all packets went through one CPU: %+v", per)

@@ -2,6 +2,8 @@ package br
 
 import (
 	"encoding/binary"
+
+	"github.com/fastpath-dev/fastpath/internal/checksum"
 )
 
 // udpSpan is where a frame's UDP datagram lies and the sum of its
@@ -17,13 +19,13 @@ func udpSpan(f []byte) (off, end int, pseudo uint32, ok bool) {
 		if len(f) < off+8 {
 			return
 		}
-		pseudo = sum16(f[26:34], 0)
+		pseudo = checksum.Sum(f[26:34], 0)
 	case 0x86dd:
 		off = 14 + 40
 		if len(f) < off+8 {
 			return
 		}
-		pseudo = sum16(f[22:54], 0)
+		pseudo = checksum.Sum(f[22:54], 0)
 	default:
 		return
 	}
@@ -33,24 +35,6 @@ func udpSpan(f []byte) (off, end int, pseudo uint32, ok bool) {
 		return
 	}
 	return off, end, pseudo + 17 + uint32(n), true
-}
-
-func sum16(b []byte, s uint32) uint32 {
-	for len(b) >= 2 {
-		s += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-func fold(s uint32) uint16 {
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return uint16(s)
 }
 
 // udpChecksumOK says whether a frame's UDP checksum is complete and right
@@ -63,7 +47,7 @@ func udpChecksumOK(f []byte) bool {
 	if binary.BigEndian.Uint16(f[off+6:]) == 0 && binary.BigEndian.Uint16(f[12:]) == 0x0800 {
 		return true
 	}
-	return fold(sum16(f[off:end], pseudo)) == 0xffff
+	return checksum.Fold(checksum.Sum(f[off:end], pseudo)) == 0xffff
 }
 
 // setUDPChecksum writes a complete checksum into a frame, as a sender
@@ -74,7 +58,7 @@ func setUDPChecksum(f []byte) {
 		return
 	}
 	f[off+6], f[off+7] = 0, 0
-	c := ^fold(sum16(f[off:end], pseudo))
+	c := ^checksum.Fold(checksum.Sum(f[off:end], pseudo))
 	if c == 0 {
 		c = 0xffff
 	}
@@ -88,5 +72,5 @@ func setPendingChecksum(f []byte) {
 	if !ok {
 		return
 	}
-	binary.BigEndian.PutUint16(f[off+6:], fold(pseudo))
+	binary.BigEndian.PutUint16(f[off+6:], checksum.Fold(pseudo))
 }

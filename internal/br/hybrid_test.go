@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/scionproto/scion/pkg/addr"
-	"golang.org/x/sys/unix"
 
+	"github.com/fastpath-dev/fastpath/internal/capture"
+	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -194,7 +194,7 @@ func (b *hostBed) attach(t *testing.T, mode string) (name, warnings string) {
 	return name, w.String()
 }
 
-// verdicts are the router's counts of each verdict, over all interfaces.
+// verdicts are the router's packet counts by verdict, over its interfaces.
 func verdicts(t *testing.T, name string) map[string]uint64 {
 	t.Helper()
 	p, err := OpenPinned(name)
@@ -202,23 +202,13 @@ func verdicts(t *testing.T, name string) map[string]uint64 {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := p.ReadCounters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slots, err := p.Slots()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := c.Verdicts(slots, "all")
+	totals, err := p.Totals()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]uint64{}
-	for v, s := range all {
-		if s.Packets > 0 {
-			out[VerdictName(Verdict(v))] = s.Packets
-		}
+	for v, s := range totals {
+		out[v] = s.Packets
 	}
 	return out
 }
@@ -236,6 +226,15 @@ func (b *hostBed) transit(t *testing.T, n int) [][]byte {
 		out[i] = scionPayload(f)
 	}
 	return out
+}
+
+// sendTransit sends n transit datagrams from A's socket to the router and
+// returns the router's verdicts after.
+func (b *hostBed) sendTransit(t *testing.T, name string, n int) map[string]uint64 {
+	t.Helper()
+	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
+	time.Sleep(100 * time.Millisecond)
+	return verdicts(t, name)
 }
 
 // listen binds a UDP socket in a namespace and collects what arrives.
@@ -338,84 +337,11 @@ func udpInCsumErrors(t *testing.T, ns string) uint64 {
 	return n
 }
 
-// frameTap reads every frame a device receives, with whether the kernel
-// still owes its checksum (TP_STATUS_CSUMNOTREADY: the skb is
-// CHECKSUM_PARTIAL, so the field holds the pseudo-header's sum only).
-type frameTap struct {
-	fd     int
-	mu     sync.Mutex
-	frames []tappedFrame
-	done   chan struct{}
-}
-
-type tappedFrame struct {
-	data    []byte
-	pending bool
-}
-
-func tap(t *testing.T, ns, dev string) *frameTap {
-	t.Helper()
-	a, err := xdp.Lookup(xdp.Iface{Netns: ns, Name: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ft := &frameTap{done: make(chan struct{})}
-	err = netns.Run(ns, func() error {
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		ft.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
-			return err
-		}
-		tv := unix.Timeval{Usec: 100000}
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: a.Index})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	go func() {
-		defer close(ft.done)
-		buf, oob := make([]byte, 9000), make([]byte, 256)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, oobn, _, _, err := unix.Recvmsg(ft.fd, buf, oob, 0)
-			if err != nil {
-				continue
-			}
-			pending := false
-			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-				for _, m := range msgs {
-					if m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= 4 {
-						pending = binary.NativeEndian.Uint32(m.Data)&unix.TP_STATUS_CSUMNOTREADY != 0
-					}
-				}
-			}
-			ft.mu.Lock()
-			ft.frames = append(ft.frames, tappedFrame{append([]byte(nil), buf[:n]...), pending})
-			ft.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-ft.done; unix.Close(ft.fd) })
-	return ft
-}
-
-// udpTo are the tapped frames of datagrams to dst.
-func (ft *frameTap) udpTo(dst netip.AddrPort) []tappedFrame {
-	ft.mu.Lock()
-	defer ft.mu.Unlock()
-	var out []tappedFrame
-	for _, f := range ft.frames {
-		if _, d, ok := underlayEnds(f.data); ok && d == dst {
+// udpTo are the captured frames of datagrams to dst.
+func udpTo(frames []capture.Frame, dst netip.AddrPort) []capture.Frame {
+	var out []capture.Frame
+	for _, f := range frames {
+		if _, d, ok := underlayEnds(f.Data); ok && d == dst && !f.Outgoing {
 			out = append(out, f)
 		}
 	}
@@ -441,7 +367,11 @@ func TestChecksumOfForwardedDatagrams(t *testing.T) {
 				}
 				to := netip.AddrPortFrom(b.bAddr, 50000)
 				got := listen(t, b.b, to)
-				ft := tap(t, b.b, "b0")
+				ft, err := capture.Open(xdp.Iface{Netns: b.b, Name: "b0"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ft.Close()
 				errsBefore := udpInCsumErrors(t, b.b)
 				const n = 20
 				send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
@@ -453,19 +383,19 @@ func TestChecksumOfForwardedDatagrams(t *testing.T) {
 				if e := udpInCsumErrors(t, b.b) - errsBefore; e != 0 {
 					t.Fatalf("B's kernel dropped %d datagrams for their checksum", e)
 				}
-				frames := ft.udpTo(to)
+				frames := udpTo(ft.Frames(), to)
 				if len(frames) != n {
 					t.Fatalf("tapped %d frames to %s, want %d", len(frames), to, n)
 				}
 				for i, f := range frames {
-					off, _, pseudo, _ := udpSpan(f.data)
-					field := binary.BigEndian.Uint16(f.data[off+6:])
+					off, _, pseudo, _ := udpSpan(f.Data)
+					field := binary.BigEndian.Uint16(f.Data[off+6:])
 					switch {
-					case f.pending && field != fold(pseudo):
-						t.Fatalf("frame %d: checksum still owed, but the field %#04x is not the pseudo-header's sum %#04x", i, field, fold(pseudo))
-					case !f.pending && !udpChecksumOK(f.data):
+					case f.Pending && field != checksum.Fold(pseudo):
+						t.Fatalf("frame %d: checksum still owed, but the field %#04x is not the pseudo-header's sum %#04x", i, field, checksum.Fold(pseudo))
+					case !f.Pending && !udpChecksumOK(f.Data):
 						t.Fatalf("frame %d: complete checksum %#04x is wrong", i, field)
-					case mode == XDPModeNative && f.pending:
+					case mode == XDPModeNative && f.Pending:
 						t.Fatalf("frame %d: an XDP frame cannot owe its checksum", i)
 					}
 				}
@@ -496,9 +426,7 @@ func TestUnusableEgressIsLeftToTheStack(t *testing.T) {
 		t.Fatalf("attach warned %q; want the peer b0 named with the fix", warnings)
 	}
 	const n = 10
-	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
-	time.Sleep(100 * time.Millisecond)
-	v := verdicts(t, name)
+	v := b.sendTransit(t, name, n)
 	if v["tx_unusable"] != n || v["forwarded"] != 0 {
 		t.Fatalf("verdicts %v; want %d tx_unusable and nothing forwarded", v, n)
 	}
@@ -512,9 +440,7 @@ func TestFailedTransmitIsNotForwarded(t *testing.T) {
 	name, _ := b.attach(t, XDPModeNative)
 	b.setGRO(t, b.b, "b0", false)
 	const n = 10
-	send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), b.transit(t, n))
-	time.Sleep(100 * time.Millisecond)
-	v := verdicts(t, name)
+	v := b.sendTransit(t, name, n)
 	if v["tx_failed"] != n || v["forwarded"] != 0 {
 		t.Fatalf("verdicts %v; want %d tx_failed and nothing forwarded", v, n)
 	}
@@ -559,34 +485,6 @@ func TestLocalHostsAreDelivered(t *testing.T) {
 	}
 }
 
-// runWith runs a frame through a program of the router (the generic copy,
-// say) and reports the verdict as runOne does.
-func (r *Router) runWith(t *testing.T, prog *ebpf.Program, frame []byte) result {
-	t.Helper()
-	before, err := r.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256)}
-	ret, err := prog.Run(&opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := r.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := result{action: ret, out: opts.DataOut, verdict: "none"}
-	for s := range after {
-		for v := range after[s] {
-			if after[s][v].Packets != before[s][v].Packets {
-				res.verdict = VerdictName(Verdict(v))
-			}
-		}
-	}
-	return res
-}
-
 // makeEither sets the last payload word so that the datagram's field is
 // both a complete, right checksum and the pseudo-header's sum.
 func makeEither(f []byte) {
@@ -594,9 +492,9 @@ func makeEither(f []byte) {
 	// The last whole word of the payload, at an even offset in the datagram.
 	w := off + (end-off-2)/2*2
 	f[w], f[w+1] = 0, 0
-	field := fold(pseudo)
+	field := checksum.Fold(pseudo)
 	binary.BigEndian.PutUint16(f[off+6:], field)
-	need := ^fold(sum16(f[off:end], pseudo))
+	need := ^checksum.Fold(checksum.Sum(f[off:end], pseudo))
 	binary.BigEndian.PutUint16(f[w:], need)
 }
 
@@ -658,8 +556,8 @@ func TestChecksumKinds(t *testing.T) {
 				}
 			case "pending":
 				o, _, pseudo, _ := udpSpan(res.out)
-				if got := binary.BigEndian.Uint16(res.out[o+6:]); got != fold(pseudo) {
-					t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, fold(pseudo))
+				if got := binary.BigEndian.Uint16(res.out[o+6:]); got != checksum.Fold(pseudo) {
+					t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, checksum.Fold(pseudo))
 				}
 			}
 		})

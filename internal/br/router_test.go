@@ -101,13 +101,20 @@ type result struct {
 
 func (r *Router) runOne(t testing.TB, frame []byte) result {
 	t.Helper()
+	return r.runWith(t, r.objs.Router, frame)
+}
+
+// runWith runs a frame through one program of the router (the generic-mode
+// copy, say), reporting the one verdict it counted.
+func (r *Router) runWith(t testing.TB, prog *ebpf.Program, frame []byte) result {
+	t.Helper()
 	before, err := r.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := make([]byte, len(frame)+256)
 	opts := ebpf.RunOptions{Data: frame, DataOut: out}
-	ret, err := r.objs.Router.Run(&opts)
+	ret, err := prog.Run(&opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,14 @@ func (o *BenchOptions) Validate() ([]Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, s := range scs {
+		if _, ok := fixtures[s.Fixture]; s.Fixture != "" && !ok {
+			return nil, fmt.Errorf("scenario %s needs fixture %q, which no package registered", s.Name, s.Fixture)
+		}
+		if s.Layout == LayoutNone && s.Ends == nil {
+			return nil, fmt.Errorf("scenario %s brings its own network but names no ends for the generator and the sink", s.Name)
+		}
+	}
 	if !o.NoCeiling && !slices.ContainsFunc(scs, func(s Scenario) bool { return s.Name == CeilingScenario }) {
 		scs = append([]Scenario{scenarios[CeilingScenario]}, scs...)
 	}
@@ -98,12 +106,33 @@ func resolveRuns(names []string, runs int) ([]Scenario, error) {
 
 // Bench runs each scenario on a fresh testbed and returns the report. The
 // testbed is taken down after each scenario, also on error or cancellation.
-func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
+func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 	scs, err := o.Validate()
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
+	// Fixtures come up before the first scenario that needs them and go
+	// down after the last, whatever happens in between.
+	fixturesUp := map[string]func() error{}
+	defer func() {
+		for name, teardown := range fixturesUp {
+			if terr := teardown(); terr != nil {
+				err = errors.Join(err, fmt.Errorf("fixture %s: %w", name, terr))
+			}
+		}
+	}()
+	needFixture := func(name string) error {
+		if name == "" || fixturesUp[name] != nil {
+			return nil
+		}
+		teardown, err := fixtures[name].Up(o.Prefix, o.Log)
+		if err != nil {
+			return fmt.Errorf("fixture %s: %w", name, err)
+		}
+		fixturesUp[name] = teardown
+		return nil
+	}
+	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
 	for _, s := range scs {
 		if s.Name == "veth" {
 			rep.Baseline = "veth"
@@ -138,6 +167,9 @@ func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
 			if ctx.Err() != nil {
 				return partial(), ctx.Err()
 			}
+			if err := needFixture(s.Fixture); err != nil {
+				return partial(), fmt.Errorf("scenario %s: %w", s.Name, err)
+			}
 			row, err := benchScenario(ctx, s, o, rep.Restore, turn*per, per)
 			if err != nil {
 				return partial(), fmt.Errorf("scenario %s: %w", s.Name, err)
@@ -166,10 +198,12 @@ func Bench(ctx context.Context, o BenchOptions) (*Report, error) {
 // first+1 of o.Runs in the log.
 func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool, first, runs int) (row Row, err error) {
 	tb := Testbed{Prefix: o.Prefix, Layout: s.Layout}
-	if err := tb.Up(); err != nil {
-		return row, err
+	if s.Layout != LayoutNone {
+		if err := tb.Up(); err != nil {
+			return row, err
+		}
+		defer func() { err = errors.Join(err, tb.Down()) }()
 	}
-	defer func() { err = errors.Join(err, tb.Down()) }()
 	teardown, err := s.Setup(tb)
 	if err != nil {
 		return row, err
@@ -187,7 +221,17 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	if err != nil {
 		return row, err
 	}
-	sink, err := AttachSink(tb.Sink().Iface(), xdp.Native)
+	genIf, sinkIf := tb.Gen().Iface(), tb.Sink().Iface()
+	if s.Ends != nil {
+		if genIf, sinkIf, err = s.Ends(tb); err != nil {
+			return row, err
+		}
+	}
+	attach := AttachSink
+	if s.SCIONSink {
+		attach = AttachSCIONSink
+	}
+	sink, err := attach(sinkIf, xdp.Native)
 	if err != nil {
 		return row, err
 	}
@@ -196,7 +240,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	if flows == 0 && !s.Fixed {
 		flows, flowSrc = o.Flows, o.FlowSrc
 	}
-	gen, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: o.CPU, Window: !restore, Flows: flows, FlowSrc: flowSrc, Fixed: s.Fixed})
+	gen, err := NewGenerator(GenOptions{Iface: genIf, Packets: pkts, CPU: o.CPU, Window: !restore, Flows: flows, FlowSrc: flowSrc, Fixed: s.Fixed})
 	if err != nil {
 		return row, err
 	}

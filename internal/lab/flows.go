@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+
+	"github.com/fastpath-dev/fastpath/internal/checksum"
 )
 
 // flowTemplate is a packet prepared for flood mode: its source address moved
@@ -103,11 +105,11 @@ func fixChecksums(p []byte, t flowTemplate) {
 		ihl := int(t.l4) - 14
 		l4len = int(binary.BigEndian.Uint16(p[16:])) - ihl
 		p[24], p[25] = 0, 0
-		binary.BigEndian.PutUint16(p[24:], ^fold32(sum16(p[14:14+ihl], 0)))
-		pseudo = sum16(p[26:34], 0)
+		binary.BigEndian.PutUint16(p[24:], ^checksum.Fold(checksum.Sum(p[14:14+ihl], 0)))
+		pseudo = checksum.Sum(p[26:34], 0)
 	} else {
 		l4len = int(binary.BigEndian.Uint16(p[18:]))
-		pseudo = sum16(p[22:54], 0)
+		pseudo = checksum.Sum(p[22:54], 0)
 	}
 	if t.family == 4 && t.proto == 17 && binary.BigEndian.Uint16(p[t.csum:]) == 0 {
 		return
@@ -117,28 +119,9 @@ func fixChecksums(p []byte, t flowTemplate) {
 	}
 	pseudo += uint32(t.proto) + uint32(l4len)
 	p[t.csum], p[t.csum+1] = 0, 0
-	c := ^fold32(sum16(p[t.l4:int(t.l4)+l4len], pseudo))
+	c := ^checksum.Fold(checksum.Sum(p[t.l4:int(t.l4)+l4len], pseudo))
 	if c == 0 && t.proto == 17 {
 		c = 0xffff
 	}
 	binary.BigEndian.PutUint16(p[t.csum:], c)
-}
-
-// sum16 adds b as big-endian 16-bit words to s (an odd tail is padded).
-func sum16(b []byte, s uint32) uint32 {
-	for len(b) >= 2 {
-		s += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-func fold32(s uint32) uint16 {
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return uint16(s)
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -162,6 +163,15 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 	} else {
 		lo, hi = 0, -1
 	}
+	// Values as long as the longest packet, not GEN_MAX_FRAME: the map stays
+	// in the cache. Without its BTF type the kernel takes the shorter size.
+	dataLen := (maxLen + 7) &^ 7
+	if err := spec.Variables["gen_max_len"].Set(uint32(dataLen)); err != nil {
+		return nil, err
+	}
+	hdr := int(binary.Size(genGenPacket{})) - GenMaxFrame
+	spec.Maps["gen_packets"].ValueSize = uint32(hdr + dataLen)
+	spec.Maps["gen_packets"].Value = nil
 	g := &Generator{opts: opts, ifindex: attrs.Index, maxLen: maxLen, window: window}
 	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
 		return nil, fmt.Errorf("load generator: %w", err)
@@ -170,8 +180,7 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 	if opts.Fixed {
 		g.prog = g.objs.LabGenFixed
 	}
-	keys := make([]uint32, len(opts.Packets))
-	vals := make([]genGenPacket, len(opts.Packets))
+	size := hdr + dataLen
 	for i, p := range opts.Packets {
 		if flows != nil {
 			p = flows[i].pkt
@@ -180,18 +189,21 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 		if hi >= 0 {
 			part = p[lo:hi]
 		}
-		keys[i] = uint32(i)
-		vals[i].Len = uint32(len(part))
-		copy(vals[i].Data[:], part)
+		v := genGenPacket{Len: uint32(len(part))}
 		if flows != nil {
 			f := flows[i]
-			vals[i].HostMask, vals[i].L3Off, vals[i].L4Off, vals[i].CsumOff = f.hostMask, f.l3, f.l4, f.csum
-			vals[i].Family, vals[i].Proto = f.family, f.proto
+			v.HostMask, v.L3Off, v.L4Off, v.CsumOff = f.hostMask, f.l3, f.l4, f.csum
+			v.Family, v.Proto = f.family, f.proto
 		}
-	}
-	if _, err := g.objs.GenPackets.BatchUpdate(keys, vals, nil); err != nil {
-		g.Close()
-		return nil, fmt.Errorf("fill generator map: %w", err)
+		copy(v.Data[:], part)
+		b, err := binary.Append(nil, binary.NativeEndian, v)
+		if err != nil {
+			return nil, err
+		}
+		if err := g.objs.GenPackets.Put(uint32(i), b[:size]); err != nil {
+			g.Close()
+			return nil, fmt.Errorf("fill generator map: %w", err)
+		}
 	}
 	return g, nil
 }

@@ -54,10 +54,26 @@ func (r *Report) Finish() {
 	for i := range r.Rows {
 		row := &r.Rows[i]
 		row.Ratio = 0
+		row.RatioOtherSize = false
 		if base := r.baselineMpps(row.Size); base > 0 {
 			row.Ratio = row.MedianMpps / base
+		} else if base, ok := r.onlyBaseline(); ok {
+			row.Ratio, row.RatioOtherSize = row.MedianMpps/base, true
 		}
 	}
+}
+
+// onlyBaseline is the baseline's median when it ran at one frame size only.
+func (r *Report) onlyBaseline() (float64, bool) {
+	var mpps float64
+	n := 0
+	for _, row := range r.Rows {
+		if row.Scenario == r.Baseline {
+			mpps = row.MedianMpps
+			n++
+		}
+	}
+	return mpps, n == 1 && mpps > 0
 }
 
 // baselineMpps returns the median Mpps of the baseline scenario at the given
@@ -109,6 +125,9 @@ func (r *Report) cells(row Row) []string {
 	ratio := "—"
 	if r.Baseline != "" && row.Ratio != 0 {
 		ratio = fmt.Sprintf("%.2f×", row.Ratio)
+		if row.RatioOtherSize {
+			ratio += "*"
+		}
 	}
 	return []string{
 		row.Scenario,
@@ -162,10 +181,22 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
 	}
 	b.WriteString("ns/pkt: whole path on one core\n")
+	if r.otherSizes() {
+		fmt.Fprintf(&b, "*: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
+	}
 	if line := r.ceilingLine(); line != "" {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
+}
+
+func (r *Report) otherSizes() bool {
+	for _, row := range r.Rows {
+		if row.RatioOtherSize {
+			return true
+		}
+	}
+	return false
 }
 
 // ceilingLine says how close the generator's veth row comes to the
@@ -190,6 +221,9 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "- CPU: %s (%d CPUs)\n", r.CPUModel, r.CPUs)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s in the same run\n", r.Baseline)
+	}
+	if r.otherSizes() {
+		fmt.Fprintf(&b, "- *: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
 	}
 	if r.Restore {
 		b.WriteString("- generator: every packet written whole on each run (a DUT rewrites frames)\n")

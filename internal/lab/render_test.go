@@ -23,6 +23,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 func TestFinish(t *testing.T) {
 	type want struct {
 		median, min, max, ns, ratio, loss float64
+		otherSize                         bool
 	}
 	tests := map[string]struct {
 		baseline string
@@ -48,7 +49,7 @@ func TestFinish(t *testing.T) {
 				{median: 4, min: 4, max: 4, ns: 250, ratio: 1},
 			},
 		},
-		"baseline of another size is not used": {
+		"a baseline of one size divides a row of another, flagged": {
 			baseline: "veth",
 			rows: []Row{
 				{Scenario: "veth", Size: 64, Runs: runsAt(4)},
@@ -56,6 +57,19 @@ func TestFinish(t *testing.T) {
 			},
 			want: []want{
 				{median: 4, min: 4, max: 4, ns: 250, ratio: 1},
+				{median: 2, min: 2, max: 2, ns: 500, ratio: 0.5, otherSize: true},
+			},
+		},
+		"a sweep's baseline is not used at a size it did not run": {
+			baseline: "veth",
+			rows: []Row{
+				{Scenario: "veth", Size: 64, Runs: runsAt(4)},
+				{Scenario: "veth", Size: 128, Runs: runsAt(3)},
+				{Scenario: "br", Size: 1500, Runs: runsAt(2)},
+			},
+			want: []want{
+				{median: 4, min: 4, max: 4, ns: 250, ratio: 1},
+				{median: 3, min: 3, max: 3, ns: 1e3 / 3.0, ratio: 1},
 				{median: 2, min: 2, max: 2, ns: 500},
 			},
 		},
@@ -100,9 +114,9 @@ func TestFinish(t *testing.T) {
 			r.Finish()
 			for i, w := range tc.want {
 				row := r.Rows[i]
-				got := want{row.MedianMpps, row.MinMpps, row.MaxMpps, row.NsPerPacket, row.Ratio, row.Loss}
+				got := want{row.MedianMpps, row.MinMpps, row.MaxMpps, row.NsPerPacket, row.Ratio, row.Loss, row.RatioOtherSize}
 				if !near(got.median, w.median) || !near(got.min, w.min) || !near(got.max, w.max) ||
-					!near(got.ns, w.ns) || !near(got.ratio, w.ratio) || !near(got.loss, w.loss) {
+					!near(got.ns, w.ns) || !near(got.ratio, w.ratio) || !near(got.loss, w.loss) || got.otherSize != w.otherSize {
 					t.Errorf("row %d (%s): got %+v, want %+v", i, row.Scenario, got, w)
 				}
 				if row.Description != "desc" || row.Note != "note" {

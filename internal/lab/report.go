@@ -39,8 +39,13 @@ type Row struct {
 	// NsPerPacket is 1e3 / MedianMpps: the whole path's cost per packet on the
 	// one core that generator, device under test and sink share.
 	NsPerPacket float64 `json:"ns_per_packet"`
-	// Ratio is MedianMpps divided by the baseline row's; 0 without a baseline.
+	// Ratio is MedianMpps divided by the baseline row's at the same frame
+	// size; 0 without a baseline.
 	Ratio float64 `json:"ratio"`
+	// RatioOtherSize says the row's frames have a size the baseline did
+	// not run at (a real path's packets are as long as the path makes
+	// them), so Ratio is to the baseline at the one size it ran.
+	RatioOtherSize bool `json:"ratio_other_size,omitempty"`
 	// Loss is the fraction of sent packets the sink did not count (median).
 	Loss float64 `json:"loss"`
 	// Note says what limits the figure, e.g. that the path lost packets.

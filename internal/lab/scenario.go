@@ -3,6 +3,7 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sort"
@@ -47,6 +48,36 @@ type Scenario struct {
 	FlowSrc netip.Prefix
 	// Fixed sends one frame as it is on every run: the generator's ceiling.
 	Fixed bool
+	// Fixture names a registered Fixture the scenario needs: up before the
+	// first scenario that needs it runs, down after the bench.
+	Fixture string
+	// Ends, for scenarios of LayoutNone, are where the generator sends
+	// from and where the sink counts.
+	Ends func(tb Testbed) (gen, sink xdp.Iface, err error)
+	// SCIONSink counts only SCMP echo requests on a standard path at the sink
+	// and passes the rest (AttachSCIONSink): a sink on a SCION router's link
+	// must leave its BFD and beacons alone.
+	SCIONSink bool
+}
+
+// Fixture is a set-up that several scenarios share for a whole bench, such
+// as a SCION network: too slow to make for every run, and a measurement of
+// its own in the making.
+type Fixture struct {
+	Name string
+	// Up makes the fixture for a bench of the given prefix and returns what
+	// undoes it.
+	Up func(prefix string, log io.Writer) (teardown func() error, err error)
+}
+
+var fixtures = map[string]Fixture{}
+
+// RegisterFixture adds a fixture; names are unique.
+func RegisterFixture(f Fixture) {
+	if _, dup := fixtures[f.Name]; dup {
+		panic("lab: fixture registered twice: " + f.Name)
+	}
+	fixtures[f.Name] = f
 }
 
 var (

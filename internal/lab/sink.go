@@ -20,6 +20,18 @@ type Sink struct {
 
 // AttachSink loads the sink and attaches it to the interface.
 func AttachSink(iface xdp.Iface, mode xdp.Mode) (*Sink, error) {
+	return attachSink(iface, mode, false)
+}
+
+// AttachSCIONSink is a sink for a SCION router's link: it counts and drops
+// SCMP echo requests on a standard path (the scion rows' traffic) and passes
+// the rest (BFD, beacons, the control services' requests) to the router
+// behind.
+func AttachSCIONSink(iface xdp.Iface, mode xdp.Mode) (*Sink, error) {
+	return attachSink(iface, mode, true)
+}
+
+func attachSink(iface xdp.Iface, mode xdp.Mode, scion bool) (*Sink, error) {
 	if _, err := xdp.Lookup(iface); err != nil {
 		return nil, err
 	}
@@ -27,7 +39,11 @@ func AttachSink(iface xdp.Iface, mode xdp.Mode) (*Sink, error) {
 	if err := loadSinkObjects(&s.objs, nil); err != nil {
 		return nil, fmt.Errorf("load sink: %w", err)
 	}
-	l, err := xdp.Attach(iface, s.objs.LabSink, mode)
+	prog := s.objs.LabSink
+	if scion {
+		prog = s.objs.LabSinkScion
+	}
+	l, err := xdp.Attach(iface, prog, mode)
 	if err != nil {
 		s.objs.Close()
 		return nil, err

@@ -24,6 +24,9 @@ const (
 	// LayoutDUT puts a device-under-test namespace between them:
 	// gen/veth0 ↔ dut/veth1, dut/veth3 ↔ sink/veth2.
 	LayoutDUT Layout = "dut"
+	// LayoutNone is for scenarios that bring their own network (a fixture)
+	// and say where the generator and the sink go (Scenario.Ends).
+	LayoutNone Layout = "none"
 )
 
 // ParseLayout checks a layout given on the command line.

@@ -27,14 +27,67 @@ char _license[] SEC("license") = "GPL";
 `
 
 // A program the kernel accepts with a helper the runtime lacks.
-const loadBytesProgram = `
+const taiProgram = `
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-SEC("xdp") int load_bytes(struct xdp_md *ctx)
+SEC("xdp") int tai(struct xdp_md *ctx)
 {
-	char b[4];
-	return bpf_xdp_load_bytes(ctx, 0, b, sizeof(b)) ? XDP_DROP : XDP_PASS;
+	return bpf_ktime_get_tai_ns() & 1 ? XDP_DROP : XDP_PASS;
 }
+char _license[] SEC("license") = "GPL";
+`
+
+// Maps far larger than memory: one of 2^31 entries that runs (its pages
+// cost nothing until written), and one that no address space holds.
+const hugeMapsProgram = `
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1u << 31);
+	__type(key, __u32);
+	__type(value, __u64);
+} huge SEC(".maps");
+SEC("xdp") int huge_map(struct xdp_md *ctx)
+{
+	__u32 k = 1u << 30;
+	__u64 *v = bpf_map_lookup_elem(&huge, &k);
+
+	if (!v)
+		return XDP_PASS;
+	*v += 1;
+	return XDP_TX;
+}
+char _license[] SEC("license") = "GPL";
+`
+
+const vastMapProgram = `
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 0xffffffff);
+	__type(key, __u32);
+	__uint(value_size, 1 << 16);
+} vast SEC(".maps");
+SEC("xdp") int vast_map(struct xdp_md *ctx)
+{
+	__u32 k = 0;
+	return bpf_map_lookup_elem(&vast, &k) ? XDP_DROP : XDP_PASS;
+}
+char _license[] SEC("license") = "GPL";
+`
+
+// An object with maps and no program.
+const noProgram = `
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lonely SEC(".maps");
 char _license[] SEC("license") = "GPL";
 `
 
@@ -53,7 +106,9 @@ func TestBadInput(t *testing.T) {
 	labtest.RequireKernel(t)
 	dir := t.TempDir()
 	bad := compile(t, dir, "unchecked", unsafeProgram)
-	loadBytes := compile(t, dir, "load_bytes", loadBytesProgram)
+	tai := compile(t, dir, "tai", taiProgram)
+	vast := compile(t, dir, "vast", vastMapProgram)
+	empty := compile(t, dir, "empty", noProgram)
 	text := filepath.Join(dir, "notes.txt")
 	os.WriteFile(text, []byte("not an object\n"), 0o644)
 	xdpTx := filepath.Join("..", "bench", "xdptx_bpfel.o")
@@ -68,7 +123,10 @@ func TestBadInput(t *testing.T) {
 		"verifier refuses":      {TestRunOptions{Object: bad}, "the kernel's verifier refused program unchecked"},
 		"verifier log included": {TestRunOptions{Object: bad}, "invalid access to packet"},
 		"unknown program":       {TestRunOptions{Object: xdpTx, Program: "nosuch"}, `no program or section named "nosuch": the object has xdp_tx (section xdp)`},
-		"unsupported helper":    {TestRunOptions{Object: loadBytes}, "helper bpf_xdp_load_bytes (189) is not supported by the runtime"},
+		"unsupported helper":    {TestRunOptions{Object: tai}, "helper bpf_ktime_get_tai_ns (208) is not supported by the runtime"},
+		"map beyond memory":     {TestRunOptions{Object: vast, NoVerify: true}, "map vast (4294967295 entries of 65536 bytes): 281474976645120 bytes (262144.0 GiB) of values cannot be allocated"},
+		"no programs":           {TestRunOptions{Object: empty}, "the object has no programs"},
+		"no programs, by name":  {TestRunOptions{Object: empty, Program: "x"}, `no program or section named "x": the object has no programs`},
 		"unknown engine":        {TestRunOptions{Object: xdpTx, Engine: "turbo"}, `--engine "turbo"`},
 	}
 	for name, c := range cases {
@@ -78,7 +136,26 @@ func TestBadInput(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
+			if strings.Contains(err.Error(), "panicked") || strings.Contains(err.Error(), "backtrace") {
+				t.Fatalf("the runtime aborted: %v", err)
+			}
 		})
+	}
+}
+
+// TestHugeMap: a map of 2^31 entries, loaded without the kernel's verifier
+// (which would need as much kernel memory), runs in both engines.
+func TestHugeMap(t *testing.T) {
+	labtest.RequireKernel(t)
+	obj := compile(t, t.TempDir(), "huge", hugeMapsProgram)
+	for _, engine := range []string{"interp", "jit", "aot"} {
+		got, err := TestRun(TestRunOptions{Object: obj, Packets: [][]byte{bench.Sample("xdp_tx")}, NoVerify: true, Engine: engine})
+		if err != nil {
+			t.Fatalf("%s: %v", engine, err)
+		}
+		if got.Packets[0].Ret != 3 {
+			t.Fatalf("%s: verdict %d, want XDP_TX from slot 2^30's value", engine, got.Packets[0].Ret)
+		}
 	}
 }
 

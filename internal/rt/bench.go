@@ -2,6 +2,7 @@ package rt
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -15,9 +16,10 @@ type BenchRow struct {
 	Program string `json:"program"`
 	// KernelNs is the kernel's reported time per run, JIT on.
 	KernelNs float64 `json:"kernel_ns"`
-	// InterpNs and JitNs are the runtime's engines' times per run.
+	// InterpNs, JitNs and AotNs are the runtime's engines' times per run.
 	InterpNs float64 `json:"interp_ns"`
 	JitNs    float64 `json:"jit_ns"`
+	AotNs    float64 `json:"aot_ns"`
 	// Insns are the instructions one run executes.
 	Insns float64 `json:"insns"`
 	// InterpNsPerInsn is InterpNs over Insns, per-run overhead included.
@@ -31,6 +33,8 @@ type BenchOptions struct {
 	Rounds int
 	// Dir holds the benchmark objects (internal/bench).
 	Dir string
+	// Tmp receives the AOT objects; a temporary directory if empty.
+	Tmp string
 }
 
 // Bench times every benchmark program on its sample frame, in the kernel
@@ -41,6 +45,14 @@ func Bench(o BenchOptions) ([]BenchRow, error) {
 	}
 	if o.Rounds < 1 {
 		o.Rounds = 3
+	}
+	if o.Tmp == "" {
+		dir, err := os.MkdirTemp("", "fastpath-rt-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		o.Tmp = dir
 	}
 	var rows []BenchRow
 	for _, p := range bench.Programs() {
@@ -74,18 +86,39 @@ func Bench(o BenchOptions) ([]BenchRow, error) {
 			}
 		}
 		coll.Close()
+		// The AOT object is compiled once, outside the timed runs.
+		native := filepath.Join(o.Tmp, p.Object+".native")
+		if err := Compile(filepath.Join(o.Dir, p.Object), native, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		best := func(cur *float64, ns float64, r int) {
+			if r == 0 || ns < *cur {
+				*cur = ns
+			}
+		}
 		for r := 0; r < o.Rounds; r++ {
-			for _, engine := range []string{"interp", "jit"} {
-				res, err := TestRun(TestRunOptions{Object: filepath.Join(o.Dir, p.Object), Program: p.Name, Packets: [][]byte{pkt}, Repeat: o.Repeat, Maps: init, NoVerify: r > 0, Engine: engine})
+			// The order turns each round, so that no engine always runs
+			// first (or last) on a machine whose speed drifts.
+			engines := []string{"interp", "jit", "aot"}
+			engines = append(engines[r%3:], engines[:r%3]...)
+			for _, engine := range engines {
+				obj := filepath.Join(o.Dir, p.Object)
+				if engine == "aot" {
+					obj = native
+				}
+				res, err := TestRun(TestRunOptions{Object: obj, Program: p.Name, Packets: [][]byte{pkt}, Repeat: o.Repeat, Maps: init, NoVerify: r > 0, Engine: engine})
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", p.Name, err)
 				}
-				if engine == "jit" {
-					if r == 0 || res.NsPerRun < row.JitNs {
-						row.JitNs = res.NsPerRun
+				switch engine {
+				case "jit":
+					best(&row.JitNs, res.NsPerRun, r)
+				case "aot":
+					best(&row.AotNs, res.NsPerRun, r)
+				default:
+					if r == 0 || res.NsPerRun < row.InterpNs {
+						row.InterpNs, row.Insns = res.NsPerRun, res.InsnsPerRun
 					}
-				} else if r == 0 || res.NsPerRun < row.InterpNs {
-					row.InterpNs, row.Insns = res.NsPerRun, res.InsnsPerRun
 				}
 			}
 		}
@@ -100,23 +133,34 @@ func Bench(o BenchOptions) ([]BenchRow, error) {
 // BenchTable renders the rows; markdown selects a Markdown table.
 func BenchTable(rows []BenchRow, markdown bool) string {
 	var b strings.Builder
-	head := []string{"program", "kernel JIT ns", "jit ns", "jit/kernel", "interp ns", "insns/run", "interp ns/insn"}
+	head := []string{"program", "kernel JIT ns", "jit ns", "jit/kernel", "aot ns", "aot/jit", "interp ns", "insns/run", "interp ns/insn"}
 	if markdown {
-		fmt.Fprintf(&b, "| %s |\n|---|---:|---:|---:|---:|---:|---:|\n", strings.Join(head, " | "))
+		fmt.Fprintf(&b, "| %s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", strings.Join(head, " | "))
 	} else {
-		fmt.Fprintf(&b, "%-16s %14s %8s %11s %10s %10s %14s\n", head[0], head[1], head[2], head[3], head[4], head[5], head[6])
+		fmt.Fprintf(&b, "%-16s %14s %8s %11s %8s %8s %10s %10s %14s\n", head[0], head[1], head[2], head[3], head[4], head[5], head[6], head[7], head[8])
 	}
+	atOrBelow, aotAtOrBelow := 0, 0
 	for _, r := range rows {
-		ratio := 0.0
+		ratio, aot := 0.0, 0.0
 		if r.KernelNs > 0 {
 			ratio = r.JitNs / r.KernelNs
 		}
+		if r.JitNs > 0 {
+			aot = r.AotNs / r.JitNs
+		}
+		if ratio <= 1 {
+			atOrBelow++
+		}
+		if aot <= 1 {
+			aotAtOrBelow++
+		}
 		if markdown {
-			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.2f× | %.1f | %.0f | %.2f |\n", r.Program, r.KernelNs, r.JitNs, ratio, r.InterpNs, r.Insns, r.InterpNsPerInsn)
+			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.2f× | %.1f | %.2f× | %.1f | %.0f | %.2f |\n", r.Program, r.KernelNs, r.JitNs, ratio, r.AotNs, aot, r.InterpNs, r.Insns, r.InterpNsPerInsn)
 		} else {
-			fmt.Fprintf(&b, "%-16s %14.1f %8.1f %10.2f× %10.1f %10.0f %14.2f\n", r.Program, r.KernelNs, r.JitNs, ratio, r.InterpNs, r.Insns, r.InterpNsPerInsn)
+			fmt.Fprintf(&b, "%-16s %14.1f %8.1f %10.2f× %8.1f %7.2f× %10.1f %10.0f %14.2f\n", r.Program, r.KernelNs, r.JitNs, ratio, r.AotNs, aot, r.InterpNs, r.Insns, r.InterpNsPerInsn)
 		}
 	}
-	fmt.Fprintf(&b, "\nbest of rounds; kernel: BPF_PROG_TEST_RUN with its JIT; jit and interp: fastpath-rt's engines, per-run overhead included; %s, %d CPUs\n", runtime.GOARCH, runtime.NumCPU())
+	fmt.Fprintf(&b, "\njit at or below the kernel's JIT on %d of %d programs; aot at or below the jit on %d of %d\n", atOrBelow, len(rows), aotAtOrBelow, len(rows))
+	fmt.Fprintf(&b, "best of rounds; kernel: BPF_PROG_TEST_RUN with its JIT; jit, aot and interp: fastpath-rt's engines, per-run overhead included; %s, %d CPUs\n", runtime.GOARCH, runtime.NumCPU())
 	return b.String()
 }

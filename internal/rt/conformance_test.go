@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +36,17 @@ func kernelRun(t *testing.T, name string, pkts [][]byte) ([]PacketResult, map[st
 			}
 		}
 	}
+	return runInKernel(t, prog, coll.Maps, pkts)
+}
+
+// runInKernel runs the packets through BPF_PROG_TEST_RUN: per packet the
+// verdict and output, or the errno of a frame the kernel refuses, and the
+// ring buffer records; after all of them, every map that holds values (not
+// program arrays or maps of maps, whose values are kernel ids).
+func runInKernel(t *testing.T, prog *ebpf.Program, maps map[string]*ebpf.Map, pkts [][]byte) ([]PacketResult, map[string]MapDump) {
+	t.Helper()
 	readers := map[string]*ringbuf.Reader{}
-	for n, m := range coll.Maps {
+	for n, m := range maps {
 		if m.Type() == ebpf.RingBuf {
 			rd, err := ringbuf.NewReader(m)
 			if err != nil {
@@ -48,10 +58,15 @@ func kernelRun(t *testing.T, name string, pkts [][]byte) ([]PacketResult, map[st
 	}
 	var out []PacketResult
 	for _, p := range pkts {
-		buf := make([]byte, 4096)
-		opts := &ebpf.RunOptions{Data: p, DataOut: buf}
+		// Room for a multi-buffer frame's pages.
+		opts := &ebpf.RunOptions{Data: p, DataOut: make([]byte, len(p)+64<<10)}
 		ret, err := prog.Run(opts)
-		if err != nil {
+		var errno syscall.Errno
+		switch {
+		case errors.As(err, &errno):
+			out = append(out, PacketResult{Errno: int(errno)})
+			continue
+		case err != nil:
 			t.Fatalf("kernel test run: %v", err)
 		}
 		r := PacketResult{Ret: ret, Out: opts.DataOut}
@@ -70,9 +85,10 @@ func kernelRun(t *testing.T, name string, pkts [][]byte) ([]PacketResult, map[st
 		}
 		out = append(out, r)
 	}
-	maps := map[string]MapDump{}
-	for n, m := range coll.Maps {
-		if m.Type() == ebpf.RingBuf {
+	dumps := map[string]MapDump{}
+	for n, m := range maps {
+		switch m.Type() {
+		case ebpf.RingBuf, ebpf.ProgramArray, ebpf.ArrayOfMaps, ebpf.HashOfMaps:
 			continue
 		}
 		d := MapDump{PerCPU: m.Type() == ebpf.PerCPUArray || m.Type() == ebpf.PerCPUHash || m.Type() == ebpf.LRUCPUHash}
@@ -95,9 +111,9 @@ func kernelRun(t *testing.T, name string, pkts [][]byte) ([]PacketResult, map[st
 			t.Fatalf("dump %s: %v", n, err)
 		}
 		sort.Slice(d.Entries, func(i, j int) bool { return bytes.Compare(d.Entries[i].Key, d.Entries[j].Key) < 0 })
-		maps[n] = d
+		dumps[n] = d
 	}
-	return out, maps
+	return out, dumps
 }
 
 // sumPerCPU adds per-CPU values word by word: a test run counts on one CPU,
@@ -138,7 +154,7 @@ func TestConformance(t *testing.T) {
 		pkts = append(pkts, bench.Mutate(rng, corpus[rng.IntN(len(corpus))]))
 	}
 	for _, p := range bench.Programs() {
-		for _, engine := range []string{"interp", "jit"} {
+		for _, engine := range []string{"interp", "jit", "aot"} {
 			t.Run(p.Name+"/"+engine, func(t *testing.T) {
 				conform(t, p, engine, pkts)
 			})
@@ -159,14 +175,24 @@ func conform(t *testing.T, p bench.Program, engine string, pkts [][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	requireSame(t, pkts, want, wantMaps, got)
+}
+
+// requireSame fails the test with every difference between the kernel's
+// results and the runtime's: verdicts, errnos, output bytes, ring buffer
+// records, and the maps afterwards.
+func requireSame(t *testing.T, pkts [][]byte, want []PacketResult, wantMaps map[string]MapDump, got *Result) {
+	t.Helper()
 	var diffs []string
 	for i := range pkts {
 		w, g := want[i], got.Packets[i]
 		switch {
+		case w.Errno != g.Errno:
+			diffs = append(diffs, fmt.Sprintf("packet %d (%d bytes): error %d in the kernel, %d in the runtime", i, len(pkts[i]), w.Errno, g.Errno))
 		case w.Ret != g.Ret:
-			diffs = append(diffs, fmt.Sprintf("packet %d: verdict %d in the kernel, %d in the runtime", i, w.Ret, g.Ret))
+			diffs = append(diffs, fmt.Sprintf("packet %d (%d bytes): verdict %d in the kernel, %d in the runtime", i, len(pkts[i]), w.Ret, g.Ret))
 		case !bytes.Equal(w.Out, g.Out):
-			diffs = append(diffs, fmt.Sprintf("packet %d: output differs\nkernel  %x\nruntime %x", i, w.Out, g.Out))
+			diffs = append(diffs, fmt.Sprintf("packet %d (%d bytes): output differs\nkernel  %x\nruntime %x", i, len(pkts[i]), short(w.Out), short(g.Out)))
 		case fmt.Sprint(w.Ringbuf) != fmt.Sprint(g.Ringbuf):
 			diffs = append(diffs, fmt.Sprintf("packet %d: ring buffer records differ: kernel %x, runtime %x", i, w.Ringbuf, g.Ringbuf))
 		}
@@ -193,21 +219,33 @@ func conform(t *testing.T, p bench.Program, engine string, pkts [][]byte) {
 			}
 		}
 	}
-	verdicts, records, entries := map[uint32]int{}, 0, 0
+	verdicts, records, entries := map[string]int{}, 0, 0
 	for _, w := range want {
-		verdicts[w.Ret]++
+		if w.Errno != 0 {
+			verdicts[fmt.Sprintf("errno %d", w.Errno)]++
+		} else {
+			verdicts[fmt.Sprintf("verdict %d", w.Ret)]++
+		}
 		records += len(w.Ringbuf)
 	}
 	for _, m := range wantMaps {
 		entries += len(m.Entries)
 	}
-	t.Logf("%d packets, verdicts %v, %d ring buffer records, %d map entries compared", len(pkts), verdicts, records, entries)
+	t.Logf("%d packets, %v, %d ring buffer records, %d map entries compared", len(pkts), verdicts, records, entries)
 	if len(diffs) > 0 {
 		if len(diffs) > 10 {
 			diffs = append(diffs[:10], fmt.Sprintf("… and %d more", len(diffs)-10))
 		}
 		t.Fatalf("%d differences on %d packets:\n%s", len(diffs), len(pkts), joinLines(diffs))
 	}
+}
+
+// short cuts a long frame for a message.
+func short(b []byte) []byte {
+	if len(b) > 96 {
+		return b[:96]
+	}
+	return b
 }
 
 func joinLines(s []string) string {

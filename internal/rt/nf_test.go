@@ -45,7 +45,7 @@ func TestFirewallConformance(t *testing.T) {
 	if len(verdicts) < 2 {
 		t.Fatalf("the corpus takes one path only: %v", verdicts)
 	}
-	for _, engine := range []string{"interp", "jit"} {
+	for _, engine := range []string{"interp", "jit", "aot"} {
 		t.Run(engine, func(t *testing.T) {
 			got, err := TestRun(TestRunOptions{Object: "../fw/fw_bpfel.o", Program: "fw_xdp", Packets: pkts, Engine: engine})
 			if err != nil {

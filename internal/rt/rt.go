@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,6 +97,9 @@ type TestRunOptions struct {
 	// Netns runs the runtime in that network namespace (bpf_fib_lookup
 	// asks its routing tables).
 	Netns string
+	// Kernel makes the runtime behave as that kernel version's helpers
+	// ("6.12"), not the running kernel's.
+	Kernel string
 }
 
 // Record is one ring buffer record.
@@ -104,8 +108,12 @@ type Record struct {
 	Data []byte
 }
 
-// PacketResult is what one packet's run produced.
+// PacketResult is what one packet's run produced. Errno is set, and
+// nothing else, when the run refused the frame as the kernel's
+// BPF_PROG_TEST_RUN does (EINVAL for a frame shorter than an Ethernet
+// header, ENOMEM for more pages than a frame may have).
 type PacketResult struct {
+	Errno   int
 	Ret     uint32
 	Out     []byte
 	Ringbuf []Record
@@ -120,14 +128,28 @@ type MapDump struct {
 
 // Result of a test run.
 type Result struct {
-	Program     string
-	Engine      string
+	Program string
+	Engine  string
+	// Semantics says which kernel's helper semantics the runtime used.
+	Semantics   string
 	Runs        int
 	NsPerRun    float64
 	InsnsPerRun float64
 	NsPerInsn   float64
 	Packets     []PacketResult
 	Maps        map[string]MapDump
+}
+
+// isNative tells an AOT object (from Compile) by its first bytes.
+func isNative(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 8)
+	_, err = io.ReadFull(f, head)
+	return err == nil && string(head) == "FPRTAOT\x00"
 }
 
 type hexBytes []byte
@@ -142,7 +164,27 @@ func (h *hexBytes) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// TestRun runs the program over the packets in fastpath-rt.
+// Compile compiles every program of an ELF object ahead of time into
+// out (fastpath rt compile), for Engine "aot".
+func Compile(object, out string, verify bool) error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	args := []string{"compile", object, "-o", out}
+	if !verify {
+		args = append(args, "--no-verify")
+	}
+	if b, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(string(b), "fastpath-rt: ")))
+	}
+	return nil
+}
+
+// TestRun runs the program over the packets in fastpath-rt. With Engine
+// "aot" and an ELF object, the object is compiled ahead of time first and
+// the run is made with compiling turned off, so that it proves the AOT
+// object runs without Cranelift.
 func TestRun(o TestRunOptions) (*Result, error) {
 	bin, err := Binary()
 	if err != nil {
@@ -153,6 +195,17 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	var env []string
+	if o.Engine == "aot" {
+		if !isNative(o.Object) {
+			native := filepath.Join(dir, "object.native")
+			if err := Compile(o.Object, native, !o.NoVerify); err != nil {
+				return nil, err
+			}
+			o.Object = native
+		}
+		env = append(os.Environ(), "FASTPATH_RT_NO_CRANELIFT=1")
+	}
 	in := filepath.Join(dir, "in.pcap")
 	if err := pcap.Write(in, o.Packets); err != nil {
 		return nil, err
@@ -173,6 +226,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	if o.NoVerify {
 		args = append(args, "--no-verify")
 	}
+	if o.Kernel != "" {
+		args = append(args, "--kernel", o.Kernel)
+	}
 	if len(o.Maps) > 0 {
 		m := map[string][][2]any{}
 		for name, es := range o.Maps {
@@ -187,7 +243,7 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, env
 	if err := netns.Run(o.Netns, cmd.Run); err != nil {
 		return nil, fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(stderr.String(), "fastpath-rt: ")))
 	}
@@ -198,7 +254,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		NsPerRun    float64 `json:"ns_per_run"`
 		InsnsPerRun float64 `json:"insns_per_run"`
 		NsPerInsn   float64 `json:"ns_per_insn"`
+		Semantics   string  `json:"semantics"`
 		Packets     []struct {
+			Errno   int      `json:"errno"`
 			Ret     uint32   `json:"ret"`
 			Out     hexBytes `json:"out"`
 			Ringbuf []struct {
@@ -215,9 +273,9 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
 		return nil, fmt.Errorf("read fastpath-rt's output: %w", err)
 	}
-	r := &Result{Program: raw.Program, Engine: raw.Engine, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, Maps: map[string]MapDump{}}
+	r := &Result{Program: raw.Program, Engine: raw.Engine, Semantics: raw.Semantics, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, Maps: map[string]MapDump{}}
 	for _, p := range raw.Packets {
-		pr := PacketResult{Ret: p.Ret, Out: p.Out}
+		pr := PacketResult{Errno: p.Errno, Ret: p.Ret, Out: p.Out}
 		for _, rec := range p.Ringbuf {
 			pr.Ringbuf = append(pr.Ringbuf, Record{Map: rec.Map, Data: rec.Data})
 		}

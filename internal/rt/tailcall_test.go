@@ -46,7 +46,7 @@ func TestTailCalls(t *testing.T) {
 		t.Fatalf("the corpus does not take every path: runs %v", wantRuns)
 	}
 	key := func(i uint32) []byte { return binary.LittleEndian.AppendUint32(nil, i) }
-	for _, engine := range []string{"interp", "jit"} {
+	for _, engine := range []string{"interp", "jit", "aot"} {
 		t.Run(engine, func(t *testing.T) {
 			got, err := TestRun(TestRunOptions{
 				Object: "tailcall_bpfel.o", Program: "tc_entry", Packets: pkts, Engine: engine, DumpMaps: true,

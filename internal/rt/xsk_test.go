@@ -26,8 +26,7 @@ import (
 // xdp_firewall with the generator's address blocked must drop them all.
 // Afterwards nothing is attached.
 func TestRunOverAFXDP(t *testing.T) {
-	bin, err := Binary()
-	if err != nil {
+	if _, err := Binary(); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -41,13 +40,30 @@ func TestRunOverAFXDP(t *testing.T) {
 		{"xdp_map passes to a TAP", "xdpmap_bpfel.o", "", 0, "pass", nil, true},
 		{"xdp_tx busy-poll", "xdptx_bpfel.o", "", 20000, "tx", []string{"--busy-poll"}, false},
 		{"xdp_firewall", "xdpfirewall_bpfel.o", `{"blocked_src": [["c6120001", "0000000000000000"]]}`, 0, "drop", nil, false},
+		// No program: the forwarder sends every frame out of the next
+		// port, here the only one.
+		{"forward", "", "", 20000, "redirect", nil, false},
 	}
-	for _, engine := range []string{"interp", "jit"} {
+	for _, engine := range []string{"interp", "jit", "aot"} {
 		for _, c := range cases {
+			if (engine == "aot" && c.name != "xdp_tx") || (c.object == "" && engine != "interp") {
+				continue // AOT on one program; the forwarder, which runs none, once
+			}
 			t.Run(c.name+"/"+engine, func(t *testing.T) {
 				tb := labtest.Testbed(t)
 				mapsOut := filepath.Join(t.TempDir(), "maps-out.json")
-				args := []string{"run", filepath.Join("..", "bench", c.object), "--dev", tb.DUTIn().Dev, "--duration", "5", "--json", "--engine", engine, "--maps-out", mapsOut}
+				obj := filepath.Join("..", "bench", c.object)
+				if engine == "aot" {
+					native := filepath.Join(t.TempDir(), c.object+".native")
+					if err := Compile(obj, native, true); err != nil {
+						t.Fatal(err)
+					}
+					obj = native
+				}
+				args := []string{"run", obj, "--dev", tb.DUTIn().Dev, "--duration", "5", "--json", "--engine", engine, "--maps-out", mapsOut}
+				if c.object == "" {
+					args = []string{"forward", "--dev", tb.DUTIn().Dev, "--duration", "5", "--json"}
+				}
 				args = append(args, c.extra...)
 				tapName := tb.Prefix + "tap"
 				if c.tap {
@@ -59,53 +75,13 @@ func TestRunOverAFXDP(t *testing.T) {
 					args = append(args, "--maps-in", p)
 				}
 				var out bytes.Buffer
-				cmd := exec.Command(bin, args...)
-				cmd.Stdout = &out
-				stderr, err := cmd.StderrPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := netns.Run(tb.DUTIn().Netns, cmd.Start); err != nil {
-					t.Fatal(err)
-				}
-				// The runtime says it is ready on stderr once its socket is bound.
-				ready, errText := make(chan struct{}), make(chan string, 1)
-				go func() {
-					var all []string
-					sc := bufio.NewScanner(stderr)
-					for sc.Scan() {
-						all = append(all, sc.Text())
-						if strings.Contains(sc.Text(), "queue 0") {
-							close(ready)
-						}
-					}
-					errText <- strings.Join(all, "\n")
-				}()
-				select {
-				case <-ready:
-				case <-time.After(5 * time.Second):
-					t.Fatalf("the runtime did not start: %s", <-errText)
-				}
+				cmd, errText := startRun(t, tb, args, 1, &out)
 				sink, err := lab.AttachSink(tb.Gen().Iface(), xdp.Native)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer sink.Close()
-				u := tb.DefaultUDP()
-				u.DstMAC = tb.DUTIn().MAC
-				pkts, err := lab.UDPPackets(u)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, err := gen.Send(context.Background(), lab.SendOptions{Count: 20000, Rate: 20000})
-				gen.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
+				sent := sendUDP(t, tb, 20000)
 				if c.tap {
 					// PASSed frames reach the stack through the TAP, which
 					// lives as long as the runtime.
@@ -123,25 +99,18 @@ func TestRunOverAFXDP(t *testing.T) {
 						t.Fatalf("the TAP received %d frames, want 20000", rx)
 					}
 				}
-				if err := cmd.Wait(); err != nil {
-					t.Fatalf("fastpath-rt: %v\n%s", err, <-errText)
-				}
-				var sum map[string]any
-				if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
-					t.Fatalf("summary %q: %v", out.String(), err)
-				}
+				sum, num, _ := waitSummary(t, cmd, errText, &out)
 				got, err := sink.Total()
 				if err != nil {
 					t.Fatal(err)
 				}
-				num := func(k string) uint64 { v, _ := sum[k].(float64); return uint64(v) }
-				if st.Sent != 20000 || num("packets") != 20000 || num(c.verdict) != 20000 || got.Packets != c.back {
-					t.Fatalf("sent %d; runtime %v; back at the generator %d, want %d", st.Sent, sum, got.Packets, c.back)
+				if sent != 20000 || num("packets") != 20000 || num(c.verdict) != 20000 || got.Packets != c.back {
+					t.Fatalf("sent %d; runtime %v; back at the generator %d, want %d", sent, sum, got.Packets, c.back)
 				}
 				// The maps as the instance left them: the firewall counted
 				// its drops on the blocked source's entry.
 				b, err := os.ReadFile(mapsOut)
-				if err != nil {
+				if err != nil && c.object != "" {
 					t.Fatal(err)
 				}
 				if c.name == "xdp_firewall" && !strings.Contains(string(b), `["c6120001","204e000000000000"]`) {
@@ -248,4 +217,125 @@ func TestRunSeveralQueues(t *testing.T) {
 	if sum["tx"] != float64(10000) || got.Packets != 10000 || len(perQueue) != 2 || perQueue[0] == float64(0) || perQueue[1] == float64(0) {
 		t.Fatalf("runtime %v; back at the generator %d of 10000", sum, got.Packets)
 	}
+}
+
+// TestRedirectBetweenPorts: the lab's redirect program on both DUT veths,
+// one UMEM shared by their sockets: every frame from the generator leaves
+// by the other port, the frame it arrived in, and reaches the sink.
+func TestRedirectBetweenPorts(t *testing.T) {
+	for _, engine := range []string{"interp", "jit"} {
+		t.Run(engine, func(t *testing.T) {
+			tb := labtest.Testbed(t)
+			attrs, err := xdp.Lookup(tb.DUTOut().Iface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			obj, maps := filepath.Join(dir, "redirect.o"), filepath.Join(dir, "maps.json")
+			os.WriteFile(obj, lab.RedirectObject(), 0o644)
+			os.WriteFile(maps, []byte(fmt.Sprintf(`{"redirect_port": [["00000000", "%08x"]]}`, bswap32(uint32(attrs.Index)))), 0o644)
+			var out bytes.Buffer
+			args := []string{"run", obj, "--dev", tb.DUTIn().Dev, "--dev", tb.DUTOut().Dev, "--engine", engine, "--maps-in", maps, "--duration", "5", "--json"}
+			cmd, errText := startRun(t, tb, args, 2, &out)
+			sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.Close()
+			sent := sendUDP(t, tb, 20000)
+			sum, num, text := waitSummary(t, cmd, errText, &out)
+			if !strings.Contains(text, "UMEM shared by the queue's sockets") {
+				t.Fatalf("the sockets do not share a UMEM:\n%s", text)
+			}
+			got, err := sink.Total()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent != 20000 || num("redirect") != 20000 || num("redirect_dropped") != 0 || got.Packets != 20000 {
+				t.Fatalf("sent %d; runtime %v; at the sink %d, want 20000", sent, sum, got.Packets)
+			}
+			labtest.RequireDetached(t, tb.DUTIn().Iface())
+		})
+	}
+}
+
+// bswap32 gives a little-endian u32's bytes as hex reads them.
+func bswap32(v uint32) uint32 { return v>>24 | (v>>8)&0xff00 | (v<<8)&0xff0000 | v<<24 }
+
+// startRun starts fastpath-rt in the DUT's namespace and waits until it
+// says `bound` sockets of queue 0 are bound. Its stdout goes to out; what it
+// said on stderr comes on the channel when it exits.
+func startRun(t *testing.T, tb lab.Testbed, args []string, bound int, out *bytes.Buffer) (*exec.Cmd, chan string) {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Run(tb.DUTIn().Netns, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	ready, errText := make(chan struct{}), make(chan string, 1)
+	go func() {
+		var all []string
+		n := 0
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			all = append(all, sc.Text())
+			if strings.Contains(sc.Text(), "queue 0") {
+				if n++; n == bound {
+					close(ready)
+				}
+			}
+		}
+		errText <- strings.Join(all, "\n")
+	}()
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the runtime did not start: %s", <-errText)
+	}
+	return cmd, errText
+}
+
+// sendUDP sends n of the testbed's UDP frames from the generator to the
+// DUT's first veth, at 20,000 a second; it returns how many left.
+func sendUDP(t *testing.T, tb lab.Testbed, n uint64) uint64 {
+	t.Helper()
+	u := tb.DefaultUDP()
+	u.DstMAC = tb.DUTIn().MAC
+	pkts, err := lab.UDPPackets(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	st, err := gen.Send(context.Background(), lab.SendOptions{Count: n, Rate: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Sent
+}
+
+// waitSummary waits for the run to end and reads its JSON summary: the
+// summary, its counters by name, and what the run said on stderr.
+func waitSummary(t *testing.T, cmd *exec.Cmd, errText chan string, out *bytes.Buffer) (map[string]any, func(string) uint64, string) {
+	t.Helper()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("fastpath-rt: %v\n%s", err, <-errText)
+	}
+	text := <-errText
+	var sum map[string]any
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("summary %q: %v", out.String(), err)
+	}
+	return sum, func(k string) uint64 { v, _ := sum[k].(float64); return uint64(v) }, text
 }

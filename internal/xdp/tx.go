@@ -207,3 +207,23 @@ func PinnedLinkState(pin string) error {
 	}
 	return nil
 }
+
+// Devices are the devices of a namespace but lo.
+func Devices(ns string) ([]Iface, error) {
+	h, err := netns.Handle(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	var out []Iface
+	for _, l := range links {
+		if l.Attrs().Name != "lo" {
+			out = append(out, Iface{Netns: ns, Name: l.Attrs().Name})
+		}
+	}
+	return out, nil
+}

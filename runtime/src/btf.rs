@@ -26,6 +26,8 @@ pub enum Kind {
 pub struct Member {
     pub name: String,
     pub ty: u32,
+    /// Offset in bits (bitfields aside, which map definitions never use).
+    pub offset: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -103,7 +105,7 @@ impl Btf {
                     let mut members = Vec::with_capacity(vlen);
                     for i in 0..vlen {
                         let q = p + i * 12;
-                        members.push(Member { name: name(u32_at(data, q)?), ty: u32_at(data, q + 4)? });
+                        members.push(Member { name: name(u32_at(data, q)?), ty: u32_at(data, q + 4)?, offset: u32_at(data, q + 8)? & if info >> 31 != 0 { 0x00ff_ffff } else { u32::MAX } });
                     }
                     p += vlen * 12;
                     Kind::Struct { size: size_type, members }

@@ -64,6 +64,16 @@ pub struct MapDef {
     pub data: Option<Vec<u8>>,
     /// `.rodata`: frozen after it is written, so the verifier may rely on it.
     pub readonly: bool,
+    /// Initial entries of a program array or map of maps, as libbpf fills
+    /// them from `.maps` initialisers (`.values = { [i] = &sym }`): slot and
+    /// the program's or map's name.
+    pub init: Vec<(u32, String)>,
+}
+
+impl MapDef {
+    pub fn new(name: &str, map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
+        MapDef { name: name.to_string(), map_type, key_size, value_size, max_entries, flags: 0, inner: None, data: None, readonly: false, init: Vec::new() }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -146,32 +156,33 @@ impl BpfObject {
                     let size = s.size() as usize;
                     let init = if name.starts_with(".bss") { vec![0; size] } else { s.data().map_err(|e| e.to_string())?.to_vec() };
                     data_map.insert(s.index(), maps.len());
-                    maps.push(MapDef {
-                        name: name.to_string(),
-                        map_type: map_type::ARRAY,
-                        key_size: 4,
-                        value_size: size.max(1) as u32,
-                        max_entries: 1,
-                        flags: 0,
-                        inner: None,
-                        data: Some(init),
-                        readonly: name.starts_with(".rodata"),
-                    });
+                    let mut d = MapDef::new(name, map_type::ARRAY, 4, size.max(1) as u32, 1);
+                    d.data = Some(init);
+                    d.readonly = name.starts_with(".rodata");
+                    maps.push(d);
                 }
                 _ => {}
             }
         }
 
+        // Where each map's `values` array starts, for its initialisers.
+        let mut values_at: HashMap<String, u32> = HashMap::new();
         if maps_section.is_some() {
             let btf = btf.as_ref().ok_or_else(|| format!("{path}: .maps needs BTF (compile with -g)"))?;
             let vars = btf.datasec(".maps").ok_or_else(|| format!("{path}: no BTF for .maps"))?;
             for v in vars {
                 let var = btf.get(v.ty)?;
                 let Kind::Var { target } = var.kind else { return err(path, "a .maps entry is not a variable") };
-                let def = parse_map_def(btf, &var.name, target).map_err(|e| format!("{path}: map {}: {e}", var.name))?;
+                let (def, values) = parse_map_def(btf, &var.name, target).map_err(|e| format!("{path}: map {}: {e}", var.name))?;
+                if let Some(off) = values {
+                    values_at.insert(var.name.clone(), off);
+                }
                 map_by_symbol.insert(var.name.clone(), maps.len());
                 maps.push(def);
             }
+        }
+        if let Some(ms) = maps_section {
+            apply_map_initialisers(path, &file, ms, &values_at, &map_by_symbol, &mut maps)?;
         }
 
         // Programs: global functions in executable sections other than .text.
@@ -236,8 +247,12 @@ impl BpfObject {
             Some(n) => self.programs.iter().find(|p| p.name == n).or_else(|| {
                 let in_sec: Vec<_> = self.programs.iter().filter(|p| p.section == n).collect();
                 if in_sec.len() == 1 { Some(in_sec[0]) } else { None }
-            }).ok_or_else(|| format!("no program or section named {n:?}: the object has {}", self.program_list())),
+            }).ok_or_else(|| match self.programs.is_empty() {
+                true => format!("no program or section named {n:?}: the object has no programs"),
+                false => format!("no program or section named {n:?}: the object has {}", self.program_list()),
+            }),
             None if self.programs.len() == 1 => Ok(&self.programs[0]),
+            None if self.programs.is_empty() => Err("the object has no programs (no global function in a section other than .text)".into()),
             None => Err(format!("the object has several programs, choose one with --prog: {}", self.program_list())),
         }
     }
@@ -316,10 +331,13 @@ impl Reloc<'_> {
     }
 }
 
-fn parse_map_def(btf: &Btf, name: &str, ty: u32) -> Result<MapDef, String> {
+/// A map definition from its BTF struct, and the byte offset of its
+/// `values` member when it has one (where initialisers point from).
+fn parse_map_def(btf: &Btf, name: &str, ty: u32) -> Result<(MapDef, Option<u32>), String> {
     let id = btf.resolve(ty)?;
     let Kind::Struct { members, .. } = &btf.get(id)?.kind else { return Err("definition is not a struct".into()) };
-    let mut d = MapDef { name: name.to_string(), map_type: 0, key_size: 0, value_size: 0, max_entries: 0, flags: 0, inner: None, data: None, readonly: false };
+    let mut d = MapDef::new(name, 0, 0, 0, 0);
+    let mut values_at = None;
     // __uint(x, n) is `int (*x)[n]`: the number is the array's length.
     let uint = |t: u32| -> Result<u32, String> {
         let p = btf.resolve(t)?;
@@ -350,7 +368,14 @@ fn parse_map_def(btf: &Btf, name: &str, ty: u32) -> Result<MapDef, String> {
                 let Kind::Array { elem, .. } = btf.get(a)?.kind else { return Err("values: expected an array".into()) };
                 let p = btf.resolve(elem)?;
                 let Kind::Ptr { target } = btf.get(p)?.kind else { return Err("values: expected pointers".into()) };
-                d.inner = Some(Box::new(parse_map_def(btf, &format!("{name}.inner"), target)?));
+                // __array(values, int (void *)): a program array's values
+                // are programs; otherwise they are inner map definitions.
+                if !matches!(btf.get(btf.resolve(target)?)?.kind, Kind::FuncProto) {
+                    d.inner = Some(Box::new(parse_map_def(btf, &format!("{name}.inner"), target)?.0));
+                } else if d.value_size == 0 {
+                    d.value_size = 4;
+                }
+                values_at = Some(m.offset / 8);
             }
             "pinning" | "numa_node" | "map_extra" => {}
             other => return Err(format!("unknown field {other:?} in the map definition")),
@@ -365,5 +390,50 @@ fn parse_map_def(btf: &Btf, name: &str, ty: u32) -> Result<MapDef, String> {
     if d.map_type == 0 {
         return Err("no map type".into());
     }
-    Ok(d)
+    Ok((d, values_at))
+}
+
+/// libbpf's `.maps` initialisers: each relocation in `.maps` that falls in a
+/// map's `values` array names the program (program array) or map (map of
+/// maps) for that slot.
+fn apply_map_initialisers(
+    path: &str,
+    file: &object::File,
+    maps_section: SectionIndex,
+    values_at: &HashMap<String, u32>,
+    map_by_symbol: &HashMap<String, usize>,
+    maps: &mut [MapDef],
+) -> Result<(), String> {
+    let sec = file.section_by_index(maps_section).map_err(|e| e.to_string())?;
+    let vars: Vec<(String, u64, u64)> = file
+        .symbols()
+        .filter(|s| s.section_index() == Some(maps_section) && s.kind() == object::SymbolKind::Data)
+        .map(|s| (s.name().unwrap_or("").to_string(), s.address(), s.size()))
+        .collect();
+    for (off, r) in sec.relocations() {
+        let Some((var, start, _)) = vars.iter().find(|(_, a, n)| off >= *a && off < a + n) else {
+            return err(path, format!(".maps: relocation at byte {off} outside every map"));
+        };
+        let Some(&values) = values_at.get(var) else {
+            return err(path, format!("map {var}: an initialiser, but no `values` member to hold it"));
+        };
+        let rel = off - start;
+        if rel < values as u64 || (rel - values as u64) % 8 != 0 {
+            return err(path, format!("map {var}: an initialiser outside its `values` array"));
+        }
+        let slot = ((rel - values as u64) / 8) as u32;
+        let RelocationTarget::Symbol(si) = r.target() else { return err(path, format!("map {var}: initialiser without a symbol")) };
+        let target = file.symbol_by_index(si).map_err(|e| e.to_string())?.name().unwrap_or("").to_string();
+        let d = &mut maps[map_by_symbol[var]];
+        if slot >= d.max_entries {
+            return err(path, format!("map {var}: initialiser for slot {slot}, past max_entries {}", d.max_entries));
+        }
+        match d.map_type {
+            map_type::PROG_ARRAY => {}
+            map_type::ARRAY_OF_MAPS | map_type::HASH_OF_MAPS if map_by_symbol.contains_key(&target) => {}
+            _ => return err(path, format!("map {var}: initialiser {target} is neither a program of a program array nor a map of a map of maps")),
+        }
+        d.init.push((slot, target));
+    }
+    Ok(())
 }

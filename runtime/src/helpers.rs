@@ -4,11 +4,11 @@
 use crate::interp::{Exec, Flow, MAX_TAIL_CALLS};
 use crate::elf::map_type as mt;
 use crate::maps::{handle_index, Store, EINVAL};
-use crate::vm::{Fault, Redirect, FRAME_SIZE, TAILROOM, XDP_ABORTED, XDP_FRAME_STRUCT, XDP_REDIRECT};
+use crate::vm::{Fault, Redirect, ETH_HLEN, FRAG_SIZE, FRAME_SIZE, TAILROOM, XDP_ABORTED, XDP_FRAME_STRUCT, XDP_REDIRECT};
 
 const EACCES: i64 = 13;
 const EAGAIN: i64 = 11;
-const ETH_HLEN: usize = 14;
+const EFAULT: i64 = 14;
 
 const HELPERS: &[(i32, &str)] = &[
     (1, "map_lookup_elem"),
@@ -36,6 +36,8 @@ const HELPERS: &[(i32, &str)] = &[
     (160, "ktime_get_coarse_ns"),
     (181, "loop"),
     (188, "xdp_get_buff_len"),
+    (189, "xdp_load_bytes"),
+    (190, "xdp_store_bytes"),
     (195, "map_lookup_percpu_elem"),
 ];
 
@@ -47,8 +49,8 @@ const KNOWN_MISSING: &[(i32, &str)] = &[
     (14, "get_current_pid_tgid"),
     (25, "perf_event_output"),
     (40, "csum_update"),
-    (189, "xdp_load_bytes"),
-    (190, "xdp_store_bytes"),
+    (163, "check_mtu"),
+    (208, "ktime_get_tai_ns"),
 ];
 
 pub fn supported(id: i32) -> bool {
@@ -207,32 +209,113 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
         }
         160 => clock(libc::CLOCK_MONOTONIC_COARSE),
         181 => bpf_loop(x, pc, a)?,
-        188 => (x.pkt.data_end - x.pkt.data) as u64,
+        188 => x.pkt.len() as u64,
+        189 | 190 => xdp_bytes(x, pc, a, id == 190)?,
         _ => return Err(Fault::Helper(format!("instruction {pc}: helper {} ({id}) is not supported", name(id)))),
     };
     Ok(Flow::Value(v))
 }
 
-/// bpf_csum_diff: the one's-complement sum of `to` minus `from`, added to
-/// seed, as the kernel's csum_partial leaves it (32 bits, not folded to 16).
+/// bpf_csum_diff(from, from_size, to, to_size, seed), as the kernel the
+/// runtime behaves as computes it. Up to 6.12: the sum of `to` and of
+/// `from` inverted, added to seed, as x86's csum_partial leaves it (32
+/// bits, not folded), -EINVAL unless both sizes are multiples of 4 adding
+/// up to 512 at most. From 6.13: csum(to) - csum(from) with seed, folded to
+/// 16 bits (from32to16), any sizes.
 fn csum_diff(x: &Exec, pc: usize, a: [u64; 5]) -> Result<u64, Fault> {
-    let (fs, ts) = (a[1] as usize, a[3] as usize);
-    if (fs | ts) & 3 != 0 || fs + ts > 512 {
+    let (fs, ts) = (a[1] as u32 as usize, a[3] as u32 as usize);
+    let folded = x.vm.sem.csum_diff_folded;
+    if !folded && ((fs | ts) & 3 != 0 || fs + ts > 512) {
         return Ok(neg(EINVAL));
     }
     let from: &[u8] = if fs > 0 { read(x, pc, a[0], fs)? } else { &[] };
     let to: &[u8] = if ts > 0 { read(x, pc, a[2], ts)? } else { &[] };
-    let mut sum = a[4] as u32 as u64;
-    for w in from.chunks_exact(4) {
-        sum += !u32::from_le_bytes(w.try_into().unwrap()) as u64;
+    Ok(csum_diff_of(from, to, a[4] as u32, folded))
+}
+
+/// The computation of bpf_csum_diff, either kernel's.
+pub fn csum_diff_of(from: &[u8], to: &[u8], seed: u32, folded: bool) -> u64 {
+    if !folded {
+        // csum_partial over ~from then to, in one buffer.
+        let inv: Vec<u8> = from.iter().map(|b| !b).collect();
+        return csum_add(csum_partial(&inv, seed), csum_partial(to, 0)) as u64;
     }
-    for w in to.chunks_exact(4) {
+    let r = match (from.is_empty(), to.is_empty()) {
+        (false, false) => csum_add(csum_partial(to, seed), !csum_partial(from, 0)),
+        (true, false) => csum_partial(to, seed),
+        (false, true) => !csum_partial(from, !seed),
+        (true, true) => seed,
+    };
+    // from32to16
+    let r = (r & 0xffff) + (r >> 16);
+    ((r & 0xffff) + (r >> 16)) as u64
+}
+
+/// x86's csum_partial: the one's-complement sum of little-endian words
+/// (a short tail padded with zeros), folded to 32 bits with the carries.
+fn csum_partial(b: &[u8], seed: u32) -> u32 {
+    let mut sum = seed as u64;
+    let mut words = b.chunks_exact(4);
+    for w in &mut words {
         sum += u32::from_le_bytes(w.try_into().unwrap()) as u64;
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 4];
+        w[..rest.len()].copy_from_slice(rest);
+        sum += u32::from_le_bytes(w) as u64;
     }
     while sum >> 32 != 0 {
         sum = (sum & 0xffff_ffff) + (sum >> 32);
     }
-    Ok(sum)
+    sum as u32
+}
+
+fn csum_add(a: u32, b: u32) -> u32 {
+    let (s, c) = a.overflowing_add(b);
+    s + c as u32
+}
+
+/// bpf_xdp_load_bytes / bpf_xdp_store_bytes(ctx, offset, buf, len): bytes
+/// of the frame counted from data, across its pages.
+fn xdp_bytes(x: &mut Exec, pc: usize, a: [u64; 5], store: bool) -> Result<u64, Fault> {
+    let (off, len) = (a[1] as u32 as usize, a[3] as u32 as usize);
+    if off > 0xffff || len > 0xffff {
+        return Ok(neg(EFAULT));
+    }
+    if off + len > x.pkt.len() {
+        return Ok(neg(EINVAL));
+    }
+    x.check(pc, a[2], len as u64, !store)?;
+    let buf = unsafe { std::slice::from_raw_parts_mut(a[2] as *mut u8, len) };
+    let p = &mut *x.pkt;
+    let (data, data_end) = (p.data, p.data_end);
+    let mut done = 0;
+    let mut pos = off;
+    let linear = data_end - data;
+    if pos < linear {
+        let n = (linear - pos).min(len);
+        let f = &mut p.frame()[data + pos..data + pos + n];
+        if store { f.copy_from_slice(&buf[..n]) } else { buf[..n].copy_from_slice(f) }
+        done = n;
+        pos += n;
+    }
+    let mut start = linear;
+    for frag in p.frags.iter_mut() {
+        if done == len {
+            break;
+        }
+        let end = start + frag.len();
+        if pos < end {
+            let n = (end - pos).min(len - done);
+            let f = &mut frag[pos - start..pos - start + n];
+            if store { f.copy_from_slice(&buf[done..done + n]) } else { buf[done..done + n].copy_from_slice(f) }
+            done += n;
+            pos += n;
+        }
+        start = end;
+    }
+    Ok(0)
 }
 
 fn adjust_head(x: &mut Exec, off: i64) -> u64 {
@@ -244,7 +327,8 @@ fn adjust_head(x: &mut Exec, off: i64) -> u64 {
     }
     let new_meta = (p.meta as i64 + off) as usize;
     if metalen > 0 {
-        p.buf.copy_within(p.meta..p.data, new_meta);
+        let (m, d) = (p.meta, p.data);
+        p.frame().copy_within(m..d, new_meta);
     }
     p.meta = new_meta;
     p.data = data as usize;
@@ -267,14 +351,47 @@ fn adjust_meta(x: &mut Exec, off: i64) -> u64 {
 
 fn adjust_tail(x: &mut Exec, off: i64) -> u64 {
     let p = &mut *x.pkt;
+    if !p.frags.is_empty() {
+        return adjust_frags_tail(p, off);
+    }
     let end = p.data_end as i64 + off;
     if end > (FRAME_SIZE - TAILROOM) as i64 || end < (p.data + ETH_HLEN) as i64 {
         return neg(EINVAL);
     }
     if off > 0 {
-        p.buf[p.data_end..end as usize].fill(0);
+        let de = p.data_end;
+        p.frame()[de..end as usize].fill(0);
     }
     p.data_end = end as usize;
+    0
+}
+
+/// bpf_xdp_adjust_tail on a multi-buffer frame: the last page grows up to
+/// its end; shrinking takes pages from the end, drops those it empties,
+/// and the linear part's tail once none is left.
+fn adjust_frags_tail(p: &mut crate::vm::Packet, off: i64) -> u64 {
+    if off >= 0 {
+        let last = p.frags.last_mut().unwrap();
+        if off as usize > FRAG_SIZE - last.len() {
+            return neg(EINVAL);
+        }
+        last.resize(last.len() + off as usize, 0);
+        return 0;
+    }
+    let mut shrink = (-off) as usize;
+    if shrink as i64 > p.len() as i64 - ETH_HLEN as i64 {
+        return neg(EINVAL);
+    }
+    while shrink > 0 {
+        let Some(last) = p.frags.last_mut() else { break };
+        let n = shrink.min(last.len());
+        last.truncate(last.len() - n);
+        shrink -= n;
+        if last.is_empty() {
+            p.frags.pop();
+        }
+    }
+    p.data_end -= shrink;
     0
 }
 
@@ -343,7 +460,29 @@ pub fn loop_args(a: [u64; 5]) -> Result<(), u64> {
         return Err(neg(EINVAL));
     }
     if a[0] > MAX_LOOPS {
-        return Err(neg(crate::maps::E2BIG));
+        // The verifier inlines bpf_loop when its flags are a known zero,
+        // and the inlined code sets -E2BIG with a 32-bit move.
+        return Err(neg(crate::maps::E2BIG) as u32 as u64);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csum_diff_of;
+
+    #[test]
+    fn csum_diff_by_kernel() {
+        let to = [0x78, 0x56, 0x34, 0x12, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0];
+        // Up to 6.12: csum_partial's 32 bits, the carry added back.
+        assert_eq!(csum_diff_of(&[], &to, 0, false), 0x1234_5679);
+        // From 6.13: folded to 16 bits.
+        assert_eq!(csum_diff_of(&[], &to, 0, true), 0x68ad);
+        // Diffing a value against itself gives the seed back, folded.
+        assert_eq!(csum_diff_of(&to[..4], &to[..4], 0x1_0001, true), 0x0002);
+        // Pulling data: ~csum(from, ~seed), then folded.
+        assert_eq!(csum_diff_of(&[1, 0, 0, 0], &[], 0, true), 0xfffe);
+        // Any size from 6.13: a tail of 2 bytes is padded with zeros.
+        assert_eq!(csum_diff_of(&[], &[0x34, 0x12], 0, true), 0x1234);
+    }
 }

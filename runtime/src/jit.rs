@@ -9,11 +9,13 @@
 use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, AbiParam, AtomicRmwOp, Function, InstBuilder, MemFlags, Signature, Value};
+use cranelift_codegen::ir::{
+    types, AbiParam, AtomicRmwOp, ExtFuncData, ExternalName, Function, GlobalValueData, InstBuilder, MemFlags, Signature, UserExternalName, UserFuncName, Value,
+};
+use cranelift_codegen::isa::{CallConv, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
 
 use crate::helpers;
 use crate::insn::*;
@@ -33,11 +35,17 @@ pub struct Env {
     fault: u64,
     jit: *const Jit,
     prog: u64,
-    maps_lo: u64,
-    maps_hi: u64,
     cpu: u64,
     /// Set by a tail call that is taken: the program to continue in.
     tail_fn: u64,
+    /// The packet's data pointer (ctx->data).
+    pkt_data: u64,
+    /// A bounds check that failed: instruction, address, size and 1 for
+    /// a write.
+    fault_pc: u64,
+    fault_addr: u64,
+    fault_size: u64,
+    fault_write: u64,
 }
 
 const ENV_PKT_LO: i32 = 8;
@@ -46,19 +54,76 @@ const ENV_STACK_LO: i32 = 24;
 const ENV_STACK_HI: i32 = 32;
 const ENV_CTX: i32 = 40;
 const ENV_FAULT: i32 = 48;
-const ENV_MAPS_LO: i32 = 72;
-const ENV_MAPS_HI: i32 = 80;
-const ENV_CPU: i32 = 88;
-const ENV_TAIL: i32 = 96;
+const ENV_CPU: i32 = 72;
+const ENV_TAIL: i32 = 80;
+const ENV_PKT_DATA: i32 = 88;
+const ENV_FAULT_PC: i32 = 96;
+const ENV_FAULT_ADDR: i32 = 104;
+const ENV_FAULT_SIZE: i32 = 112;
+const ENV_FAULT_WRITE: i32 = 120;
 
 type EntryFn = unsafe extern "C" fn(*mut Env, u64, u64, u64, u64, u64, u64) -> u64;
 
 pub struct Jit {
-    _module: JITModule,
+    _code: ExecMem,
     /// Native code of each BPF function, by (program, first instruction).
     funcs: HashMap<(usize, usize), EntryFn>,
     prog: usize,
     entry: EntryFn,
+}
+
+/// Native code of every program of an object, not yet placed: each
+/// address it needs (other functions, the host functions, map values) is
+/// a relocation, so the same image runs in this process (the JIT) or is
+/// written to a file and loaded later without Cranelift (AOT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub code: Vec<u8>,
+    /// Every function: (program, first instruction, offset in code).
+    pub funcs: Vec<(u32, u32, u32)>,
+    pub relocs: Vec<ImageReloc>,
+}
+
+/// One address to fill in: at `at`, `kind` (RELOC_ABS8: 8 bytes absolute;
+/// RELOC_PCREL4: 4 bytes relative to the field), the address of symbol
+/// `index` of namespace `ns`, plus `addend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageReloc {
+    pub at: u32,
+    pub kind: u8,
+    pub ns: u32,
+    pub index: u32,
+    pub addend: i64,
+}
+
+pub const RELOC_ABS8: u8 = 0;
+pub const RELOC_PCREL4: u8 = 1;
+/// Namespaces: a function of the image (by its index in `funcs`), a host
+/// function (HOST_*), a map's values (by map index), a place in the image.
+pub const NS_FUNC: u32 = 0;
+pub const NS_HOST: u32 = 1;
+pub const NS_MAP: u32 = 2;
+pub const NS_CODE: u32 = 3;
+/// The start (0) and end (1) of the pool of writable map values.
+pub const NS_POOL: u32 = 4;
+/// (Host function 0 was the region check, now all inline.)
+const HOST_CTX: u32 = 1;
+const HOST_HELPER: u32 = 2;
+const HOST_MAP: u32 = 3;
+
+/// Executable memory holding a placed image.
+struct ExecMem {
+    mem: *mut u8,
+    len: usize,
+}
+
+unsafe impl Send for ExecMem {}
+unsafe impl Sync for ExecMem {}
+
+impl Drop for ExecMem {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.mem as *mut libc::c_void, self.len) };
+    }
 }
 
 impl Env {
@@ -70,6 +135,7 @@ impl Env {
         let x = self.exec();
         let base = x.pkt.base();
         let (lo, hi) = (base + x.pkt.meta as u64, base + x.pkt.data_end as u64);
+        self.pkt_data = base + x.pkt.data as u64;
         self.pkt_lo = lo;
         self.pkt_hi = hi;
     }
@@ -78,14 +144,6 @@ impl Env {
         self.exec().jit_fault = Some(f);
         self.fault = 1;
         0
-    }
-}
-
-extern "C" fn host_check(env: *mut Env, addr: u64, size: u64, write: u64, pc: u64) -> u64 {
-    let env = unsafe { &mut *env };
-    match env.exec().check(pc as usize, addr, size, write != 0) {
-        Ok(()) => 1,
-        Err(f) => env.fail(f),
     }
 }
 
@@ -121,6 +179,24 @@ extern "C" fn host_helper(env: *mut Env, id: u64, pc: u64, fp: u64, a1: u64, a2:
     }
 }
 
+/// A map helper whose key (and value) compiled code has checked: op 1
+/// lookup, 2 update, 3 delete, as the helpers do them.
+extern "C" fn host_map(env: *mut Env, op: u64, map: u64, key: u64, value: u64, flags: u64) -> u64 {
+    let env = unsafe { &mut *env };
+    let x = env.exec();
+    let m = &x.vm.maps[map as usize];
+    let key = unsafe { std::slice::from_raw_parts(key as *const u8, m.def.key_size as usize) };
+    match op {
+        1 => m.lookup(key, x.vm.cpu).unwrap_or(0),
+        2 => {
+            // A value may point into the same map: copy it first.
+            let val = unsafe { std::slice::from_raw_parts(value as *const u8, m.def.value_size as usize) }.to_vec();
+            m.update(key, &val, flags, Some(x.vm.cpu)) as u64
+        }
+        _ => m.delete(key) as u64,
+    }
+}
+
 /// bpf_loop with a compiled callback, in the frame below the caller's.
 fn bpf_loop(env: &mut Env, pc: u64, fp: u64, a: [u64; 5]) -> u64 {
     if let Err(code) = helpers::loop_args(a) {
@@ -146,17 +222,12 @@ fn bpf_loop(env: &mut Env, pc: u64, fp: u64, a: [u64; 5]) -> u64 {
     a[0]
 }
 
-fn bpf_sig(m: &JITModule) -> Signature {
-    let mut s = m.make_signature();
-    for _ in 0..7 {
-        s.params.push(AbiParam::new(types::I64));
-    }
-    s.returns.push(AbiParam::new(types::I64));
-    s
+fn bpf_sig(cc: CallConv) -> Signature {
+    host_sig(cc, 7)
 }
 
-fn host_sig(m: &JITModule, params: usize) -> Signature {
-    let mut s = m.make_signature();
+fn host_sig(cc: CallConv, params: usize) -> Signature {
+    let mut s = Signature::new(cc);
     for _ in 0..params {
         s.params.push(AbiParam::new(types::I64));
     }
@@ -164,66 +235,155 @@ fn host_sig(m: &JITModule, params: usize) -> Signature {
     s
 }
 
+/// The ISA code is compiled for: this machine's, as Cranelift finds it.
+fn native_isa() -> Result<OwnedTargetIsa, String> {
+    let mut fb = settings::builder();
+    fb.set("opt_level", "speed").map_err(|e| e.to_string())?;
+    cranelift_native::builder()
+        .map_err(|e| format!("no JIT for this machine: {e}"))?
+        .finish(settings::Flags::new(fb))
+        .map_err(|e| e.to_string())
+}
+
+/// Compiles every program the runtime can run, each BPF function (entry,
+/// call targets, callbacks) to one native function, into one image.
+pub fn compile_image(vm: &Vm) -> Result<Image, String> {
+    // A test proves that AOT runs compile nothing.
+    if std::env::var_os("FASTPATH_RT_NO_CRANELIFT").is_some() {
+        return Err("compiling is off (FASTPATH_RT_NO_CRANELIFT)".into());
+    }
+    let isa = native_isa()?;
+    let cc = isa.default_call_conv();
+    // Arrays' layouts, for lookups compiled inline as the kernel does.
+    let arrays: HashMap<usize, ArrayLayout> = vm
+        .maps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.array_layout().map(|(_, elem, slots, per_cpu)| (i, ArrayLayout { elem, slots, per_cpu, percpu: m.percpu() })))
+        .collect();
+    let map_sizes: Vec<(usize, usize)> = vm.maps.iter().map(|m| (m.def.key_size as usize, m.def.value_size as usize)).collect();
+    // Read-only data lies outside the pool: its regions, by map.
+    let rodata: Vec<(usize, u64)> = vm.maps.iter().enumerate().filter(|(_, m)| m.def.readonly).filter_map(|(i, m)| m.region().map(|(a, b)| (i, b - a))).collect();
+    // Every function first, so that calls can name them by index.
+    let mut funcs: Vec<(usize, usize, usize)> = Vec::new(); // program, start, end
+    for (pi, p) in vm.programs.iter().enumerate() {
+        if p.refused.is_some() {
+            continue;
+        }
+        let mut entries = BTreeSet::from([0usize]);
+        for (pc, ins) in p.insns.iter().enumerate() {
+            if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
+                entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
+            }
+        }
+        let entries: Vec<usize> = entries.into_iter().collect();
+        for (i, &start) in entries.iter().enumerate() {
+            funcs.push((pi, start, entries.get(i + 1).copied().unwrap_or(p.insns.len())));
+        }
+    }
+    let mut img = Image { code: Vec::new(), funcs: Vec::new(), relocs: Vec::new() };
+    let mut ctx = cranelift_codegen::Context::new();
+    let mut fbc = FunctionBuilderContext::new();
+    for (fi, &(pi, start, end)) in funcs.iter().enumerate() {
+        let p = &vm.programs[pi];
+        let ids: HashMap<usize, u32> = funcs.iter().enumerate().filter(|(_, f)| f.0 == pi).map(|(i, f)| (f.1, i as u32)).collect();
+        ctx.clear();
+        ctx.func.signature = bpf_sig(cc);
+        ctx.func.name = UserFuncName::user(NS_FUNC, fi as u32);
+        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata, &map_sizes).map_err(|e| format!("program {}: {e}", p.name))?;
+        let names = ctx.func.params.user_named_funcs().clone();
+        let code = ctx.compile(&*isa, &mut Default::default()).map_err(|e| format!("program {}: compile: {:?}", p.name, e.inner))?;
+        while img.code.len() % 16 != 0 {
+            img.code.push(0xcc);
+        }
+        let base = img.code.len() as u32;
+        img.code.extend_from_slice(code.code_buffer());
+        for r in code.buffer.relocs() {
+            let kind = match r.kind {
+                Reloc::Abs8 => RELOC_ABS8,
+                Reloc::X86PCRel4 | Reloc::X86CallPCRel4 => RELOC_PCREL4,
+                k => return Err(format!("program {}: relocation {k:?} is not supported", p.name)),
+            };
+            let (ns, index, addend) = match &r.target {
+                FinalizedRelocTarget::ExternalName(ExternalName::User(u)) => {
+                    let n = &names[*u];
+                    (n.namespace, n.index, r.addend)
+                }
+                FinalizedRelocTarget::Func(off) => (NS_CODE, 0, base as i64 + *off as i64 + r.addend),
+                FinalizedRelocTarget::ExternalName(n) => return Err(format!("program {}: relocation to {n:?} is not supported", p.name)),
+            };
+            img.relocs.push(ImageReloc { at: base + r.offset, kind, ns, index, addend });
+        }
+        img.funcs.push((pi as u32, start as u32, base));
+    }
+    Ok(img)
+}
+
 impl Jit {
-    /// Compiles a program of the Vm with the functions it calls, and the
-    /// object's other programs, which tail calls may enter.
+    /// Compiles the Vm's programs and places them in this process: `prog`
+    /// with the functions it calls, and the object's other programs, which
+    /// tail calls may enter.
     pub fn compile(vm: &Vm, prog: usize) -> Result<Jit, String> {
         if let Some(why) = &vm.programs[prog].refused {
             return Err(why.clone());
         }
-        let mut fb = settings::builder();
-        fb.set("opt_level", "speed").map_err(|e| e.to_string())?;
-        let isa = cranelift_native::builder()
-            .map_err(|e| format!("no JIT for this machine: {e}"))?
-            .finish(settings::Flags::new(fb))
-            .map_err(|e| e.to_string())?;
-        let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
-        let sig = bpf_sig(&module);
-        // Arrays' layouts, for lookups compiled inline as the kernel does.
-        let arrays: HashMap<usize, ArrayLayout> = vm
-            .maps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| m.array_layout().map(|(base, elem, slots, per_cpu)| (i, ArrayLayout { base, elem, slots, per_cpu, percpu: m.percpu() })))
-            .collect();
-        let mut ctx = module.make_context();
-        let mut fbc = FunctionBuilderContext::new();
-        let mut all_ids = Vec::new();
-        let order = std::iter::once(prog).chain((0..vm.programs.len()).filter(|&i| i != prog && vm.programs[i].refused.is_none()));
-        for pi in order {
-            let p = &vm.programs[pi];
-            // Functions: the entry and every call or callback target.
-            let mut entries = BTreeSet::from([0usize]);
-            for (pc, ins) in p.insns.iter().enumerate() {
-                if (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC) {
-                    entries.insert((pc as i64 + ins.imm as i64 + 1) as usize);
+        Jit::load(vm, prog, &compile_image(vm)?)
+    }
+
+    /// Places an image (compiled now, or read from an AOT file) in
+    /// executable memory, with its addresses filled in for this Vm.
+    pub fn load(vm: &Vm, prog: usize, img: &Image) -> Result<Jit, String> {
+        if let Some(why) = &vm.programs[prog].refused {
+            return Err(why.clone());
+        }
+        let page = 4096;
+        let len = img.code.len().div_ceil(page).max(1) * page;
+        let mem = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        if mem == libc::MAP_FAILED {
+            return Err(format!("map memory for native code: {}", std::io::Error::last_os_error()));
+        }
+        let exec = ExecMem { mem: mem as *mut u8, len };
+        let base = exec.mem as u64;
+        unsafe { std::ptr::copy_nonoverlapping(img.code.as_ptr(), exec.mem, img.code.len()) };
+        for r in &img.relocs {
+            let sym = match r.ns {
+                NS_FUNC => base + img.funcs.get(r.index as usize).ok_or("relocation to a function the image lacks")?.2 as u64,
+                NS_HOST => match r.index {
+                    HOST_CTX => host_ctx_load as *const () as u64,
+                    HOST_HELPER => host_helper as *const () as u64,
+                    HOST_MAP => host_map as *const () as u64,
+                    i => return Err(format!("relocation to host function {i}, which the runtime lacks")),
+                },
+                NS_MAP => vm.maps.get(r.index as usize).and_then(|m| m.region()).ok_or_else(|| format!("relocation to map {}, which has no values", r.index))?.0,
+                NS_CODE => base,
+                NS_POOL => match r.index {
+                    0 => vm.pool.range().0,
+                    _ => vm.pool.range().1,
+                },
+                ns => return Err(format!("relocation namespace {ns} is unknown")),
+            };
+            let target = sym.wrapping_add(r.addend as u64);
+            let at = r.at as usize;
+            match r.kind {
+                RELOC_ABS8 if at + 8 <= img.code.len() => unsafe { (exec.mem.add(at) as *mut u64).write_unaligned(target) },
+                RELOC_PCREL4 if at + 4 <= img.code.len() => {
+                    let rel = target.wrapping_sub(base + at as u64) as i64;
+                    let rel = i32::try_from(rel).map_err(|_| "relative relocation out of range")?;
+                    unsafe { (exec.mem.add(at) as *mut i32).write_unaligned(rel) }
                 }
+                k => return Err(format!("relocation kind {k} at {at} is not valid")),
             }
-            let entries: Vec<usize> = entries.into_iter().collect();
-            let mut ids: HashMap<usize, FuncId> = HashMap::new();
-            for &e in &entries {
-                let id = module.declare_function(&format!("p{pi}_{e}"), Linkage::Local, &sig).map_err(|e| e.to_string())?;
-                ids.insert(e, id);
-            }
-            for (i, &start) in entries.iter().enumerate() {
-                let end = entries.get(i + 1).copied().unwrap_or(p.insns.len());
-                ctx.func.signature = sig.clone();
-                translate(&mut module, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays).map_err(|e| format!("program {}: {e}", p.name))?;
-                module.define_function(ids[&start], &mut ctx).map_err(|e| format!("program {}: compile: {e:?}", p.name))?;
-                module.clear_context(&mut ctx);
-            }
-            all_ids.push((pi, ids));
         }
-        module.finalize_definitions().map_err(|e| e.to_string())?;
+        if unsafe { libc::mprotect(mem, len, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
+            return Err(format!("make native code executable: {}", std::io::Error::last_os_error()));
+        }
         let mut funcs = HashMap::new();
-        for (pi, ids) in all_ids {
-            for (e, id) in ids {
-                let f: EntryFn = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
-                funcs.insert((pi, e), f);
-            }
+        for &(pi, start, off) in &img.funcs {
+            let f: EntryFn = unsafe { std::mem::transmute(base + off as u64) };
+            funcs.insert((pi as usize, start as usize), f);
         }
-        let entry = funcs[&(prog, 0)];
-        Ok(Jit { _module: module, funcs, prog, entry })
+        let entry = *funcs.get(&(prog, 0)).ok_or("the image lacks the program")?;
+        Ok(Jit { _code: exec, funcs, prog, entry })
     }
 
     /// Runs the compiled program on the packet.
@@ -233,7 +393,6 @@ impl Jit {
         }
         let f = self.entry;
         let stack_lo = vm.stack.as_ptr() as u64;
-        let (maps_lo, maps_hi) = vm.pool.range();
         let cpu = vm.cpu as u64;
         let mut x = Exec::new(vm, pkt);
         let ctx = x.prepare();
@@ -248,15 +407,18 @@ impl Jit {
             fault: 0,
             jit: self,
             prog: prog as u64,
-            maps_lo,
-            maps_hi,
             cpu,
             tail_fn: 0,
+            pkt_data: 0,
+            fault_pc: 0,
+            fault_addr: 0,
+            fault_size: 0,
+            fault_write: 0,
         };
         env.refresh_packet();
         let r0 = unsafe { f(&mut env, ctx, 0, 0, 0, 0, stack_lo + STACK_SIZE as u64) };
         if env.fault != 0 {
-            return Err(x.jit_fault.take().unwrap_or(Fault::Bad("fault".into())));
+            return Err(x.jit_fault.take().unwrap_or(Fault::Memory { pc: env.fault_pc as usize, addr: env.fault_addr, len: env.fault_size, write: env.fault_write != 0 }));
         }
         Ok(r0)
     }
@@ -264,7 +426,6 @@ impl Jit {
 
 #[derive(Clone, Copy)]
 struct ArrayLayout {
-    base: u64,
     elem: usize,
     slots: usize,
     per_cpu: usize,
@@ -275,45 +436,168 @@ struct Tr<'a, 'b> {
     b: FunctionBuilder<'b>,
     regs: [Variable; 11],
     scratch: Variable,
-    bounds: [Variable; 6],
+    /// The packet's bounds (data_meta, data_end), kept in registers.
+    bounds: [Variable; 2],
+    /// Registers known to hold the context (R1 at a program's entry, and
+    /// copies), for the instruction being translated.
+    ctx_regs: u16,
+    /// Registers known to hold R10 plus a constant, in this block (the
+    /// `r2 = r10; r2 += -4` of a map key): accesses through them at a
+    /// constant offset inside the frame need no check, as through R10.
+    fp_off: [Option<i64>; 11],
+    /// Key and value sizes of the object's maps, for map helpers called
+    /// with their arguments checked inline.
+    map_sizes: &'a [(usize, usize)],
     env: Value,
     fault: cranelift_codegen::ir::Block,
-    check_sig: cranelift_codegen::ir::SigRef,
-    ctx_sig: cranelift_codegen::ir::SigRef,
-    helper_sig: cranelift_codegen::ir::SigRef,
+    /// The host functions: context field, helper call, map operation.
+    hosts: [cranelift_codegen::ir::FuncRef; 3],
+    /// Read-only data: (map, bytes), checked for reads only.
+    rodata: &'a [(usize, u64)],
     bpf_sig: cranelift_codegen::ir::SigRef,
     arrays: &'a HashMap<usize, ArrayLayout>,
     /// Instruction that starts the block being translated.
     block_start: usize,
+    /// Where that block ends (the next leader).
+    block_end: usize,
+    /// A run of accesses at constant offsets from one register, checked
+    /// once as a whole: (register, last instruction of the run, whether
+    /// the whole range was found inside a region).
+    runs: Vec<(usize, usize, Variable)>,
+    /// The program being translated.
+    prog: &'a crate::vm::Program,
 }
 
 fn flags() -> MemFlags {
     MemFlags::new().with_notrap()
 }
 
+/// Which registers hold the context at the start of each block of a
+/// function (a bit per register): R1 at a program's entry (instruction 0),
+/// and its copies, until written; nothing is known at a subprogram's.
+/// Forward dataflow, meeting by intersection.
+fn ctx_registers(p: &crate::vm::Program, start: usize, end: usize, leaders: &BTreeSet<usize>) -> HashMap<usize, u16> {
+    let ls: Vec<usize> = leaders.iter().copied().collect();
+    let mut state: HashMap<usize, u16> = ls.iter().map(|&l| (l, 0xffff)).collect();
+    state.insert(start, if start == 0 { 1 << 1 } else { 0 });
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (i, &l) in ls.iter().enumerate() {
+            let block_end = ls.get(i + 1).copied().unwrap_or(end);
+            let mut m = state[&l];
+            let mut pc = l;
+            let mut succs: Vec<usize> = Vec::new();
+            let mut falls = true;
+            while pc < block_end {
+                let ins = p.insns[pc];
+                m = ctx_after(m, ins);
+                let class = ins.class();
+                if (class == CLASS_JMP || class == CLASS_JMP32) && !ins.is_call() {
+                    let op = ins.code & 0xf0;
+                    if op == 0x90 {
+                        falls = false;
+                    } else {
+                        let off = if op == 0x00 && class == CLASS_JMP32 { ins.imm as i64 } else { ins.off as i64 };
+                        succs.push((pc as i64 + off + 1) as usize);
+                        if op == 0x00 {
+                            falls = false;
+                        }
+                    }
+                }
+                pc += if ins.is_ld_imm64() { 2 } else { 1 };
+            }
+            if falls && block_end < end {
+                succs.push(block_end);
+            }
+            for sc in succs {
+                if let Some(s) = state.get_mut(&sc) {
+                    if *s & m != *s {
+                        *s &= m;
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+    // A block no path reaches keeps "every register": know nothing there.
+    for v in state.values_mut() {
+        if *v == 0xffff {
+            *v = 0;
+        }
+    }
+    state
+}
+
+const FP_UNKNOWN: [Option<i64>; 11] = [None, None, None, None, None, None, None, None, None, None, Some(0)];
+
+/// What registers hold R10 plus a constant after an instruction.
+fn fp_after(mut f: [Option<i64>; 11], ins: Insn) -> [Option<i64>; 11] {
+    let dst = ins.dst();
+    let src = (ins.regs >> 4) as usize;
+    match ins.class() {
+        CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => f[dst] = f[src],
+        CLASS_ALU64 if ins.code == 0x07 => f[dst] = f[dst].map(|k| k + ins.imm as i64),
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => f[dst] = None,
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => {
+            f[src] = None;
+            f[0] = None;
+        }
+        CLASS_JMP | CLASS_JMP32 if ins.is_call() => f[..6].fill(None),
+        _ => {}
+    }
+    f[10] = Some(0);
+    f
+}
+
+/// The context registers after an instruction.
+fn ctx_after(m: u16, ins: Insn) -> u16 {
+    let dst = ins.dst();
+    let src = (ins.regs >> 4) as usize;
+    match ins.class() {
+        CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => (m & !(1 << dst)) | (((m >> src) & 1) << dst),
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => m & !(1 << dst),
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => m & !(1 << src) & !1,
+        CLASS_JMP | CLASS_JMP32 if ins.is_call() => m & !0b11_1111,
+        _ => m,
+    }
+}
+
+/// The regions a bounds check tries inline.
+#[derive(Clone, Copy)]
+enum Region {
+    Packet,
+    Maps,
+    Stack,
+}
+
+/// A function the code calls through a relocation.
+fn import(func: &mut Function, ns: u32, index: u32, sig: Signature) -> cranelift_codegen::ir::FuncRef {
+    let name = func.declare_imported_user_function(UserExternalName::new(ns, index));
+    let signature = func.import_signature(sig);
+    func.import_function(ExtFuncData { name: ExternalName::user(name), signature, colocated: false })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn translate(
-    module: &mut JITModule,
+    cc: CallConv,
     func: &mut Function,
     fbc: &mut FunctionBuilderContext,
     p: &crate::vm::Program,
     start: usize,
     end: usize,
-    ids: &HashMap<usize, FuncId>,
+    ids: &HashMap<usize, u32>,
     arrays: &HashMap<usize, ArrayLayout>,
+    rodata: &[(usize, u64)],
+    map_sizes: &[(usize, usize)],
 ) -> Result<(), String> {
-    let check_sig = host_sig(module, 5);
-    let ctx_sig = host_sig(module, 2);
-    let helper_sig = host_sig(module, 9);
-    let bpf_sig = bpf_sig(module);
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
-        funcrefs.insert(e, module.declare_func_in_func(id, func));
+        funcrefs.insert(e, import(func, NS_FUNC, id, bpf_sig(cc)));
     }
+    let hosts = [import(func, NS_HOST, HOST_CTX, host_sig(cc, 2)), import(func, NS_HOST, HOST_HELPER, host_sig(cc, 9)), import(func, NS_HOST, HOST_MAP, host_sig(cc, 6))];
+    let bpf_sig = func.import_signature(bpf_sig(cc));
     let mut b = FunctionBuilder::new(func, fbc);
-    let check_sig = b.import_signature(check_sig);
-    let ctx_sig = b.import_signature(ctx_sig);
-    let helper_sig = b.import_signature(helper_sig);
-    let bpf_sig = b.import_signature(bpf_sig);
 
     // Leaders: the entry, jump targets, and what follows a jump or exit.
     let mut leaders = BTreeSet::from([start]);
@@ -357,9 +641,11 @@ fn translate(
         b.def_var(*r, v);
     }
     b.def_var(scratch, zero);
-    let bounds: [Variable; 6] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let bounds: [Variable; 2] = std::array::from_fn(|_| b.declare_var(types::I64));
+    let ctx_in = ctx_registers(p, start, end, &leaders);
     let fault = b.create_block();
-    let mut t = Tr { b, regs, scratch, bounds, env, fault, check_sig, ctx_sig, helper_sig, bpf_sig, arrays, block_start: start };
+    b.set_cold_block(fault);
+    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -371,6 +657,10 @@ fn translate(
             }
             t.b.switch_to_block(blocks[&pc]);
             t.block_start = pc;
+            t.block_end = leaders.range(pc + 1..).next().copied().unwrap_or(end);
+            t.runs.clear();
+            t.ctx_regs = ctx_in[&pc];
+            t.fp_off = FP_UNKNOWN;
         } else if terminated {
             // Unreachable until the next leader.
             pc += 1;
@@ -378,6 +668,8 @@ fn translate(
         }
         let ins = p.insns[pc];
         terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
+        t.ctx_regs = ctx_after(t.ctx_regs, ins);
+        t.fp_off = fp_after(t.fp_off, ins);
         pc += if ins.is_ld_imm64() { 2 } else { 1 };
     }
     if !terminated {
@@ -405,10 +697,16 @@ impl Tr<'_, '_> {
         self.b.ins().load(types::I64, flags(), self.env, off)
     }
 
-    fn host(&mut self, sig: cranelift_codegen::ir::SigRef, f: u64, args: &[Value]) -> Value {
-        let callee = self.b.ins().iconst(types::I64, f as i64);
-        let call = self.b.ins().call_indirect(sig, callee, args);
+    fn host(&mut self, which: u32, args: &[Value]) -> Value {
+        let call = self.b.ins().call(self.hosts[which as usize - 1], args);
         self.b.inst_results(call)[0]
+    }
+
+    /// The address of a map's values plus `off`, through a relocation.
+    fn map_addr(&mut self, map: usize, off: i64) -> Value {
+        let name = self.b.func.declare_imported_user_function(UserExternalName::new(NS_MAP, map as u32));
+        let gv = self.b.func.create_global_value(GlobalValueData::Symbol { name: ExternalName::user(name), offset: off.into(), colocated: false, tls: false });
+        self.b.ins().symbol_value(types::I64, gv)
     }
 
     /// The one emitter of bounds checks: on return, code continues where
@@ -416,37 +714,156 @@ impl Tr<'_, '_> {
     /// constant offset inside the frame needs none: R10 is read-only and
     /// every frame lies inside the stack.
     fn check(&mut self, pc: usize, base_reg: usize, off: i16, addr: Value, size: i64, write: bool) {
-        if base_reg == 10 && (off as i64) >= -(STACK_SIZE as i64) && (off as i64) + size <= 0 {
+        if let Some(k) = self.fp_off.get(base_reg).copied().flatten() {
+            let at = k + off as i64;
+            if at >= -(STACK_SIZE as i64) && at + size <= 0 {
+                return;
+            }
+        }
+        // A run of accesses at constant offsets from the same register in
+        // this block is checked once, as one range, at its first access;
+        // each access then tests the outcome, and makes its own check only
+        // when the range was not found whole in one region.
+        self.runs.retain(|&(_, last, _)| pc <= last);
+        if !self.runs.iter().any(|&(r, _, _)| r == base_reg) {
+            if let Some((lo, hi, last)) = self.run_from(pc, base_reg) {
+                let flag = self.b.declare_var(types::I8);
+                let base = self.get(base_reg);
+                let a = self.b.ins().iadd_imm(base, lo);
+                let inside = self.in_region(a, hi - lo);
+                self.b.def_var(flag, inside);
+                self.runs.push((base_reg, last, flag));
+            }
+        }
+        if let Some(&(_, _, flag)) = self.runs.iter().find(|&&(r, _, _)| r == base_reg) {
+            let proven = self.b.use_var(flag);
+            let ok = self.b.create_block();
+            let own = self.b.create_block();
+            self.b.ins().brif(proven, ok, &[], own, &[]);
+            self.b.switch_to_block(own);
+            self.b.set_cold_block(own);
+            self.check_one(pc, base_reg, addr, size, write);
+            self.b.ins().jump(ok, &[]);
+            self.b.switch_to_block(ok);
             return;
         }
-        let ok = self.b.create_block();
-        let second = self.b.create_block();
-        let third = self.b.create_block();
-        let slow = self.b.create_block();
-        // Through R10 (a frame at a variable offset) the stack comes first;
-        // otherwise the packet, which loops walk.
-        let (stack, pkt, maps) = ((self.bounds[0], self.bounds[1]), (self.bounds[2], self.bounds[3]), (self.bounds[4], self.bounds[5]));
-        let order = if base_reg == 10 { [stack, pkt, maps] } else { [pkt, maps, stack] };
-        for ((lo_var, hi_var), miss) in order.into_iter().zip([second, third, slow]) {
-            let lo = self.b.use_var(lo_var);
-            let hi = self.b.use_var(hi_var);
-            let last = self.b.ins().iadd_imm(hi, -size);
-            let c1 = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, lo);
-            let c2 = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, last);
-            let c = self.b.ins().band(c1, c2);
-            self.b.ins().brif(c, ok, &[], miss, &[]);
-            self.b.switch_to_block(miss);
+        self.check_one(pc, base_reg, addr, size, write);
+    }
+
+    /// The run of accesses through `reg` at constant offsets that starts
+    /// at `pc`, up to the block's end, a write to the register or a call:
+    /// its lowest offset, highest end and last instruction, when it has
+    /// more than one access.
+    fn run_from(&self, pc: usize, reg: usize) -> Option<(i64, i64, usize)> {
+        let (mut lo, mut hi, mut last, mut n) = (i64::MAX, i64::MIN, pc, 0);
+        let mut i = pc;
+        while i < self.block_end {
+            let ins = self.prog.insns[i];
+            let class = ins.class();
+            let through = match class {
+                CLASS_LDX => (ins.regs >> 4) as usize == reg && !(ins.size() == 4 && ins.code & 0xe0 == MODE_MEM && self.ctx_regs & (1 << reg) != 0),
+                CLASS_ST | CLASS_STX => ins.dst() == reg,
+                _ => false,
+            };
+            if through {
+                lo = lo.min(ins.off as i64);
+                hi = hi.max(ins.off as i64 + ins.size() as i64);
+                last = i;
+                n += 1;
+            }
+            let writes = match class {
+                CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => ins.dst() == reg,
+                CLASS_STX => ins.code & 0xe0 == MODE_ATOMIC && ((ins.regs >> 4) as usize == reg || reg == 0),
+                CLASS_JMP | CLASS_JMP32 => true, // a call, or the block's end
+                _ => false,
+            };
+            if writes {
+                break;
+            }
+            i += if ins.is_ld_imm64() { 2 } else { 1 };
         }
-        let args = [
-            self.env,
-            addr,
-            self.b.ins().iconst(types::I64, size),
-            self.b.ins().iconst(types::I64, write as i64),
-            self.b.ins().iconst(types::I64, pc as i64),
-        ];
-        let r = self.host(self.check_sig, host_check as *const () as u64, &args);
-        self.b.ins().brif(r, ok, &[], self.fault, &[]);
+        (n > 1).then_some((lo, hi, last))
+    }
+
+    /// Whether [addr, addr+size) lies inside the packet, the pool of map
+    /// values or the stack (all writable), as an i8.
+    fn in_region(&mut self, addr: Value, size: i64) -> Value {
+        let done = self.b.create_block();
+        self.b.append_block_param(done, types::I8);
+        let yes = self.b.ins().iconst(types::I8, 1);
+        for region in [Region::Packet, Region::Maps, Region::Stack] {
+            let (lo, hi) = self.region_bounds(region);
+            self.branch_if_inside(addr, lo, hi, size, done, &[yes.into()]);
+        }
+        let no = self.b.ins().iconst(types::I8, 0);
+        self.b.ins().jump(done, &[no.into()]);
+        self.b.switch_to_block(done);
+        self.b.block_params(done)[0]
+    }
+
+    /// A region's bounds. The packet's live in registers; the pool of map
+    /// values never moves (its bounds are relocations); the stack's are
+    /// read when needed.
+    fn region_bounds(&mut self, r: Region) -> (Value, Value) {
+        match r {
+            Region::Packet => (self.b.use_var(self.bounds[0]), self.b.use_var(self.bounds[1])),
+            Region::Maps => (self.pool_bound(0), self.pool_bound(1)),
+            Region::Stack => (self.env_field(ENV_STACK_LO), self.env_field(ENV_STACK_HI)),
+        }
+    }
+
+    /// Goes to `hit` when lo <= addr <= hi - size, with two compares, each
+    /// its own branch; code goes on where it is not.
+    fn branch_if_inside(&mut self, addr: Value, lo: Value, hi: Value, size: i64, hit: cranelift_codegen::ir::Block, args: &[cranelift_codegen::ir::BlockArg]) {
+        let last = self.b.ins().iadd_imm(hi, -size);
+        let above_lo = self.b.create_block();
+        let miss = self.b.create_block();
+        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, addr, lo);
+        self.b.ins().brif(below, miss, &[], above_lo, &[]);
+        self.b.switch_to_block(above_lo);
+        let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, addr, last);
+        self.b.ins().brif(past, miss, &[], hit, args);
+        self.b.switch_to_block(miss);
+    }
+
+    /// One access's check, region by region.
+    fn check_one(&mut self, pc: usize, base_reg: usize, addr: Value, size: i64, write: bool) {
+        let ok = self.b.create_block();
+        // Through R10 (a frame at a variable offset) the stack comes first;
+        // otherwise the packet, which loops walk, then map values.
+        let order = if base_reg == 10 { [Region::Stack, Region::Packet, Region::Maps] } else { [Region::Packet, Region::Maps, Region::Stack] };
+        for region in order {
+            let (lo, hi) = self.region_bounds(region);
+            self.branch_if_inside(addr, lo, hi, size, ok, &[]);
+        }
+        // Read-only data, for reads.
+        if !write {
+            for i in 0..self.rodata.len() {
+                let (map, len) = self.rodata[i];
+                let lo = self.map_addr(map, 0);
+                let hi = self.map_addr(map, len as i64);
+                self.branch_if_inside(addr, lo, hi, size, ok, &[]);
+            }
+        }
+        // Outside every region: the run ends with a fault, no call made, so
+        // that no value of a loop needs to survive a call.
+        self.b.set_cold_block(self.b.current_block().unwrap());
+        let one = self.b.ins().iconst(types::I64, 1);
+        let pcv = self.b.ins().iconst(types::I64, pc as i64);
+        let sz = self.b.ins().iconst(types::I64, size);
+        let wr = self.b.ins().iconst(types::I64, write as i64);
+        for (v, off) in [(pcv, ENV_FAULT_PC), (addr, ENV_FAULT_ADDR), (sz, ENV_FAULT_SIZE), (wr, ENV_FAULT_WRITE), (one, ENV_FAULT)] {
+            self.b.ins().store(flags(), v, self.env, off);
+        }
+        self.b.ins().jump(self.fault, &[]);
         self.b.switch_to_block(ok);
+    }
+
+    /// The pool of writable map values' start (0) or end (1).
+    fn pool_bound(&mut self, which: u32) -> Value {
+        let name = self.b.func.declare_imported_user_function(UserExternalName::new(NS_POOL, which));
+        let gv = self.b.func.create_global_value(GlobalValueData::Symbol { name: ExternalName::user(name), offset: 0.into(), colocated: false, tls: false });
+        self.b.ins().symbol_value(types::I64, gv)
     }
 
     fn after_call(&mut self) {
@@ -457,10 +874,10 @@ impl Tr<'_, '_> {
         self.load_bounds();
     }
 
-    /// The stack's and packet's bounds, kept in registers; a helper may
-    /// move the packet's, so they are read again after every call.
+    /// The packet's bounds, kept in registers; a helper may move them, so
+    /// they are read again after every call.
     fn load_bounds(&mut self) {
-        for (i, off) in [ENV_STACK_LO, ENV_STACK_HI, ENV_PKT_LO, ENV_PKT_HI, ENV_MAPS_LO, ENV_MAPS_HI].into_iter().enumerate() {
+        for (i, off) in [ENV_PKT_LO, ENV_PKT_HI].into_iter().enumerate() {
             let v = self.env_field(off);
             self.b.def_var(self.bounds[i], v);
         }
@@ -529,7 +946,13 @@ impl Tr<'_, '_> {
                 if !ins.is_ld_imm64() {
                     return Err(format!("instruction {pc}: legacy packet loads are not supported"));
                 }
-                let v = self.b.ins().iconst(types::I64, p.imm64[pc] as i64);
+                // Map values' addresses are relocations; other 64-bit
+                // loads (numbers, map handles, functions) are constants.
+                let v = if ins.src() == PSEUDO_MAP_VALUE {
+                    self.map_addr(ins.imm as usize, p.insns[pc + 1].imm as u32 as i64)
+                } else {
+                    self.b.ins().iconst(types::I64, p.imm64[pc] as i64)
+                };
                 self.set(dst, v);
                 Ok(false)
             }
@@ -537,6 +960,18 @@ impl Tr<'_, '_> {
                 let size = ins.size();
                 let base = self.get(src);
                 let addr = self.b.ins().iadd_imm(base, ins.off as i64);
+                if size == 4 && ins.code & 0xe0 == MODE_MEM && self.ctx_regs & (1 << src) != 0 && matches!(ins.off, 0 | 4 | 8 | 12 | 16 | 20) {
+                    // A field of the context: data fields read as full
+                    // pointers, as the kernel's verifier rewrites them.
+                    let v = match ins.off {
+                        0 => self.env_field(ENV_PKT_DATA),
+                        4 => self.b.use_var(self.bounds[1]),
+                        8 => self.b.use_var(self.bounds[0]),
+                        _ => self.b.ins().uload32(flags(), base, ins.off as i32),
+                    };
+                    self.set(dst, v);
+                    return Ok(false);
+                }
                 if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 {
                     // A 32-bit load may be of the context, whose data fields
                     // read as full pointers.
@@ -548,7 +983,7 @@ impl Tr<'_, '_> {
                     let join = self.b.create_block();
                     self.b.ins().brif(is_ctx, ctx_blk, &[], mem_blk, &[]);
                     self.b.switch_to_block(ctx_blk);
-                    let v = self.host(self.ctx_sig, host_ctx_load as *const () as u64, &[self.env, d]);
+                    let v = self.host(HOST_CTX, &[self.env, d]);
                     self.b.def_var(self.scratch, v);
                     self.b.ins().jump(join, &[]);
                     self.b.switch_to_block(mem_blk);
@@ -618,12 +1053,15 @@ impl Tr<'_, '_> {
                         } else if let Some(r) = self.inline_array_lookup(p, pc, ins) {
                             self.set(0, r);
                             return Ok(false);
+                        } else if let Some(r) = self.map_call(p, pc, ins) {
+                            self.set(0, r);
+                            return Ok(false);
                         } else {
                             let id = self.b.ins().iconst(types::I64, ins.imm as i64);
                             let pcv = self.b.ins().iconst(types::I64, pc as i64);
                             let mut a = vec![self.env, id, pcv, fp];
                             a.extend_from_slice(&args);
-                            let r = self.host(self.helper_sig, host_helper as *const () as u64, &a);
+                            let r = self.host(HOST_HELPER, &a);
                             self.set(0, r);
                             if ins.imm == 12 {
                                 self.after_call();
@@ -719,19 +1157,45 @@ impl Tr<'_, '_> {
         None
     }
 
+    /// bpf_map_lookup_elem, update_elem and delete_elem on a map known
+    /// here: key and value checked inline, then the map's own operation,
+    /// which can neither fault nor move the packet, so nothing is read
+    /// again after it.
+    fn map_call(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
+        if !matches!(ins.imm, 1..=3) {
+            return None;
+        }
+        let map = self.map_in_r1(p, pc)?;
+        let (ks, vs) = *self.map_sizes.get(map)?;
+        let key = self.get(2);
+        self.check(pc, 2, 0, key, ks as i64, false);
+        let z = self.b.ins().iconst(types::I64, 0);
+        let (value, flags) = if ins.imm == 2 {
+            let v = self.get(3);
+            self.check(pc, 3, 0, v, vs as i64, false);
+            (v, self.get(4))
+        } else {
+            (z, z)
+        };
+        let op = self.b.ins().iconst(types::I64, ins.imm as i64);
+        let m = self.b.ins().iconst(types::I64, map as i64);
+        Some(self.host(HOST_MAP, &[self.env, op, m, key, value, flags]))
+    }
+
     /// bpf_map_lookup_elem on an array, compiled inline: bounds-checked
     /// index to value pointer, NULL past the end.
     fn inline_array_lookup(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
         if ins.imm != 1 {
             return None;
         }
-        let a = *self.arrays.get(&self.map_in_r1(p, pc)?)?;
+        let map = self.map_in_r1(p, pc)?;
+        let a = *self.arrays.get(&map)?;
         let key = self.get(2);
         self.check(pc, 2, 0, key, 4, false);
         let idx = self.b.ins().uload32(flags(), key, 0);
         let inb = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, idx, a.slots as i64);
         let off = self.b.ins().imul_imm(idx, a.elem as i64);
-        let mut base = self.b.ins().iconst(types::I64, a.base as i64);
+        let mut base = self.map_addr(map, 0);
         if a.percpu {
             let cpu = self.env_field(ENV_CPU);
             let c = self.b.ins().imul_imm(cpu, a.per_cpu as i64);

@@ -141,3 +141,120 @@ pub fn verify(obj: &BpfObject, prog: &ProgramDef) -> Result<(), String> {
         }
     }
 }
+
+/// Helper semantics that changed between the kernels fastpath supports
+/// (5.18 and later): the runtime behaves as the kernel it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Semantics {
+    /// The kernel version these semantics are those of.
+    pub version: (u32, u32),
+    /// bpf_csum_diff folds its result to 16 bits (6.13 and later) rather
+    /// than returning csum_partial's 32 bits.
+    pub csum_diff_folded: bool,
+    /// How they were found: "probe" (the helper run in the kernel),
+    /// "uname" (the release, when no probe could run) or "--kernel".
+    pub source: &'static str,
+}
+
+impl Semantics {
+    /// The semantics of kernel `major.minor`.
+    pub fn of_version(version: (u32, u32), source: &'static str) -> Semantics {
+        Semantics { version, csum_diff_folded: version >= (6, 13), source }
+    }
+
+    /// One line for `rt verify` and the JSON of a run.
+    pub fn describe(&self) -> String {
+        format!(
+            "kernel {}.{} semantics ({}): bpf_csum_diff {}",
+            self.version.0,
+            self.version.1,
+            match self.source {
+                "probe" => "probed in the running kernel",
+                "uname" => "from the running kernel's release",
+                _ => "chosen with --kernel",
+            },
+            if self.csum_diff_folded { "folded to 16 bits (6.13 and later)" } else { "unfolded 32-bit sum (up to 6.12)" }
+        )
+    }
+}
+
+static SEMANTICS: std::sync::OnceLock<Semantics> = std::sync::OnceLock::new();
+
+/// Makes the runtime behave as kernel `major.minor` (`--kernel`), before
+/// the first Vm is made.
+pub fn set_semantics(version: (u32, u32)) -> Result<(), String> {
+    if version < (5, 18) {
+        return Err(format!("--kernel {}.{}: fastpath supports 5.18 and later", version.0, version.1));
+    }
+    SEMANTICS.set(Semantics::of_version(version, "--kernel")).map_err(|_| "kernel semantics chosen twice".to_string())
+}
+
+/// The semantics in force: those set with set_semantics, else the running
+/// kernel's, probed once.
+pub fn semantics() -> Semantics {
+    *SEMANTICS.get_or_init(|| {
+        let version = running_version().unwrap_or((5, 18));
+        match probe_csum_diff() {
+            Some(folded) => Semantics { version, csum_diff_folded: folded, source: "probe" },
+            None => Semantics::of_version(version, "uname"),
+        }
+    })
+}
+
+/// `major.minor` of the running kernel's release.
+pub fn running_version() -> Option<(u32, u32)> {
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let rel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned();
+    parse_version(&rel)
+}
+
+pub fn parse_version(s: &str) -> Option<(u32, u32)> {
+    let mut it = s.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Runs bpf_csum_diff(NULL, 0, {0x12345678}, 4, 0) in the kernel through
+/// BPF_PROG_TEST_RUN: 0x12345678 unfolded, 0x68ac folded. None when no
+/// program can be loaded (no privileges).
+fn probe_csum_diff() -> Option<bool> {
+    use crate::insn::Insn;
+    let i = |code: u8, regs: u8, off: i16, imm: i32| Insn { code, regs, off, imm };
+    let insns = [
+        i(0xb4, 0x01, 0, 0x1234_5678), // w1 = 0x12345678
+        i(0x63, 0x1a, -4, 0),          // *(u32 *)(r10 - 4) = r1
+        i(0xb7, 0x01, 0, 0),           // r1 = 0
+        i(0xb7, 0x02, 0, 0),           // r2 = 0
+        i(0xbf, 0xa3, 0, 0),           // r3 = r10
+        i(0x07, 0x03, 0, -4),          // r3 += -4
+        i(0xb7, 0x04, 0, 4),           // r4 = 4
+        i(0xb7, 0x05, 0, 0),           // r5 = 0
+        i(0x85, 0x00, 0, 28),          // call bpf_csum_diff
+        i(0x95, 0x00, 0, 0),           // exit
+    ];
+    let raw: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
+    let license = b"GPL\0";
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, BPF_PROG_TYPE_XDP);
+    put32(&mut a, 4, insns.len() as u32);
+    put64(&mut a, 8, raw.as_ptr() as u64);
+    put64(&mut a, 16, license.as_ptr() as u64);
+    put32(&mut a, 68, BPF_XDP);
+    let prog = Fd(bpf(BPF_PROG_LOAD, &mut a).ok()?);
+    const BPF_PROG_TEST_RUN: i64 = 10;
+    let pkt = [0u8; 64];
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, prog.0 as u32);
+    put32(&mut a, 8, pkt.len() as u32);
+    put64(&mut a, 16, pkt.as_ptr() as u64);
+    put32(&mut a, 32, 1); // repeat
+    bpf(BPF_PROG_TEST_RUN, &mut a).ok()?;
+    let ret = u32::from_le_bytes(a[4..8].try_into().unwrap());
+    match ret {
+        0x1234_5678 => Some(false),
+        0x68ac => Some(true),
+        _ => None,
+    }
+}

@@ -2,6 +2,7 @@
 //! has the kernel's verifier check each program, and runs it over packets
 //! with the kernel's map and helper semantics.
 
+pub mod aot;
 pub mod btf;
 pub mod elf;
 pub mod fib;

@@ -9,14 +9,20 @@ use fastpath_rt::vm::{Packet, Vm};
 use fastpath_rt::{kernel, pcap};
 
 const USAGE: &str = "usage:
+  fastpath-rt compile OBJ [-o OBJ.native] [--no-verify]
+                      (every program compiled ahead of time; run and test-run take OBJ.native in place
+                      of OBJ, with --engine aot, and check it was compiled from that ELF: --elf PATH)
   fastpath-rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N]
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
                       [--duration SECONDS] [--json] [--maps-in FILE.json] [--maps-out FILE.json]
                       [--queues N] [--busy-poll]
                       (SIGUSR1 writes the maps to --maps-out while running; SIGINT/SIGTERM stop)
+  fastpath-rt forward --dev IFACE --dev IFACE… [--queues N] [--busy-poll] [--generic] [--duration S] [--json]
+                      (no program: each frame goes out of the next --dev, the runtime's I/O alone)
   fastpath-rt list OBJ
-  fastpath-rt verify OBJ [--prog NAME]";
+  fastpath-rt verify OBJ [--prog NAME]
+  --kernel X.Y (any command) behaves as kernel X.Y's helpers, not the running kernel's";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,10 +50,16 @@ struct Opts {
     tap: Option<String>,
     generic: bool,
     duration: f64,
+    kernel: Option<(u32, u32)>,
+    engine_given: bool,
+    output: Option<String>,
+    elf: Option<String>,
+    /// An AOT object's image, when OBJ is one.
+    native: Option<fastpath_rt::jit::Image>,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0 };
+fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, native: None };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -58,7 +70,12 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--in" => o.input = Some(val(&mut i, "--in")?),
             "--out" => o.out = Some(val(&mut i, "--out")?),
             "--prog" => o.prog = Some(val(&mut i, "--prog")?),
-            "--engine" => o.engine = val(&mut i, "--engine")?,
+            "--engine" => {
+                o.engine = val(&mut i, "--engine")?;
+                o.engine_given = true;
+            }
+            "-o" => o.output = Some(val(&mut i, "-o")?),
+            "--elf" => o.elf = Some(val(&mut i, "--elf")?),
             "--repeat" => {
                 let v = val(&mut i, "--repeat")?;
                 o.repeat = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("--repeat {v:?}: a positive count"))?;
@@ -80,17 +97,21 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--maps-in" => o.maps_in = Some(val(&mut i, "--maps-in")?),
             "--dump-maps" => o.dump = true,
             "--no-verify" => o.verify = false,
+            "--kernel" => {
+                let v = val(&mut i, "--kernel")?;
+                o.kernel = Some(fastpath_rt::kernel::parse_version(&v).ok_or_else(|| format!("--kernel {v:?}: a version, as 6.12"))?);
+            }
             a if a.starts_with('-') => return Err(format!("unknown flag {a}\n{USAGE}")),
             a if o.obj.is_empty() => o.obj = a.to_string(),
             a => return Err(format!("unexpected argument {a:?}\n{USAGE}")),
         }
         i += 1;
     }
-    if o.obj.is_empty() {
+    if o.obj.is_empty() && !forward {
         return Err(format!("no object file given\n{USAGE}"));
     }
-    if o.engine != "interp" && o.engine != "jit" {
-        return Err(format!("--engine {:?}: use interp or jit", o.engine));
+    if !["interp", "jit", "aot"].contains(&o.engine.as_str()) {
+        return Err(format!("--engine {:?}: use interp, jit or aot (with an object from fastpath rt compile)", o.engine));
     }
     Ok(o)
 }
@@ -101,9 +122,31 @@ fn hex(b: &[u8]) -> String {
 
 fn run(args: &[String]) -> Result<(), String> {
     let Some(cmd) = args.first() else { return Err(USAGE.into()) };
-    let o = parse(&args[1..])?;
-    let obj = BpfObject::load(&o.obj)?;
+    let mut o = parse(&args[1..], cmd == "forward")?;
+    if let Some(v) = o.kernel {
+        kernel::set_semantics(v)?;
+    }
+    if cmd == "forward" {
+        return run_xsk(None, &o);
+    }
+    let obj = if fastpath_rt::aot::is_native(&o.obj) {
+        // An AOT object: its ELF, checked by hash, and its code.
+        let native = fastpath_rt::aot::read(&o.obj)?;
+        let (elf, data) = fastpath_rt::aot::elf_of(&native, &o.obj, o.elf.as_deref())?;
+        if !o.engine_given {
+            o.engine = "aot".into();
+        }
+        o.native = Some(native.image);
+        BpfObject::parse(&elf, &data)?
+    } else {
+        if o.engine == "aot" {
+            return Err(format!("--engine aot needs an object from fastpath rt compile, and {} is an ELF object", o.obj));
+        }
+        BpfObject::load(&o.obj)?
+    };
+    let o = &o;
     match cmd.as_str() {
+        "compile" => compile(&obj, o),
         "list" => {
             for p in &obj.programs {
                 println!("program {} (section {}, {} instructions)", p.name, p.section, p.insns.len());
@@ -117,10 +160,11 @@ fn run(args: &[String]) -> Result<(), String> {
             let p = obj.program(o.prog.as_deref())?;
             kernel::verify(&obj, p)?;
             println!("{}: accepted by the kernel's verifier", p.name);
+            println!("runtime: {}", kernel::semantics().describe());
             Ok(())
         }
-        "test-run" => test_run(&obj, &o),
-        "run" => run_xsk(&obj, &o),
+        "test-run" => test_run(&obj, o),
+        "run" => run_xsk(Some(&obj), o),
         c => Err(format!("unknown command {c:?}\n{USAGE}")),
     }
 }
@@ -181,7 +225,9 @@ fn fill_map(vm: &mut Vm, path: &str, name: &str, idx: usize, entries: &serde_jso
                 if let Some(n) = inner.get("max_entries").and_then(|n| n.as_u64()) {
                     def.max_entries = n as u32;
                 }
-                let m = fastpath_rt::maps::Map::new(&def, vm.maps[idx].ncpus).map_err(|e| format!("{path}: {name}: {e}"))?;
+                // From the pool, where compiled code checks map values.
+                let pool = std::sync::Arc::get_mut(&mut vm.pool).ok_or("maps are shared already")?;
+                let m = fastpath_rt::maps::Map::new_in(&def, vm.maps[idx].ncpus, Some(pool)).map_err(|e| format!("{path}: {name}: {e}"))?;
                 let maps = std::sync::Arc::get_mut(&mut vm.maps).ok_or("maps are shared already")?;
                 maps.push(m);
                 let inner_idx = maps.len() - 1;
@@ -206,6 +252,49 @@ fn fill_map(vm: &mut Vm, path: &str, name: &str, idx: usize, entries: &serde_jso
     Ok(())
 }
 
+/// `compile`: every program the runtime can run, verified by the kernel
+/// first, compiled to one image and written with the ELF's hash.
+fn compile(obj: &BpfObject, o: &Opts) -> Result<(), String> {
+    if o.native.is_some() {
+        return Err(format!("{} is compiled already", o.obj));
+    }
+    if obj.programs.is_empty() {
+        obj.program(None)?;
+    }
+    if o.verify {
+        for p in &obj.programs {
+            kernel::verify(obj, p)?;
+        }
+    }
+    let vm = Vm::new(obj, 1)?;
+    let image = fastpath_rt::jit::compile_image(&vm)?;
+    let out = o.output.clone().unwrap_or_else(|| format!("{}.native", o.obj));
+    let data = std::fs::read(&o.obj).map_err(|e| format!("{}: {e}", o.obj))?;
+    fastpath_rt::aot::write(&out, &o.obj, &data, &image)?;
+    let refused: Vec<&str> = vm.programs.iter().filter(|p| p.refused.is_some()).map(|p| p.name.as_str()).collect();
+    println!(
+        "{out}: {} program(s), {} functions, {} bytes of code, from {} (sha256 {}){}",
+        vm.programs.len() - refused.len(),
+        image.funcs.len(),
+        image.code.len(),
+        o.obj,
+        hex(&fastpath_rt::aot::sha256(&data)),
+        if refused.is_empty() { String::new() } else { format!("; not compiled (the runtime cannot run them): {}", refused.join(", ")) }
+    );
+    Ok(())
+}
+
+/// The compiled code for an engine: none for the interpreter, compiled now
+/// for the JIT, loaded from the AOT object for aot.
+fn native_code(vm: &Vm, prog: usize, o: &Opts) -> Result<Option<Jit>, String> {
+    match (o.engine.as_str(), &o.native) {
+        ("jit", _) => Jit::compile(vm, prog).map(Some),
+        ("aot", Some(img)) => Jit::load(vm, prog, img).map(Some),
+        ("aot", None) => Err("--engine aot needs an object from fastpath rt compile".into()),
+        _ => Ok(None),
+    }
+}
+
 fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     let input = o.input.as_ref().ok_or("test-run needs --in IN.pcap")?;
     let pkts = pcap::read(input)?;
@@ -218,12 +307,23 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         fill_maps(&mut vm, path)?;
     }
     let prog = vm.program_index(&def.name)?;
-    let jit = if o.engine == "jit" { Some(Jit::compile(&vm, prog)?) } else { None };
+    let jit = native_code(&vm, prog, o)?;
     let mut results = Vec::new();
     let mut outs = Vec::new();
     let (mut total_ns, mut total_steps, mut runs) = (0u128, 0u64, 0u64);
     for (n, frame) in pkts.iter().enumerate() {
-        let mut pkt = Packet::new(frame, 1, 0).map_err(|e| format!("packet {}: {e}", n + 1))?;
+        // A frame the kernel refuses fails that run alone, with its errno.
+        let mut pkt = match Packet::for_test_run(frame, 1, 0) {
+            Ok(p) => p,
+            Err((errno, why)) => {
+                if !o.json {
+                    eprintln!("fastpath-rt: packet {}: {why} (error {errno})", n + 1);
+                }
+                results.push(format!("{{\"ret\":0,\"errno\":{errno},\"out\":\"\",\"ringbuf\":[]}}"));
+                outs.push(Vec::new());
+                continue;
+            }
+        };
         let mut ret = 0;
         let start = Instant::now();
         let mut steps = 0;
@@ -254,7 +354,7 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
             }
         }
         let out = pkt.output();
-        results.push(format!("{{\"ret\":{ret},\"out\":\"{}\",\"ringbuf\":[{}]}}", hex(&out), rb.join(",")));
+        results.push(format!("{{\"ret\":{ret},\"errno\":0,\"out\":\"{}\",\"ringbuf\":[{}]}}", hex(&out), rb.join(",")));
         outs.push(out);
     }
     if let Some(path) = &o.out {
@@ -266,9 +366,10 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     if o.json {
         let maps = if o.dump { maps_json(&vm) } else { String::new() };
         println!(
-            "{{\"program\":\"{}\",\"engine\":\"{}\",\"runs\":{runs},\"ns_per_run\":{ns:.1},\"insns_per_run\":{insns:.1},\"ns_per_insn\":{per_insn:.2},\"packets\":[{}],\"maps\":{{{}}}}}",
+            "{{\"program\":\"{}\",\"engine\":\"{}\",\"semantics\":\"{}\",\"runs\":{runs},\"ns_per_run\":{ns:.1},\"insns_per_run\":{insns:.1},\"ns_per_insn\":{per_insn:.2},\"packets\":[{}],\"maps\":{{{}}}}}",
             def.name,
             o.engine,
+            vm.sem.describe(),
             results.join(","),
             maps
         );
@@ -303,29 +404,39 @@ struct QueueCounts {
 }
 
 /// Runs the program over AF_XDP: one thread per queue, each with a socket
-/// on that queue of every device, all sharing the object's maps (per-CPU
-/// values per thread). TX goes back out of the port it came in; REDIRECT to
-/// another port of the thread (by ifindex, or through a devmap entry); PASS
-/// to the TAP device if one is named (else it is dropped and counted); DROP
-/// and ABORTED recycle the frame. Stops after the duration or on a signal;
-/// SIGUSR1 writes the maps to --maps-out.
-fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
+/// on that queue of every device, the sockets of a thread sharing one UMEM,
+/// and all threads sharing the object's maps (per-CPU values per thread).
+/// The program runs on the frame where it arrived. TX sends it back out of
+/// the port it came in; REDIRECT out of another port of the thread (by
+/// ifindex, or through a devmap entry), the same frame; PASS to the TAP
+/// device if one is named (else it is dropped and counted); DROP and
+/// ABORTED recycle the frame. Without an object (`forward`) every frame goes
+/// out of the next port: the same rings with no program, the I/O ceiling.
+/// Stops after the duration or on a signal; SIGUSR1 writes the maps to
+/// --maps-out.
+fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
     use fastpath_rt::xsk::{Redirector, Tap};
     if o.devs.is_empty() {
         return Err("run needs --dev IFACE".into());
     }
-    let def = obj.program(o.prog.as_deref())?;
-    if o.verify {
-        kernel::verify(obj, def)?;
+    let mut vm = None;
+    let mut prog = 0;
+    let mut name = "forward".to_string();
+    if let Some(obj) = obj {
+        let def = obj.program(o.prog.as_deref())?;
+        if o.verify {
+            kernel::verify(obj, def)?;
+        }
+        let mut v = Vm::new(obj, o.queues as usize)?;
+        if let Some(path) = &o.maps_in {
+            fill_maps(&mut v, path)?;
+        }
+        prog = v.program_index(&def.name)?;
+        native_code(&v, prog, o)?; // refuse before anything is attached
+        name = def.name.clone();
+        vm = Some(v);
     }
-    let mut vm = Vm::new(obj, o.queues as usize)?;
-    if let Some(path) = &o.maps_in {
-        fill_maps(&mut vm, path)?;
-    }
-    let prog = vm.program_index(&def.name)?;
-    if o.engine == "jit" {
-        Jit::compile(&vm, prog)?; // refuse before anything is attached
-    }
+    let name = name.as_str();
     let tap = match &o.tap {
         Some(n) => Some(Tap::open(n)?),
         None => None,
@@ -356,13 +467,13 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
         let attached = std::sync::Arc::new(std::sync::RwLock::new(Vec::<(u32, i32)>::new()));
         for q in 0..o.queues {
-            let mut tvm = vm.for_thread(q as usize);
+            let mut tvm = vm.as_ref().map(|v| v.for_thread(q as usize));
             let devs = &devs;
             let tap = tap.as_ref();
             let ready = ready_tx.clone();
             let go = go_rx.clone();
             let attached = attached.clone();
-            handles.push(sc.spawn(move || serve_queue(&mut tvm, prog, def, o, q, devs, tap, ready, go, attached)));
+            handles.push(sc.spawn(move || serve_queue(tvm.as_mut(), prog, name, o, q, devs, tap, ready, go, attached)));
         }
         drop(ready_tx);
         let mut opened = 0;
@@ -401,8 +512,8 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
                 break;
             }
             if DUMP.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                if let Some(p) = &o.maps_out {
-                    if let Err(e) = write_maps(&vm, p) {
+                if let (Some(p), Some(vm)) = (&o.maps_out, &vm) {
+                    if let Err(e) = write_maps(vm, p) {
                         eprintln!("fastpath-rt: {e}");
                     }
                 }
@@ -435,8 +546,8 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         };
         t.last = t.last.max(c.last);
     }
-    if let Some(p) = &o.maps_out {
-        write_maps(&vm, p)?;
+    if let (Some(p), Some(vm)) = (&o.maps_out, &vm) {
+        write_maps(vm, p)?;
     }
     // Rates over the time traffic came, not the time waited for it.
     let secs = match (t.first, t.last) {
@@ -449,21 +560,23 @@ fn run_xsk(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     if o.json {
         println!(
             "{{\"program\":\"{}\",\"engine\":\"{}\",\"queues\":{},\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{},\"pass_without_tap\":{},\"redirect_dropped\":{},\"tx_ring_full\":{},\"per_queue\":[{}]}}",
-            def.name, o.engine, o.queues, c[0], c[1], c[2], c[3], c[4], t.faults, t.pass_without_tap, t.redirect_dropped, t.tx_ring_full, per_queue.join(",")
+            name, if vm.is_some() { o.engine.as_str() } else { "none" }, o.queues, c[0], c[1], c[2], c[3], c[4], t.faults, t.pass_without_tap, t.redirect_dropped, t.tx_ring_full, per_queue.join(",")
         );
     } else {
-        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps) on {} queue(s): aborted {}, drop {}, pass {} ({} without a TAP), tx {}, redirect {} ({} to no port of the runtime), faults {}", def.name, o.queues, c[0], c[1], c[2], t.pass_without_tap, c[3], c[4], t.redirect_dropped, t.faults);
+        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps) on {} queue(s): aborted {}, drop {}, pass {} ({} without a TAP), tx {}, redirect {} ({} to no port of the runtime), faults {}", name, o.queues, c[0], c[1], c[2], t.pass_without_tap, c[3], c[4], t.redirect_dropped, t.faults);
     }
     Ok(())
 }
 
-/// One queue's thread: opens its sockets, reports ready, waits for the
-/// redirect programs, binds, then serves until told to stop.
+/// One queue's thread: opens its sockets on one shared UMEM, reports
+/// ready, waits for the redirect programs, binds, then serves until told
+/// to stop. Each pass takes a batch from every port's RX ring, runs the
+/// program on each frame in place, and hands the frames on in batches.
 #[allow(clippy::too_many_arguments)]
 fn serve_queue(
-    vm: &mut Vm,
+    mut vm: Option<&mut Vm>,
     prog: usize,
-    def: &fastpath_rt::elf::ProgramDef,
+    name: &str,
     o: &Opts,
     q: u32,
     devs: &[(String, u32)],
@@ -473,30 +586,38 @@ fn serve_queue(
     attached: std::sync::Arc<std::sync::RwLock<Vec<(u32, i32)>>>,
 ) -> Result<QueueCounts, String> {
     use fastpath_rt::vm::Redirect;
-    use fastpath_rt::xsk::{bind_xskmap, Desc, Socket, FRAME};
+    use fastpath_rt::xsk::{bind_xskmap, Desc, Socket, Umem, FRAME, RING};
+    const BATCH: u32 = 64;
     struct Port {
         ifindex: u32,
         sock: Socket,
         tx: Vec<Desc>,
     }
-    let jit = if o.engine == "jit" { Some(Jit::compile(vm, prog)?) } else { None };
-    let mut ports = Vec::new();
+    let fail = |e: String| {
+        let _ = ready.send(Err(e.clone()));
+        Err(e)
+    };
+    let jit = match &vm {
+        Some(v) => native_code(v, prog, o)?,
+        None => None,
+    };
+    // Room for every port's fill and TX rings.
+    let mut umem = match Umem::new(devs.len() * 2 * RING as usize) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
+    };
+    let mut ports: Vec<Port> = Vec::new();
     for (dev, ifindex) in devs {
-        match Socket::open(*ifindex, q, 4096) {
+        match Socket::open(&mut umem, ports.first().map(|p| &p.sock), *ifindex, q) {
             Ok(sock) => {
                 if o.busy_poll {
                     if let Err(e) = sock.busy_poll() {
-                        let _ = ready.send(Err(e.clone()));
-                        return Err(e);
+                        return fail(e);
                     }
                 }
-                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(64) });
+                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(BATCH as usize * devs.len()) });
             }
-            Err(e) => {
-                let e = format!("{e}: does {dev} support AF_XDP and have {} queue(s)?", o.queues);
-                let _ = ready.send(Err(e.clone()));
-                return Err(e);
-            }
+            Err(e) => return fail(format!("{e}: does {dev} support AF_XDP and have {} queue(s)?", o.queues)),
         }
     }
     let _ = ready.send(Ok(()));
@@ -508,17 +629,24 @@ fn serve_queue(
         let map = attached.read().unwrap().iter().find(|(i, _)| *i == p.ifindex).map(|&(_, fd)| fd).ok_or("no redirect program for a port")?;
         bind_xskmap(map, q, &p.sock)?;
         let dev = &devs.iter().find(|(_, i)| *i == p.ifindex).unwrap().0;
-        eprintln!("fastpath-rt: {} on {dev} queue {q}, {} mode, {} ({})", def.name, if p.sock.zero_copy { "zero-copy" } else { "copy" }, o.engine, if o.generic { "generic XDP" } else { "native XDP" });
+        eprintln!(
+            "fastpath-rt: {name} on {dev} queue {q}, {} mode, {} ({}), {}",
+            if p.sock.zero_copy { "zero-copy" } else { "copy" },
+            if vm.is_some() { o.engine.as_str() } else { "no program" },
+            if o.generic { "generic XDP" } else { "native XDP" },
+            if ports.len() > 1 { "UMEM shared by the queue's sockets" } else { "own UMEM" }
+        );
     }
     let mut c = QueueCounts::default();
-    let mut pkt = Packet::new(&[], 0, q)?;
-    let mut rx = Vec::with_capacity(64);
+    let mut pkt = Packet::empty(0, q);
+    let mut rx = Vec::with_capacity(BATCH as usize);
     let mut idle = 0usize;
+    let n = ports.len();
     while !STOP.load(std::sync::atomic::Ordering::Relaxed) {
         let mut got = 0;
-        for pi in 0..ports.len() {
+        for pi in 0..n {
             rx.clear();
-            ports[pi].sock.recv(64, &mut rx);
+            ports[pi].sock.recv(BATCH, &mut rx);
             if rx.is_empty() {
                 continue;
             }
@@ -528,15 +656,21 @@ fn serve_queue(
             c.first.get_or_insert(now);
             for d in &rx {
                 let base = d.addr & !(FRAME as u64 - 1);
-                let off = (d.addr as usize) & (FRAME - 1);
-                let loaded = pkt.load(&ports[pi].sock.frame(base)[off..off + d.len as usize]);
-                pkt.ctx.ingress_ifindex = ports[pi].ifindex;
-                pkt.ctx.rx_queue_index = q;
-                if loaded.is_err() {
+                let Some(vm) = vm.as_deref_mut() else {
+                    // No program: on to the next port, as it came.
+                    c.verdicts[4] += 1;
+                    ports[(pi + 1) % n].tx.push(*d);
+                    continue;
+                };
+                let chunk = umem.chunk(d.addr);
+                // The program runs on the frame in the UMEM: no copy.
+                if unsafe { pkt.attach(chunk, (d.addr - base) as usize, d.len as usize) }.is_err() {
                     c.faults += 1;
-                    ports[pi].sock.recycle(d.addr);
+                    umem.recycle(d.addr);
                     continue;
                 }
+                pkt.ctx.ingress_ifindex = ports[pi].ifindex;
+                pkt.ctx.rx_queue_index = q;
                 let r = match &jit {
                     Some(j) => j.run(vm, prog, &mut pkt),
                     None => Exec::new(vm, &mut pkt).run(prog),
@@ -546,14 +680,10 @@ fn serve_queue(
                     0
                 });
                 c.verdicts[(ret as usize).min(4)] += 1;
+                let out = Desc { addr: base + pkt.data as u64, len: (pkt.data_end - pkt.data) as u32, options: 0 };
                 match ret as u32 {
-                    3 => {
-                        let out = pkt.output();
-                        ports[pi].sock.frame(base)[..out.len()].copy_from_slice(&out);
-                        ports[pi].tx.push(Desc { addr: base, len: out.len() as u32, options: 0 });
-                    }
+                    3 => ports[pi].tx.push(out),
                     4 => {
-                        ports[pi].sock.recycle(d.addr);
                         let target = match &pkt.redirect {
                             Some(Redirect::Ifindex(i)) => Some(*i),
                             Some(Redirect::Map { map, key }) => vm
@@ -562,36 +692,38 @@ fn serve_queue(
                                 .map(|v| u32::from_le_bytes(v[..4].try_into().unwrap())),
                             None => None,
                         };
-                        let to = target.and_then(|t| ports.iter().position(|p| p.ifindex == t));
-                        match to.and_then(|t| ports[t].sock.alloc().map(|a| (t, a))) {
-                            Some((t, a)) => {
-                                let out = pkt.output();
-                                ports[t].sock.frame(a)[..out.len()].copy_from_slice(&out);
-                                ports[t].tx.push(Desc { addr: a, len: out.len() as u32, options: 0 });
+                        match target.and_then(|t| ports.iter().position(|p| p.ifindex == t)) {
+                            Some(t) => ports[t].tx.push(out),
+                            None => {
+                                c.redirect_dropped += 1;
+                                umem.recycle(d.addr);
                             }
-                            None => c.redirect_dropped += 1,
                         }
                     }
                     2 => {
-                        if !tap.map(|t| t.write(&pkt.output())).unwrap_or(false) {
+                        if !tap.map(|t| t.write(umem.frame(&out))).unwrap_or(false) {
                             c.pass_without_tap += 1;
                         }
-                        ports[pi].sock.recycle(d.addr);
+                        umem.recycle(d.addr);
                     }
-                    _ => ports[pi].sock.recycle(d.addr),
-                }
-            }
-            for p in ports.iter_mut() {
-                if !p.tx.is_empty() {
-                    let n = p.sock.send(&p.tx);
-                    c.tx_ring_full += (p.tx.len() - n) as u64;
-                    p.tx.clear();
+                    _ => umem.recycle(d.addr),
                 }
             }
         }
+        for p in ports.iter_mut() {
+            if !p.tx.is_empty() {
+                let sent = p.sock.send(&mut umem, &p.tx);
+                c.tx_ring_full += (p.tx.len() - sent) as u64;
+                p.tx.clear();
+            }
+            p.sock.reclaim(&mut umem);
+        }
+        for p in ports.iter_mut() {
+            p.sock.refill(&mut umem, RING as usize);
+        }
         if got == 0 {
             idle += 1;
-            let i = idle % ports.len();
+            let i = idle % n;
             if o.busy_poll {
                 ports[i].sock.poke();
             } else {

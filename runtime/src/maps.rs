@@ -77,41 +77,86 @@ fn round8(n: usize) -> usize {
     (n + 7) & !7
 }
 
-/// One zeroed allocation that the writable maps' arenas are carved from, so
-/// that compiled code checks every map value with one range.
+/// Zeroed memory from the kernel, reserved but not committed: pages cost
+/// nothing until they are written, and a size the address space cannot
+/// hold is an error rather than an abort.
+pub struct Zeroed {
+    mem: *mut u8,
+    len: usize,
+}
+
+unsafe impl Send for Zeroed {}
+unsafe impl Sync for Zeroed {}
+
+impl Zeroed {
+    pub fn new(bytes: u128, what: &str) -> Result<Zeroed, String> {
+        let len = usize::try_from(bytes.max(8)).ok().filter(|&n| n < isize::MAX as usize).ok_or_else(|| too_big(what, bytes, "beyond the address space"))?;
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(too_big(what, bytes, &std::io::Error::last_os_error().to_string()));
+        }
+        Ok(Zeroed { mem: p as *mut u8, len })
+    }
+}
+
+impl Drop for Zeroed {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.mem as *mut libc::c_void, self.len) };
+    }
+}
+
+fn too_big(what: &str, bytes: u128, why: &str) -> String {
+    format!("{what}: {bytes} bytes ({:.1} GiB) of values cannot be allocated: {why}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// One zeroed allocation that the writable maps' arenas and the ring
+/// buffers are carved from, so that compiled code checks every map value
+/// and ring buffer record with one range that never moves. It reserves
+/// room (address space, not memory) for maps made later: the inner maps of
+/// maps of maps.
 pub struct Pool {
-    mem: Vec<u64>,
+    mem: Zeroed,
     used: usize,
 }
 
+/// Address space kept in the pool for maps made after the object's.
+const POOL_SPARE: u128 = 1 << 36;
+
 impl Pool {
-    pub fn new(bytes: usize) -> Pool {
-        Pool { mem: vec![0u64; bytes.div_ceil(8).max(1)], used: 0 }
+    pub fn new(bytes: u128) -> Result<Pool, String> {
+        let mem = Zeroed::new(bytes + POOL_SPARE, "the maps").or_else(|_| Zeroed::new(bytes, "the maps"))?;
+        Ok(Pool { mem, used: 0 })
     }
 
     fn take(&mut self, bytes: usize) -> Option<*mut u8> {
         let bytes = round8(bytes);
-        if self.used + bytes > self.mem.len() * 8 {
+        if self.used + bytes > self.mem.len {
             return None;
         }
-        let p = unsafe { (self.mem.as_mut_ptr() as *mut u8).add(self.used) };
+        let p = unsafe { self.mem.mem.add(self.used) };
         self.used += bytes;
         Some(p)
     }
 
+    /// The whole reserved range: compiled code checks against it, and
+    /// whatever of it no map uses yet is zero pages of the runtime's own.
     pub fn range(&self) -> (u64, u64) {
-        let s = self.mem.as_ptr() as u64;
-        (s, s + self.used as u64)
+        let s = self.mem.mem as u64;
+        (s, s + self.mem.len as u64)
     }
 }
 
 /// The bytes a map's values take, for sizing the pool.
-pub fn arena_bytes(def: &MapDef, ncpus: usize) -> usize {
+pub fn arena_bytes(def: &MapDef, ncpus: usize) -> u128 {
     let percpu = matches!(def.map_type, mt::PERCPU_ARRAY | mt::PERCPU_HASH | mt::LRU_PERCPU_HASH);
     match def.map_type {
         mt::ARRAY | mt::PERCPU_ARRAY | mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH | mt::LPM_TRIE => {
-            def.max_entries as usize * round8(def.value_size.max(1) as usize) * if percpu { ncpus } else { 1 }
+            def.max_entries as u128 * round8(def.value_size.max(1) as usize) as u128 * if percpu { ncpus as u128 } else { 1 }
         }
+        // Records are laid out in twice the ring's size, each contiguous.
+        mt::RINGBUF => 2 * def.max_entries as u128,
         _ => 0,
     }
 }
@@ -122,7 +167,7 @@ pub fn arena_bytes(def: &MapDef, ncpus: usize) -> usize {
 pub struct Arena {
     mem: *mut u8,
     /// The allocation, when the arena is not in a pool.
-    _own: Option<Vec<u64>>,
+    _own: Option<Zeroed>,
     elem: usize,
     slots: usize,
     ncpus: usize,
@@ -132,14 +177,14 @@ unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 
 impl Arena {
-    fn new(slots: usize, value_size: usize, ncpus: usize, pool: Option<&mut Pool>) -> Arena {
+    fn new(name: &str, slots: usize, value_size: usize, ncpus: usize, pool: Option<&mut Pool>) -> Result<Arena, String> {
         let elem = round8(value_size.max(1));
-        let bytes = slots * elem * ncpus;
-        if let Some(p) = pool.and_then(|p| p.take(bytes)) {
-            return Arena { mem: p, _own: None, elem, slots, ncpus };
+        let bytes = slots as u128 * elem as u128 * ncpus as u128;
+        if let Some(p) = pool.and_then(|p| usize::try_from(bytes).ok().and_then(|b| p.take(b))) {
+            return Ok(Arena { mem: p, _own: None, elem, slots, ncpus });
         }
-        let mut own = vec![0u64; bytes.div_ceil(8).max(1)];
-        Arena { mem: own.as_mut_ptr() as *mut u8, _own: Some(own), elem, slots, ncpus }
+        let own = Zeroed::new(bytes, &format!("map {name} ({slots} entries of {value_size} bytes)"))?;
+        Ok(Arena { mem: own.mem, _own: Some(own), elem, slots, ncpus })
     }
 
     fn ptr(&self, slot: usize, cpu: usize) -> *mut u8 {
@@ -165,16 +210,22 @@ impl Arena {
 }
 
 /// Slot allocation for hash-like maps, with LRU order when asked.
+/// Slots are handed out in order and reused when freed, so that a map of
+/// 2^31 entries costs what its entries use.
 pub struct Slots {
+    /// Slot by key (an LPM trie's: the prefix length and the bits it covers).
     index: KeyMap<usize>,
+    /// The key each slot holds, as last written (an LPM trie keeps the
+    /// bytes beyond the prefix, as the kernel does).
     keys: Vec<Option<Vec<u8>>>,
     free: Vec<usize>,
+    capacity: usize,
     lru: Option<VecDeque<usize>>,
 }
 
 impl Slots {
     fn new(n: usize, lru: bool) -> Slots {
-        Slots { index: KeyMap::default(), keys: vec![None; n], free: (0..n).rev().collect(), lru: lru.then(VecDeque::new) }
+        Slots { index: KeyMap::default(), keys: Vec::new(), free: Vec::new(), capacity: n, lru: lru.then(VecDeque::new) }
     }
 
     fn touch(&mut self, slot: usize) {
@@ -200,6 +251,10 @@ impl Slots {
     fn alloc(&mut self) -> Option<usize> {
         if let Some(s) = self.free.pop() {
             return Some(s);
+        }
+        if self.keys.len() < self.capacity {
+            self.keys.push(None);
+            return Some(self.keys.len() - 1);
         }
         let lru = self.lru.as_mut()?;
         let mut counts: HashMap<usize, usize> = HashMap::new();
@@ -233,7 +288,7 @@ impl Slots {
 pub enum Store {
     Array(Arena),
     Hash(Arena, Mutex<Slots>),
-    Lpm { arena: Arena, slots: Mutex<Slots>, bits: u32 },
+    Lpm { arena: Arena, slots: Mutex<Slots>, bits: u32, lens: Mutex<Vec<u32>> },
     /// Map-in-map, program array, devmap, cpumap, xskmap: small values
     /// (ids, indexes) kept by key.
     Refs(Mutex<HashMap<Vec<u8>, Vec<u8>>>),
@@ -243,8 +298,13 @@ pub enum Store {
 pub struct Ringbuf {
     pub size: usize,
     used: usize,
-    /// Reserved, not yet submitted: pointer → (buffer, charged bytes).
-    pending: HashMap<u64, (Box<[u8]>, usize)>,
+    /// Where records are reserved: twice the ring's size, so that each is
+    /// contiguous, as the kernel maps its ring twice.
+    arena: Arena,
+    /// The producer's position, in bytes.
+    head: usize,
+    /// Reserved, not yet submitted: pointer → (length, charged bytes).
+    pending: HashMap<u64, (usize, usize)>,
     pub records: VecDeque<Vec<u8>>,
     charged: VecDeque<usize>,
 }
@@ -260,23 +320,25 @@ impl Ringbuf {
             return None;
         }
         self.used += c;
-        let buf = vec![0u8; len].into_boxed_slice();
-        let p = buf.as_ptr() as u64;
-        self.pending.insert(p, (buf, c));
-        Some(p)
+        // After an 8-byte header, as in the kernel's ring.
+        let p = unsafe { self.arena.mem.add(self.head % self.size + 8) };
+        self.head += c;
+        unsafe { std::ptr::write_bytes(p, 0, len) };
+        self.pending.insert(p as u64, (len, c));
+        Some(p as u64)
     }
 
     pub fn pending_region(&self, addr: u64, len: u64) -> bool {
-        self.pending.iter().any(|(&p, (b, _))| addr >= p && addr + len <= p + b.len() as u64)
+        self.pending.iter().any(|(&p, &(n, _))| addr >= p && addr + len <= p + n as u64)
     }
 
     pub fn submit(&mut self, p: u64, discard: bool) -> bool {
         match self.pending.remove(&p) {
-            Some((b, c)) => {
+            Some((n, c)) => {
                 if discard {
                     self.used -= c;
                 } else {
-                    self.records.push_back(b.into_vec());
+                    self.records.push_back(unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec());
                     self.charged.push_back(c);
                 }
                 true
@@ -288,8 +350,7 @@ impl Ringbuf {
     pub fn output(&mut self, data: &[u8]) -> bool {
         match self.reserve(data.len()) {
             Some(p) => {
-                let (b, _) = self.pending.get_mut(&p).unwrap();
-                b.copy_from_slice(data);
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, data.len()) };
                 self.submit(p, false)
             }
             None => false,
@@ -327,7 +388,7 @@ impl Map {
         }
         let store = match def.map_type {
             mt::ARRAY | mt::PERCPU_ARRAY => {
-                let a = Arena::new(n, vs, cpus, pool);
+                let a = Arena::new(&def.name, n, vs, cpus, pool)?;
                 if let Some(d) = &def.data {
                     a.write(0, 0, d);
                 }
@@ -335,13 +396,14 @@ impl Map {
             }
             mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH => {
                 let lru = matches!(def.map_type, mt::LRU_HASH | mt::LRU_PERCPU_HASH);
-                Store::Hash(Arena::new(n, vs, cpus, pool), Mutex::new(Slots::new(n, lru)))
+                Store::Hash(Arena::new(&def.name, n, vs, cpus, pool)?, Mutex::new(Slots::new(n, lru)))
             }
             mt::LPM_TRIE => {
                 if def.key_size < 5 || def.flags & 1 == 0 {
                     return Err(format!("map {}: an LPM trie needs a key of 4 + data bytes and BPF_F_NO_PREALLOC", def.name));
                 }
-                Store::Lpm { arena: Arena::new(n, vs, 1, pool), slots: Mutex::new(Slots::new(n, false)), bits: (def.key_size - 4) * 8 }
+                let bits = (def.key_size - 4) * 8;
+                Store::Lpm { arena: Arena::new(&def.name, n, vs, 1, pool)?, slots: Mutex::new(Slots::new(n, false)), bits, lens: Mutex::new(vec![0; bits as usize + 1]) }
             }
             mt::ARRAY_OF_MAPS | mt::HASH_OF_MAPS | mt::PROG_ARRAY | mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP => {
                 Store::Refs(Mutex::new(HashMap::new()))
@@ -350,7 +412,8 @@ impl Map {
                 if n == 0 || !n.is_power_of_two() || n % 4096 != 0 {
                     return Err(format!("map {}: a ring buffer's size must be a power of two and a multiple of the page size", def.name));
                 }
-                Store::Ringbuf(Mutex::new(Ringbuf { size: n, used: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() }))
+                let arena = Arena::new(&def.name, 2, n, 1, pool)?;
+                Store::Ringbuf(Mutex::new(Ringbuf { size: n, used: 0, arena, head: 0, pending: HashMap::new(), records: VecDeque::new(), charged: VecDeque::new() }))
             }
             t => return Err(format!("map {}: type {t} ({}) is not supported", def.name, mt::name(t))),
         };
@@ -402,13 +465,16 @@ impl Map {
                 s.touch(slot);
                 Some(a.ptr(slot, c) as u64)
             }
-            Store::Lpm { arena, slots, bits } => {
+            Store::Lpm { arena, slots, bits, lens } => {
                 let slots = slots.lock().unwrap();
+                let lens = lens.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().ok()?).min(*bits);
-                let data = &key[4..];
-                for l in (0..=plen).rev() {
-                    let k = lpm_key(l, data);
-                    if let Some(&slot) = slots.index.get(&k) {
+                let data = &key[4..4 + (*bits as usize / 8)];
+                // Only the prefix lengths the trie holds, longest first.
+                let mut k = [0u8; 4 + 256];
+                for l in (0..=plen).rev().filter(|&l| lens[l as usize] > 0) {
+                    let n = lpm_key_into(l, data, &mut k);
+                    if let Some(&slot) = slots.index.get(&k[..n]) {
                         return Some(arena.ptr(slot, 0) as u64);
                     }
                 }
@@ -486,7 +552,7 @@ impl Map {
                 write(a, slot);
                 0
             }
-            Store::Lpm { arena, slots, bits } => {
+            Store::Lpm { arena, slots, bits, lens } => {
                 let mut slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
                 if plen > *bits {
@@ -503,11 +569,13 @@ impl Map {
                     Some(s) => s,
                     None => {
                         let Some(s) = slots.alloc() else { return -ENOSPC };
-                        slots.index.insert(k.clone(), s);
-                        slots.keys[s] = Some(k);
+                        slots.index.insert(k, s);
+                        lens.lock().unwrap()[plen as usize] += 1;
                         s
                     }
                 };
+                // The kernel replaces the node: its key bytes are this update's.
+                slots.keys[slot] = Some(key[..self.def.key_size as usize].to_vec());
                 arena.write(slot, 0, &value[..vs]);
                 0
             }
@@ -539,13 +607,18 @@ impl Map {
             Store::Hash(_, s) => {
                 if s.lock().unwrap().remove(key).is_some() { 0 } else { -ENOENT }
             }
-            Store::Lpm { slots, bits, .. } => {
+            Store::Lpm { slots, bits, lens, .. } => {
                 let mut slots = slots.lock().unwrap();
                 let plen = u32::from_le_bytes(key[..4].try_into().unwrap());
                 if plen > *bits {
                     return -EINVAL;
                 }
-                if slots.remove(&lpm_key(plen, &key[4..])).is_some() { 0 } else { -ENOENT }
+                if slots.remove(&lpm_key(plen, &key[4..])).is_some() {
+                    lens.lock().unwrap()[plen as usize] -= 1;
+                    0
+                } else {
+                    -ENOENT
+                }
             }
             Store::Refs(m) => {
                 if m.lock().unwrap().remove(key).is_some() { 0 } else { -ENOENT }
@@ -571,7 +644,7 @@ impl Map {
         match &self.store {
             Store::Array(a) => self.array_index(key).map(|i| read(a, i)),
             Store::Hash(a, s) => s.lock().unwrap().index.get(key).map(|&slot| read(a, slot)),
-            Store::Lpm { arena, slots, bits } => {
+            Store::Lpm { arena, slots, bits, .. } => {
                 let plen = u32::from_le_bytes(key.get(..4)?.try_into().ok()?);
                 if plen > *bits {
                     return None;
@@ -587,7 +660,7 @@ impl Map {
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut keys: Vec<Vec<u8>> = match &self.store {
             Store::Array(a) => (0..a.slots as u32).map(|i| i.to_le_bytes().to_vec()).collect(),
-            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.lock().unwrap().index.keys().cloned().collect(),
+            Store::Hash(_, s) | Store::Lpm { slots: s, .. } => s.lock().unwrap().keys.iter().flatten().cloned().collect(),
             Store::Refs(m) => m.lock().unwrap().keys().cloned().collect(),
             Store::Ringbuf(_) => Vec::new(),
         };
@@ -601,6 +674,16 @@ impl Map {
             _ => None,
         }
     }
+}
+
+/// lpm_key into a buffer; returns its length.
+fn lpm_key_into(plen: u32, data: &[u8], out: &mut [u8]) -> usize {
+    out[..4].copy_from_slice(&plen.to_le_bytes());
+    for (i, &b) in data.iter().enumerate() {
+        let bit = i as u32 * 8;
+        out[4 + i] = if bit + 8 <= plen { b } else if bit >= plen { 0 } else { b & (0xffu8 << (8 - (plen - bit))) };
+    }
+    4 + data.len()
 }
 
 /// An LPM entry's identity: its length and the data bits it covers.
@@ -619,7 +702,9 @@ mod tests {
     use super::*;
 
     fn def(t: u32, k: u32, v: u32, n: u32, flags: u32) -> MapDef {
-        MapDef { name: "t".into(), map_type: t, key_size: k, value_size: v, max_entries: n, flags, inner: None, data: None, readonly: false }
+        let mut d = MapDef::new("t", t, k, v, n);
+        d.flags = flags;
+        d
     }
 
     #[test]

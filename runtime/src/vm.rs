@@ -51,53 +51,114 @@ pub struct XdpMd {
     pub egress_ifindex: u32,
 }
 
+/// Frags of a multi-buffer frame are pages, as BPF_PROG_TEST_RUN makes them.
+pub const FRAG_SIZE: usize = 4096;
+/// MAX_SKB_FRAGS: a frame needing more is refused with ENOMEM.
+pub const MAX_FRAGS: usize = 17;
+pub const ETH_HLEN: usize = 14;
+pub const EINVAL: i64 = 22;
+pub const ENOMEM: i64 = 12;
+
+/// One frame as a program sees it: a FRAME_SIZE buffer (the runtime's own,
+/// or a UMEM chunk the frame arrived in) with offsets into it, and, for a
+/// multi-buffer frame, the pages after the linear part.
 pub struct Packet {
-    pub buf: Box<[u8; FRAME_SIZE]>,
-    /// Offsets into buf.
+    buf: *mut u8,
+    /// The runtime's own buffer, when the packet does not sit in a UMEM.
+    own: Box<[u8; FRAME_SIZE]>,
+    /// Offsets into the buffer.
     pub meta: usize,
     pub data: usize,
     pub data_end: usize,
+    /// The paged part of a multi-buffer frame (empty for a linear one).
+    pub frags: Vec<Vec<u8>>,
     pub ctx: XdpMd,
     pub redirect: Option<Redirect>,
 }
 
+unsafe impl Send for Packet {}
+
 impl Packet {
-    pub fn new(frame: &[u8], ingress_ifindex: u32, rx_queue: u32) -> Result<Packet, String> {
-        if frame.len() > MAX_PACKET {
-            return Err(format!("packet of {} bytes: at most {MAX_PACKET} fit a frame", frame.len()));
-        }
-        let mut buf = Box::new([0u8; FRAME_SIZE]);
-        buf[HEADROOM..HEADROOM + frame.len()].copy_from_slice(frame);
-        Ok(Packet {
-            buf,
+    /// An empty packet in the runtime's own buffer.
+    pub fn empty(ingress_ifindex: u32, rx_queue: u32) -> Packet {
+        let mut own = Box::new([0u8; FRAME_SIZE]);
+        Packet {
+            buf: own.as_mut_ptr(),
+            own,
             meta: HEADROOM,
             data: HEADROOM,
-            data_end: HEADROOM + frame.len(),
+            data_end: HEADROOM,
+            frags: Vec::new(),
             ctx: XdpMd { data: 0, data_end: 0, data_meta: 0, ingress_ifindex, rx_queue_index: rx_queue, egress_ifindex: 0 },
             redirect: None,
-        })
+        }
     }
 
-    /// Reuses the buffer for the next frame.
-    pub fn load(&mut self, frame: &[u8]) -> Result<(), String> {
-        if frame.len() > MAX_PACKET {
-            return Err(format!("packet of {} bytes: at most {MAX_PACKET} fit a frame", frame.len()));
+    /// A packet laid out as BPF_PROG_TEST_RUN lays it out: up to
+    /// MAX_PACKET bytes in the linear part, the rest in pages. Err holds
+    /// the kernel's errno for a frame it refuses (shorter than an Ethernet
+    /// header: EINVAL; more pages than MAX_SKB_FRAGS: ENOMEM).
+    pub fn for_test_run(frame: &[u8], ingress_ifindex: u32, rx_queue: u32) -> Result<Packet, (i64, String)> {
+        if frame.len() < ETH_HLEN {
+            return Err((EINVAL, format!("frame of {} bytes, shorter than an Ethernet header", frame.len())));
         }
-        self.buf[HEADROOM..HEADROOM + frame.len()].copy_from_slice(frame);
-        self.meta = HEADROOM;
-        self.data = HEADROOM;
-        self.data_end = HEADROOM + frame.len();
+        let linear = frame.len().min(MAX_PACKET);
+        let rest = &frame[linear..];
+        if rest.len().div_ceil(FRAG_SIZE) > MAX_FRAGS {
+            return Err((ENOMEM, format!("frame of {} bytes: more than {MAX_FRAGS} pages after the linear part", frame.len())));
+        }
+        let mut p = Packet::empty(ingress_ifindex, rx_queue);
+        p.own[HEADROOM..HEADROOM + linear].copy_from_slice(&frame[..linear]);
+        p.data_end = HEADROOM + linear;
+        p.frags = rest.chunks(FRAG_SIZE).map(|c| c.to_vec()).collect();
+        Ok(p)
+    }
+
+    /// Puts the packet on a frame that sits elsewhere (a UMEM chunk of
+    /// FRAME_SIZE bytes), without copying it: the program reads and
+    /// writes the frame in place.
+    ///
+    /// # Safety
+    /// `chunk` must point to FRAME_SIZE bytes that stay valid, and that
+    /// nothing else touches, until the packet is put on another frame.
+    pub unsafe fn attach(&mut self, chunk: *mut u8, off: usize, len: usize) -> Result<(), String> {
+        if off < XDP_FRAME_STRUCT || off + len > FRAME_SIZE - TAILROOM {
+            return Err(format!("frame of {len} bytes at offset {off} does not fit a {FRAME_SIZE}-byte chunk's data area"));
+        }
+        self.buf = chunk;
+        self.meta = off;
+        self.data = off;
+        self.data_end = off + len;
+        self.frags.clear();
         self.redirect = None;
         Ok(())
     }
 
     pub fn base(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.buf as u64
     }
 
-    /// What BPF_PROG_TEST_RUN returns: metadata and packet.
+    /// The whole buffer the packet sits in.
+    pub fn frame(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.buf, FRAME_SIZE) }
+    }
+
+    /// The frame's length, paged part included (bpf_xdp_get_buff_len).
+    pub fn len(&self) -> usize {
+        self.data_end - self.data + self.frags.iter().map(|f| f.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What BPF_PROG_TEST_RUN returns: metadata, packet, then its pages.
     pub fn output(&self) -> Vec<u8> {
-        self.buf[self.meta..self.data_end].to_vec()
+        let mut out = unsafe { std::slice::from_raw_parts(self.buf.add(self.meta), self.data_end - self.meta) }.to_vec();
+        for f in &self.frags {
+            out.extend_from_slice(f);
+        }
+        out
     }
 }
 
@@ -113,6 +174,8 @@ pub struct Vm {
     pub stack: Vec<u8>,
     /// The writable maps' values, in one range.
     pub pool: std::sync::Arc<crate::maps::Pool>,
+    /// The helper semantics of the kernel the runtime behaves as.
+    pub sem: crate::kernel::Semantics,
 }
 
 impl Clone for Program {
@@ -149,10 +212,29 @@ impl Vm {
     pub fn new(obj: &BpfObject, ncpus: usize) -> Result<Vm, String> {
         let ncpus = ncpus.max(1);
         let bytes = obj.maps.iter().filter(|d| !d.readonly).map(|d| crate::maps::arena_bytes(d, ncpus)).sum();
-        let mut pool = crate::maps::Pool::new(bytes);
+        // When the maps do not fit, the error names the largest.
+        let mut pool = crate::maps::Pool::new(bytes).map_err(|e| match obj.maps.iter().max_by_key(|d| crate::maps::arena_bytes(d, ncpus)) {
+            Some(d) => e.replacen("the maps", &format!("map {} ({} entries of {} bytes)", d.name, d.max_entries, d.value_size), 1),
+            None => e,
+        })?;
         let mut maps = Vec::new();
         for d in &obj.maps {
             maps.push(Map::new_in(d, ncpus, Some(&mut pool))?);
+        }
+        // `.maps` initialisers, as libbpf applies them: a program array
+        // holds program indexes, a map of maps map indexes.
+        for (m, d) in maps.iter().zip(&obj.maps) {
+            for (slot, target) in &d.init {
+                let v = if d.map_type == crate::elf::map_type::PROG_ARRAY {
+                    obj.programs.iter().position(|p| &p.name == target).ok_or_else(|| format!("map {}: slot {slot}: no program {target}", d.name))?
+                } else {
+                    obj.maps.iter().position(|x| &x.name == target).ok_or_else(|| format!("map {}: slot {slot}: no map {target}", d.name))?
+                };
+                let r = m.update(&slot.to_le_bytes(), &(v as u32).to_le_bytes(), 0, None);
+                if r != 0 {
+                    return Err(format!("map {}: slot {slot} = {target}: error {}", d.name, -r));
+                }
+            }
         }
         let mut vm = Vm {
             maps: std::sync::Arc::new(maps),
@@ -162,6 +244,7 @@ impl Vm {
             regions: Vec::new(),
             stack: vec![0; crate::interp::STACK_TOTAL],
             pool: std::sync::Arc::new(pool),
+            sem: crate::kernel::semantics(),
         };
         for p in &obj.programs {
             let prog = match vm.resolve(&p.name, &p.section, &p.insns, &obj.maps) {
@@ -185,6 +268,7 @@ impl Vm {
             regions: self.regions.clone(),
             stack: vec![0; crate::interp::STACK_TOTAL],
             pool: self.pool.clone(),
+            sem: self.sem,
         }
     }
 

@@ -1,7 +1,9 @@
-//! AF_XDP I/O: one socket per queue on a UMEM of 4 KiB frames, fed by a
-//! small XDP program in the kernel that redirects every frame of the queue
-//! to the socket (or passes it when none is bound). The program and its link
-//! are the process's: they go when it exits.
+//! AF_XDP I/O: one socket per queue of each device, the sockets of one
+//! queue sharing one UMEM of 4 KiB frames (XDP_SHARED_UMEM), so that frames
+//! go from one port to another without a copy. A small XDP program in the
+//! kernel redirects every frame of the queue to the socket (or passes it when
+//! none is bound). The program and its link are the process's: they go when
+//! it exits.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -18,13 +20,14 @@ const XDP_UMEM_FILL_RING: i32 = 5;
 const XDP_UMEM_COMPLETION_RING: i32 = 6;
 const XDP_COPY: u16 = 1 << 1;
 const XDP_ZEROCOPY: u16 = 1 << 2;
+const XDP_SHARED_UMEM: u16 = 1 << 0;
 const PGOFF_RX: i64 = 0;
 const PGOFF_TX: i64 = 0x8000_0000;
 const PGOFF_FILL: i64 = 0x1_0000_0000;
 const PGOFF_COMP: i64 = 0x1_8000_0000;
 
 pub const FRAME: usize = 4096;
-const RING: u32 = 2048;
+pub const RING: u32 = 2048;
 
 fn errno(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
@@ -129,25 +132,68 @@ impl<T: Copy> Drop for Ring<T> {
     }
 }
 
-/// One AF_XDP socket with its own UMEM.
+/// The frames of one thread's sockets: one UMEM that every socket of the
+/// thread shares (XDP_SHARED_UMEM), so a frame received on one port is
+/// sent from another without a copy, and one list of the frames that are
+/// free.
+pub struct Umem {
+    mem: *mut u8,
+    len: usize,
+    free: Vec<u64>,
+}
+
+unsafe impl Send for Umem {}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.mem as *mut libc::c_void, self.len) };
+    }
+}
+
+impl Umem {
+    pub fn new(frames: usize) -> Result<Umem, String> {
+        let len = frames * FRAME;
+        let mem = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0) };
+        if mem == libc::MAP_FAILED {
+            return Err(errno("allocate the UMEM"));
+        }
+        Ok(Umem { mem: mem as *mut u8, len, free: (0..frames as u64).rev().map(|i| i * FRAME as u64).collect() })
+    }
+
+    /// The chunk a descriptor's address falls in: FRAME bytes.
+    pub fn chunk(&mut self, addr: u64) -> *mut u8 {
+        unsafe { self.mem.add((addr & !(FRAME as u64 - 1)) as usize) }
+    }
+
+    /// The frame a descriptor points to.
+    pub fn frame(&mut self, d: &Desc) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.mem.add(d.addr as usize), d.len as usize) }
+    }
+
+    pub fn recycle(&mut self, addr: u64) {
+        self.free.push(addr & !(FRAME as u64 - 1));
+    }
+
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+}
+
+/// One AF_XDP socket: its four rings, on the thread's UMEM.
 pub struct Socket {
     pub fd: i32,
-    umem: *mut u8,
-    umem_len: usize,
     rx: Ring<Desc>,
     tx: Ring<Desc>,
     fill: Ring<u64>,
     comp: Ring<u64>,
-    free: Vec<u64>,
     pub zero_copy: bool,
+    /// Frames given to the kernel (fill ring, TX ring) not yet back.
+    pub outstanding: usize,
 }
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        unsafe {
-            libc::close(self.fd);
-            libc::munmap(self.umem as *mut libc::c_void, self.umem_len);
-        }
+        unsafe { libc::close(self.fd) };
     }
 }
 
@@ -160,37 +206,32 @@ fn setsockopt<T>(fd: i32, opt: i32, v: &T) -> Result<(), String> {
 }
 
 impl Socket {
-    /// Opens a socket on the interface's queue, zero-copy if the driver
-    /// can and copy mode otherwise.
-    pub fn open(ifindex: u32, queue: u32, frames: usize) -> Result<Socket, String> {
+    /// Opens a socket on the interface's queue. The first socket of a UMEM
+    /// registers it and binds zero-copy if the driver can, copy mode
+    /// otherwise; the others share it (XDP_SHARED_UMEM, same mode) with
+    /// fill and completion rings of their own.
+    pub fn open(umem: &mut Umem, first: Option<&Socket>, ifindex: u32, queue: u32) -> Result<Socket, String> {
         let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
             return Err(errno("open an AF_XDP socket (the kernel needs CONFIG_XDP_SOCKETS)"));
         }
-        let umem_len = frames * FRAME;
-        let umem = unsafe { libc::mmap(std::ptr::null_mut(), umem_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0) };
-        if umem == libc::MAP_FAILED {
-            unsafe { libc::close(fd) };
-            return Err(errno("allocate the UMEM"));
-        }
         let close = |e: String| {
-            unsafe {
-                libc::close(fd);
-                libc::munmap(umem, umem_len);
-            }
+            unsafe { libc::close(fd) };
             e
         };
-        #[repr(C)]
-        struct UmemReg {
-            addr: u64,
-            len: u64,
-            chunk_size: u32,
-            headroom: u32,
-            flags: u32,
-            pad: u32,
+        if first.is_none() {
+            #[repr(C)]
+            struct UmemReg {
+                addr: u64,
+                len: u64,
+                chunk_size: u32,
+                headroom: u32,
+                flags: u32,
+                pad: u32,
+            }
+            let reg = UmemReg { addr: umem.mem as u64, len: umem.len as u64, chunk_size: FRAME as u32, headroom: 0, flags: 0, pad: 0 };
+            setsockopt(fd, XDP_UMEM_REG, &reg).map_err(close)?;
         }
-        let reg = UmemReg { addr: umem as u64, len: umem_len as u64, chunk_size: FRAME as u32, headroom: 0, flags: 0, pad: 0 };
-        setsockopt(fd, XDP_UMEM_REG, &reg).map_err(close)?;
         for opt in [XDP_UMEM_FILL_RING, XDP_UMEM_COMPLETION_RING, XDP_RX_RING, XDP_TX_RING] {
             setsockopt(fd, opt, &RING).map_err(close)?;
         }
@@ -211,10 +252,14 @@ impl Socket {
             queue: u32,
             shared: u32,
         }
-        let mut zero_copy = true;
+        let mut zero_copy = first.map(|f| f.zero_copy).unwrap_or(true);
         let mut bound = false;
-        for flags in [XDP_ZEROCOPY, XDP_COPY] {
-            let sa = SockaddrXdp { family: AF_XDP as u16, flags, ifindex, queue, shared: 0 };
+        let tries: &[(u16, u32)] = match first {
+            Some(f) => &[(XDP_SHARED_UMEM, f.fd as u32)],
+            None => &[(XDP_ZEROCOPY, 0), (XDP_COPY, 0)],
+        };
+        for &(flags, shared) in tries {
+            let sa = SockaddrXdp { family: AF_XDP as u16, flags, ifindex, queue, shared };
             if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<SockaddrXdp>() as u32) } == 0 {
                 bound = true;
                 break;
@@ -222,47 +267,44 @@ impl Socket {
             zero_copy = false;
         }
         if !bound {
+            let e = errno(&format!("bind an AF_XDP socket to interface {ifindex} queue {queue}{}", if first.is_some() { " sharing the UMEM" } else { "" }));
             drop((rx, tx, fill, comp));
-            return Err(close(errno(&format!("bind an AF_XDP socket to interface {ifindex} queue {queue}"))));
+            return Err(close(e));
         }
-        let mut s = Socket { fd, umem: umem as *mut u8, umem_len, rx, tx, fill, comp, free: (0..frames as u64).map(|i| i * FRAME as u64).collect(), zero_copy };
-        s.refill();
+        let mut s = Socket { fd, rx, tx, fill, comp, zero_copy, outstanding: 0 };
+        s.refill(umem, RING as usize);
         Ok(s)
     }
 
-    /// Gives the kernel free frames to receive into.
-    fn refill(&mut self) {
+    /// Gives the kernel up to `max` free frames to receive into.
+    pub fn refill(&mut self, umem: &mut Umem, max: usize) {
         let (prod, room) = self.fill.free();
-        let n = room.min(self.free.len() as u32);
+        let n = (room as usize).min(umem.free.len()).min(max) as u32;
         for i in 0..n {
-            let a = self.free.pop().unwrap();
+            let a = umem.free.pop().unwrap();
             self.fill.put(prod.wrapping_add(i), a);
         }
         if n > 0 {
             self.fill.submit(n);
+            self.outstanding += n as usize;
         }
     }
 
-    /// Takes back frames the kernel has sent.
-    fn reclaim(&mut self) {
+    /// Takes back the frames the kernel has sent.
+    pub fn reclaim(&mut self, umem: &mut Umem) {
         let (cons, n) = self.comp.available();
         for i in 0..n {
-            self.free.push(self.comp.get(cons.wrapping_add(i)));
+            umem.recycle(self.comp.get(cons.wrapping_add(i)));
         }
         if n > 0 {
             self.comp.release(n);
+            self.outstanding -= n as usize;
         }
     }
 
-    pub fn frame(&mut self, addr: u64) -> &mut [u8] {
-        unsafe { std::slice::from_raw_parts_mut(self.umem.add(addr as usize), FRAME) }
-    }
-
-    /// Receives up to `max` frames; the caller hands each back with `tx` or
-    /// `recycle`.
+    /// Receives up to `max` frames, in one pass over the ring; the caller
+    /// sends each on (`send`) or gives it back to the UMEM.
     pub fn recv(&mut self, max: u32, out: &mut Vec<Desc>) {
-        self.reclaim();
-        self.refill();
         let (cons, n) = self.rx.available();
         let n = n.min(max);
         for i in 0..n {
@@ -270,32 +312,25 @@ impl Socket {
         }
         if n > 0 {
             self.rx.release(n);
+            self.outstanding -= n as usize;
         }
     }
 
-    /// A free frame to send from (a redirect into this port).
-    pub fn alloc(&mut self) -> Option<u64> {
-        self.reclaim();
-        self.free.pop()
-    }
-
-    pub fn recycle(&mut self, addr: u64) {
-        self.free.push(addr & !(FRAME as u64 - 1));
-    }
-
-    /// Queues frames for sending and wakes the kernel; frames that do not
-    /// fit the ring are recycled and counted as dropped.
-    pub fn send(&mut self, descs: &[Desc]) -> usize {
+    /// Queues frames for sending, in one pass, and wakes the kernel;
+    /// frames that do not fit the ring go back to the UMEM. Returns how
+    /// many were queued.
+    pub fn send(&mut self, umem: &mut Umem, descs: &[Desc]) -> usize {
         let (prod, room) = self.tx.free();
         let n = room.min(descs.len() as u32);
         for (i, d) in descs[..n as usize].iter().enumerate() {
             self.tx.put(prod.wrapping_add(i as u32), *d);
         }
         for d in &descs[n as usize..] {
-            self.recycle(d.addr);
+            umem.recycle(d.addr);
         }
         if n > 0 {
             self.tx.submit(n);
+            self.outstanding += n as usize;
             self.kick();
         }
         n as usize

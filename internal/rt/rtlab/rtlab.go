@@ -23,8 +23,17 @@ import (
 
 // The runtime's lab rows: the xdp-redirect scenario's own object, run by
 // fastpath-rt over AF_XDP on both DUT veths, beside the kernel running it
-// natively (xdp-redirect) in the same bench.
+// natively (xdp-redirect) and beside fastpath-rt forwarding with no program
+// at all (afxdp-fwd: the same sockets, rings, UMEM and mode, the ceiling of
+// AF_XDP on this testbed), in the same bench.
 func init() {
+	lab.Register(lab.Scenario{
+		Name:        "afxdp-fwd",
+		Description: "fastpath-rt forwarding over AF_XDP with no program (the same rings and mode as rt-*), veth1 → veth3",
+		Layout:      lab.LayoutDUT,
+		Order:       69,
+		Setup:       func(tb lab.Testbed) (func() error, error) { return startRuntime(tb, "") },
+	})
 	for i, engine := range []string{"interp", "jit"} {
 		engine := engine
 		lab.Register(lab.Scenario{
@@ -35,11 +44,12 @@ func init() {
 			Setup:       func(tb lab.Testbed) (func() error, error) { return startRuntime(tb, engine) },
 		})
 	}
-	lab.RegisterGroup("rt", "xdp-redirect", "rt-interp", "rt-jit")
+	lab.RegisterGroup("rt", "xdp-redirect", "afxdp-fwd", "rt-interp", "rt-jit")
 }
 
 // startRuntime runs fastpath-rt in the DUT's namespace on the last CPU but
-// one (the generator and the veths have the last), and stops it on teardown.
+// one (the generator and the veths have the last), and stops it on
+// teardown. With no engine it forwards without a program.
 func startRuntime(tb lab.Testbed, engine string) (func() error, error) {
 	bin, err := rt.Binary()
 	if err != nil {
@@ -66,6 +76,9 @@ func startRuntime(tb lab.Testbed, engine string) (func() error, error) {
 		return nil, err
 	}
 	args := []string{"run", obj, "--dev", tb.DUTIn().Dev, "--dev", out.Dev, "--engine", engine, "--maps-in", maps, "--json"}
+	if engine == "" {
+		args = []string{"forward", "--dev", tb.DUTIn().Dev, "--dev", out.Dev, "--json"}
+	}
 	if n := runtime.NumCPU(); n > 1 {
 		if _, err := exec.LookPath("taskset"); err == nil {
 			args = append([]string{"-c", fmt.Sprint(n - 2), bin}, args...)

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/scionlab"
+)
+
+// labScionCmd is `fastpath lab scion`: a real SCION network of
+// scionproto's own services in the lab's namespaces.
+func labScionCmd(prefix *string) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "scion",
+		Short: "a SCION network of scionproto's router, control service and daemon, an AS per namespace",
+		Long: `A SCION network in network namespaces: one core AS (1-64512) and its leaf ASes
+(1-64513, ...), each running scionproto ` + "v0.12.0" + `'s router, control service and daemon,
+joined by veth pairs, each with an internal network (a veth) to an end host in a
+namespace of its own that runs the dispatcher shim (it answers scion ping). The
+programs are built once from the Go module proxy; the crypto is made fresh by
+scion-pki testcrypto at each up. See docs/scion-lab.md.`,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "dir", scionlab.DefaultDir, "where the configuration, crypto, databases, logs and the record of the running network live")
+	network := func() (scionlab.Network, error) {
+		n := scionlab.Network{Prefix: *prefix, Dir: dir}
+		if err := n.Validate(); err != nil {
+			return n, err
+		}
+		return n, preflight.Root()
+	}
+
+	var (
+		ases    int
+		hybrid  bool
+		timeout time.Duration
+	)
+	up := &cobra.Command{
+		Use:   "up [--ases N] [--hybrid]",
+		Short: "build the network, start its services and wait for paths",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := network()
+			if err != nil {
+				return err
+			}
+			if hybrid {
+				if err := preflight.BPF(); err != nil {
+					return err
+				}
+			}
+			if _, _, err := n.Plan(ases); err != nil {
+				return err
+			}
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Hybrid: hybrid, Timeout: timeout, Log: os.Stderr}); err != nil {
+				return err
+			}
+			st, err := n.Status()
+			if err != nil {
+				return err
+			}
+			st.Write(os.Stdout)
+			return nil
+		},
+	}
+	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
+	up.Flags().BoolVar(&hybrid, "hybrid", false, "attach fastpath's border router in front of every AS's reference router")
+	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path")
+
+	var asJSON bool
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "the ASes, their addresses and processes; exits 1 if one is down",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := network()
+			if err != nil {
+				return err
+			}
+			st, err := n.Status()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(st); err != nil {
+					return err
+				}
+			} else {
+				st.Write(os.Stdout)
+			}
+			if !st.Healthy() {
+				return fmt.Errorf("a process of the network is down: see its log")
+			}
+			return nil
+		},
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "scion showpaths, ping and traceroute between the end hosts of two leaf ASes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := network()
+			if err != nil {
+				return err
+			}
+			return n.Check(cmd.Context(), os.Stdout)
+		},
+	}
+
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "stop the services, detach fastpath from the network and remove all it made (also after a crash)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := network()
+			if err != nil {
+				return err
+			}
+			return n.Down(os.Stderr)
+		},
+	}
+	cmd.AddCommand(up, status, check, down)
+	return cmd
+}

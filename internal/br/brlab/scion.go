@@ -1,0 +1,118 @@
+package brlab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/lab"
+	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// The border router in the lab's SCION network: traffic on a real path of
+// the network (captured from scion ping), injected on the first leaf AS's
+// link towards the core and counted before the last leaf AS's router,
+// through the core AS's reference router alone (scion-ref) and with
+// fastpath in front of it (scion-hybrid).
+
+const scionFixture = "scion-network"
+
+// The rows' frames are --size long when the path leaves room (112 bytes
+// of SCION header and echo, 154-byte frames, is the least): --size 180
+// sends seed 002's 138-byte SCION packets.
+
+// scionBench is the network a bench runs the rows on, and the traffic
+// captured on it; set while the fixture is up.
+var scionBench struct {
+	sync.Mutex
+	n       *scionlab.Network
+	transit *scionlab.Transit
+}
+
+func init() {
+	lab.RegisterFixture(lab.Fixture{
+		Name: scionFixture,
+		Up: func(prefix string, log io.Writer) (func() error, error) {
+			n := scionlab.Network{Prefix: prefix + "b", Dir: filepath.Join(os.TempDir(), "fastpath-scion-bench-"+prefix)}
+			fmt.Fprintf(log, "bringing up a SCION network of 3 ASes (%sas64512 …) for the scion rows\n", n.Prefix)
+			st, err := n.Up(context.Background(), scionlab.UpOptions{ASes: 3, Log: log})
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(log, "first path after %.1f s\n", st.PathsAfter.Seconds())
+			tr, err := n.CaptureTransit(context.Background())
+			if err != nil {
+				return nil, errors.Join(err, n.Down(io.Discard))
+			}
+			scionBench.Lock()
+			scionBench.n, scionBench.transit = &n, tr
+			scionBench.Unlock()
+			return func() error {
+				scionBench.Lock()
+				scionBench.n, scionBench.transit = nil, nil
+				scionBench.Unlock()
+				return n.Down(io.Discard)
+			}, nil
+		},
+	})
+	for _, v := range []struct {
+		name, desc string
+		hybrid     bool
+		order      int
+	}{
+		{"scion-ref", "SCION network: the core AS's scionproto router alone, transit on a real path", false, 33},
+		{"scion-hybrid", "SCION network: fastpath in front of the core AS's scionproto router, transit on a real path", true, 34},
+	} {
+		v := v
+		lab.Register(lab.Scenario{
+			Name: v.name, Description: v.desc, Layout: lab.LayoutNone, Order: v.order,
+			Fixture: scionFixture, Rewrites: true, SCIONSink: true,
+			Note: "echo requests captured from scion ping on a real path of 3 ASes of scionproto v0.12.0",
+			Setup: func(lab.Testbed) (func() error, error) {
+				n, _, err := scionNetwork()
+				if err != nil || !v.hybrid {
+					return func() error { return nil }, err
+				}
+				as, _, err := n.ASes()
+				if err != nil {
+					return nil, err
+				}
+				name, err := n.AttachHybrid(as[0], io.Discard)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return br.Detach(name, nil) }, nil
+			},
+			Ends: func(lab.Testbed) (xdp.Iface, xdp.Iface, error) {
+				_, tr, err := scionNetwork()
+				if err != nil {
+					return xdp.Iface{}, xdp.Iface{}, err
+				}
+				return tr.Gen, tr.Sink, nil
+			},
+			Packets: func(_ lab.Testbed, size int) ([][]byte, error) {
+				_, tr, err := scionNetwork()
+				if err != nil {
+					return nil, err
+				}
+				return tr.Frames(1000, size)
+			},
+		})
+	}
+	lab.RegisterGroup("scion", "veth", "br", "scion-ref", "scion-hybrid")
+}
+
+func scionNetwork() (*scionlab.Network, *scionlab.Transit, error) {
+	scionBench.Lock()
+	defer scionBench.Unlock()
+	if scionBench.n == nil {
+		return nil, nil, fmt.Errorf("the scion rows' network is not up")
+	}
+	return scionBench.n, scionBench.transit, nil
+}

@@ -1,0 +1,163 @@
+package scionlab
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// generate writes what every service of the plan reads: the crypto from
+// scion-pki testcrypto (a fresh ISD each time: TRC, CA, AS certificates),
+// each AS's topology.json, master keys, TRCs and the services' TOML files,
+// and fastpath's border router configuration beside the reference's.
+func (n Network) generate(pki string, as []AS, links []Link, bfd bool) error {
+	gen := filepath.Join(n.Dir, "gen")
+	if err := os.RemoveAll(gen); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(gen, 0o755); err != nil {
+		return err
+	}
+	// testcrypto's input: which AS is core, votes, issues.
+	var topo strings.Builder
+	topo.WriteString("--- # the lab's SCION network, for scion-pki testcrypto\nASes:\n")
+	for _, a := range as {
+		if a.Core {
+			fmt.Fprintf(&topo, "  %q: {core: true, voting: true, authoritative: true, issuing: true}\n", a.IA.String())
+		} else {
+			fmt.Fprintf(&topo, "  %q: {cert_issuer: %q}\n", a.IA.String(), as[0].IA.String())
+		}
+	}
+	topoFile := filepath.Join(gen, "topology.topo")
+	if err := os.WriteFile(topoFile, []byte(topo.String()), 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command(pki, "testcrypto", "-t", topoFile, "-o", gen)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("scion-pki testcrypto: %v: %s", err, out)
+	}
+	trcs, err := filepath.Glob(filepath.Join(gen, "trcs", "*.trc"))
+	if err != nil || len(trcs) == 0 {
+		return fmt.Errorf("scion-pki testcrypto wrote no TRC under %s", filepath.Join(gen, "trcs"))
+	}
+	for _, a := range as {
+		if err := n.writeAS(a, as, links, trcs, bfd); err != nil {
+			return fmt.Errorf("AS %s: %w", a.IA, err)
+		}
+	}
+	return nil
+}
+
+func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, bfd bool) error {
+	for _, d := range []string{"keys", "certs", "db"} {
+		if err := os.MkdirAll(filepath.Join(a.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, t := range trcs {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(a.Dir, "certs", filepath.Base(t)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	// The router and the control service both derive the hop-field key
+	// from master0.key; the router insists on master1.key too.
+	for _, k := range []string{"master0.key", "master1.key"} {
+		key := make([]byte, 16)
+		rand.Read(key)
+		if err := os.WriteFile(filepath.Join(a.Dir, "keys", k), []byte(base64.StdEncoding.EncodeToString(key)), 0o600); err != nil {
+			return err
+		}
+	}
+	b, err := json.MarshalIndent(topology(a, as, links), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(a.Dir, "topology.json"), b, 0o644); err != nil {
+		return err
+	}
+	files := map[string]string{
+		// Metrics tell whether BFD holds each interface up.
+		"br.toml": fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n[metrics]\nprometheus = %q\n", a.RouterID(), a.Dir, a.RouterMetrics().String()),
+		"cs.toml": fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n"+
+			"[trust_db]\nconnection = %q\n\n[beacon_db]\nconnection = %q\n\n[path_db]\nconnection = %q\n",
+			a.ControlID(), a.Dir, filepath.Join(a.Dir, "db", "cs.trust.db"), filepath.Join(a.Dir, "db", "cs.beacon.db"), filepath.Join(a.Dir, "db", "cs.path.db")),
+		"sd.toml": fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n"+
+			"[trust_db]\nconnection = %q\n\n[path_db]\nconnection = %q\n\n[sd]\naddress = %q\n",
+			"sd"+a.fileIA(), a.Dir, filepath.Join(a.Dir, "db", "sd.trust.db"), filepath.Join(a.Dir, "db", "sd.path.db"), a.Daemon().String()),
+		// The AS's own shim: the router hands packets for the control
+		// service's SVC addresses (beacons come that way) to 30041, as the
+		// control service's port lies outside dispatched_ports; the shim
+		// forwards them there, and answers SCMP echo for the AS.
+		"dispatcher-as.toml": fmt.Sprintf("[dispatcher]\nid = %q\nlocal_udp_forwarding = true\nunderlay_addr = %q\n\n[dispatcher.service_addresses]\n%q = %q\n%q = %q\n\n[log.console]\nlevel = \"info\"\n",
+			"disp-as"+a.fileIA(), a.Internal.String(), a.IA.String()+",CS", fmt.Sprintf("%s:%d", a.Internal, ControlPort), a.IA.String()+",DS", fmt.Sprintf("%s:%d", a.Internal, ControlPort)),
+		// The end host's shim answers SCMP echo and traceroute on 30041.
+		"dispatcher.toml": fmt.Sprintf("[dispatcher]\nid = %q\nunderlay_addr = %q\n\n[log.console]\nlevel = \"info\"\n", "disp"+a.fileIA(), a.Host.String()),
+		// fastpath's router in front of the reference, on the same files.
+		"fastpath-br.toml": fmt.Sprintf("# fastpath's XDP border router in front of scionproto's router %s:\n# the same topology.json and keys.\nrouter_id = %q\ntopology = \"topology.json\"\nkeys = \"keys\"\n", a.RouterID(), a.RouterID()),
+	}
+	if a.Core {
+		files["cs.toml"] += "\n[ca]\nmode = \"in-process\"\n"
+	}
+	if !bfd {
+		files["br.toml"] += "\n[router.bfd]\ndisable = true\n"
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(a.Dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// topology is an AS's topology.json, as scionproto's generator writes it.
+func topology(a AS, as []AS, links []Link) map[string]any {
+	attrs := []string{}
+	if a.Core {
+		attrs = append(attrs, "core")
+	}
+	ifs := map[string]any{}
+	for _, l := range links {
+		var id uint16
+		var local, remote string
+		var other AS
+		var linkTo string
+		switch a.Index {
+		case l.Parent:
+			id, local, remote, other, linkTo = l.ParentIf, l.ParentAddr.String(), l.ChildAddr.String(), as[l.Child], "child"
+		case l.Child:
+			id, local, remote, other, linkTo = l.ChildIf, l.ChildAddr.String(), l.ParentAddr.String(), as[l.Parent], "parent"
+		default:
+			continue
+		}
+		ifs[fmt.Sprint(id)] = map[string]any{
+			"underlay": map[string]string{"local": local, "remote": remote},
+			"isd_as":   other.IA.String(),
+			"link_to":  linkTo,
+			"mtu":      MTU,
+		}
+	}
+	cs := map[string]any{a.ControlID(): map[string]string{"addr": fmt.Sprintf("%s:%d", a.Internal, ControlPort)}}
+	return map[string]any{
+		"attributes":        attrs,
+		"isd_as":            a.IA.String(),
+		"mtu":               MTU,
+		"dispatched_ports":  DispatchedPorts,
+		"control_service":   cs,
+		"discovery_service": cs,
+		"border_routers": map[string]any{
+			a.RouterID(): map[string]any{
+				"internal_addr": a.RouterInternal().String(),
+				"interfaces":    ifs,
+			},
+		},
+	}
+}

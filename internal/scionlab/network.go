@@ -1,0 +1,439 @@
+package scionlab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/safchain/ethtool"
+	"github.com/vishvananda/netlink"
+
+	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// UpOptions configure Up.
+type UpOptions struct {
+	ASes int
+	// Hybrid attaches fastpath's border router in front of every AS's
+	// reference router (the same topology.json and keys).
+	Hybrid bool
+	// Timeout bounds the wait for the first path.
+	Timeout time.Duration
+	// NoBFD turns BFD off in the reference routers: with it on, a router
+	// whose neighbour's reference router died holds that link down.
+	NoBFD bool
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Validate checks the names and options before anything is made.
+func (n Network) Validate() error {
+	if n.Prefix == "" {
+		return errors.New("the SCION network's prefix is empty: everything it makes must carry one")
+	}
+	if strings.ContainsAny(n.Prefix, "/ ") {
+		return fmt.Errorf("prefix %q: a namespace name holds no slash or space", n.Prefix)
+	}
+	if !filepath.IsAbs(n.Dir) {
+		return fmt.Errorf("--dir %q: give an absolute path", n.Dir)
+	}
+	return nil
+}
+
+// Up builds the network and starts its services, then waits until the
+// first leaf AS has a path to the last. An existing network of the same
+// size whose processes all run is left as it is; anything else of ours is
+// taken down first. On failure everything made is removed, but the logs.
+func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 90 * time.Second
+	}
+	as, links, err := n.Plan(o.ASes)
+	if err != nil {
+		return nil, err
+	}
+	if old, err := n.readState(); err == nil && old != nil && old.ASes == o.ASes && old.Prefix == n.Prefix && allAlive(old) && (len(old.Hybrid) > 0) == o.Hybrid && old.NoBFD == o.NoBFD {
+		fmt.Fprintf(o.Log, "the network is up already (%d ASes since %s)\n", old.ASes, old.Started.Format(time.TimeOnly))
+		return old, nil
+	}
+	if err := n.Down(io.Discard); err != nil {
+		return nil, err
+	}
+	bins, err := scionproto.Binaries("router", "control", "daemon", "dispatcher", "scion", "scion-pki")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			logs := n.logDir()
+			err = errors.Join(err, n.teardown(st, false))
+			err = fmt.Errorf("%w\nthe services' logs stay in %s", err, logs)
+		}
+	}()
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD}
+	if err := n.writeState(st); err != nil {
+		return st, err
+	}
+	fmt.Fprintf(o.Log, "generating crypto and configuration for %d ASes in %s\n", o.ASes, n.Dir)
+	if err := n.generate(bins["scion-pki"], as, links, !o.NoBFD); err != nil {
+		return st, err
+	}
+	if err := n.build(as, links); err != nil {
+		return st, err
+	}
+	st.Started = time.Now()
+	for _, a := range as {
+		ias := a.IA.String()
+		for _, svc := range []struct{ name, bin, conf, ns string }{
+			{"router", bins["router"], "br.toml", a.Netns},
+			{"control", bins["control"], "cs.toml", a.Netns},
+			{"daemon", bins["daemon"], "sd.toml", a.Netns},
+			{"dispatcher-as", bins["dispatcher"], "dispatcher-as.toml", a.Netns},
+			{"dispatcher", bins["dispatcher"], "dispatcher.toml", a.HostNetns},
+		} {
+			p, err := n.start(fmt.Sprintf("%s-%d", svc.name, FirstASN+a.Index), ias, svc.ns, svc.bin, "--config", filepath.Join(a.Dir, svc.conf))
+			if err != nil {
+				return st, err
+			}
+			st.Procs = append(st.Procs, p)
+			if err := n.writeState(st); err != nil {
+				return st, err
+			}
+		}
+	}
+	fmt.Fprintf(o.Log, "started %d processes; logs in %s\n", len(st.Procs), n.logDir())
+	if o.Hybrid {
+		for _, a := range as {
+			name, err := n.AttachHybrid(a, o.Log)
+			if err != nil {
+				return st, err
+			}
+			st.Hybrid = append(st.Hybrid, name)
+			if err := n.writeState(st); err != nil {
+				return st, err
+			}
+		}
+	}
+	src, dst := as[1], as[len(as)-1]
+	fmt.Fprintf(o.Log, "waiting for a path from %s to %s\n", src.IA, dst.IA)
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	for {
+		if _, err := n.Scion(ctx, src, "showpaths", dst.IA.String(), "--timeout", "2s"); err == nil {
+			break
+		}
+		for _, p := range st.Procs {
+			if !p.Alive() {
+				return st, fmt.Errorf("%s exited; its log: %s\n%s", p.Name, p.Log, tail(p.Log, 15))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("no path from %s to %s after %s: see the control services' logs in %s", src.IA, dst.IA, o.Timeout, n.logDir())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	st.PathsAfter = time.Since(st.Started)
+	fmt.Fprintf(o.Log, "first path after %.1f s\n", st.PathsAfter.Seconds())
+	return st, n.writeState(st)
+}
+
+func allAlive(s *State) bool {
+	if len(s.Procs) == 0 {
+		return false
+	}
+	for _, p := range s.Procs {
+		if !p.Alive() {
+			return false
+		}
+	}
+	return true
+}
+
+// AttachHybrid puts fastpath's router in front of the AS's reference
+// router: lo forwarding on in the AS's namespace (what its FIB lookups
+// need), then `br attach` with the AS's own files. It returns the pin name.
+func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
+	if err := netns.Run(a.Netns, func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/conf/lo/forwarding", []byte("1"), 0o644)
+	}); err != nil {
+		return "", fmt.Errorf("lo forwarding in %s: %w", a.Netns, err)
+	}
+	cfg, err := br.LoadConfig(filepath.Join(a.Dir, "fastpath-br.toml"))
+	if err != nil {
+		return "", err
+	}
+	name := HybridName(a)
+	if err := br.Attach(cfg, br.AttachOptions{Netns: a.Netns, Name: name, NoFallback: true, Warn: log}); err != nil {
+		return "", fmt.Errorf("attach fastpath in front of %s: %w", a.RouterID(), err)
+	}
+	fmt.Fprintf(log, "fastpath br %s attached in front of %s\n", name, a.RouterID())
+	return name, nil
+}
+
+// HybridName is the pin name of fastpath's router in front of an AS's.
+func HybridName(a AS) string { return a.Netns + "-br" }
+
+// build makes the namespaces, links and internal networks.
+func (n Network) build(as []AS, links []Link) error {
+	for _, ns := range Namespaces(as) {
+		if err := netns.Create(ns); err != nil {
+			return err
+		}
+		if err := netns.Run(ns, func() error {
+			// IPv4 underlays only; router solicitations would be noise.
+			for _, k := range []string{"all", "default"} {
+				if err := sysctl("net/ipv6/conf/"+k+"/disable_ipv6", "1"); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := linkUp(ns, "lo"); err != nil {
+			return err
+		}
+	}
+	for _, a := range as {
+		if err := vethPair(a.Netns, InternalDev, netip.PrefixFrom(a.Internal, a.Subnet.Bits()), a.HostNetns, HostDev, netip.PrefixFrom(a.Host, a.Subnet.Bits())); err != nil {
+			return err
+		}
+		// The end host's other traffic (SCION-IP translation later) goes by
+		// its AS.
+		h, err := netns.Handle(a.HostNetns)
+		if err != nil {
+			return err
+		}
+		l, err := h.LinkByName(HostDev)
+		if err == nil {
+			err = h.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: a.Internal.AsSlice()})
+		}
+		h.Close()
+		if err != nil {
+			return fmt.Errorf("default route of %s: %w", a.HostNetns, err)
+		}
+	}
+	for _, l := range links {
+		p, c := as[l.Parent], as[l.Child]
+		if err := vethPair(p.Netns, l.ParentDev, netip.PrefixFrom(l.ParentAddr.Addr(), 30), c.Netns, l.ChildDev, netip.PrefixFrom(l.ChildAddr.Addr(), 30)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vethPair joins two namespaces, each end with an address, up, and with GRO
+// on: a veth hands frames redirected by XDP to its peer only if the peer
+// runs XDP or GRO, and fastpath's router may run on either side.
+func vethPair(nsA, devA string, addrA netip.Prefix, nsB, devB string, addrB netip.Prefix) error {
+	h, err := netns.Handle(nsA)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	peer, err := netns.FD(nsB)
+	if err != nil {
+		return err
+	}
+	defer peer.Close()
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: devA}, PeerName: devB, PeerNamespace: netlink.NsFd(int(peer))}
+	if err := h.LinkAdd(v); err != nil {
+		return fmt.Errorf("veth %s/%s ↔ %s/%s: %w", nsA, devA, nsB, devB, err)
+	}
+	for _, e := range []struct {
+		ns, dev string
+		a       netip.Prefix
+	}{{nsA, devA, addrA}, {nsB, devB, addrB}} {
+		if err := configure(e.ns, e.dev, e.a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func configure(ns, dev string, a netip.Prefix) error {
+	h, err := netns.Handle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("%s in %s: %w", dev, ns, err)
+	}
+	if err := h.AddrReplace(l, &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), 32)}}); err != nil {
+		return fmt.Errorf("address %s on %s/%s: %w", a, ns, dev, err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("%s/%s up: %w", ns, dev, err)
+	}
+	return netns.Run(ns, func() error {
+		et, err := ethtool.NewEthtool()
+		if err != nil {
+			return err
+		}
+		defer et.Close()
+		if err := et.Change(dev, map[string]bool{"rx-gro": true}); err != nil {
+			return fmt.Errorf("GRO on %s/%s: %w", ns, dev, err)
+		}
+		return nil
+	})
+}
+
+func linkUp(ns, dev string) error {
+	h, err := netns.Handle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err == nil {
+		err = h.LinkSetUp(l)
+	}
+	if err != nil {
+		return fmt.Errorf("%s/%s up: %w", ns, dev, err)
+	}
+	return nil
+}
+
+func sysctl(key, val string) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(val), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", key, val, err)
+	}
+	return nil
+}
+
+// Down stops what the network started (by PID, as recorded), detaches
+// fastpath's routers from its namespaces, removes the namespaces and
+// everything under Dir. It works from the record, and also from the
+// namespaces alone when up crashed before writing it; it touches nothing
+// without the prefix.
+func (n Network) Down(log io.Writer) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	st, err := n.readState()
+	if err != nil {
+		return err
+	}
+	return n.teardown(st, true)
+}
+
+func (n Network) teardown(st *State, removeLogs bool) error {
+	var errs []error
+	if st != nil {
+		for _, p := range st.Procs {
+			p.stop()
+		}
+	}
+	ours := n.namespaces()
+	// fastpath's routers with a device in our namespaces.
+	if routers, err := br.List(); err == nil {
+		for _, r := range routers {
+			for _, d := range r.Devices {
+				if ours[d.Netns] {
+					errs = append(errs, br.Detach(r.ID, nil))
+					break
+				}
+			}
+		}
+	}
+	var names []string
+	for ns := range ours {
+		names = append(names, ns)
+	}
+	killInNamespaces(names)
+	for _, ns := range names {
+		errs = append(errs, netns.Delete(ns))
+	}
+	if removeLogs {
+		errs = append(errs, os.RemoveAll(n.Dir))
+	} else {
+		errs = append(errs, os.RemoveAll(filepath.Join(n.Dir, "gen")), os.Remove(n.statePath()))
+	}
+	return errors.Join(errs...)
+}
+
+// namespaces are those of ours that exist: <prefix>as<ASN> and
+// <prefix>h<ASN> for the ASNs a plan may use.
+func (n Network) namespaces() map[string]bool {
+	out := map[string]bool{}
+	all, _ := netns.List()
+	for _, ns := range all {
+		rest, ok := strings.CutPrefix(ns, n.Prefix)
+		if !ok {
+			continue
+		}
+		for _, kind := range []string{"as", "h"} {
+			num, ok := strings.CutPrefix(rest, kind)
+			if !ok {
+				continue
+			}
+			var asn int
+			if _, err := fmt.Sscanf(num, "%d", &asn); err == nil && fmt.Sprint(asn) == num && asn >= FirstASN && asn < FirstASN+MaxASes {
+				out[ns] = true
+			}
+		}
+	}
+	return out
+}
+
+// Scion runs scionproto's scion tool on an AS's end host, against its
+// daemon, and returns what it printed.
+func (n Network) Scion(ctx context.Context, a AS, args ...string) (string, error) {
+	bin, err := scionproto.Binary("scion")
+	if err != nil {
+		return "", err
+	}
+	args = append(args, "--sciond", a.Daemon().String())
+	var out []byte
+	err = netns.Run(a.HostNetns, func() error {
+		var err error
+		out, err = exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return string(out), fmt.Errorf("scion %s (on %s's host): %v\n%s", strings.Join(args, " "), a.IA, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// tail is the last n lines of a file.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// detached says whether fastpath's router is still attached in front of an
+// AS (for status).
+func hybridAttached(name string) bool {
+	_, err := os.Stat(br.PinDir(name))
+	return err == nil
+}
+
+var _ = xdp.Native

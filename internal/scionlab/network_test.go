@@ -1,0 +1,204 @@
+package scionlab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+)
+
+// testNetwork brings up a network of three ASes under names no other test
+// or lab uses, and takes it down when the test ends, also when it fails.
+func testNetwork(t *testing.T, o UpOptions) (Network, []AS) {
+	t.Helper()
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	b := make([]byte, 2)
+	rand.Read(b)
+	n := Network{Prefix: "fp-s" + hex.EncodeToString(b) + "-", Dir: filepath.Join(t.TempDir(), "scion")}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if st, err := n.Status(); err == nil {
+				var sb strings.Builder
+				st.Write(&sb)
+				t.Log(sb.String())
+			}
+		}
+		if err := n.Down(io.Discard); err != nil {
+			t.Error(err)
+		}
+		for ns := range n.namespaces() {
+			t.Errorf("namespace %s left behind", ns)
+		}
+	})
+	o.ASes = 3
+	var log strings.Builder
+	o.Log = &log
+	st, err := n.Up(context.Background(), o)
+	if err != nil {
+		t.Fatalf("up: %v\n%s", err, log.String())
+	}
+	t.Logf("first path after %.1f s", st.PathsAfter.Seconds())
+	as, _, err := n.ASes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, as
+}
+
+var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
+
+// ping sends count SCMP echo requests from the first leaf's host to the
+// last's and returns how many replies came back.
+func ping(t *testing.T, n Network, as []AS, count int) int {
+	t.Helper()
+	dst := as[len(as)-1]
+	out, err := n.Scion(context.Background(), as[1], "ping", dst.IA.String()+","+dst.Host.String(), "-c", strconv.Itoa(count), "--interval", "50ms", "--timeout", "1s")
+	m := lossRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("scion ping: %v\n%s", err, out)
+	}
+	got, _ := strconv.Atoi(m[2])
+	return got
+}
+
+func forwarded(t *testing.T, name string) uint64 {
+	t.Helper()
+	p, err := br.OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	totals, err := p.Totals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return totals["forwarded"].Packets
+}
+
+// bfdState sums, over an AS's reference router's interfaces, how many are
+// up and how often BFD changed their state.
+func bfdState(t *testing.T, n Network, a AS) (up, changes float64) {
+	t.Helper()
+	m, err := n.RouterMetrics(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range m {
+		switch {
+		case strings.HasPrefix(k, "router_interface_up{"):
+			up += v
+		case strings.HasPrefix(k, "router_bfd_state_changes_total{"):
+			changes += v
+		}
+	}
+	return up, changes
+}
+
+// fastpath in front of the reference routers of the core AS and a leaf AS,
+// in a network of scionproto's own services: paths are found, pings cross,
+// fastpath's routers count them as forwarded in XDP, and the reference
+// routers' BFD sessions stay up.
+func TestHybridInARealNetwork(t *testing.T) {
+	n, as := testNetwork(t, UpOptions{})
+	core, leaf := as[0], as[1]
+	var names []string
+	for _, a := range []AS{core, leaf} {
+		name, err := n.AttachHybrid(a, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	upBefore, changesBefore := bfdState(t, n, core)
+	if upBefore != 2 {
+		t.Fatalf("the core's reference router has %v interfaces up, want 2", upBefore)
+	}
+	if out, err := n.Scion(context.Background(), leaf, "showpaths", as[2].IA.String(), "--timeout", "5s"); err != nil || !strings.Contains(out, "alive") {
+		t.Fatalf("showpaths: %v\n%s", err, out)
+	}
+	fwdCore, fwdLeaf := forwarded(t, names[0]), forwarded(t, names[1])
+	const count = 50
+	if got := ping(t, n, as, count); got != count {
+		t.Fatalf("%d of %d pings answered", got, count)
+	}
+	// Each echo crosses the core twice (request, reply) and the leaf's
+	// router twice (out, in); BFD and beacons go up the stack.
+	if d := forwarded(t, names[0]) - fwdCore; d < 2*count {
+		t.Fatalf("the core's fastpath forwarded %d packets for %d pings, want at least %d", d, count, 2*count)
+	}
+	if d := forwarded(t, names[1]) - fwdLeaf; d < 2*count {
+		t.Fatalf("the leaf's fastpath forwarded %d packets for %d pings, want at least %d", d, count, 2*count)
+	}
+	for _, a := range []AS{core, leaf} {
+		up, changes := bfdState(t, n, a)
+		want := 2.0
+		if !a.Core {
+			want = 1
+		}
+		if up != want {
+			t.Fatalf("%s: %v interfaces up after the pings, want %v", a.IA, up, want)
+		}
+		if a.Core && changes != changesBefore {
+			t.Fatalf("%s: BFD changed state %v times during the test", a.IA, changes-changesBefore)
+		}
+	}
+}
+
+// With BFD off (else the neighbours would hold the links down), the core
+// AS's reference router can die: fastpath in front of it carries on.
+func TestHybridOutlivesTheReferenceRouter(t *testing.T) {
+	n, as := testNetwork(t, UpOptions{NoBFD: true})
+	if _, err := n.AttachHybrid(as[0], io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got := ping(t, n, as, 10); got != 10 {
+		t.Fatalf("before: %d of 10 pings answered", got)
+	}
+	if err := n.Stop("router-64512"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ping(t, n, as, 50); got != 50 {
+		t.Fatalf("with the core's reference router gone: %d of 50 pings answered", got)
+	}
+}
+
+// down finds what a crashed up left, from the namespaces alone: processes
+// inside are killed and the namespaces go.
+func TestDownAfterACrash(t *testing.T) {
+	n, as := testNetwork(t, UpOptions{})
+	st, err := n.readState()
+	if err != nil || st == nil {
+		t.Fatalf("no record of the network: %v", err)
+	}
+	if err := os.Remove(n.statePath()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Down(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range Namespaces(as) {
+		if netns.Exists(ns) {
+			t.Fatalf("namespace %s survived down", ns)
+		}
+	}
+	for _, p := range st.Procs {
+		if p.Alive() {
+			t.Fatalf("%s (pid %d) survived down", p.Name, p.PID)
+		}
+	}
+	if _, err := os.Stat(n.Dir); !os.IsNotExist(err) {
+		t.Fatalf("down left %s", n.Dir)
+	}
+}

@@ -1,0 +1,154 @@
+// Package scionlab runs a real SCION network in the lab: scionproto's own
+// router, control service and daemon for each AS, each AS in a network
+// namespace of its own, joined to its neighbours by veth pairs, with an
+// internal network on a veth to an end host in a namespace of its own.
+// One core AS and its child leaf ASes, with BGP-style AS numbers
+// (1-64512, 1-64513, …) that have SCION-mapped IPv6 addresses.
+package scionlab
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+
+	"github.com/scionproto/scion/pkg/addr"
+)
+
+// Defaults.
+const (
+	DefaultPrefix = "fp-"
+	DefaultDir    = "/var/lib/fastpath/scion"
+	DefaultASes   = 3
+	// MaxASes keeps the addresses and interface IDs of the plan simple.
+	MaxASes = 50
+	// FirstASN is the core AS's number; leaves count up from it.
+	FirstASN = 64512
+	// ISD is the network's one isolation domain.
+	ISD = 1
+)
+
+// Ports the services use, as scionproto's own topology generator does.
+const (
+	RouterInternalPort = 30042
+	ControlPort        = 30252
+	DaemonPort         = 30255
+	RouterMetricsPort  = 30442
+	LinkPort           = 50000
+	// DispatchedPorts is the topology's dispatched_ports: the control
+	// service takes its QUIC ports from it, and the router delivers SCION/UDP
+	// there straight to the host's port (elsewhere to 30041).
+	DispatchedPorts = "31000-32767"
+	// MTU is the SCION MTU: the veths' 1500 less an IPv4/UDP underlay.
+	MTU = 1472
+)
+
+// Device names inside the namespaces (they are per namespace, so they need
+// no prefix).
+const (
+	InternalDev = "int0" // the AS's side of its internal network
+	HostDev     = "eth0" // the end host's side
+)
+
+// Network is the lab's SCION network: its namespaces carry Prefix, and
+// everything else it makes (configuration, crypto, databases, logs, the
+// record of what runs) lives under Dir.
+type Network struct {
+	Prefix string
+	Dir    string
+}
+
+// AS is one AS of the plan.
+type AS struct {
+	Index int
+	IA    addr.IA
+	Core  bool
+	// Netns runs the AS's router, control service and daemon; HostNetns its
+	// end host (the dispatcher shim that answers SCMP echo, applications).
+	Netns, HostNetns string
+	// Internal is the AS's address on its internal network: the router's
+	// internal_addr, the control service and the daemon all use it. Host is
+	// the end host's.
+	Internal, Host netip.Addr
+	Subnet         netip.Prefix
+	// Dir holds the AS's topology.json, keys, certificates and services'
+	// configuration.
+	Dir string
+}
+
+// RouterID is the AS's router in its topology.json.
+func (a AS) RouterID() string { return fmt.Sprintf("br%s-1", a.fileIA()) }
+
+// ControlID is the AS's control service.
+func (a AS) ControlID() string { return fmt.Sprintf("cs%s-1", a.fileIA()) }
+
+func (a AS) fileIA() string { return addr.FormatIA(a.IA, addr.WithFileSeparator()) }
+
+// Daemon is where the AS's daemon (sciond) answers.
+func (a AS) Daemon() netip.AddrPort { return netip.AddrPortFrom(a.Internal, DaemonPort) }
+
+// RouterMetrics is where the AS's reference router serves its Prometheus
+// metrics (router_interface_up: what BFD says of each interface).
+func (a AS) RouterMetrics() netip.AddrPort {
+	return netip.AddrPortFrom(a.Internal, RouterMetricsPort)
+}
+
+// RouterInternal is the router's internal_addr.
+func (a AS) RouterInternal() netip.AddrPort {
+	return netip.AddrPortFrom(a.Internal, RouterInternalPort)
+}
+
+// Link is an inter-AS link: a veth pair between the parent's namespace and
+// the child's, each end an interface of its AS's router.
+type Link struct {
+	Parent, Child       int    // AS indexes
+	ParentIf, ChildIf   uint16 // SCION interface IDs
+	ParentDev, ChildDev string
+	ParentAddr          netip.AddrPort
+	ChildAddr           netip.AddrPort
+}
+
+// Plan is the network of n ASes: AS 0 the core, the others its children.
+func (n Network) Plan(ases int) ([]AS, []Link, error) {
+	if ases < 3 || ases > MaxASes {
+		return nil, nil, fmt.Errorf("--ases %d: the lab's SCION network has one core AS and at least two leaf ASes, at most %d ASes in all", ases, MaxASes)
+	}
+	var as []AS
+	for i := 0; i < ases; i++ {
+		asn := FirstASN + i
+		ia, err := addr.ParseIA(fmt.Sprintf("%d-%d", ISD, asn))
+		if err != nil {
+			return nil, nil, err
+		}
+		subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + i), 0, 0}), 24)
+		a := AS{
+			Index: i, IA: ia, Core: i == 0,
+			Netns:     fmt.Sprintf("%sas%d", n.Prefix, asn),
+			HostNetns: fmt.Sprintf("%sh%d", n.Prefix, asn),
+			Subnet:    subnet,
+			Internal:  netip.AddrFrom4([4]byte{10, byte(100 + i), 0, 1}),
+			Host:      netip.AddrFrom4([4]byte{10, byte(100 + i), 0, 2}),
+			Dir:       filepath.Join(n.Dir, "gen", fmt.Sprintf("AS%d", asn)),
+		}
+		as = append(as, a)
+	}
+	var links []Link
+	for i := 1; i < ases; i++ {
+		links = append(links, Link{
+			Parent: 0, Child: i,
+			ParentIf: uint16(i), ChildIf: 1,
+			ParentDev: fmt.Sprintf("if%d", i), ChildDev: "if1",
+			ParentAddr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 255, byte(i), 1}), LinkPort),
+			ChildAddr:  netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 255, byte(i), 2}), LinkPort),
+		})
+	}
+	return as, links, nil
+}
+
+// Namespaces are every namespace of a plan, in the order they are made.
+func Namespaces(as []AS) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.Netns, a.HostNetns)
+	}
+	return out
+}

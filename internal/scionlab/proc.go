@@ -1,0 +1,188 @@
+package scionlab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+)
+
+// Proc is a process the network started: found again by PID, and told
+// apart from a later process with the same PID by its start time.
+type Proc struct {
+	Name  string   `json:"name"`
+	AS    string   `json:"as"`
+	Netns string   `json:"netns"`
+	PID   int      `json:"pid"`
+	Start uint64   `json:"start"` // /proc/PID/stat starttime, in clock ticks since boot
+	Log   string   `json:"log"`
+	Args  []string `json:"args"`
+}
+
+// State is what up records in Dir/state.json, and what status and down read.
+type State struct {
+	Prefix  string    `json:"prefix"`
+	ASes    int       `json:"ases"`
+	Started time.Time `json:"started"`
+	Procs   []Proc    `json:"procs"`
+	// Hybrid are fastpath's routers attached in front of the reference
+	// routers, by pin name.
+	Hybrid []string `json:"hybrid,omitempty"`
+	// PathsAfter is how long it took from starting the services until the
+	// first leaf AS had a path to the last.
+	PathsAfter time.Duration `json:"paths_after_ns,omitempty"`
+	NoBFD      bool          `json:"no_bfd,omitempty"`
+}
+
+func (n Network) statePath() string { return filepath.Join(n.Dir, "state.json") }
+
+func (n Network) logDir() string { return filepath.Join(n.Dir, "logs") }
+
+// readState reads the record of a running network; nil if there is none.
+func (n Network) readState() (*State, error) {
+	b, err := os.ReadFile(n.statePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w (remove it, and the namespaces %s*, by hand)", n.statePath(), err, n.Prefix)
+	}
+	return &s, nil
+}
+
+// writeState records s; it is written after each process starts, so that
+// down finds everything even after a crash half-way through up.
+func (n Network) writeState(s *State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := n.statePath() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, n.statePath())
+}
+
+// start runs a program in a namespace in a session of its own (it outlives
+// the command that started it), logging to Dir/logs/NAME.log.
+func (n Network) start(name, as, ns, bin string, args ...string) (Proc, error) {
+	if err := os.MkdirAll(n.logDir(), 0o755); err != nil {
+		return Proc{}, err
+	}
+	log := filepath.Join(n.logDir(), name+".log")
+	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return Proc{}, err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// A child forked from a thread inside the namespace is born there.
+	if err := netns.Run(ns, cmd.Start); err != nil {
+		return Proc{}, fmt.Errorf("start %s in %s: %w", name, ns, err)
+	}
+	// Reap it if it dies while this process lives; it is not waited for.
+	go cmd.Wait()
+	p := Proc{Name: name, AS: as, Netns: ns, PID: cmd.Process.Pid, Log: log, Args: append([]string{bin}, args...)}
+	p.Start, _ = startTime(p.PID)
+	return p, nil
+}
+
+// startTime is field 22 of /proc/PID/stat.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// Alive says whether the process still runs (and is the one started).
+func (p Proc) Alive() bool {
+	st, err := startTime(p.PID)
+	if err != nil || st != p.Start {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	// A zombie (Z) has exited.
+	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
+
+// stop ends the process: SIGTERM, then SIGKILL if it lingers.
+func (p Proc) stop() {
+	if !p.Alive() {
+		return
+	}
+	unix.Kill(p.PID, unix.SIGTERM)
+	for i := 0; i < 50 && p.Alive(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if p.Alive() {
+		unix.Kill(p.PID, unix.SIGKILL)
+		for i := 0; i < 20 && p.Alive(); i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// killInNamespaces kills whatever still runs inside the namespaces: what a
+// crashed up started without recording, or a user left there.
+func killInNamespaces(names []string) []int {
+	inodes := map[uint64]bool{}
+	for _, ns := range names {
+		var st unix.Stat_t
+		if unix.Stat(netns.Path(ns), &st) == nil {
+			inodes[st.Ino] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil || !inodes[st.Ino] {
+			continue
+		}
+		start, _ := startTime(pid)
+		Proc{PID: pid, Start: start}.stop()
+		killed = append(killed, pid)
+	}
+	return killed
+}

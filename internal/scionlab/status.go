@@ -1,0 +1,224 @@
+package scionlab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+)
+
+// ErrNotUp is returned when there is no network to look at.
+var ErrNotUp = errors.New("the lab's SCION network is not up (fastpath lab scion up)")
+
+// Status is the network as it stands.
+type Status struct {
+	Dir        string        `json:"dir"`
+	ASes       []ASStatus    `json:"ases"`
+	Started    time.Time     `json:"started"`
+	PathsAfter time.Duration `json:"paths_after_ns"`
+	Logs       string        `json:"logs"`
+}
+
+// ASStatus is one AS: its addresses and processes.
+type ASStatus struct {
+	IA        string       `json:"ia"`
+	Core      bool         `json:"core"`
+	Netns     string       `json:"netns"`
+	HostNetns string       `json:"host_netns"`
+	Internal  string       `json:"internal"`
+	Host      string       `json:"host"`
+	Daemon    string       `json:"daemon"`
+	Config    string       `json:"config"`
+	Procs     []ProcStatus `json:"procs"`
+	// Hybrid names fastpath's router in front of the AS's, if attached.
+	Hybrid string `json:"hybrid,omitempty"`
+}
+
+// ProcStatus is one process.
+type ProcStatus struct {
+	Name  string `json:"name"`
+	PID   int    `json:"pid"`
+	Alive bool   `json:"alive"`
+	Log   string `json:"log"`
+}
+
+// Healthy says every process runs.
+func (s *Status) Healthy() bool {
+	for _, a := range s.ASes {
+		for _, p := range a.Procs {
+			if !p.Alive {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Status reads the record and checks each process.
+func (n Network) Status() (*Status, error) {
+	st, err := n.readState()
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, ErrNotUp
+	}
+	as, _, err := n.Plan(st.ASes)
+	if err != nil {
+		return nil, err
+	}
+	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir()}
+	hybrid := map[string]bool{}
+	for _, h := range st.Hybrid {
+		hybrid[h] = hybridAttached(h)
+	}
+	for _, a := range as {
+		s := ASStatus{
+			IA: a.IA.String(), Core: a.Core, Netns: a.Netns, HostNetns: a.HostNetns,
+			Internal: a.Internal.String(), Host: a.Host.String(), Daemon: a.Daemon().String(), Config: a.Dir,
+		}
+		if hybrid[HybridName(a)] {
+			s.Hybrid = HybridName(a)
+		}
+		for _, p := range st.Procs {
+			if p.AS == s.IA {
+				s.Procs = append(s.Procs, ProcStatus{Name: p.Name, PID: p.PID, Alive: p.Alive(), Log: p.Log})
+			}
+		}
+		out.ASes = append(out.ASes, s)
+	}
+	return out, nil
+}
+
+// Write prints the status for a terminal.
+func (s *Status) Write(w io.Writer) {
+	fmt.Fprintf(w, "SCION network in %s, started %s", s.Dir, s.Started.Format(time.DateTime))
+	if s.PathsAfter > 0 {
+		fmt.Fprintf(w, ", first path after %.1f s", s.PathsAfter.Seconds())
+	}
+	fmt.Fprintf(w, "\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", "AS", "core", "namespace", "host ns", "internal", "host", "processes")
+	for _, a := range s.ASes {
+		var ps []string
+		for _, p := range a.Procs {
+			state := "up"
+			if !p.Alive {
+				state = "DOWN"
+			}
+			ps = append(ps, fmt.Sprintf("%s %s", p.Name, state))
+		}
+		if a.Hybrid != "" {
+			ps = append(ps, "fastpath "+a.Hybrid)
+		}
+		core := ""
+		if a.Core {
+			core = "yes"
+		}
+		fmt.Fprintf(w, "%-9s %-5s %-13s %-12s %-11s %-11s %s\n", a.IA, core, a.Netns, a.HostNetns, a.Internal, a.Host, strings.Join(ps, ", "))
+	}
+	fmt.Fprintf(w, "logs: %s\n", s.Logs)
+}
+
+// Check runs scionproto's showpaths, ping and traceroute from the end host
+// of the first leaf AS to that of the last, and fails on the first that
+// fails. Their output goes to w.
+func (n Network) Check(ctx context.Context, w io.Writer) error {
+	st, err := n.readState()
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotUp
+	}
+	as, _, err := n.Plan(st.ASes)
+	if err != nil {
+		return err
+	}
+	src, dst := as[1], as[len(as)-1]
+	host := fmt.Sprintf("%s,%s", dst.IA, dst.Host)
+	for _, c := range [][]string{
+		{"showpaths", dst.IA.String(), "--timeout", "5s"},
+		{"ping", host, "-c", "3", "--timeout", "2s"},
+		{"traceroute", host, "--timeout", "2s"},
+	} {
+		fmt.Fprintf(w, "$ scion %s   (on %s's host)\n", strings.Join(c, " "), src.IA)
+		out, err := n.Scion(ctx, src, c...)
+		fmt.Fprintln(w, strings.TrimRight(out, "\n"))
+		if err != nil {
+			return fmt.Errorf("scion %s from %s to %s failed: see the output above and the logs in %s", c[0], src.IA, dst.IA, n.logDir())
+		}
+	}
+	return nil
+}
+
+// ASes is the plan of the running network.
+func (n Network) ASes() ([]AS, []Link, error) {
+	st, err := n.readState()
+	if err != nil {
+		return nil, nil, err
+	}
+	if st == nil {
+		return nil, nil, ErrNotUp
+	}
+	return n.Plan(st.ASes)
+}
+
+// Stop ends one of the network's processes by name (router-64512, say):
+// what a test or an operator does to see what survives its loss.
+func (n Network) Stop(name string) error {
+	st, err := n.readState()
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotUp
+	}
+	for _, p := range st.Procs {
+		if p.Name == name {
+			p.stop()
+			return nil
+		}
+	}
+	return fmt.Errorf("the network runs no process %q", name)
+}
+
+// RouterMetrics reads the Prometheus metrics of an AS's reference router,
+// from inside its namespace, as name{labels} → value.
+func (n Network) RouterMetrics(a AS) (map[string]float64, error) {
+	var body []byte
+	err := netns.Run(a.Netns, func() error {
+		c, err := net.DialTimeout("tcp", a.RouterMetrics().String(), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := fmt.Fprintf(c, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", a.RouterMetrics()); err != nil {
+			return err
+		}
+		body, err = io.ReadAll(c)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s's router: %w", a.IA, err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscanf(line[i+1:], "%g", &v); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, nil
+}
