@@ -1,36 +1,39 @@
 /* The XDP firewall: exact-flow blocking, per-source rate limits, and rules of
  * AND-combined prefixes, protocol and port ranges, first match wins.
  *
- * Rules are classified without walking them: the control plane anchors each
- * rule on one of its fields (source prefix, destination prefix, destination
- * port, source port, or none) and stores, for every trie entry and port, the
- * span of rules anchored there that can match. A packet looks up its source
- * and destination in LPM tries and its ports in arrays, then checks only the
- * rules in those spans. The verdict is cached in the packet's flow entry,
- * which also holds the flow's counters, so only a flow's first packet after
- * a rule change is classified. */
+ * A flow's verdict is cached in a per-CPU set-associative flow cache that
+ * also holds its counters: a packet of a cached flow costs one set's read.
+ * A new flow is classified without walking the rules: each rule is anchored
+ * on one field (see fw_shared.h), and a packet checks only the rules
+ * anchored on its own addresses, ports, or family and protocol. Finding
+ * them takes a fixed number of array reads: a /16 index and a short binary
+ * search per address, a 17-bit mask per port, and one parent per shorter
+ * anchor prefix that covers the address. */
 #include "common.h"
 #include "parse.h"
 #include <linux/tcp.h>
 #include "fw_shared.h"
 
-#ifndef FW_MAX_FLOWS
-#define FW_MAX_FLOWS 131072
+/* Sets of each flow cache, per CPU; --max-flows sets it at load. */
+#ifndef FW_FLOW_SETS
+#define FW_FLOW_SETS 65536
 #endif
 #ifndef FW_MAX_BLOCKED
 #define FW_MAX_BLOCKED 65536
-#endif
-/* Counters of both slots' rules: twice FW_MAX_RULES + 1, rounded up. */
-#ifndef FW_MAX_STATS
-#define FW_MAX_STATS (1 << 19)
 #endif
 #ifndef FW_MAX_SOURCES
 #define FW_MAX_SOURCES 65536
 #endif
 /* IPv6 extension headers walked before giving up on finding the ports. */
 #define FW_MAX_EXT_HDRS 6
+/* Steps of a binary search over at most 2^20 intervals: 2 per anchor
+ * prefix, 2^18 rules. */
+#define FW_SEARCH_STEPS 21
+/* Anchor prefixes that can cover one address: one per length. */
+#define FW_MAX_NEST4 33
+#define FW_MAX_NEST6 129
 
-/* Rate limits; array of one. */
+/* Rate limits and the flow caches' size; array of one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -55,22 +58,23 @@ struct {
 	__type(value, __u64);
 } fw_counters SEC(".maps");
 
-/* Per-flow counters and cached verdicts, one table per family; the least
- * recently seen flow makes room for a new one. */
+/* The flow caches, one per family: FW_FLOW_SETS sets per CPU, CPU c's at
+ * c * sets. A plain array rather than a per-CPU one: a per-CPU array
+ * allocates each value on its own, so a flood's random sets cost a TLB miss
+ * each; here a CPU's sets are one contiguous range. No two CPUs write the
+ * same set. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, FW_MAX_FLOWS);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
-	__type(key, struct fw_flow4_key);
-	__type(value, struct fw_flow);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_FLOW_SETS);
+	__type(key, __u32);
+	__type(value, struct fw_flow4_set);
 } fw_flows4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, FW_MAX_FLOWS);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
-	__type(key, struct fw_flow_key);
-	__type(value, struct fw_flow);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_FLOW_SETS);
+	__type(key, __u32);
+	__type(value, struct fw_flow6_set);
 } fw_flows6 SEC(".maps");
 
 /* Flows blocked by the operator (fw block). */
@@ -82,18 +86,38 @@ struct {
 	__type(value, struct fw_block);
 } fw_blocked SEC(".maps");
 
-/* Per-rule counters of both slots, keyed slot << 31 | rule id. A global map
- * rather than one per slot: the verifier turns lookups in a map it knows
- * into direct calls, while an inner map's lookup is an indirect call, which
- * cost a third of a tracked packet's time. Entries are created and deleted
- * with the rule sets, so memory follows the rules in use. */
+/* Per-rule counters of both slots (see FW_STATS_SLOT_SHIFT): an array, so
+ * that counting is a few instructions the verifier inlines. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, FW_MAX_STATS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FW_SLOTS << FW_STATS_SLOT_SHIFT);
 	__type(key, __u32);
 	__type(value, struct fw_rule_stats);
 } fw_stats SEC(".maps");
+
+/* The two overlays (see struct fw_overlay). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fw_overlay);
+} fw_overlays SEC(".maps");
+
+/* Each overlay's added rules: overlay o's at o * FW_MAX_ADDED. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_SLOTS * FW_MAX_ADDED);
+	__type(key, __u32);
+	__type(value, struct fw_rule);
+} fw_added SEC(".maps");
+
+/* Each overlay's deleted ids, a bit each: overlay o's at o * FW_DEAD_WORDS. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FW_SLOTS * FW_DEAD_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} fw_dead SEC(".maps");
 
 /* Rate-limit state per source address (IPv4-mapped for IPv4). */
 struct {
@@ -107,40 +131,99 @@ struct {
  * is built in the slot the data path does not use, then fw_gen flips. Inner
  * definitions give sizes rather than types: clang emits the types of these
  * never-instantiated structs as forward declarations, which loaders cannot
- * size. */
-struct fw_lpm4 {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(key_size, sizeof(struct fw_lpm4_key));
-	__uint(value_size, sizeof(struct fw_span));
-};
-
-struct fw_lpm6 {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(key_size, sizeof(struct fw_lpm6_key));
-	__uint(value_size, sizeof(struct fw_span));
-};
-
-/* Span of port-anchored rules per port number. */
-struct fw_ports {
+ * size. Fixed-size inner arrays leave out BPF_F_INNER_MAP so that the
+ * verifier inlines their lookups; the others are sized per rule set. */
+struct fw_sets {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_set));
+};
+
+/* IPv4 interval ranges per top 16 bits: source at 0, destination at 65536. */
+struct fw_idx4s {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 << 16);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_range));
+};
+
+/* One bit per IPv4 /16 and direction: set when an anchor prefix covers
+ * part of it. 16 KiB that stay in cache, so that a flood's random
+ * addresses mostly skip the larger index. */
+struct fw_any4s {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 << 10);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u64));
+};
+
+struct fw_ivl4s {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_ivl4));
+};
+
+struct fw_ivl6s {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_ivl6));
+};
+
+struct fw_nodes {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_node));
+};
+
+struct fw_wilds {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * FW_WILD_PER_FAMILY);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(struct fw_span));
 };
 
-/* Sized per rule set, hence BPF_F_INNER_MAP. */
+/* Per port, the levels whose block holds rules: levels 0-10 per
+ * port >> FW_PORT_WIDE_SHIFT (source at 0, destination after), levels 11-16
+ * per port (bits 0-5; source at 0, destination at 65536). */
+struct fw_pwides {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 << (16 - FW_PORT_WIDE_SHIFT));
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+};
+
+struct fw_pnarrows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 << 16);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u8));
+};
+
+/* Spans of the port blocks: source at 0, destination at FW_PORT_BLOCKS. */
+struct fw_pblocks {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * FW_PORT_BLOCKS);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_span));
+};
+
+/* The spans' rules, whole, so that checking one costs one read. */
 struct fw_cands {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__uint(map_flags, BPF_F_INNER_MAP);
 	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_rule));
 };
 
+/* The rules by id, for reading the set back. */
 struct fw_rules {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -149,23 +232,19 @@ struct fw_rules {
 	__uint(value_size, sizeof(struct fw_rule));
 };
 
-struct fw_sets {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct fw_set));
-};
-
-
 /* One instance of each type the control plane writes into the slot maps, so
  * that BTF holds their full layouts for Go. Never read. */
 struct {
-	struct fw_lpm4_key lpm4;
-	struct fw_lpm6_key lpm6;
 	struct fw_span span;
+	struct fw_range range;
+	struct fw_ivl4 ivl4;
+	struct fw_ivl6 ivl6;
+	struct fw_node node;
 	struct fw_rule rule;
 	struct fw_set set;
 	struct fw_rule_stats stats;
+	struct fw_flow4_set flow4;
+	struct fw_flow6_set flow6;
 } fw_btf_types;
 
 #define FW_SLOT_MAP(name, inner)                        \
@@ -176,19 +255,23 @@ struct {
 		__array(values, struct inner);          \
 	} name SEC(".maps")
 
-FW_SLOT_MAP(fw_src4, fw_lpm4);
-FW_SLOT_MAP(fw_dst4, fw_lpm4);
-FW_SLOT_MAP(fw_src6, fw_lpm6);
-FW_SLOT_MAP(fw_dst6, fw_lpm6);
-FW_SLOT_MAP(fw_sport, fw_ports);
-FW_SLOT_MAP(fw_dport, fw_ports);
-FW_SLOT_MAP(fw_cand, fw_cands);
-FW_SLOT_MAP(fw_rule_slots, fw_rules);
 FW_SLOT_MAP(fw_set_slots, fw_sets);
+FW_SLOT_MAP(fw_any4_slots, fw_any4s);
+FW_SLOT_MAP(fw_idx4_slots, fw_idx4s);
+FW_SLOT_MAP(fw_ivl4_slots, fw_ivl4s);
+FW_SLOT_MAP(fw_ivl6_slots, fw_ivl6s);
+FW_SLOT_MAP(fw_node_slots, fw_nodes);
+FW_SLOT_MAP(fw_wild_slots, fw_wilds);
+FW_SLOT_MAP(fw_pwide_slots, fw_pwides);
+FW_SLOT_MAP(fw_pnarrow_slots, fw_pnarrows);
+FW_SLOT_MAP(fw_pblock_slots, fw_pblocks);
+FW_SLOT_MAP(fw_cand_slots, fw_cands);
+FW_SLOT_MAP(fw_rule_slots, fw_rules);
 
 static __always_inline void count(enum fw_counter reason)
 {
-	__u64 *c = bpf_map_lookup_elem(&fw_counters, &reason);
+	__u32 key = reason;
+	__u64 *c = bpf_map_lookup_elem(&fw_counters, &key);
 
 	if (c)
 		*c += 1;
@@ -364,7 +447,7 @@ static __always_inline int rule_matches(const struct fw_rule *r, const struct fw
 		return 0;
 	if (r->proto && r->proto != k->proto)
 		return 0;
-	if (r->has_ports && k->noports)
+	if ((r->flags & FW_RULE_PORTS) && k->noports)
 		return 0;
 	if (k->sport < r->sport_lo || k->sport > r->sport_hi)
 		return 0;
@@ -375,34 +458,64 @@ static __always_inline int rule_matches(const struct fw_rule *r, const struct fw
 
 struct scan {
 	struct fw_flow_key key;
+	/* The slot of the installed set's maps, and the overlay. */
 	__u32 slot;
+	__u32 overlay;
+	/* The span being scanned: candidates [start, end). */
 	__u32 start;
-	/* Lowest matching rule id so far; nrules + 1 while none matched. */
+	__u32 end;
+	/* The match so far: the lowest prio (~0 while none), its rule's id
+	 * and action. */
 	__u32 best;
+	__u32 rule;
+	__u32 action;
+	/* The anchor prefix node whose rules are next (scan_nodes). */
+	__u32 node;
+	/* The port and its levels still to scan (scan_port). */
+	__u32 port;
+	__u32 levels;
 };
 
-/* One candidate of a span. Spans are ascending, so the first match is the
- * span's best and a candidate above the best so far ends the scan. The slot's
- * maps are looked up here rather than passed in: bpf_loop hands the callback
- * only a stack pointer. */
-static long scan_candidate(__u64 i, void *data)
+/* Candidates checked per bpf_loop iteration: the callback is an indirect
+ * call, which costs more than checking a rule. */
+#define FW_CHUNK 8
+
+static __always_inline int is_dead(const struct scan *s, __u32 id)
+{
+	__u32 key = s->overlay * FW_DEAD_WORDS + (id >> 6);
+	__u64 *w = bpf_map_lookup_elem(&fw_dead, &key);
+
+	return w && (*w & (1ULL << (id & 63)));
+}
+
+/* Checks one candidate: 1 ends its span (a match, or a prio above the best
+ * so far: spans are ascending), 0 goes on. */
+static __always_inline int check(struct scan *s, const struct fw_rule *r, int base)
+{
+	if (!r || r->prio >= s->best)
+		return 1;
+	if (!rule_matches(r, &s->key) || (base && is_dead(s, r->id)))
+		return 0;
+	s->best = r->prio;
+	s->rule = r->id;
+	s->action = r->action;
+	return 1;
+}
+
+/* FW_CHUNK candidates of a span of the installed set. The slot's map is
+ * looked up here rather than passed in: bpf_loop hands the callback only a
+ * stack pointer (the outer lookup is inlined). */
+static long scan_candidates(__u64 i, void *data)
 {
 	struct scan *s = data;
-	__u32 idx = s->start + (__u32)i;
-	void *cands = slot_map(&fw_cand, s->slot);
-	void *rules = slot_map(&fw_rule_slots, s->slot);
-	struct fw_rule *r;
-	__u32 *id;
+	void *cands = slot_map(&fw_cand_slots, s->slot);
+	__u32 idx = s->start + (__u32)i * FW_CHUNK;
 
-	if (!cands || !rules)
+	if (!cands)
 		return 1;
-	id = bpf_map_lookup_elem(cands, &idx);
-	if (!id || *id >= s->best)
-		return 1;
-	r = bpf_map_lookup_elem(rules, id);
-	if (r && rule_matches(r, &s->key)) {
-		s->best = *id;
-		return 1;
+	for (int j = 0; j < FW_CHUNK; j++, idx++) {
+		if (idx >= s->end || check(s, bpf_map_lookup_elem(cands, &idx), 1))
+			return 1;
 	}
 	return 0;
 }
@@ -412,60 +525,232 @@ static __always_inline void scan_span(struct scan *s, const struct fw_span *span
 	if (!span || !span->len)
 		return;
 	s->start = span->start;
-	bpf_loop(span->len, scan_candidate, s, 0);
+	s->end = span->start + span->len;
+	bpf_loop((span->len + FW_CHUNK - 1) / FW_CHUNK, scan_candidates, s, 0);
 }
 
-/* The slow path: the lowest-numbered rule that matches, from the spans the
- * packet's addresses and ports select. Returns the rule id, 0 for the
- * default policy. */
-static __always_inline __u32 classify(const struct fw_flow_key *k, __u32 slot, __u8 *action)
+/* FW_CHUNK of the overlay's added rules. */
+static long scan_added(__u64 i, void *data)
 {
-	__u32 zero = 0;
+	struct scan *s = data;
+	__u32 idx = s->start + (__u32)i * FW_CHUNK;
+
+	for (int j = 0; j < FW_CHUNK; j++, idx++) {
+		__u32 key = s->overlay * FW_MAX_ADDED + idx;
+
+		if (idx >= s->end || check(s, bpf_map_lookup_elem(&fw_added, &key), 0))
+			return 1;
+	}
+	return 0;
+}
+
+/* One anchor prefix of an address: its rules, then on to its parent. The
+ * loops below run as bpf_loop callbacks so that the verifier checks each
+ * body once rather than once per iteration. */
+static long scan_node(__u64 i, void *data)
+{
+	struct scan *s = data;
+	void *nodes = slot_map(&fw_node_slots, s->slot);
+	struct fw_node *n = nodes ? bpf_map_lookup_elem(nodes, &s->node) : NULL;
+
+	if (!n)
+		return 1;
+	scan_span(s, &n->span);
+	s->node = n->parent;
+	return !s->node;
+}
+
+/* The rules of an address's anchor prefixes: its interval's node, then
+ * each shorter anchor prefix that covers it. */
+static __always_inline void scan_nodes(struct scan *s, __u32 node, int max_nest)
+{
+	if (!node)
+		return;
+	s->node = node;
+	bpf_loop(max_nest, scan_node, s, 0);
+}
+
+/* The position of a 32-bit word's only set bit. */
+static __always_inline __u32 bit_pos(__u32 b)
+{
+	return !!(b & 0xffff0000) << 4 | !!(b & 0xff00ff00) << 3 | !!(b & 0xf0f0f0f0) << 2 | !!(b & 0xcccccccc) << 1 |
+	       !!(b & 0xaaaaaaaa);
+}
+
+static __always_inline __u32 popcount32(__u32 v)
+{
+	v = v - ((v >> 1) & 0x55555555);
+	v = (v & 0x33333333) + ((v >> 2) & 0x33333333);
+	return (((v + (v >> 4)) & 0x0f0f0f0f) * 0x01010101) >> 24;
+}
+
+/* One level of a port that holds rules, the lowest left in s->levels;
+ * s->port is the direction << 16 | port. */
+static long scan_level(__u64 i, void *data)
+{
+	struct scan *s = data;
+	__u32 low = s->levels & -s->levels;
+	__u32 l = bit_pos(low);
+	void *pblocks;
+	__u32 key;
+
+	s->levels ^= low;
+	if (l >= FW_PORT_LEVELS)
+		return 1;
+	pblocks = slot_map(&fw_pblock_slots, s->slot);
+	if (!pblocks)
+		return 1;
+	key = (s->port >> 16) * FW_PORT_BLOCKS + (1U << l) + ((s->port & 0xffff) >> (16 - l));
+	scan_span(s, bpf_map_lookup_elem(pblocks, &key));
+	return !s->levels;
+}
+
+/* The rules anchored on a port: one block per level that holds rules. dir
+ * is 0 for the source port, 1 for the destination. */
+static __always_inline void scan_port(struct scan *s, void *pwide, void *pnarrow, __u32 dir, __u32 port)
+{
+	__u32 key = dir << (16 - FW_PORT_WIDE_SHIFT) | port >> FW_PORT_WIDE_SHIFT;
+	__u32 *w = bpf_map_lookup_elem(pwide, &key);
+	__u8 *n;
+
+	key = dir << 16 | port;
+	n = bpf_map_lookup_elem(pnarrow, &key);
+	if (!w || !n || !(*w | *n))
+		return;
+	s->levels = *w | (__u32)*n << FW_PORT_WIDE_LEVELS;
+	s->port = key;
+	bpf_loop(popcount32(s->levels), scan_level, s, 0);
+}
+
+/* The IPv4 interval holding addr (host order): the last one of [lo, hi]
+ * that starts at or below it; the first always does. */
+static __always_inline __u32 find_ivl4(void *ivl, const struct fw_range *r, __u32 addr)
+{
+	__u32 lo = r->lo, hi = r->hi;
+	struct fw_ivl4 *e;
+
+	for (int i = 0; i < FW_SEARCH_STEPS && lo < hi; i++) {
+		__u32 mid = hi - (hi - lo) / 2;
+
+		e = bpf_map_lookup_elem(ivl, &mid);
+		if (!e)
+			return 0;
+		if (e->start <= addr)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	e = bpf_map_lookup_elem(ivl, &lo);
+	return e ? e->node : 0;
+}
+
+static __always_inline __u32 find_ivl6(void *ivl, const struct fw_range *r, const __u32 *a)
+{
+	__u64 ahi = (__u64)bpf_ntohl(a[0]) << 32 | bpf_ntohl(a[1]);
+	__u64 alo = (__u64)bpf_ntohl(a[2]) << 32 | bpf_ntohl(a[3]);
+	__u32 lo = r->lo, hi = r->hi;
+	struct fw_ivl6 *e;
+
+	for (int i = 0; i < FW_SEARCH_STEPS && lo < hi; i++) {
+		__u32 mid = hi - (hi - lo) / 2;
+
+		e = bpf_map_lookup_elem(ivl, &mid);
+		if (!e)
+			return 0;
+		if (e->hi < ahi || (e->hi == ahi && e->lo <= alo))
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	e = bpf_map_lookup_elem(ivl, &lo);
+	return e ? e->node : 0;
+}
+
+/* An IPv4 address's node: at once when one interval covers its /16. */
+static __always_inline __u32 find_node4(void *any, void *idx, void *ivl, __u32 dir, __u32 addr)
+{
+	__u32 key = dir << 10 | addr >> 22;
+	__u64 *bits = bpf_map_lookup_elem(any, &key);
+	struct fw_range *r;
+
+	if (!bits || !(*bits & (1ULL << (addr >> 16 & 63))))
+		return 0;
+	key = dir << 16 | addr >> 16;
+	r = bpf_map_lookup_elem(idx, &key);
+	if (!r)
+		return 0;
+	if (r->hi == FW_RANGE_NODE)
+		return r->lo;
+	return find_ivl4(ivl, r, addr);
+}
+
+/* The new-flow path: the first rule that matches (lowest prio), from the
+ * rules anchored on the packet's values and the overlay's added ones.
+ * Returns the rule's id, 0 for the default policy. */
+static __attribute__((noinline)) __u32 classify(const struct fw_flow_key *k, const struct fw_overlay *ov, __u32 overlay,
+				      __u8 *action)
+{
+	__u32 zero = 0, slot = ov->base;
 	void *sets = slot_map(&fw_set_slots, slot);
 	struct fw_set *set = sets ? bpf_map_lookup_elem(sets, &zero) : NULL;
-	struct scan s = {.key = *k, .slot = slot};
-	void *m;
+	struct scan s = {.key = *k, .slot = slot, .overlay = overlay, .best = ~0U};
+	void *wild = slot_map(&fw_wild_slots, slot);
+	__u32 key;
 
 	*action = FW_ACT_PASS;
-	if (!set)
+	if (!set || !wild)
 		return 0; /* no rule set loaded yet */
-	s.best = set->nrules + 1;
-	scan_span(&s, &set->wild);
+	if (ov->nadded) {
+		s.start = 0;
+		s.end = ov->nadded;
+		bpf_loop((ov->nadded + FW_CHUNK - 1) / FW_CHUNK, scan_added, &s, 0);
+	}
+
+	key = (k->family == FW_FAMILY_IPV6) * FW_WILD_PER_FAMILY + 256;
+	scan_span(&s, bpf_map_lookup_elem(wild, &key));
+	if (k->proto) {
+		key = key - 256 + k->proto;
+		scan_span(&s, bpf_map_lookup_elem(wild, &key));
+	}
+
 	if (k->family == FW_FAMILY_IPV4) {
-		struct fw_lpm4_key lk = {.prefixlen = 32, .addr = k->src[3]};
+		void *any = slot_map(&fw_any4_slots, slot);
+		void *idx = slot_map(&fw_idx4_slots, slot);
+		void *ivl = slot_map(&fw_ivl4_slots, slot);
 
-		if ((m = slot_map(&fw_src4, slot)))
-			scan_span(&s, bpf_map_lookup_elem(m, &lk));
-		lk.addr = k->dst[3];
-		if ((m = slot_map(&fw_dst4, slot)))
-			scan_span(&s, bpf_map_lookup_elem(m, &lk));
+		if (!any || !idx || !ivl)
+			return 0;
+		if (set->flags & FW_SET_SRC4)
+			scan_nodes(&s, find_node4(any, idx, ivl, 0, bpf_ntohl(k->src[3])), FW_MAX_NEST4);
+		if (set->flags & FW_SET_DST4)
+			scan_nodes(&s, find_node4(any, idx, ivl, 1, bpf_ntohl(k->dst[3])), FW_MAX_NEST4);
 	} else {
-		struct fw_lpm6_key lk = {.prefixlen = 128};
+		void *ivl = slot_map(&fw_ivl6_slots, slot);
 
-		__builtin_memcpy(lk.addr, k->src, 16);
-		if ((m = slot_map(&fw_src6, slot)))
-			scan_span(&s, bpf_map_lookup_elem(m, &lk));
-		__builtin_memcpy(lk.addr, k->dst, 16);
-		if ((m = slot_map(&fw_dst6, slot)))
-			scan_span(&s, bpf_map_lookup_elem(m, &lk));
+		if (!ivl)
+			return 0;
+		if (set->flags & FW_SET_SRC6)
+			scan_nodes(&s, find_ivl6(ivl, &set->ivl6[0], k->src), FW_MAX_NEST6);
+		if (set->flags & FW_SET_DST6)
+			scan_nodes(&s, find_ivl6(ivl, &set->ivl6[1], k->dst), FW_MAX_NEST6);
 	}
-	if ((k->proto == IPPROTO_TCP || k->proto == IPPROTO_UDP) && !k->noports) {
-		__u32 port = k->dport;
 
-		if ((m = slot_map(&fw_dport, slot)))
-			scan_span(&s, bpf_map_lookup_elem(m, &port));
-		port = k->sport;
-		if ((m = slot_map(&fw_sport, slot)))
-			scan_span(&s, bpf_map_lookup_elem(m, &port));
-	}
-	if (s.best <= set->nrules) {
-		void *rules = slot_map(&fw_rule_slots, slot);
-		struct fw_rule *r = rules ? bpf_map_lookup_elem(rules, &s.best) : NULL;
+	if ((k->proto == IPPROTO_TCP || k->proto == IPPROTO_UDP) && !k->noports &&
+	    (set->flags & (FW_SET_SPORT | FW_SET_DPORT))) {
+		void *pwide = slot_map(&fw_pwide_slots, slot);
+		void *pnarrow = slot_map(&fw_pnarrow_slots, slot);
 
-		if (r) {
-			*action = r->action;
-			return s.best;
+		if (pwide && pnarrow) {
+			if (set->flags & FW_SET_SPORT)
+				scan_port(&s, pwide, pnarrow, 0, k->sport);
+			if (set->flags & FW_SET_DPORT)
+				scan_port(&s, pwide, pnarrow, 1, k->dport);
 		}
+	}
+
+	if (s.best != ~0U) {
+		*action = s.action;
+		return s.rule;
 	}
 	*action = set->default_action;
 	return 0;
@@ -473,7 +758,7 @@ static __always_inline __u32 classify(const struct fw_flow_key *k, __u32 slot, _
 
 static __always_inline void count_rule(__u32 slot, __u32 rule, __u64 len)
 {
-	__u32 key = slot << 31 | rule;
+	__u32 key = slot << FW_STATS_SLOT_SHIFT | rule;
 	struct fw_rule_stats *st = bpf_map_lookup_elem(&fw_stats, &key);
 
 	if (st) {
@@ -482,42 +767,141 @@ static __always_inline void count_rule(__u32 slot, __u32 rule, __u64 len)
 	}
 }
 
+static __always_inline __u32 mix32(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
+static __always_inline __u32 flow_hash(const struct fw_flow_key *k)
+{
+	__u32 h = (__u32)k->sport << 16 | k->dport;
+
+	h = mix32(h ^ k->src[3] * 0x9e3779b1);
+	h = mix32(h ^ k->dst[3] ^ (__u32)k->proto << 24 ^ k->noports);
+	if (k->family == FW_FAMILY_IPV6)
+		h = mix32(h ^ k->src[0] ^ k->src[1] * 31 ^ k->src[2] * 131 ^ k->dst[0] * 7 ^ k->dst[1] * 17 ^
+			  k->dst[2] * 257);
+	return h;
+}
+
+/* The way a flow takes in its set on a miss: an idle one, else the one
+ * with fewer packets, so that a flood of new flows does not push out the
+ * busy flows. */
+static __always_inline int victim(const struct fw_flow *a, const struct fw_flow *b, __u64 now)
+{
+	if (!a->packets || a->last_ns + FW_FLOW_IDLE_NS < now)
+		return 0;
+	if (!b->packets || b->last_ns + FW_FLOW_IDLE_NS < now)
+		return 1;
+	return b->packets < a->packets;
+}
+
+static __always_inline int key4_eq(const struct fw_flow4_key *a, const struct fw_flow4_key *b)
+{
+	return a->src == b->src && a->dst == b->dst && a->sport == b->sport && a->dport == b->dport &&
+	       a->proto == b->proto && a->noports == b->noports;
+}
+
+static __always_inline int key6_eq(const struct fw_flow_key *a, const struct fw_flow_key *b)
+{
+	return a->src[0] == b->src[0] && a->src[1] == b->src[1] && a->src[2] == b->src[2] &&
+	       a->src[3] == b->src[3] && a->dst[0] == b->dst[0] && a->dst[1] == b->dst[1] &&
+	       a->dst[2] == b->dst[2] && a->dst[3] == b->dst[3] && a->sport == b->sport &&
+	       a->dport == b->dport && a->proto == b->proto && a->noports == b->noports;
+}
+
+/* Step 4a: the flow's way in its family's cache, taken over on a miss. */
+static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, const struct fw_flow_key *k,
+						   __u64 now)
+{
+	__u32 idx = (flow_hash(k) & cfg->flow_mask) + bpf_get_smp_processor_id() * (cfg->flow_mask + 1);
+	struct fw_flow *f;
+	int w;
+
+	if (k->family == FW_FAMILY_IPV4) {
+		struct fw_flow4_set *set = bpf_map_lookup_elem(&fw_flows4, &idx);
+		struct fw_flow4_key k4 = {
+			.src = k->src[3],
+			.dst = k->dst[3],
+			.sport = k->sport,
+			.dport = k->dport,
+			.proto = k->proto,
+			.noports = k->noports,
+		};
+
+		if (!set)
+			return NULL;
+		if (set->way[0].f.packets && key4_eq(&set->way[0].key, &k4))
+			return &set->way[0].f;
+		if (set->way[1].f.packets && key4_eq(&set->way[1].key, &k4))
+			return &set->way[1].f;
+		w = victim(&set->way[0].f, &set->way[1].f, now);
+		if (set->way[w].f.packets)
+			count(FW_C_FLOW_REPLACED);
+		set->way[w].key = k4;
+		f = &set->way[w].f;
+	} else {
+		struct fw_flow6_set *set = bpf_map_lookup_elem(&fw_flows6, &idx);
+
+		if (!set)
+			return NULL;
+		if (set->way[0].f.packets && key6_eq(&set->way[0].key, k))
+			return &set->way[0].f;
+		if (set->way[1].f.packets && key6_eq(&set->way[1].key, k))
+			return &set->way[1].f;
+		w = victim(&set->way[0].f, &set->way[1].f, now);
+		if (set->way[w].f.packets)
+			count(FW_C_FLOW_REPLACED);
+		set->way[w].key = *k;
+		f = &set->way[w].f;
+	}
+	f->verdict = 0; /* no generation is 0 once a set is installed */
+	f->packets = 0;
+	f->bytes = 0;
+	f->first_ns = now;
+	return f;
+}
+
 /* Step 4: the rules, through the flow's cached verdict when it belongs to
- * the active rule set. flows and fkey are the family's flow table and key. */
-static __always_inline int apply_rules(const struct fw_flow_key *k, void *flows, const void *fkey, __u64 len,
+ * the active rule set. */
+static __always_inline int apply_rules(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len,
 				       __u64 now)
 {
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&fw_gen, &zero);
 	__u32 gen = genp ? *(volatile __u32 *)genp : 0;
-	__u32 slot = gen & 1;
-	struct fw_flow *f = bpf_map_lookup_elem(flows, fkey);
+	__u32 overlay = gen & 1;
+	struct fw_overlay *ov = bpf_map_lookup_elem(&fw_overlays, &overlay);
+	struct fw_flow *f;
 	__u64 verdict;
 	__u32 rule;
 	__u8 action;
 
-	if (f && (f->verdict >> 32) == gen) {
+	if (!ov)
+		return XDP_ABORTED;
+	f = flow_lookup(cfg, k, now);
+	if (f && f->packets && (f->verdict >> 32) == gen) {
 		verdict = f->verdict;
 		rule = (__u32)verdict >> 1;
 		action = verdict & 1;
 	} else {
-		rule = classify(k, slot, &action);
+		rule = classify(k, ov, overlay, &action);
 		count(FW_C_CLASSIFIED);
 		verdict = (__u64)gen << 32 | rule << 1 | action;
 	}
 	if (f) {
-		__sync_fetch_and_add(&f->packets, 1);
-		__sync_fetch_and_add(&f->bytes, len);
+		f->packets += 1;
+		f->bytes += len;
 		f->last_ns = now;
 		if (f->verdict != verdict)
 			f->verdict = verdict; /* only after a classification */
-	} else {
-		struct fw_flow fresh = {.packets = 1, .bytes = len, .first_ns = now, .last_ns = now, .verdict = verdict};
-
-		if (bpf_map_update_elem(flows, fkey, &fresh, BPF_NOEXIST))
-			count(FW_C_FLOW_UNTRACKED);
 	}
-	count_rule(slot, rule, len);
+	count_rule(ov->stats, rule, len);
 	if (action == FW_ACT_DROP) {
 		count(rule ? FW_C_DROP_RULE : FW_C_DROP_DEFAULT);
 		return XDP_DROP;
@@ -536,6 +920,9 @@ int fw_xdp(struct xdp_md *ctx)
 	__u64 now;
 	int rc;
 
+#ifdef FW_BENCH_PROLOGUE
+	FW_BENCH_PROLOGUE(ctx);
+#endif
 	rc = parse_flow(ctx, &key);
 	if (rc == XDP_PASS) {
 		count(FW_C_PASS_NOT_IP);
@@ -553,19 +940,7 @@ int fw_xdp(struct xdp_md *ctx)
 		return rc;
 	if ((rc = check_rate_limit(cfg, &key, len, now)) != CONTINUE)
 		return rc;
-	if (key.family == FW_FAMILY_IPV4) {
-		struct fw_flow4_key k4 = {
-			.src = key.src[3],
-			.dst = key.dst[3],
-			.sport = key.sport,
-			.dport = key.dport,
-			.proto = key.proto,
-			.noports = key.noports,
-		};
-
-		return apply_rules(&key, &fw_flows4, &k4, len, now);
-	}
-	return apply_rules(&key, &fw_flows6, &key, len, now);
+	return apply_rules(cfg, &key, len, now);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -46,17 +46,45 @@ struct fw_flow4_key {
 	__u8 pad[2];
 };
 
-/* Per-flow monitoring, which also caches the flow's classification: the
+/* One flow's counters and cached classification in the flow cache: the
  * verdict's rule (0 = the default policy) and action hold while its
- * generation is the rule set's. Times are bpf_ktime_get_coarse_ns. */
+ * generation is the rule set's. Times are bpf_ktime_get_coarse_ns. A way
+ * with no packets is empty. */
 struct fw_flow {
+	/* gen << 32 | rule << 1 | action */
+	__u64 verdict;
 	__u64 packets;
 	__u64 bytes;
 	__u64 first_ns;
 	__u64 last_ns;
-	/* gen << 32 | rule << 1 | action, written with one store so that a
-	 * reader on another CPU never pairs one generation with another's rule. */
-	__u64 verdict;
+};
+
+/* The flow cache is per CPU and set-associative: a flow's hash picks a set,
+ * a set holds FW_FLOW_WAYS flows, and a new flow takes the way of an idle
+ * flow (no packet for FW_FLOW_IDLE_NS) or else of the one with fewer
+ * packets. So a flood of one-packet flows costs one set's read and one
+ * overwrite per packet, never an insert and an eviction, and the busy flows
+ * of a set stay. A CPU holds at most sets * FW_FLOW_WAYS flows. */
+#define FW_FLOW_WAYS 2
+#define FW_FLOW_IDLE_NS 1000000000ULL
+
+struct fw_flow4_way {
+	struct fw_flow4_key key;
+	struct fw_flow f;
+};
+
+struct fw_flow4_set {
+	struct fw_flow4_way way[FW_FLOW_WAYS];
+	__u8 pad[16]; /* two cache lines */
+};
+
+struct fw_flow6_way {
+	struct fw_flow_key key;
+	struct fw_flow f;
+};
+
+struct fw_flow6_set {
+	struct fw_flow6_way way[FW_FLOW_WAYS];
 };
 
 /* A blocked flow: dropped until expires_ns (0: until unblocked). */
@@ -89,41 +117,107 @@ struct fw_config {
 	/* Entries in the block list, kept by userspace: an empty list costs no
 	 * lookup. */
 	__u32 blocked;
-	__u32 pad;
+	/* Sets of each CPU's flow cache minus one (their count is a power of
+	 * two), written when the maps are created. */
+	__u32 flow_mask;
 };
 
-/* A range of the candidate array: rule ids [start, start+len), ascending. */
+/* A range of the candidate array: rules [start, start+len), ascending. */
 struct fw_span {
 	__u32 start;
 	__u32 len;
 };
 
-/* LPM keys of the source and destination tries. */
-struct fw_lpm4_key {
-	__u32 prefixlen;
-	__u32 addr;
+/* Classification. The control plane anchors each rule on one field it sets
+ * (source prefix, destination prefix, source or destination port range) or,
+ * with none, on its family and protocol; a packet then checks only the
+ * rules anchored on its own values.
+ *
+ * Prefixes: the anchor prefixes of one family and direction cut the address
+ * space into intervals; each interval knows the longest anchor prefix that
+ * covers it (a node), and each node its rules and the next shorter anchor
+ * prefix that covers it (its parent). IPv4 intervals are found through the
+ * address's top 16 bits (fw_range) and a binary search within them, IPv6
+ * intervals by a binary search of the direction's range (fw_set). */
+struct fw_range {
+	__u32 lo;
+	__u32 hi; /* inclusive; FW_RANGE_NODE: lo is the node of the whole /16 */
 };
 
-struct fw_lpm6_key {
-	__u32 prefixlen;
-	__u32 addr[4];
+/* A /16 that one interval covers gives its node at once: no search. */
+#define FW_RANGE_NODE 0xffffffffU
+
+struct fw_ivl4 {
+	__u32 start; /* host byte order */
+	__u32 node;
 };
+
+struct fw_ivl6 {
+	__u64 hi; /* start address, host byte order */
+	__u64 lo;
+	__u32 node;
+	__u32 pad;
+};
+
+/* Node 0 is "no anchor prefix". */
+struct fw_node {
+	struct fw_span span;
+	__u32 parent;
+	__u32 pad;
+};
+
+/* Ports: a segment tree over 0-65535. A range is stored on the at most 32
+ * aligned blocks that tile it; a port lies in one block per level 0-16
+ * (block (1 << l) + (port >> (16 - l))), and masks say which of its 17
+ * blocks hold rules: levels 0-10 (blocks of 64 ports or more) per
+ * port >> FW_PORT_WIDE_SHIFT, levels 11-16 per port, so that the masks of
+ * a flood's random ports stay in cache (8 KiB and 128 KiB). Memory is
+ * linear in the rules whatever their nesting. */
+#define FW_PORT_LEVELS 17
+#define FW_PORT_BLOCKS (1 << FW_PORT_LEVELS)
+#define FW_PORT_WIDE_LEVELS 11
+#define FW_PORT_WIDE_SHIFT (16 - FW_PORT_WIDE_LEVELS + 1)
+
+/* Rules anchored on no field, by family and protocol: index
+ * (family == 6) * FW_WILD_PER_FAMILY + proto, and + 256 for the rules of any
+ * protocol. A rule whose fields repeat an earlier rule's is never anchored:
+ * it can never be the first match. */
+#define FW_WILD_PER_FAMILY 257
 
 /* One rule, every field ANDed. net/mask are over the IPv4-mapped 128-bit
  * address; a zero mask matches any address. Port ranges are inclusive, in
- * host byte order. */
+ * host byte order. The first match is the rule of lowest prio; id names
+ * its counters and stays while the rule lives. A set installed whole gives
+ * rule n id n and prio n << FW_PRIO_SHIFT, which leaves room for the rules
+ * fw add puts between. */
 struct fw_rule {
 	__u8 family;
 	__u8 proto; /* 0: any */
 	__u8 action;
-	__u8 has_ports; /* a port range narrower than all ports */
+	__u8 flags; /* enum fw_rule_flag */
 	__u16 sport_lo, sport_hi;
 	__u16 dport_lo, dport_hi;
-	__u32 pad2;
+	__u32 id;
+	__u32 prio;
+	/* For the control plane: the next rule that repeats this one's fields
+	 * (FW_RULE_DUP), which takes its place if fw del deletes it. */
+	__u32 dup_next;
 	__u32 src_net[4];
 	__u32 src_mask[4];
 	__u32 dst_net[4];
 	__u32 dst_mask[4];
+};
+
+/* What a rule sets beyond its masks: a port range narrower than all ports
+ * (which no fragment after the first matches), and which addresses it
+ * gives, so that a /0 reads back as a /0 of its family rather than "any". */
+enum fw_rule_flag {
+	FW_RULE_PORTS = 1,
+	FW_RULE_SRC = 2,
+	FW_RULE_DST = 4,
+	/* Repeats the fields of an earlier rule of the installed set, so no
+	 * index holds it: it can never be the first match. */
+	FW_RULE_DUP = 8,
 };
 
 /* Header of a rule set (index 0 of its set map). */
@@ -131,8 +225,21 @@ struct fw_set {
 	__u32 nrules;
 	__u8 default_action;
 	__u8 pad[3];
-	/* Candidates anchored on no address or port: checked for every packet. */
-	struct fw_span wild;
+	/* IPv6 intervals of the source (0) and destination (1), [lo, hi]. */
+	struct fw_range ivl6[2];
+	/* Which indexes hold rules (enum fw_set_flag): an empty one costs no
+	 * lookup. */
+	__u32 flags;
+	__u32 pad2;
+};
+
+enum fw_set_flag {
+	FW_SET_SRC4 = 1,
+	FW_SET_DST4 = 2,
+	FW_SET_SRC6 = 4,
+	FW_SET_DST6 = 8,
+	FW_SET_SPORT = 16,
+	FW_SET_DPORT = 32,
 };
 
 /* Per-rule counters (index 0: the default policy). */
@@ -153,11 +260,37 @@ enum fw_counter {
 	FW_C_PASS_NOT_IP,
 	FW_C_DROP_MALFORMED,
 	FW_C_CLASSIFIED,
-	FW_C_FLOW_UNTRACKED,
+	FW_C_FLOW_REPLACED,
 	FW_C_MAX,
 };
 
 /* Two rule sets exist: the active one, gen & 1, and the one being built. */
 #define FW_SLOTS 2
+
+/* Per-rule counters of both slots: index slot << FW_STATS_SLOT_SHIFT | rule.
+ * A set has at most (1 << FW_STATS_SLOT_SHIFT) - 1 rules. */
+#define FW_STATS_SLOT_SHIFT 18
+
+#define FW_PRIO_SHIFT 12
+
+/* fw add and fw del change a rule set without rebuilding it: an overlay
+ * says which of the installed set's rules are deleted (a bit per id in
+ * fw_dead) and which rules were added (fw_added, ascending prio, checked
+ * for every new flow). Two overlays exist, like the slots: fw_gen & 1
+ * picks one, so that a change is built in the other and made active with
+ * the same one write; the installed set's maps are shared. */
+struct fw_overlay {
+	__u32 base;    /* the slot of the installed set's maps */
+	__u32 stats;   /* the slot of its counters in fw_stats */
+	__u32 nadded;  /* rules in fw_added */
+	__u32 next_id; /* for the control plane: the next rule's id */
+	__u32 nbase;   /* rules of the installed set: ids 1 to nbase */
+	__u32 pad;
+};
+
+/* Rules that can be added to a set before fw add installs it whole. */
+#define FW_MAX_ADDED 4096
+/* Words of one overlay's bitmap of deleted ids. */
+#define FW_DEAD_WORDS (1 << (FW_STATS_SLOT_SHIFT - 6))
 
 #endif

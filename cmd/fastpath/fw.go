@@ -38,7 +38,7 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		return fw.OpenPinned(name)
 	}
 	cmd.AddCommand(fwAttachCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
-		fwListCmd(open), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open))
+		fwListCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open))
 	return cmd
 }
 
@@ -81,7 +81,7 @@ func fwAttachCmd(name *string) *cobra.Command {
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	cmd.Flags().BoolVar(&generic, "generic", false, "attach in generic (skb) mode")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
-	cmd.Flags().Uint32Var(&maxFlows, "max-flows", 131072, "flow table size of a new instance")
+	cmd.Flags().Uint32Var(&maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow cache holds per family, in a new instance (rounded up to a power of two)")
 	return cmd
 }
 
@@ -129,6 +129,35 @@ func install(f *fw.Firewall, rs *fw.RuleSet) error {
 	gen, _ := f.Generation()
 	fmt.Printf("%d rules installed, default %s (generation %d, %s)\n", len(rs.Rules), rs.Default, gen, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+func fwClassBenchCmd() *cobra.Command {
+	var (
+		seed uint64
+		v6   int
+	)
+	cmd := &cobra.Command{
+		Use:   "classbench acl|fw|ipc N",
+		Short: "print a ClassBench-like rules file of N rules (nested prefixes, port ranges, protocol-only rules)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 0 || n > fw.MaxRules {
+				return fmt.Errorf("N %q: a number of rules from 0 to %d", args[1], fw.MaxRules)
+			}
+			if v6 < 0 || v6 > 100 {
+				return fmt.Errorf("--ipv6 %d: a share from 0 to 100", v6)
+			}
+			rs, err := fw.ClassBench(args[0], n, seed, v6, netip.Prefix{})
+			if err != nil {
+				return err
+			}
+			return rs.WriteTOML(os.Stdout)
+		},
+	}
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "the same seed gives the same rules")
+	cmd.Flags().IntVar(&v6, "ipv6", 0, "share of IPv6 rules, 0-100")
+	return cmd
 }
 
 func fwCheckCmd() *cobra.Command {
@@ -198,22 +227,21 @@ func fwAddCmd(open openFunc) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			rs, err := f.Rules()
+			n, err := f.Len()
 			if err != nil {
 				return err
 			}
-			n := len(rs.Rules)
-			if at == 0 {
+			if !cmd.Flags().Changed("at") {
 				at = n + 1
 			}
 			if at < 1 || at > n+1 {
 				return fmt.Errorf("--at %d: the set has %d rules, use 1 to %d", at, n, n+1)
 			}
-			rs.Rules = append(rs.Rules[:at-1], append([]fw.Rule{r}, rs.Rules[at-1:]...)...)
-			if err := install(f, rs); err != nil {
+			start := time.Now()
+			if err := f.Insert(at, r); err != nil {
 				return err
 			}
-			fmt.Printf("rule %d: %s\n", at, r)
+			fmt.Printf("rule %d: %s (%s)\n", at, r, time.Since(start).Round(time.Microsecond))
 			return nil
 		},
 	}
@@ -233,26 +261,20 @@ func fwDelCmd(open openFunc) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			rs, err := f.Rules()
-			if err != nil {
-				return err
-			}
-			del := map[int]bool{}
+			var positions []int
 			for _, a := range args {
 				n, err := strconv.Atoi(a)
-				if err != nil || n < 1 || n > len(rs.Rules) {
-					return fmt.Errorf("rule %q: the set has rules 1 to %d", a, len(rs.Rules))
+				if err != nil {
+					return fmt.Errorf("rule %q: give rule numbers as fw list shows them", a)
 				}
-				del[n] = true
+				positions = append(positions, n)
 			}
-			var keep []fw.Rule
-			for i, r := range rs.Rules {
-				if !del[i+1] {
-					keep = append(keep, r)
-				}
+			start := time.Now()
+			if err := f.Delete(positions...); err != nil {
+				return err
 			}
-			rs.Rules = keep
-			return install(f, rs)
+			fmt.Printf("%d rules deleted (%s)\n", len(positions), time.Since(start).Round(time.Microsecond))
+			return nil
 		},
 	}
 }

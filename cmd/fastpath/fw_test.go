@@ -56,6 +56,9 @@ func TestFwCommands(t *testing.T) {
 	if _, err := fastpath(t, "fw", "add", "--name", name, "--action", "drop", "--src", "192.0.2.0/24", "--at", "1"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := fastpath(t, "fw", "add", "--name", name, "--action", "drop", "--src", "192.0.2.0/24", "--at", "0"); err == nil || !strings.Contains(err.Error(), "--at 0: the set has 3 rules, use 1 to 4") {
+		t.Fatalf("fw add --at 0: %v", err)
+	}
 	if _, err := fastpath(t, "fw", "del", "--name", name, "3"); err != nil {
 		t.Fatal(err)
 	}

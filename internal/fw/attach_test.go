@@ -84,8 +84,9 @@ func replaceSets(tb lab.Testbed, rng *rand.Rand) []*RuleSet {
 }
 
 // TestReplaceUnderTraffic swaps rule sets as fast as it can while traffic
-// flows: every set drops one flow and passes the other, so the sink must see
-// exactly the passed flow's packets, whatever set each packet met.
+// flows, whole and by fw add and fw del: every set drops one flow and
+// passes the other, so the sink must see exactly the passed flow's packets,
+// whatever set each packet met.
 func TestReplaceUnderTraffic(t *testing.T) {
 	tb := labtest.Testbed(t)
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -111,12 +112,23 @@ func TestReplaceUnderTraffic(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		noise := Rule{Action: Drop, Src: Prefix{netip.MustParsePrefix("203.0.113.0/24")}, SPort: AnyPort, DPort: AnyPort}
 		for i := 1; !stop.Load(); i++ {
 			if err := f.Install(sets[i%len(sets)]); err != nil {
 				errc <- err
 				return
 			}
 			installs.Add(1)
+			// fw add and fw del switch through the overlay: a rule that
+			// no test packet matches comes and goes at the top.
+			if err := f.Insert(1, noise); err != nil {
+				errc <- err
+				return
+			}
+			if err := f.Delete(1); err != nil {
+				errc <- err
+				return
+			}
 		}
 	}()
 	const count = 400_000

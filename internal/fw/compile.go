@@ -2,14 +2,16 @@ package fw
 
 import (
 	"encoding/binary"
+	"math"
+	"math/bits"
 	"net/netip"
 	"sort"
 )
 
 // A rule is anchored on one of its fields: the index that finds it. A packet
 // checks the rules anchored on its source address, its destination address,
-// its ports, and the unanchored ones; every rule that can match is in one of
-// those spans, so first-match order is kept without walking all rules.
+// its ports, and its family and protocol; every rule that can match is in one
+// of those spans, so first-match order is kept without walking all rules.
 type anchor int
 
 const (
@@ -18,70 +20,154 @@ const (
 	anchorDst
 	anchorDPort
 	anchorSPort
+	// anchorDup marks a rule whose match fields repeat an earlier rule's:
+	// it can never be the first match, so no index holds it.
+	anchorDup
+)
+
+// Sizes the data path's arrays are declared with (bpf/fw/fw_shared.h).
+const (
+	portLevels      = 17
+	portBlocks      = 1 << portLevels
+	wildPerFamily   = 257
+	statsSlotShift  = 18
+	flowWays        = 2
+	maxNest4        = 33
+	maxNest6        = 129
+	directions      = 2 // source, destination
+	idx4PerDir      = 1 << 16
+	wildAnyProtocol = 256
+	portWideLevels  = 11
+	portWideShift   = 16 - portWideLevels + 1
+	rangeNode       = math.MaxUint32 // fw_range.hi of a /16 one interval covers
+)
+
+// Flags of fw_set (enum fw_set_flag): which indexes hold rules.
+const (
+	setSrc4 = 1 << iota
+	setDst4
+	setSrc6
+	setDst6
+	setSPort
+	setDPort
 )
 
 // compiled is a rule set in the layout of one slot's maps.
 type compiled struct {
-	set   fwFwSet
-	rules []fwFwRule // index 0 is the default policy's slot
-	cands []uint32
-	src4  map[fwFwLpm4Key]fwFwSpan
-	dst4  map[fwFwLpm4Key]fwFwSpan
-	src6  map[fwFwLpm6Key]fwFwSpan
-	dst6  map[fwFwLpm6Key]fwFwSpan
-	sport []fwFwSpan // 65536 entries, nil if no rule is anchored there
-	dport []fwFwSpan
-	// longest is the longest span: the most rules one packet may check.
+	set     fwFwSet
+	rules   []fwFwRule // by id; index 0 is the default policy's slot
+	cands   []fwFwRule
+	any4    []uint64    // per direction, a bit per IPv4 /16 with an anchor
+	idx4    []fwFwRange // per direction and top 16 bits of an IPv4 address
+	ivl4    []fwFwIvl4
+	ivl6    []fwFwIvl6
+	nodes   []fwFwNode // 0 is "no anchor prefix"
+	wild    []fwFwSpan
+	pwide   []uint32 // levels 0-10 per port >> portWideShift
+	pnarrow []uint8  // levels 11-16 per port
+	pblock  []fwFwSpan
+	// longest is the longest span: the most rules one span makes a packet
+	// check.
 	longest int
 }
 
-// compile lays out a validated rule set. Rule ids are positions + 1.
+// compile lays out a validated rule set. Rule ids are positions + 1. Time
+// and memory are linear in the rules (times a log for sorting): each rule
+// is stored once, or on at most 32 port blocks, or twice when it matches
+// both families and has no anchor.
 func compile(rs *RuleSet) *compiled {
 	c := &compiled{
-		rules: make([]fwFwRule, len(rs.Rules)+1),
-		src4:  map[fwFwLpm4Key]fwFwSpan{}, dst4: map[fwFwLpm4Key]fwFwSpan{},
-		src6: map[fwFwLpm6Key]fwFwSpan{}, dst6: map[fwFwLpm6Key]fwFwSpan{},
+		rules:   make([]fwFwRule, len(rs.Rules)+1),
+		any4:    make([]uint64, directions*idx4PerDir/64),
+		idx4:    make([]fwFwRange, directions*idx4PerDir),
+		nodes:   []fwFwNode{{}},
+		wild:    make([]fwFwSpan, 2*wildPerFamily),
+		pwide:   make([]uint32, directions<<(16-portWideShift)),
+		pnarrow: make([]uint8, directions<<16),
+		pblock:  make([]fwFwSpan, directions*portBlocks),
+		cands:   make([]fwFwRule, 0, len(rs.Rules)+16),
 	}
 	c.set.Nrules = uint32(len(rs.Rules))
 	c.set.DefaultAction = uint8(rs.Default)
 	for i, r := range rs.Rules {
-		c.rules[i+1] = kernelRule(r)
+		c.rules[i+1] = kernelRule(r, uint32(i+1))
+		c.rules[i+1].Prio = uint32(i+1) << prioShift
 	}
 
 	anchors := chooseAnchors(rs.Rules)
-	var wild []uint32
-	bySrc, byDst := map[netip.Prefix][]uint32{}, map[netip.Prefix][]uint32{}
-	var sport, dport []portRule
+	// Chain each repeat to the next, for fw del (see dup_next).
+	last := map[matchKey]uint32{}
+	for i, r := range rs.Rules {
+		id := uint32(i + 1)
+		k := r.matchKey()
+		if anchors[i] == anchorDup {
+			c.rules[id].Flags |= ruleFlagDup
+			c.rules[last[k]].DupNext = id
+		}
+		last[k] = id
+	}
+	prefixes := [directions]map[netip.Prefix][]uint32{{}, {}}
+	var ports [directions][]portRule
+	var wild [2 * wildPerFamily][]uint32
 	for i, r := range rs.Rules {
 		id := uint32(i + 1)
 		switch anchors[i] {
 		case anchorSrc:
-			bySrc[r.Src.Prefix] = append(bySrc[r.Src.Prefix], id)
+			prefixes[0][r.Src.Prefix] = append(prefixes[0][r.Src.Prefix], id)
 		case anchorDst:
-			byDst[r.Dst.Prefix] = append(byDst[r.Dst.Prefix], id)
-		case anchorDPort:
-			dport = append(dport, portRule{r.DPort, id})
+			prefixes[1][r.Dst.Prefix] = append(prefixes[1][r.Dst.Prefix], id)
 		case anchorSPort:
-			sport = append(sport, portRule{r.SPort, id})
-		default:
-			wild = append(wild, id)
+			ports[0] = append(ports[0], portRule{r.SPort, id})
+		case anchorDPort:
+			ports[1] = append(ports[1], portRule{r.DPort, id})
+		case anchorNone:
+			for f, fam := range []uint8{4, 6} {
+				if r.Family() != 0 && r.Family() != fam {
+					continue
+				}
+				k := f*wildPerFamily + wildAnyProtocol
+				if r.Proto != 0 {
+					k = f*wildPerFamily + int(r.Proto)
+				}
+				wild[k] = append(wild[k], id)
+			}
 		}
 	}
-	c.set.Wild = c.addSpan(wild)
-	c.prefixSpans(bySrc, c.src4, c.src6)
-	c.prefixSpans(byDst, c.dst4, c.dst6)
-	c.sport = c.portSpans(sport)
-	c.dport = c.portSpans(dport)
+	for k, ids := range wild {
+		c.wild[k] = c.addSpan(ids)
+	}
+	for d := range directions {
+		c.prefixIndex(d, prefixes[d])
+		c.portIndex(d, ports[d])
+	}
 	return c
 }
 
-// chooseAnchors puts each rule on the field it shares with the fewest other
-// rules, so that spans stay short: a thousand rules for one source prefix
-// with different ports go by port.
+// matchKey is what a rule matches, for finding repeats.
+type matchKey struct {
+	family, proto uint8
+	src, dst      netip.Prefix
+	sport, dport  Ports
+}
+
+func (r Rule) matchKey() matchKey {
+	return matchKey{r.Family(), uint8(r.Proto), r.Src.Prefix, r.Dst.Prefix, r.SPort.norm(), r.DPort.norm()}
+}
+
+// chooseAnchors puts each rule on the field where packets find it least:
+// see the cost below. Addresses win ties.
 func chooseAnchors(rules []Rule) []anchor {
 	src, dst := map[netip.Prefix]int{}, map[netip.Prefix]int{}
 	sp, dp := map[Ports]int{}, map[Ports]int{}
-	for _, r := range rules {
+	seen := make(map[matchKey]struct{}, len(rules))
+	out := make([]anchor, len(rules))
+	for i, r := range rules {
+		k := r.matchKey()
+		if _, dup := seen[k]; dup {
+			out[i] = anchorDup
+			continue
+		}
+		seen[k] = struct{}{}
 		if r.Src.IsValid() {
 			src[r.Src.Prefix]++
 		}
@@ -95,22 +181,35 @@ func chooseAnchors(rules []Rule) []anchor {
 			dp[r.DPort]++
 		}
 	}
-	out := make([]anchor, len(rules))
 	for i, r := range rules {
-		best, bestN := anchorNone, int(^uint(0)>>1)
-		try := func(a anchor, ok bool, n int) {
-			if ok && n < bestN {
-				best, bestN = a, n
+		if out[i] == anchorDup {
+			continue
+		}
+		// A packet checks every rule anchored on a value it falls in, so
+		// a rule goes where few rules share the value and few packets
+		// fall in it: the share of addresses or ports the value covers
+		// times the rules that share it. A /0 is no anchor at all.
+		best, bestCost := anchorNone, math.Inf(1)
+		try := func(a anchor, ok bool, coverLog2 int, n int) {
+			if cost := math.Ldexp(float64(n), coverLog2); ok && cost < bestCost {
+				best, bestCost = a, cost
 			}
 		}
-		// A /0 matches a whole family: no better than no anchor.
-		try(anchorSrc, r.Src.IsValid() && r.Src.Bits() > 0, src[r.Src.Prefix])
-		try(anchorDst, r.Dst.IsValid() && r.Dst.Bits() > 0, dst[r.Dst.Prefix])
-		try(anchorDPort, !r.DPort.IsAny(), dp[r.DPort])
-		try(anchorSPort, !r.SPort.IsAny(), sp[r.SPort])
+		try(anchorSrc, r.Src.IsValid() && r.Src.Bits() > 0, -r.Src.Bits(), src[r.Src.Prefix])
+		try(anchorDst, r.Dst.IsValid() && r.Dst.Bits() > 0, -r.Dst.Bits(), dst[r.Dst.Prefix])
+		try(anchorDPort, !r.DPort.IsAny(), bits.Len(uint(r.DPort.Hi-r.DPort.Lo))-16, dp[r.DPort])
+		try(anchorSPort, !r.SPort.IsAny(), bits.Len(uint(r.SPort.Hi-r.SPort.Lo))-16, sp[r.SPort])
 		out[i] = best
 	}
 	return out
+}
+
+// norm makes "any" one value whether it was given or not.
+func (p Ports) norm() Ports {
+	if p.IsAny() {
+		return AnyPort
+	}
+	return p
 }
 
 func (c *compiled) addSpan(ids []uint32) fwFwSpan {
@@ -118,40 +217,176 @@ func (c *compiled) addSpan(ids []uint32) fwFwSpan {
 		return fwFwSpan{}
 	}
 	s := fwFwSpan{Start: uint32(len(c.cands)), Len: uint32(len(ids))}
-	c.cands = append(c.cands, ids...)
+	for _, id := range ids {
+		c.cands = append(c.cands, c.rules[id])
+	}
 	c.longest = max(c.longest, len(ids))
 	return s
 }
 
-// prefixSpans gives each anchor prefix the rules of itself and of every
-// shorter anchor prefix that contains it: an LPM lookup finds only the
-// longest, and the others match the packet too.
-func (c *compiled) prefixSpans(by map[netip.Prefix][]uint32, m4 map[fwFwLpm4Key]fwFwSpan, m6 map[fwFwLpm6Key]fwFwSpan) {
-	lens := map[bool][]int{} // by Is4
-	seen := map[bool]map[int]bool{true: {}, false: {}}
-	for p := range by {
-		is4 := p.Addr().Is4()
-		if !seen[is4][p.Bits()] {
-			seen[is4][p.Bits()] = true
-			lens[is4] = append(lens[is4], p.Bits())
-		}
+// u128 is an address as a number, IPv4 in the low word.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+func (a u128) next() (u128, bool) {
+	if a.lo == math.MaxUint64 {
+		return u128{a.hi + 1, 0}, a.hi == math.MaxUint64
 	}
-	for p, own := range by {
-		ids := append([]uint32(nil), own...)
-		for _, l := range lens[p.Addr().Is4()] {
-			if l < p.Bits() {
-				up, _ := p.Addr().Prefix(l)
-				ids = append(ids, by[up]...)
+	return u128{a.hi, a.lo + 1}, false
+}
+
+func addrNum(a netip.Addr) u128 {
+	if a.Is4() {
+		b := a.As4()
+		return u128{0, uint64(binary.BigEndian.Uint32(b[:]))}
+	}
+	b := a.As16()
+	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// lastAddr is the highest address of a prefix.
+func lastAddr(p netip.Prefix) u128 {
+	a := addrNum(p.Addr())
+	host := p.Addr().BitLen() - p.Bits()
+	switch {
+	case host >= 128:
+		return u128{math.MaxUint64, math.MaxUint64}
+	case host >= 64:
+		return u128{a.hi | (1<<(host-64) - 1), math.MaxUint64}
+	}
+	return u128{a.hi, a.lo | (1<<host - 1)}
+}
+
+type interval struct {
+	start u128
+	node  uint32
+}
+
+// prefixIndex builds one direction's nodes and intervals for both
+// families. Anchor prefixes of one family nest or are disjoint, so a sweep
+// in address order with a stack of the prefixes that cover the current
+// address yields each interval's longest cover and each node's parent.
+func (c *compiled) prefixIndex(dir int, by map[netip.Prefix][]uint32) {
+	var ps [2][]netip.Prefix
+	for p := range by {
+		f := 0
+		if !p.Addr().Is4() {
+			f = 1
+		}
+		ps[f] = append(ps[f], p)
+	}
+	for f := range ps {
+		sort.Slice(ps[f], func(i, j int) bool {
+			a, b := ps[f][i], ps[f][j]
+			if a.Addr() != b.Addr() {
+				return a.Addr().Less(b.Addr())
+			}
+			return a.Bits() < b.Bits()
+		})
+		type open struct {
+			node uint32
+			last u128
+		}
+		var (
+			stack []open
+			ivs   []interval
+			cur   u128 // start of the next interval
+			done  bool // cur ran past the last address
+		)
+		emit := func(node uint32) {
+			if len(ivs) > 0 && ivs[len(ivs)-1].node == node {
+				return
+			}
+			ivs = append(ivs, interval{cur, node})
+		}
+		// close ends the innermost open prefix: the addresses up to its
+		// last are its own.
+		close := func() {
+			top := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if !done && !top.last.less(cur) {
+				emit(top.node)
+				cur, done = top.last.next()
 			}
 		}
-		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-		span := c.addSpan(ids)
-		a := p.Addr().AsSlice()
-		if p.Addr().Is4() {
-			m4[fwFwLpm4Key{Prefixlen: uint32(p.Bits()), Addr: binary.LittleEndian.Uint32(a)}] = span
-		} else {
-			m6[fwFwLpm6Key{Prefixlen: uint32(p.Bits()), Addr: words(a)}] = span
+		for _, p := range ps[f] {
+			start := addrNum(p.Addr())
+			for len(stack) > 0 && stack[len(stack)-1].last.less(start) {
+				close()
+			}
+			if cur.less(start) {
+				var node uint32
+				if len(stack) > 0 {
+					node = stack[len(stack)-1].node
+				}
+				emit(node)
+			}
+			cur = start
+			parent := uint32(0)
+			if len(stack) > 0 {
+				parent = stack[len(stack)-1].node
+			}
+			id := uint32(len(c.nodes))
+			c.nodes = append(c.nodes, fwFwNode{Span: c.addSpan(by[p]), Parent: parent})
+			stack = append(stack, open{id, lastAddr(p)})
 		}
+		for len(stack) > 0 {
+			close()
+		}
+		if !done {
+			emit(0)
+		}
+		if len(ivs) == 0 || ivs[0].start != (u128{}) {
+			ivs = append([]interval{{}}, ivs...)
+		}
+		if len(ps[f]) > 0 {
+			c.set.Flags |= [2][2]uint32{{setSrc4, setDst4}, {setSrc6, setDst6}}[f][dir]
+		}
+		if f == 0 {
+			c.index4(dir, ivs)
+		} else {
+			base := uint32(len(c.ivl6))
+			for _, iv := range ivs {
+				c.ivl6 = append(c.ivl6, fwFwIvl6{Hi: iv.start.hi, Lo: iv.start.lo, Node: iv.node})
+			}
+			c.set.Ivl6[dir] = fwFwRange{Lo: base, Hi: uint32(len(c.ivl6)) - 1}
+		}
+	}
+}
+
+// index4 appends a direction's IPv4 intervals and, for each top 16 bits of
+// an address, the intervals that hold its addresses.
+func (c *compiled) index4(dir int, ivs []interval) {
+	for len(ivs) > 1 && ivs[len(ivs)-1].start.lo > math.MaxUint32 {
+		ivs = ivs[:len(ivs)-1] // past the last IPv4 address
+	}
+	base := uint32(len(c.ivl4))
+	for _, iv := range ivs {
+		c.ivl4 = append(c.ivl4, fwFwIvl4{Start: uint32(iv.start.lo), Node: iv.node})
+	}
+	// holding returns the last interval that starts at or below a.
+	i := 0
+	holding := func(a uint64) uint32 {
+		for i+1 < len(ivs) && ivs[i+1].start.lo <= a {
+			i++
+		}
+		return base + uint32(i)
+	}
+	for h := range idx4PerDir {
+		lo := holding(uint64(h) << 16)
+		hi := holding(uint64(h)<<16 | 0xffff)
+		if lo == hi {
+			// One interval: its node, without a search.
+			node := ivs[lo-base].node
+			c.idx4[dir*idx4PerDir+h] = fwFwRange{Lo: node, Hi: rangeNode}
+			if node != 0 {
+				c.any4[(dir*idx4PerDir+h)/64] |= 1 << (h % 64)
+			}
+			continue
+		}
+		c.any4[(dir*idx4PerDir+h)/64] |= 1 << (h % 64)
+		c.idx4[dir*idx4PerDir+h] = fwFwRange{Lo: lo, Hi: hi}
 	}
 }
 
@@ -160,62 +395,67 @@ type portRule struct {
 	id    uint32
 }
 
-// portSpans sweeps the port ranges: each stretch of ports between range
-// boundaries gets one span of the rules covering it.
-func (c *compiled) portSpans(rules []portRule) []fwFwSpan {
+// portIndex stores each port range on the aligned blocks that tile it
+// (at most 32), and marks for each port the levels of its blocks that hold
+// rules.
+func (c *compiled) portIndex(dir int, rules []portRule) {
 	if len(rules) == 0 {
-		return nil
+		return
 	}
-	type event struct {
-		port  int
-		start bool
-		id    uint32
-	}
-	var ev []event
+	c.set.Flags |= [2]uint32{setSPort, setDPort}[dir]
+	blocks := map[uint32][]uint32{}
 	for _, r := range rules {
-		ev = append(ev, event{int(r.ports.Lo), true, r.id}, event{int(r.ports.Hi) + 1, false, r.id})
-	}
-	sort.Slice(ev, func(i, j int) bool { return ev[i].port < ev[j].port })
-	out := make([]fwFwSpan, 65536)
-	active := map[uint32]bool{}
-	for i := 0; i < len(ev); {
-		p := ev[i].port
-		for ; i < len(ev) && ev[i].port == p; i++ {
-			if ev[i].start {
-				active[ev[i].id] = true
-			} else {
-				delete(active, ev[i].id)
+		for lo, hi := int(r.ports.Lo), int(r.ports.Hi); lo <= hi; {
+			size := 1 << 16
+			if lo != 0 {
+				size = lo & -lo
 			}
+			for size > hi-lo+1 {
+				size >>= 1
+			}
+			level := 16 - bits.TrailingZeros(uint(size))
+			b := uint32(1<<level + lo>>(16-level))
+			blocks[b] = append(blocks[b], r.id)
+			lo += size
 		}
-		if p > 65535 || len(active) == 0 {
+	}
+	keys := make([]uint32, 0, len(blocks))
+	for b := range blocks {
+		keys = append(keys, b)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, b := range keys {
+		c.pblock[dir*portBlocks+int(b)] = c.addSpan(blocks[b])
+		level := bits.Len32(b) - 1
+		width := 1 << (16 - level)
+		first := int(b-1<<level) * width
+		if level < portWideLevels {
+			for p := first >> portWideShift; p < (first+width)>>portWideShift; p++ {
+				c.pwide[dir<<(16-portWideShift)|p] |= 1 << level
+			}
 			continue
 		}
-		end := 65536
-		if i < len(ev) {
-			end = ev[i].port
-		}
-		ids := make([]uint32, 0, len(active))
-		for id := range active {
-			ids = append(ids, id)
-		}
-		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-		span := c.addSpan(ids)
-		for q := p; q < end && q < 65536; q++ {
-			out[q] = span
+		for p := first; p < first+width; p++ {
+			c.pnarrow[dir<<16|p] |= 1 << (level - portWideLevels)
 		}
 	}
-	return out
 }
 
 // kernelRule converts a rule to the kernel's layout: addresses IPv4-mapped,
 // words in memory (network) byte order.
-func kernelRule(r Rule) fwFwRule {
+func kernelRule(r Rule, id uint32) fwFwRule {
 	k := fwFwRule{
-		Family: r.Family(), Proto: uint8(r.Proto), Action: uint8(r.Action),
+		Id: id, Family: r.Family(), Proto: uint8(r.Proto), Action: uint8(r.Action),
 		SportLo: r.SPort.Lo, SportHi: r.SPort.Hi, DportLo: r.DPort.Lo, DportHi: r.DPort.Hi,
 	}
 	if !r.SPort.IsAny() || !r.DPort.IsAny() {
-		k.HasPorts = 1
+		k.Flags |= ruleFlagPorts
+	}
+	if r.Src.IsValid() {
+		k.Flags |= ruleFlagSrc
+	}
+	if r.Dst.IsValid() {
+		k.Flags |= ruleFlagDst
 	}
 	k.SrcNet, k.SrcMask = netMask(r.Src)
 	k.DstNet, k.DstMask = netMask(r.Dst)
@@ -262,11 +502,25 @@ func ruleFromKernel(k fwFwRule) Rule {
 		Action: Action(k.Action), Proto: Proto(k.Proto),
 		SPort: Ports{k.SportLo, k.SportHi, true}, DPort: Ports{k.DportLo, k.DportHi, true},
 	}
-	r.Src = prefixFromKernel(k.Family, k.SrcNet, k.SrcMask)
-	r.Dst = prefixFromKernel(k.Family, k.DstNet, k.DstMask)
+	if k.Flags&ruleFlagSrc != 0 {
+		r.Src = prefixFromKernel(k.Family, k.SrcNet, k.SrcMask)
+	}
+	if k.Flags&ruleFlagDst != 0 {
+		r.Dst = prefixFromKernel(k.Family, k.DstNet, k.DstMask)
+	}
 	return r
 }
 
+// Flags of a kernel rule (enum fw_rule_flag).
+const (
+	ruleFlagPorts = 1
+	ruleFlagSrc   = 2
+	ruleFlagDst   = 4
+	ruleFlagDup   = 8
+)
+
+// prefixFromKernel reads a prefix the rule gives; a zero mask is the /0 of
+// the rule's family.
 func prefixFromKernel(family uint8, net, mask [4]uint32) Prefix {
 	m := unwords(mask)
 	bits := 0
@@ -277,9 +531,6 @@ func prefixFromKernel(family uint8, net, mask [4]uint32) Prefix {
 		if b != 0xff {
 			break
 		}
-	}
-	if bits == 0 {
-		return Prefix{}
 	}
 	a := netip.AddrFrom16(unwords(net))
 	if family == 4 {

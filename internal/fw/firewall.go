@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -34,8 +35,9 @@ func PinDir(name string) string { return filepath.Join(PinRoot, name) }
 type LoadOptions struct {
 	// PinPath, if set, pins the maps there or reuses those pinned there.
 	PinPath string
-	// MaxFlows sizes the flow table (default 131072). Ignored when the
-	// maps are reused from pins.
+	// MaxFlows is how many flows the flow cache holds per CPU (default
+	// 131072), rounded up to a power of two. Ignored when the maps are
+	// reused from pins.
 	MaxFlows uint32
 }
 
@@ -55,14 +57,23 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the firewall program: %w", err)
 	}
-	if opts.MaxFlows > 0 {
-		spec.Maps["fw_flows4"].MaxEntries = opts.MaxFlows
-		spec.Maps["fw_flows6"].MaxEntries = opts.MaxFlows
+	if opts.MaxFlows == 0 {
+		opts.MaxFlows = DefaultMaxFlows
 	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	sets := flowSets(opts.MaxFlows)
+	spec.Maps["fw_flows4"].MaxEntries = sets * uint32(ncpu)
+	spec.Maps["fw_flows6"].MaxEntries = sets * uint32(ncpu)
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
 		copts.Maps.PinPath = opts.PinPath
+		if err := sizeFromPins(spec, opts.PinPath); err != nil {
+			return nil, err
+		}
 	}
 	f := &Firewall{specs: spec.Maps, dir: opts.PinPath}
 	if err := spec.LoadAndAssign(&f.objs, &copts); err != nil {
@@ -72,8 +83,43 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		}
 		return nil, fmt.Errorf("load the firewall program: %w", err)
 	}
+	// The data path finds a flow's set with this mask.
+	mask := f.objs.FwFlows4.MaxEntries()/uint32(ncpu) - 1
+	if err := f.updateConfig(func(c *fwFwConfig) { c.FlowMask = mask }); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return f, nil
 }
+
+// sizeFromPins gives the flow caches the size of those pinned in dir, if
+// any: their size was chosen when the instance was created.
+func sizeFromPins(spec *ebpf.CollectionSpec, dir string) error {
+	for _, name := range []string{"fw_flows4", "fw_flows6"} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open the pinned %s: %w", name, err)
+		}
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+		m.Close()
+	}
+	return nil
+}
+
+// flowSets is the number of sets for n flows per CPU: a power of two.
+func flowSets(n uint32) uint32 {
+	sets := max(n/flowWays, 1)
+	if sets&(sets-1) != 0 {
+		sets = 1 << bits.Len32(sets)
+	}
+	return min(sets, 1<<24)
+}
+
+// DefaultMaxFlows is the flow cache's size per CPU and family.
+const DefaultMaxFlows = 131072
 
 func pinAll(spec *ebpf.CollectionSpec) {
 	for _, m := range spec.Maps {
@@ -95,6 +141,9 @@ func OpenPinned(name string) (*Firewall, error) {
 		return nil, err
 	}
 	pinAll(spec)
+	if err := sizeFromPins(spec, dir); err != nil {
+		return nil, err
+	}
 	f := &Firewall{specs: spec.Maps, dir: dir}
 	if err := spec.LoadAndAssign(&f.objs.fwMaps, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
 		return nil, fmt.Errorf("open the maps of firewall %q: %w", name, err)
@@ -118,11 +167,11 @@ func (f *Firewall) Close() error {
 
 // slotMaps are one rule set's maps, in the order of their outer arrays.
 type slotMaps struct {
-	src4, dst4, src6, dst6, sport, dport, cand, rule, set *ebpf.Map
+	set, any4, idx4, ivl4, ivl6, node, wild, pwide, pnarrow, pblock, cand, rule *ebpf.Map
 }
 
 func (s *slotMaps) all() []**ebpf.Map {
-	return []**ebpf.Map{&s.src4, &s.dst4, &s.src6, &s.dst6, &s.sport, &s.dport, &s.cand, &s.rule, &s.set}
+	return []**ebpf.Map{&s.set, &s.any4, &s.idx4, &s.ivl4, &s.ivl6, &s.node, &s.wild, &s.pwide, &s.pnarrow, &s.pblock, &s.cand, &s.rule}
 }
 
 func (s *slotMaps) close() {
@@ -135,10 +184,10 @@ func (s *slotMaps) close() {
 
 func (f *Firewall) outers() []*ebpf.Map {
 	m := &f.objs.fwMaps
-	return []*ebpf.Map{m.FwSrc4, m.FwDst4, m.FwSrc6, m.FwDst6, m.FwSport, m.FwDport, m.FwCand, m.FwRuleSlots, m.FwSetSlots}
+	return []*ebpf.Map{m.FwSetSlots, m.FwAny4Slots, m.FwIdx4Slots, m.FwIvl4Slots, m.FwIvl6Slots, m.FwNodeSlots, m.FwWildSlots, m.FwPwideSlots, m.FwPnarrowSlots, m.FwPblockSlots, m.FwCandSlots, m.FwRuleSlots}
 }
 
-var outerNames = []string{"fw_src4", "fw_dst4", "fw_src6", "fw_dst6", "fw_sport", "fw_dport", "fw_cand", "fw_rule_slots", "fw_set_slots"}
+var outerNames = []string{"fw_set_slots", "fw_any4_slots", "fw_idx4_slots", "fw_ivl4_slots", "fw_ivl6_slots", "fw_node_slots", "fw_wild_slots", "fw_pwide_slots", "fw_pnarrow_slots", "fw_pblock_slots", "fw_cand_slots", "fw_rule_slots"}
 
 // Generation is the active rule set's generation; 0 before the first Install.
 func (f *Firewall) Generation() (uint32, error) {
@@ -163,32 +212,84 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	defer unlock()
-	gen, err := f.Generation()
+	return f.install(c, rs.RateLimit)
+}
+
+// install makes a compiled set the active one; the caller holds the lock.
+func (f *Firewall) install(c *compiled, rl *RateLimit) error {
+	gen, ov, err := f.overlay()
 	if err != nil {
 		return err
 	}
-	next := gen + 1
-	slot := next & 1
+	// The active overlay uses one slot of maps and of counters; the new
+	// set takes the others, which no packet uses any more.
+	base, stats := 1-ov.Base, 1-ov.Stats
 	var s slotMaps
 	defer s.close()
 	if err := f.build(c, &s); err != nil {
 		return err
 	}
-	// The slot's counters belong to the set two generations back, which no
-	// packet uses any more.
-	if err := f.resetStats(slot, len(c.rules)); err != nil {
+	if err := f.resetStats(stats, 0, len(c.rules)); err != nil {
 		return err
 	}
 	for i, outer := range f.outers() {
-		if err := outer.Put(slot, *s.all()[i]); err != nil {
+		if err := outer.Put(base, *s.all()[i]); err != nil {
 			return fmt.Errorf("install %s: %w", outerNames[i], err)
 		}
 	}
-	if err := f.setRateLimit(rs.RateLimit); err != nil {
+	if err := f.setRateLimit(rl); err != nil {
 		return err
 	}
+	n := uint32(len(c.rules) - 1)
+	return f.activate(gen, fwFwOverlay{Base: base, Stats: stats, NextId: n + 1, Nbase: n}, nil, make([]uint64, deadWords))
+}
+
+// Sizes of the overlays (bpf/fw/fw_shared.h).
+const (
+	maxAdded  = 4096
+	deadWords = 1 << (statsSlotShift - 6)
+	prioShift = 12
+)
+
+// overlay reads the generation and the active overlay.
+func (f *Firewall) overlay() (uint32, fwFwOverlay, error) {
+	var ov fwFwOverlay
+	gen, err := f.Generation()
+	if err != nil {
+		return 0, ov, err
+	}
+	if err := f.objs.FwOverlays.Lookup(gen&1, &ov); err != nil {
+		return 0, ov, fmt.Errorf("read the rule-set overlay: %w", err)
+	}
+	return gen, ov, nil
+}
+
+// activate writes an overlay into the one the data path does not use and
+// makes it active with one write of fw_gen.
+func (f *Firewall) activate(gen uint32, ov fwFwOverlay, added []fwFwRule, dead []uint64) error {
+	next := (gen + 1) & 1
+	if len(added) > 0 {
+		keys := make([]uint32, len(added))
+		for i := range keys {
+			keys[i] = next*maxAdded + uint32(i)
+		}
+		if _, err := f.objs.FwAdded.BatchUpdate(keys, added, nil); err != nil {
+			return fmt.Errorf("write the added rules: %w", err)
+		}
+	}
+	keys := make([]uint32, len(dead))
+	for i := range keys {
+		keys[i] = next*deadWords + uint32(i)
+	}
+	if _, err := f.objs.FwDead.BatchUpdate(keys, dead, nil); err != nil {
+		return fmt.Errorf("write the deleted rules: %w", err)
+	}
+	ov.Nadded = uint32(len(added))
+	if err := f.objs.FwOverlays.Put(next, ov); err != nil {
+		return fmt.Errorf("write the rule-set overlay: %w", err)
+	}
 	// The switch: the data path reads fw_gen once per packet.
-	if err := f.objs.FwGen.Put(uint32(0), next); err != nil {
+	if err := f.objs.FwGen.Put(uint32(0), gen+1); err != nil {
 		return fmt.Errorf("activate the rule set: %w", err)
 	}
 	return nil
@@ -221,39 +322,35 @@ func (f *Firewall) lock() (func(), error) {
 
 // build creates and fills a slot's maps.
 func (f *Firewall) build(c *compiled, s *slotMaps) error {
-	sizes := []int{len(c.src4), len(c.dst4), len(c.src6), len(c.dst6), 65536, 65536, len(c.cands), len(c.rules), 1}
 	for i, name := range outerNames {
 		in := f.specs[name].InnerMap.Copy()
-		in.MaxEntries = uint32(max(sizes[i], 1))
+		if in.Flags&unix.BPF_F_INNER_MAP != 0 {
+			// Sized per rule set; the others have their declared size.
+			in.MaxEntries = uint32(max([]int{0, 0, 0, len(c.ivl4), len(c.ivl6), len(c.nodes), 0, 0, 0, 0, len(c.cands), len(c.rules)}[i], 1))
+		}
 		in.Name = ""
 		m, err := ebpf.NewMap(in)
 		if err != nil {
-			return fmt.Errorf("create a %s map for %d entries: %w", name, sizes[i], err)
+			return fmt.Errorf("create a %s map for %d entries: %w", name, in.MaxEntries, err)
 		}
 		*s.all()[i] = m
 	}
 	for _, fill := range []func() error{
-		func() error { return putAll(s.src4, c.src4) },
-		func() error { return putAll(s.dst4, c.dst4) },
-		func() error { return putAll(s.src6, c.src6) },
-		func() error { return putAll(s.dst6, c.dst6) },
-		func() error { return putArray(s.sport, c.sport) },
-		func() error { return putArray(s.dport, c.dport) },
+		func() error { return s.set.Put(uint32(0), c.set) },
+		func() error { return putSparse(s.any4, c.any4) },
+		func() error { return putSparse(s.idx4, c.idx4) },
+		func() error { return putArray(s.ivl4, c.ivl4) },
+		func() error { return putArray(s.ivl6, c.ivl6) },
+		func() error { return putArray(s.node, c.nodes) },
+		func() error { return putSparse(s.wild, c.wild) },
+		func() error { return putSparse(s.pwide, c.pwide) },
+		func() error { return putSparse(s.pnarrow, c.pnarrow) },
+		func() error { return putSparse(s.pblock, c.pblock) },
 		func() error { return putArray(s.cand, c.cands) },
 		func() error { return putArray(s.rule, c.rules) },
-		func() error { return s.set.Put(uint32(0), c.set) },
 	} {
 		if err := fill(); err != nil {
 			return fmt.Errorf("fill the new rule set: %w", err)
-		}
-	}
-	return nil
-}
-
-func putAll[K comparable, V any](m *ebpf.Map, entries map[K]V) error {
-	for k, v := range entries {
-		if err := m.Put(k, v); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -278,39 +375,65 @@ func putArray[V any](m *ebpf.Map, vals []V) error {
 	return nil
 }
 
-// statsKey is a rule's key in fw_stats.
-func statsKey(slot uint32, rule int) uint32 { return slot<<31 | uint32(rule) }
-
-// resetStats removes a slot's counters and creates zeroed ones for n rule
-// ids (the default policy's included): the data path only updates.
-func (f *Firewall) resetStats(slot uint32, n int) error {
-	m := f.objs.FwStats
-	var (
-		k    uint32
-		v    []fwFwRuleStats
-		old  []uint32
-		keys = make([]uint32, n)
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if k>>31 == slot {
-			old = append(old, k)
+// putSparse writes the entries of a new array map that are not zero: the
+// kernel created it zeroed, and most of a fixed-size index is empty.
+func putSparse[V comparable](m *ebpf.Map, vals []V) error {
+	var zero V
+	var keys []uint32
+	var nz []V
+	for i, v := range vals {
+		if v != zero {
+			keys = append(keys, uint32(i))
+			nz = append(nz, v)
 		}
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the rule counters: %w", err)
+	if len(keys) == 0 {
+		return nil
 	}
-	if len(old) > 0 {
-		if _, err := m.BatchDelete(old, nil); err != nil {
-			for _, k := range old {
-				if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return fmt.Errorf("clear the rule counters: %w", err)
+	if _, err := m.BatchUpdate(keys, nz, nil); err == nil {
+		return nil
+	}
+	for i, k := range keys {
+		if err := m.Put(k, nz[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readArray reads the first n values of an array map, in batches where the
+// kernel has them.
+func readArray[V any](m *ebpf.Map, n int) ([]V, error) {
+	vals := make([]V, n)
+	keys := make([]uint32, n)
+	var cur ebpf.MapBatchCursor
+	for got := 0; got < n; {
+		c, err := m.BatchLookup(&cur, keys[got:], vals[got:], nil)
+		got += c
+		if errors.Is(err, ebpf.ErrKeyNotExist) || got >= n {
+			break
+		}
+		if err != nil {
+			for i := range vals {
+				if err := m.Lookup(uint32(i), &vals[i]); err != nil {
+					return nil, err
 				}
 			}
+			return vals, nil
 		}
 	}
+	return vals, nil
+}
+
+// statsKey is a rule's key in fw_stats.
+func statsKey(slot uint32, rule int) uint32 { return slot<<statsSlotShift | uint32(rule) }
+
+// resetStats zeroes a slot's counters of rule ids [first, first+n).
+func (f *Firewall) resetStats(slot uint32, first, n int) error {
+	m := f.objs.FwStats
+	keys := make([]uint32, n)
 	for i := range keys {
-		keys[i] = statsKey(slot, i)
+		keys[i] = statsKey(slot, first+i)
 	}
 	vals := make([]fwFwRuleStats, n*ebpf.MustPossibleCPU())
 	if _, err := m.BatchUpdate(keys, vals, nil); err == nil {
@@ -319,7 +442,7 @@ func (f *Firewall) resetStats(slot uint32, n int) error {
 	zero := make([]fwFwRuleStats, ebpf.MustPossibleCPU())
 	for _, k := range keys {
 		if err := m.Put(k, zero); err != nil {
-			return fmt.Errorf("create the rule counters: %w", err)
+			return fmt.Errorf("clear the rule counters: %w", err)
 		}
 	}
 	return nil
@@ -349,9 +472,12 @@ func (f *Firewall) updateConfig(change func(*fwFwConfig)) error {
 
 // activeSlot opens the maps of the active rule set.
 func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, error) {
-	gen, err := f.Generation()
+	gen, ov, err := f.overlay()
 	if err != nil {
 		return nil, 0, err
+	}
+	if gen == 0 {
+		return nil, gen, nil
 	}
 	out := map[string]*ebpf.Map{}
 	for i, name := range outerNames {
@@ -363,7 +489,7 @@ func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, er
 			continue
 		}
 		var id uint32
-		if err := f.outers()[i].Lookup(gen&1, &id); err != nil {
+		if err := f.outers()[i].Lookup(ov.Base, &id); err != nil {
 			for _, m := range out {
 				m.Close()
 			}
@@ -387,35 +513,49 @@ func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, er
 // Rules reads the active rule set back from the kernel: what is enforced,
 // not what a file says. Comments are not kept.
 func (f *Firewall) Rules() (*RuleSet, error) {
-	ms, _, err := f.activeSlot("fw_rule_slots", "fw_set_slots")
-	if err != nil {
-		return nil, err
-	}
+	rs, _, err := f.rules()
+	return rs, err
+}
+
+// rules also returns each rule's kernel id, in rule order.
+func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 	rs := &RuleSet{}
-	if ms == nil {
-		return rs, nil
+	ord, err := f.order()
+	if err != nil || ord.gen == 0 {
+		return rs, nil, err
+	}
+	ms, _, err := f.activeSlot("fw_rule_slots", "fw_set_slots")
+	if err != nil || ms == nil {
+		return rs, nil, err
 	}
 	defer closeAll(ms)
 	var set fwFwSet
 	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
-		return nil, fmt.Errorf("read the rule-set header: %w", err)
+		return nil, nil, fmt.Errorf("read the rule-set header: %w", err)
 	}
 	rs.Default = Action(set.DefaultAction)
-	for id := uint32(1); id <= set.Nrules; id++ {
-		var k fwFwRule
-		if err := ms["fw_rule_slots"].Lookup(id, &k); err != nil {
-			return nil, fmt.Errorf("read rule %d: %w", id, err)
+	base, err := readArray[fwFwRule](ms["fw_rule_slots"], int(ord.ov.Nbase)+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the rules: %w", err)
+	}
+	rs.Rules = make([]Rule, 0, len(ord.rules))
+	ids := make([]uint32, 0, len(ord.rules))
+	for _, o := range ord.rules {
+		k := o.kernel
+		if !o.added {
+			k = base[o.id]
 		}
 		rs.Rules = append(rs.Rules, ruleFromKernel(k))
+		ids = append(ids, o.id)
 	}
 	var c fwFwConfig
 	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
-		return nil, fmt.Errorf("read the rate limit: %w", err)
+		return nil, nil, fmt.Errorf("read the rate limit: %w", err)
 	}
 	if c.RatePps > 0 || c.RateBps > 0 {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
 	}
-	return rs, nil
+	return rs, ids, nil
 }
 
 func closeAll(ms map[string]*ebpf.Map) {
@@ -431,21 +571,21 @@ type RuleStats struct {
 }
 
 // Stats returns the active set's counters: index 0 is the default policy,
-// index i rule i. They start at zero when a set is installed.
+// index i rule i. They start at zero when a set is installed whole; fw add
+// and fw del keep the other rules' counters.
 func (f *Firewall) Stats() ([]RuleStats, error) {
-	ms, gen, err := f.activeSlot("fw_set_slots")
-	if err != nil || ms == nil {
+	ord, err := f.order()
+	if err != nil || ord.gen == 0 {
 		return nil, err
 	}
-	defer closeAll(ms)
-	var set fwFwSet
-	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
-		return nil, fmt.Errorf("read the rule-set header: %w", err)
-	}
-	out := make([]RuleStats, set.Nrules+1)
+	out := make([]RuleStats, len(ord.rules)+1)
 	var per []fwFwRuleStats
 	for i := range out {
-		if err := f.objs.FwStats.Lookup(statsKey(gen&1, i), &per); err != nil {
+		id := uint32(0)
+		if i > 0 {
+			id = ord.rules[i-1].id
+		}
+		if err := f.objs.FwStats.Lookup(statsKey(ord.ov.Stats, int(id)), &per); err != nil {
 			return nil, fmt.Errorf("read counters of rule %d: %w", i, err)
 		}
 		for _, p := range per {
@@ -470,7 +610,7 @@ var counterNames = map[fwFwCounter]string{
 	fwFwCounterFW_C_PASS_NOT_IP:    "pass_not_ip",
 	fwFwCounterFW_C_DROP_MALFORMED: "drop_malformed",
 	fwFwCounterFW_C_CLASSIFIED:     "classified",
-	fwFwCounterFW_C_FLOW_UNTRACKED: "flow_untracked",
+	fwFwCounterFW_C_FLOW_REPLACED:  "flow_replaced",
 }
 
 // Counters reads the per-reason counters.

@@ -328,11 +328,23 @@ func TestBadRuleFiles(t *testing.T) {
 		"port too big":      {"[[rule]]\naction = \"drop\"\nproto = \"tcp\"\ndport = 70000\n", "test.toml:4"},
 		"unknown action":    {"[[rule]]\naction = \"reject\"\n", "unknown action \"reject\""},
 		"missing action":    {"[[rule]]\naction = \"drop\"\n\n[[rule]]\nsrc = \"10.0.0.0/8\"\n", "test.toml:4: rule 2 has no action"},
-		"unknown key":       {"[[rule]]\naction = \"drop\"\nsource = \"10.0.0.0/8\"\n", "unknown key \"rule.source\""},
+		"unknown key":       {"[[rule]]\naction = \"drop\"\nsource = \"10.0.0.0/8\"\n", "test.toml:3: unknown key \"source\" in rule 1"},
 		"unknown proto":     {"[[rule]]\naction = \"drop\"\nproto = \"sctpx\"\n", "unknown protocol"},
 		"icmp with ipv6":    {"[[rule]]\naction = \"drop\"\nproto = \"icmp\"\nsrc = \"2001:db8::/32\"\n", "does not go with IPv6"},
 		"rate without time": {"[rate_limit]\npps = 10\n", "no block_for"},
-		"syntax":            {"[[rule]\naction = \"drop\"\n", "test.toml:2"},
+		"syntax":            {"[[rule]\naction = \"drop\"\n", "test.toml:1: expected character ]"},
+		// The rule-file defects of issue 11, one case each, and kin.
+		"negative pps":                          {"[rate_limit]\npps = -5\nblock_for = \"1s\"\n", "test.toml:2: pps = -5 is negative"},
+		"negative bps":                          {"[rate_limit]\npps = 5\nbps = -1\nblock_for = \"1s\"\n", "test.toml:3: bps = -1 is negative"},
+		"unknown top-level key":                 {"default = \"drop\"\n\nverbose = true\n", "test.toml:3: unknown key \"verbose\""},
+		"unknown rate_limit key":                {"[rate_limit]\npps = 5\nburst = 3\n", "test.toml:3: unknown key \"burst\" in [rate_limit]"},
+		"default after a rule":                  {"[[rule]]\naction = \"drop\"\n\ndefault = \"drop\"\n", "test.toml:4: default is a key of rule 1 here: top-level keys must come before the first [[rule]]"},
+		"rule header in a multi-line string":    {"[[rule]]\naction = \"drop\"\ncomment = \"\"\"\n[[rule]]\n\"\"\"\n\n[[rule]]\naction = \"drop\"\nsrc = \"10.0.0.1/8\"\n", "test.toml:9: prefix \"10.0.0.1/8\" has host bits"},
+		"missing action after a literal string": {"[[rule]]\naction = \"drop\"\ncomment = '''\n[[rule]]\n'''\n[[rule]]\nsrc = \"10.0.0.0/8\"\n", "test.toml:6: rule 2 has no action"},
+		"zone":                                  {"[[rule]]\naction = \"drop\"\nsrc = \"fe80::1%eth0\"\n", "test.toml:3: address \"fe80::1%eth0\" has a zone (%eth0)"},
+		"key set twice":                         {"[[rule]]\naction = \"drop\"\naction = \"pass\"\n", "test.toml:3: action is set twice (first on line 2)"},
+		"one [rule] table":                      {"[rule]\naction = \"drop\"\n", "test.toml:1: [rule] is one table, not a list of rules: write [[rule]]"},
+		"rate as a string":                      {"[rate_limit]\npps = \"100\"\nblock_for = \"1s\"\n", "test.toml:2: pps must be a whole number"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -649,5 +661,55 @@ func TestTop(t *testing.T) {
 	}
 	if all := Top(before, after, time.Second, 0); len(all) != 3 || all[2].Flow != b || all[2].PPS != 5 {
 		t.Fatalf("all %+v", all)
+	}
+}
+
+// TestMappedAddressIsIPv6: "::ffff:10.9.9.9" without a length is the IPv6
+// host ::ffff:10.9.9.9/128, as with the length, never the IPv4 host.
+func TestMappedAddressIsIPv6(t *testing.T) {
+	for _, src := range []string{"::ffff:10.9.9.9", "::ffff:10.9.9.9/128"} {
+		rules := fmt.Sprintf("default = \"pass\"\n[[rule]]\naction = \"drop\"\nsrc = %q\n", src)
+		rs, err := ParseRules("test.toml", []byte(rules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rs.Rules[0]; r.Family() != 6 || r.Src.Bits() != 128 || r.String() != "drop src ::ffff:10.9.9.9" {
+			t.Fatalf("%s: family %d, rule %q", src, r.Family(), r)
+		}
+		f := newFirewall(t, rules)
+		if got := verdictName(run(t, f, packet(t, flow("10.9.9.9", "192.0.2.1", 17, 1, 2), 8))); got != "pass" {
+			t.Fatalf("%s: an IPv4 packet from 10.9.9.9: %s", src, got)
+		}
+		if got := verdictName(run(t, f, packet(t, flow("::ffff:10.9.9.9", "2001:db8::1", 17, 1, 2), 8))); got != "drop" {
+			t.Fatalf("%s: an IPv6 packet from ::ffff:10.9.9.9: %s", src, got)
+		}
+	}
+}
+
+// TestZeroPrefixReadBack: a /0 reads back as the /0 of its family, so that
+// fw add and fw del (which reinstall what they read) keep "::/0" IPv6-only.
+func TestZeroPrefixReadBack(t *testing.T) {
+	f := newFirewall(t, "default = \"pass\"\n[[rule]]\naction = \"drop\"\nsrc = \"::/0\"\n[[rule]]\naction = \"drop\"\ndst = \"0.0.0.0/0\"\nproto = \"udp\"\n")
+	rs, err := f.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.Rules[0].String() + "; " + rs.Rules[1].String(); got != "drop src ::/0; drop dst 0.0.0.0/0 proto udp" {
+		t.Fatalf("read back %q", got)
+	}
+	if err := f.Install(rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		fl   Flow
+		want string
+	}{
+		{flow("192.0.2.1", "198.51.100.1", 6, 1, 2), "pass"},
+		{flow("192.0.2.1", "198.51.100.1", 17, 1, 2), "drop"},
+		{flow("2001:db8::1", "2001:db8::2", 6, 1, 2), "drop"},
+	} {
+		if got := verdictName(run(t, f, packet(t, c.fl, 8))); got != c.want {
+			t.Errorf("%s after reinstalling what was read back: %s, want %s", c.fl, got, c.want)
+		}
 	}
 }

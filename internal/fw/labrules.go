@@ -42,3 +42,24 @@ func LabRules(src, dst netip.Prefix, n int) *RuleSet {
 	rs.Rules = append(rs.Rules, Rule{Action: Pass, Src: Prefix{src}, Dst: Prefix{dst}, SPort: AnyPort, DPort: AnyPort})
 	return rs
 }
+
+// LabClassBench is a ClassBench-like set (see ClassBench) made to miss the
+// lab's traffic, then the rule that passes it, then drop: no rule with an
+// address covers the testbed, and the rules without one, which would match
+// any address, are TCP while the lab's floods are UDP. The flood is then
+// classified against every rule and passed by the last one.
+func LabClassBench(kind string, n int, src, dst netip.Prefix) (*RuleSet, error) {
+	rs, err := ClassBench(kind, n, 1, 0, LabAvoid)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rs.Rules {
+		r := &rs.Rules[i]
+		if !r.Src.IsValid() && !r.Dst.IsValid() && (r.Proto == 0 || r.Proto == 17) {
+			r.Proto = 6
+		}
+	}
+	rs.Default, rs.File = Drop, fmt.Sprintf("lab ClassBench-like %s rules (%d)", kind, n)
+	rs.Rules = append(rs.Rules, Rule{Action: Pass, Src: Prefix{src}, Dst: Prefix{dst}, SPort: AnyPort, DPort: AnyPort})
+	return rs, rs.Validate()
+}

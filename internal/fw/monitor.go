@@ -125,38 +125,68 @@ type FlowStats struct {
 	Current bool `json:"current"`
 }
 
-// Flows reads the flow table.
+// Flows reads the flow caches of every CPU. A flow seen on several CPUs is
+// one entry: its counters summed, its verdict the latest.
 func (f *Firewall) Flows() ([]FlowStats, error) {
-	gen, err := f.Generation()
+	ord, err := f.order()
 	if err != nil {
 		return nil, err
 	}
+	gen := ord.gen
+	// Verdicts hold rule ids; a rule's number is its position, which is
+	// its id until fw add or fw del changed the set.
+	number := func(id uint32) uint32 { return id }
+	if ord.ov.Nadded > 0 || len(ord.rules) != int(ord.ov.Nbase) {
+		pos := make(map[uint32]uint32, len(ord.rules))
+		for i, r := range ord.rules {
+			pos[r.id] = uint32(i + 1)
+		}
+		number = func(id uint32) uint32 { return pos[id] }
+	}
+	byFlow := map[Flow]int{}
 	var out []FlowStats
 	add := func(fl Flow, v fwFwFlow) {
-		out = append(out, FlowStats{
+		if v.Packets == 0 {
+			return
+		}
+		s := FlowStats{
 			Flow: fl, Packets: v.Packets, Bytes: v.Bytes,
 			FirstSeen: wallTime(v.FirstNs), LastSeen: wallTime(v.LastNs),
-			Rule: uint32(v.Verdict) >> 1, Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
-		})
+			Rule: number(uint32(v.Verdict) >> 1), Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
+		}
+		i, ok := byFlow[fl]
+		if !ok {
+			byFlow[fl] = len(out)
+			out = append(out, s)
+			return
+		}
+		o := &out[i]
+		o.Packets += s.Packets
+		o.Bytes += s.Bytes
+		if s.FirstSeen.Before(o.FirstSeen) {
+			o.FirstSeen = s.FirstSeen
+		}
+		if s.LastSeen.After(o.LastSeen) {
+			o.LastSeen, o.Rule, o.Action, o.Current = s.LastSeen, s.Rule, s.Action, s.Current
+		}
 	}
-	var (
-		k4 fwFwFlow4Key
-		k6 fwFwFlowKey
-		v  fwFwFlow
-	)
-	it := f.objs.FwFlows4.Iterate()
-	for it.Next(&k4, &v) {
-		add(flowFromKey4(k4), v)
+	sets4, err := readArray[fwFwFlow4Set](f.objs.FwFlows4, int(f.objs.FwFlows4.MaxEntries()))
+	if err != nil {
+		return nil, fmt.Errorf("read the IPv4 flow cache: %w", err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the IPv4 flow table: %w", err)
+	for _, set := range sets4 {
+		for _, w := range set.Way {
+			add(flowFromKey4(w.Key), w.F)
+		}
 	}
-	it = f.objs.FwFlows6.Iterate()
-	for it.Next(&k6, &v) {
-		add(flowFromKey(k6), v)
+	sets6, err := readArray[fwFwFlow6Set](f.objs.FwFlows6, int(f.objs.FwFlows6.MaxEntries()))
+	if err != nil {
+		return nil, fmt.Errorf("read the IPv6 flow cache: %w", err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the IPv6 flow table: %w", err)
+	for _, set := range sets6 {
+		for _, w := range set.Way {
+			add(flowFromKey(w.Key), w.F)
+		}
 	}
 	return out, nil
 }

@@ -1,18 +1,16 @@
 package fw
 
 import (
-	"bytes"
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // Action is what a rule or the default policy does with a packet.
@@ -186,7 +184,11 @@ func (p *Prefix) UnmarshalText(b []byte) error {
 		if err != nil {
 			return fmt.Errorf("bad address %q: write an IPv4 or IPv6 address or prefix", s)
 		}
-		a = a.Unmap()
+		if a.Zone() != "" {
+			return fmt.Errorf("address %q has a zone (%%%s): rules match addresses on any interface, so remove it", s, a.Zone())
+		}
+		// An IPv4-mapped address (::ffff:a.b.c.d) stays IPv6: it matches
+		// IPv6 packets that carry it, as with /128.
 		*p = Prefix{netip.PrefixFrom(a, a.BitLen())}
 		return nil
 	}
@@ -335,57 +337,6 @@ func LoadRules(path string) (*RuleSet, error) {
 	return ParseRules(path, b)
 }
 
-var ruleHeader = regexp.MustCompile(`^\s*\[\[\s*rule\s*\]\]`)
-
-// ParseRules decodes and validates rules; name is the file name messages
-// use. Errors say the line and what to change.
-func ParseRules(name string, b []byte) (*RuleSet, error) {
-	rs := &RuleSet{File: name}
-	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(rs)
-	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%w: %s:%d: %s", ErrInvalid, name, pe.Position.Line, pe.Message)
-		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return nil, fmt.Errorf("%w: %s: unknown key %q: known are default, rate_limit.{pps,bps,block_for} and rule.{action,src,dst,proto,sport,dport,comment}", ErrInvalid, name, und[0].String())
-	}
-	// A rule's line is that of its [[rule]] header.
-	var lines []int
-	for i, l := range bytes.Split(b, []byte("\n")) {
-		if ruleHeader.Match(l) {
-			lines = append(lines, i+1)
-		}
-	}
-	for i := range rs.Rules {
-		if i < len(lines) {
-			rs.Rules[i].Line = lines[i]
-		}
-	}
-	// Keys come in file order: each "rule" opens the next rule's table.
-	hasAction := make([]bool, len(rs.Rules))
-	i := -1
-	for _, k := range md.Keys() {
-		switch {
-		case len(k) == 1 && k[0] == "rule":
-			i++
-		case len(k) == 2 && k[0] == "rule" && k[1] == "action" && i >= 0 && i < len(hasAction):
-			hasAction[i] = true
-		}
-	}
-	for i, ok := range hasAction {
-		if !ok {
-			return nil, fmt.Errorf("%w: %s: rule %d has no action: add action = \"drop\" or \"pass\"", ErrInvalid, rs.where(&rs.Rules[i]), i+1)
-		}
-	}
-	if err := rs.Validate(); err != nil {
-		return nil, err
-	}
-	return rs, nil
-}
-
 // Validate checks every rule, naming the file and line of the first bad one.
 func (rs *RuleSet) Validate() error {
 	if len(rs.Rules) > MaxRules {
@@ -460,4 +411,35 @@ func (rs *RuleSet) Match(fl Flow) (int, Action) {
 		}
 	}
 	return 0, rs.Default
+}
+
+// WriteTOML writes the set as a rules file that ParseRules reads back.
+func (rs *RuleSet) WriteTOML(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "default = %q\n", rs.Default)
+	if rl := rs.RateLimit; rl != nil {
+		fmt.Fprintf(bw, "\n[rate_limit]\npps = %d\nbps = %d\nblock_for = %q\n", rl.PPS, rl.BPS, rl.BlockFor.String())
+	}
+	for _, r := range rs.Rules {
+		fmt.Fprintf(bw, "\n[[rule]]\naction = %q\n", r.Action)
+		if r.Src.IsValid() {
+			fmt.Fprintf(bw, "src = %q\n", r.Src.Prefix.String())
+		}
+		if r.Dst.IsValid() {
+			fmt.Fprintf(bw, "dst = %q\n", r.Dst.Prefix.String())
+		}
+		if r.Proto != 0 {
+			fmt.Fprintf(bw, "proto = %q\n", r.Proto)
+		}
+		if !r.SPort.IsAny() {
+			fmt.Fprintf(bw, "sport = %q\n", r.SPort)
+		}
+		if !r.DPort.IsAny() {
+			fmt.Fprintf(bw, "dport = %q\n", r.DPort)
+		}
+		if r.Comment != "" {
+			fmt.Fprintf(bw, "comment = %q\n", r.Comment)
+		}
+	}
+	return bw.Flush()
 }

@@ -19,53 +19,38 @@ func raw(t testing.TB, v any) []byte {
 
 // runtimeMaps is a compiled rule set as the userspace runtime's --maps-in
 // takes it: the slot's inner maps, and the generation that selects it.
-func runtimeMaps(t testing.TB, c *compiled, gen uint32) map[string][]rt.Entry {
-	slot := binary.LittleEndian.AppendUint32(nil, gen&1)
+func runtimeMaps(t testing.TB, c *compiled, gen uint32, ov fwFwOverlay) map[string][]rt.Entry {
+	slot := binary.LittleEndian.AppendUint32(nil, ov.Base)
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
-	inner := func(n int, es []rt.Entry) []rt.Entry {
-		return []rt.Entry{{Key: slot, Inner: &rt.Inner{MaxEntries: max(n, 1), Entries: es}}}
-	}
-	lpm4 := func(m map[fwFwLpm4Key]fwFwSpan) []rt.Entry {
+	// array gives the runtime an inner array's non-zero entries.
+	array := func(n int, val func(i int) any) []rt.Entry {
 		var es []rt.Entry
-		for k, v := range m {
-			es = append(es, rt.Entry{Key: raw(t, k), Value: raw(t, v)})
-		}
-		return inner(len(es), es)
-	}
-	lpm6 := func(m map[fwFwLpm6Key]fwFwSpan) []rt.Entry {
-		var es []rt.Entry
-		for k, v := range m {
-			es = append(es, rt.Entry{Key: raw(t, k), Value: raw(t, v)})
-		}
-		return inner(len(es), es)
-	}
-	ports := func(spans []fwFwSpan) []rt.Entry {
-		var es []rt.Entry
-		for p, s := range spans {
-			if s.Len > 0 {
-				es = append(es, rt.Entry{Key: u32(uint32(p)), Value: raw(t, s)})
+		for i := range n {
+			b := raw(t, val(i))
+			for _, x := range b {
+				if x != 0 {
+					es = append(es, rt.Entry{Key: u32(uint32(i)), Value: b})
+					break
+				}
 			}
 		}
-		return inner(65536, es)
-	}
-	var cands, rules []rt.Entry
-	for i, id := range c.cands {
-		cands = append(cands, rt.Entry{Key: u32(uint32(i)), Value: u32(id)})
-	}
-	for i, r := range c.rules {
-		rules = append(rules, rt.Entry{Key: u32(uint32(i)), Value: raw(t, r)})
+		return []rt.Entry{{Key: slot, Inner: &rt.Inner{MaxEntries: max(n, 1), Entries: es}}}
 	}
 	return map[string][]rt.Entry{
-		"fw_gen":        {{Key: u32(0), Value: u32(gen)}},
-		"fw_src4":       lpm4(c.src4),
-		"fw_dst4":       lpm4(c.dst4),
-		"fw_src6":       lpm6(c.src6),
-		"fw_dst6":       lpm6(c.dst6),
-		"fw_sport":      ports(c.sport),
-		"fw_dport":      ports(c.dport),
-		"fw_cand":       inner(len(cands), cands),
-		"fw_rule_slots": inner(len(rules), rules),
-		"fw_set_slots":  inner(1, []rt.Entry{{Key: u32(0), Value: raw(t, c.set)}}),
+		"fw_gen":           {{Key: u32(0), Value: u32(gen)}},
+		"fw_overlays":      {{Key: u32(gen & 1), Value: raw(t, ov)}},
+		"fw_set_slots":     array(1, func(int) any { return c.set }),
+		"fw_any4_slots":    array(len(c.any4), func(i int) any { return c.any4[i] }),
+		"fw_idx4_slots":    array(len(c.idx4), func(i int) any { return c.idx4[i] }),
+		"fw_ivl4_slots":    array(len(c.ivl4), func(i int) any { return c.ivl4[i] }),
+		"fw_ivl6_slots":    array(len(c.ivl6), func(i int) any { return c.ivl6[i] }),
+		"fw_node_slots":    array(len(c.nodes), func(i int) any { return c.nodes[i] }),
+		"fw_wild_slots":    array(len(c.wild), func(i int) any { return c.wild[i] }),
+		"fw_pwide_slots":   array(len(c.pwide), func(i int) any { return c.pwide[i] }),
+		"fw_pnarrow_slots": array(len(c.pnarrow), func(i int) any { return c.pnarrow[i] }),
+		"fw_pblock_slots":  array(len(c.pblock), func(i int) any { return c.pblock[i] }),
+		"fw_cand_slots":    array(len(c.cands), func(i int) any { return c.cands[i] }),
+		"fw_rule_slots":    array(len(c.rules), func(i int) any { return c.rules[i] }),
 	}
 }
 
@@ -81,7 +66,10 @@ func TestRuntimeAgrees(t *testing.T) {
 		if err := f.Install(rs); err != nil {
 			t.Fatal(err)
 		}
-		gen, _ := f.Generation()
+		gen, ov, err := f.overlay()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var pkts [][]byte
 		var want []uint32
 		for i := 0; i < 600; i++ {
@@ -89,7 +77,7 @@ func TestRuntimeAgrees(t *testing.T) {
 			pkts = append(pkts, p)
 			want = append(want, run(t, f, p))
 		}
-		maps := runtimeMaps(t, compile(rs), gen)
+		maps := runtimeMaps(t, compile(rs), gen, ov)
 		for _, engine := range []string{"interp", "jit"} {
 			got, err := rt.TestRun(rt.TestRunOptions{Object: "fw_bpfel.o", Program: "fw_xdp", Packets: pkts, Engine: engine, Maps: maps})
 			if err != nil {

@@ -51,9 +51,26 @@ func labInstance(tb lab.Testbed, generic bool) string {
 }
 
 func setupFirewall(n int, generic bool, maxFlows uint32) func(lab.Testbed) (func() error, error) {
+	return setupRules(func(tb lab.Testbed) (*fw.RuleSet, error) { return labRules(tb, n), nil }, generic, maxFlows)
+}
+
+// setupClassBench attaches the firewall with a ClassBench-like set that
+// misses the lab's flows, then passes them.
+func setupClassBench(kind string, n int) func(lab.Testbed) (func() error, error) {
+	return setupRules(func(tb lab.Testbed) (*fw.RuleSet, error) {
+		src, dst := labFlow(tb)
+		return fw.LabClassBench(kind, n, src, dst)
+	}, false, 0)
+}
+
+func setupRules(rules func(lab.Testbed) (*fw.RuleSet, error), generic bool, maxFlows uint32) func(lab.Testbed) (func() error, error) {
 	return func(tb lab.Testbed) (func() error, error) {
+		rs, err := rules(tb)
+		if err != nil {
+			return nil, err
+		}
 		name := labInstance(tb, generic)
-		o := fw.AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: labRules(tb, n), NoFallback: true, Mode: xdp.Native, MaxFlows: maxFlows}
+		o := fw.AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: rs, NoFallback: true, Mode: xdp.Native, MaxFlows: maxFlows}
 		if generic {
 			o.Mode = xdp.Generic
 		}
@@ -228,4 +245,49 @@ func init() {
 	tcp = append(append(tcp, ipt...), nft...)
 	lab.RegisterGroup("fw", group...)
 	lab.RegisterGroup("fw-tcp", tcp...)
+	registerFloods(nft, xf)
+}
+
+// The flood rows: a flood of new flows (every packet a flow not seen
+// before, random source addresses in the generator's subnet and random
+// ports), and beside them the same rule sets with few flows, all cached.
+const (
+	floodFlows  = 200_000
+	cachedFlows = 1_000
+)
+
+// registerFloods adds the ClassBench-like rows and the group fw-flood:
+// `lab bench --flows 200000 fw-flood` floods the rows that have no flow
+// count of their own (routed, fw-0, the prefix sets, nft, xdp-filter) as
+// well.
+func registerFloods(nft, xf []string) {
+	genNet := lab.Testbed{}.Gen().Addr.Masked()
+	group := []string{"routed", "fw-0", "fw-10k", "fw-100k"}
+	var cached []string
+	order := 70
+	for _, kind := range fw.ClassBenchKinds {
+		for _, c := range labCounts[2:] {
+			name := fmt.Sprintf("fw-%s-%s", kind, c.name)
+			lab.Register(lab.Scenario{
+				Name:        name,
+				Description: fmt.Sprintf("fastpath fw, ClassBench-like %s set of %d rules + 1 pass rule; %d new flows", kind, c.n, floodFlows),
+				Layout:      lab.LayoutDUT, Order: order, Rewrites: true, Routed: true,
+				Setup: setupClassBench(kind, c.n), Packets: lab.RoutedUDP,
+				Flows: floodFlows, FlowSrc: genNet,
+			})
+			group = append(group, name)
+			order++
+		}
+		name := fmt.Sprintf("fw-%s-100k-cached", kind)
+		lab.Register(lab.Scenario{
+			Name:        name,
+			Description: fmt.Sprintf("fastpath fw, ClassBench-like %s set of 100,000 rules + 1; %d flows cycling, all cached", kind, cachedFlows),
+			Layout:      lab.LayoutDUT, Order: 80 + len(cached), Rewrites: true, Routed: true,
+			Setup: setupClassBench(kind, 100000), Packets: lab.RoutedUDP,
+			Flows: cachedFlows, FlowSrc: genNet,
+		})
+		cached = append(cached, name)
+	}
+	group = append(append(append(group, nft...), xf...), cached...)
+	lab.RegisterGroup("fw-flood", group...)
 }

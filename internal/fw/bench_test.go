@@ -1,0 +1,268 @@
+package fw
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// benchProgram loads the benchmark variant of the program (fw_bench.c) on
+// the firewall's maps, to run over pkts, one packet per run.
+func benchProgram(tb testing.TB, f *Firewall, pkts [][]byte) *ebpf.Program {
+	tb.Helper()
+	spec, err := loadFwBench()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	spec.Maps["fw_bench_pkts"].MaxEntries = uint32(len(pkts))
+	if err := spec.Variables["fw_bench_count"].Set(uint32(len(pkts))); err != nil {
+		tb.Fatal(err)
+	}
+	repl := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(f.objs.fwMaps)
+	for i := range v.NumField() {
+		name, m := v.Type().Field(i).Tag.Get("ebpf"), v.Field(i).Interface().(*ebpf.Map)
+		repl[name] = m
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+	}
+	var objs fwBenchObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { objs.Close() })
+	heads := make([]fwBenchFwBenchPkt, len(pkts))
+	for i, p := range pkts {
+		copy(heads[i].Head[:], p)
+	}
+	if err := putArray(objs.FwBenchPkts, heads); err != nil {
+		tb.Fatal(err)
+	}
+	return objs.FwXdp
+}
+
+// newFlowCost runs the packets through the benchmark variant in batches of
+// one BPF_PROG_TEST_RUN each, every packet a flow the flow cache has not
+// seen, and returns the median over the batches of the kernel's time per
+// packet. The frame is the first packet; the others are written over it.
+func newFlowCost(tb testing.TB, f *Firewall, pkts [][]byte, batches int) time.Duration {
+	tb.Helper()
+	prog := benchProgram(tb, f, pkts)
+	per := len(pkts) / batches
+	ds := make([]time.Duration, 0, batches)
+	for range batches {
+		_, d, err := prog.Benchmark(pkts[0], per, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// BenchmarkNewFlow reports the new-flow path's cost per packet for
+// ClassBench-like rule sets (median over 25 batches of 2,000 packets, each
+// packet a flow not seen before): with a flood of random flows
+// (flood-ns) and with flows that hit the rules (hit-ns); and a cached
+// flow's cost beside them (cached-ns, one packet repeated). Run it under the
+// bench lock:
+//
+//	flock /tmp/fastpath-bench.lock go test -run '^$' -bench NewFlow -benchtime 1x ./internal/fw/
+func BenchmarkNewFlow(b *testing.B) {
+	const batches, per = 25, 2000
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, kind := range ClassBenchKinds {
+		for _, n := range []int{0, 1000, 10000, 100000} {
+			if n == 0 && kind != "acl" {
+				continue
+			}
+			rs, err := ClassBench(kind, n, 1, 0, netip.Prefix{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			f, err := Load(LoadOptions{MaxFlows: 1 << 17})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Install(rs); err != nil {
+				b.Fatal(err)
+			}
+			name := fmt.Sprintf("%s-%d", kind, n)
+			if n == 0 {
+				name = "rules-0"
+			}
+			b.Run(name, func(b *testing.B) {
+				for range b.N {
+					var flood, hit [][]byte
+					for range batches * per {
+						flood = append(flood, packet(b, RandomFlow(rng, false), 64))
+						if n > 0 {
+							hit = append(hit, packet(b, Hitting(rng, rs), 64))
+						}
+					}
+					b.ReportMetric(float64(newFlowCost(b, f, flood, batches).Nanoseconds()), "flood-ns")
+					if n > 0 {
+						b.ReportMetric(float64(newFlowCost(b, f, hit, batches).Nanoseconds()), "hit-ns")
+					}
+					same := make([][]byte, batches*per)
+					for i := range same {
+						same[i] = flood[0]
+					}
+					b.ReportMetric(float64(newFlowCost(b, f, same, batches).Nanoseconds()), "cached-ns")
+				}
+			})
+			f.Close()
+		}
+	}
+}
+
+// TestClassBenchAgainstOracle compares the kernel's verdicts with a plain
+// first-match walk on ClassBench-like sets of each kind, IPv4 and IPv6, with
+// flows that hit rules and random ones.
+func TestClassBenchAgainstOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, kind := range ClassBenchKinds {
+		for _, n := range []int{300, 3000} {
+			rs, err := ClassBench(kind, n, uint64(n), 20, netip.Prefix{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range rs.Rules {
+				rs.Rules[i].Action = Action(rng.IntN(2))
+			}
+			rs.Default = Action(rng.IntN(2))
+			f := newFirewall(t, "")
+			if err := f.Install(rs); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3000; i++ {
+				fl := Hitting(rng, rs)
+				if i%4 == 0 {
+					fl = RandomFlow(rng, i%8 == 0)
+				}
+				id, want := rs.Match(fl)
+				got := run(t, f, packet(t, fl, 8))
+				if verdictName(got) != want.String() {
+					t.Fatalf("%s-%d: %s: kernel %s, oracle %s (rule %d: %v)", kind, n, fl, verdictName(got), want, id, ruleAt(rs, id))
+				}
+			}
+		}
+	}
+}
+
+// TestIncrementalAgainstOracle adds and deletes rules on a running
+// ClassBench-like set, through the overlay and, when it runs out of room
+// between two rules, by installing the set whole; after each change the
+// kernel's verdicts, the rules read back and the rule numbers of the flow
+// cache agree with the same changes made to a plain list.
+func TestIncrementalAgainstOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	rs, err := ClassBench("fw", 2000, 9, 20, netip.Prefix{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rs.Rules {
+		rs.Rules[i].Action = Action(rng.IntN(2))
+	}
+	f := newFirewall(t, "")
+	if err := f.Install(rs); err != nil {
+		t.Fatal(err)
+	}
+	model := slices.Clone(rs.Rules)
+	for step := 0; step < 40; step++ {
+		switch {
+		case step%3 == 2 && len(model) > 1:
+			a, b := rng.IntN(len(model))+1, rng.IntN(len(model))+1
+			if err := f.Delete(a, b); err != nil {
+				t.Fatal(err)
+			}
+			model = slices.DeleteFunc(model, func(r Rule) bool { return false })
+			var keep []Rule
+			for i, r := range model {
+				if i+1 != a && i+1 != b {
+					keep = append(keep, r)
+				}
+			}
+			model = keep
+		default:
+			at := rng.IntN(len(model)+1) + 1
+			if step < 16 {
+				at = 1 // 14 halvings exhaust the room before rule 1: installed whole
+			}
+			r := rs.Rules[rng.IntN(len(rs.Rules))]
+			r.Action = Action(rng.IntN(2))
+			if err := f.Insert(at, r); err != nil {
+				t.Fatal(err)
+			}
+			model = slices.Insert(model, at-1, r)
+		}
+		want := &RuleSet{Default: rs.Default, Rules: model}
+		got, err := f.Rules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Rules) != len(model) {
+			t.Fatalf("step %d: %d rules read back, want %d", step, len(got.Rules), len(model))
+		}
+		for i := range model {
+			if got.Rules[i].String() != model[i].String() {
+				t.Fatalf("step %d: rule %d read back %q, want %q", step, i+1, got.Rules[i], model[i])
+			}
+		}
+		for i := 0; i < 200; i++ {
+			fl := Hitting(rng, want)
+			id, act := want.Match(fl)
+			if got := verdictName(run(t, f, packet(t, fl, 8))); got != act.String() {
+				t.Fatalf("step %d: %s: kernel %s, oracle %s (rule %d: %v)", step, fl, got, act, id, ruleAt(want, id))
+			}
+		}
+	}
+	// The flow cache's verdicts name rules by their numbers after the
+	// changes too.
+	flows, err := f.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &RuleSet{Default: rs.Default, Rules: model}
+	checked := 0
+	for _, fs := range flows {
+		if !fs.Current {
+			continue
+		}
+		if id, _ := want.Match(fs.Flow); int(fs.Rule) != id {
+			t.Fatalf("flow %s: rule %d in the flow cache, %d by the oracle", fs.Flow, fs.Rule, id)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no current flow in the flow cache")
+	}
+}
+
+// TestLabClassBenchMisses: the lab's ClassBench-like sets let every flood
+// packet through to the last rule, as the flood rows assume.
+func TestLabClassBenchMisses(t *testing.T) {
+	tb := labTestbed()
+	src, dst := tb.Gen().Addr.Masked(), tb.Sink().Addr.Masked()
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, kind := range ClassBenchKinds {
+		rs, err := LabClassBench(kind, 20000, src, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2000; i++ {
+			b := src.Addr().As4()
+			b[3] = byte(rng.IntN(256))
+			fl := Flow{Src: netip.AddrFrom4(b), Dst: tb.Sink().Addr.Addr(), Proto: 17, SPort: uint16(rng.IntN(65536)), DPort: uint16(rng.IntN(65536))}
+			if id, act := rs.Match(fl); id != len(rs.Rules) || act != Pass {
+				t.Fatalf("%s: %s matches rule %d (%v), not the last", kind, fl, id, ruleAt(rs, id))
+			}
+		}
+	}
+}
