@@ -33,6 +33,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd())
+	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd(), traCmd())
 	return root
 }

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/tra"
+)
+
+func traCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tra",
+		Short: "SCION-IP translator: an unmodified IPv6 host talks over SCION",
+		Long: `The host's SCION-mapped IPv6 address (fc00::/8, the current format of scion-cpp's
+scion2ip) goes on a device pair of the translator's own; what the host sends to other
+SM-IP addresses becomes SCION at TC, what comes back becomes IPv6 in XDP. tra run keeps
+its paths. See docs/tra.md.`,
+	}
+	cmd.AddCommand(traAttachCmd(), traDetachCmd(), traRunCmd(), traPathsCmd(), traStatsCmd(), traAddrCmd())
+	return cmd
+}
+
+func traAttachCmd() *cobra.Command {
+	var config, ns string
+	cmd := &cobra.Command{
+		Use:   "attach --config FILE [--netns NS]",
+		Short: "make the device pair, load and attach the programs (again: swap them in place)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadTraConfig(config)
+			if err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			if err := tra.Attach(cfg, tra.AttachOptions{Netns: ns, Warn: os.Stderr}); err != nil {
+				return err
+			}
+			fmt.Printf("translator %s attached: the host is %s (%s,%s); paths come with `fastpath tra run`\n", cfg.Pair, cfg.SMIP, cfg.IA, cfg.Address)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml)")
+	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
+	return cmd
+}
+
+func loadTraConfig(path string) (*tra.Config, error) {
+	if path == "" {
+		return nil, fmt.Errorf("--config is required")
+	}
+	return tra.LoadConfig(path)
+}
+
+func traDetachCmd() *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{
+		Use:   "detach NAME [--netns NS]",
+		Short: "remove the translator: programs, maps, the device pair and its route",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			return tra.Detach(args[0], ns)
+		},
+	}
+	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
+	return cmd
+}
+
+func traRunCmd() *cobra.Command {
+	var (
+		config, ns string
+		refresh    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run --config FILE [--netns NS]",
+		Short: "attach if needed and keep the paths: fetch, refresh, fail over, send held packets",
+		Long: `Runs until interrupted, in the host's namespace (--netns runs it there). It attaches the
+translator unless it is attached, asks the AS's scionproto daemon for paths to each
+destination AS the host talks to, installs those the policy picks, sends the packets
+that waited for them, refreshes paths before they expire and drops those an SCMP error
+says are down. On exit it detaches what it attached.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadTraConfig(config)
+			if err != nil {
+				return err
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			if ns != "" {
+				// The daemon's sockets must live in the host's namespace:
+				// run again there, as a child born inside it.
+				return runInNetns(ns, os.Args[1:])
+			}
+			attached := false
+			if _, err := os.Stat(tra.PinDir(cfg.Pair)); err != nil {
+				if err := tra.Attach(cfg, tra.AttachOptions{Warn: os.Stderr}); err != nil {
+					return err
+				}
+				attached = true
+			} else if !cfg.Address.IsValid() {
+				// Attached already: the address is the device's.
+				if err := tra.Attach(cfg, tra.AttachOptions{Warn: os.Stderr}); err != nil {
+					return err
+				}
+			}
+			err = tra.Run(cmd.Context(), cfg, tra.RunOptions{Log: os.Stderr, Refresh: refresh})
+			if attached {
+				err = errors.Join(err, tra.Detach(cfg.Pair, ""))
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML)")
+	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
+	cmd.Flags().DurationVar(&refresh, "refresh", time.Minute, "how often installed paths are asked for again")
+	return cmd
+}
+
+// runInNetns runs this command again, without --netns, as a child born in
+// the namespace, and passes signals on.
+func runInNetns(ns string, args []string) error {
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--netns":
+			i++
+		case strings.HasPrefix(args[i], "--netns="):
+		default:
+			rest = append(rest, args[i])
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c := exec.Command(self, rest...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := netns.Run(ns, c.Start); err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for s := range sig {
+			c.Process.Signal(s)
+		}
+	}()
+	return c.Wait()
+}
+
+func traPathsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "paths NAME [--json]",
+		Short: "the paths installed, by destination AS",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			p, err := tra.OpenPinned(args[0])
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			paths, err := p.Paths()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				type jp struct {
+					NextHop string `json:"next_hop"`
+					MTU     uint16 `json:"mtu"`
+					Expiry  string `json:"expiry"`
+					Bytes   int    `json:"bytes"`
+				}
+				out := map[string][]jp{}
+				for ia, ps := range paths {
+					for _, x := range ps {
+						out[ia.String()] = append(out[ia.String()], jp{x.NextHop.String(), x.MTU, time.Unix(int64(x.Expiry), 0).UTC().Format(time.RFC3339), len(x.Raw)})
+					}
+				}
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			if len(paths) == 0 {
+				fmt.Fprintln(os.Stderr, "no paths installed (tra run fetches them as the host talks)")
+			}
+			for ia, ps := range paths {
+				for i, x := range ps {
+					fmt.Printf("%-14s [%d] via %-21s MTU %4d, %3d bytes of path, expires %s\n", ia, i, x.NextHop, x.MTU, len(x.Raw), time.Unix(int64(x.Expiry), 0).Format(time.DateTime))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func traStatsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats NAME [--json]",
+		Short: "counters per verdict: translated out and in, no path, held, PTB sent, not SM-IP, parse errors, …",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			p, err := tra.OpenPinned(args[0])
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			c, err := p.Counts()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(c)
+			}
+			fmt.Printf("%-16s %14s %16s\n", "verdict", "packets", "bytes")
+			for _, v := range slices.Sorted(maps.Keys(c)) {
+				fmt.Printf("%-16s %14d %16d\n", v, c[v].Packets, c[v].Bytes)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func traAddrCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "addr ADDRESS...",
+		Short: "SCION address ↔ SCION-mapped IPv6 address (ISD-AS,HOST or ISD-AS,::IID; or fc00::…)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					m, err := tra.ToSCION(ip)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%s,%s\n", m.IA, m.Host(ip))
+					continue
+				}
+				ia, host, err := tra.ParseSCION(a)
+				if err != nil {
+					return err
+				}
+				smip, err := tra.FromSCION(ia, host)
+				if err != nil {
+					return err
+				}
+				fmt.Println(smip)
+			}
+			return nil
+		},
+	}
+}

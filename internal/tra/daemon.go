@@ -1,0 +1,426 @@
+package tra
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/scionproto/scion/pkg/addr"
+	"github.com/scionproto/scion/pkg/daemon"
+	"github.com/scionproto/scion/pkg/snet"
+	snetpath "github.com/scionproto/scion/pkg/snet/path"
+	"github.com/scionproto/scion/private/path/pathpol"
+	"golang.org/x/sys/unix"
+)
+
+// The daemon (`tra run`) keeps the data plane's paths: it asks scionproto's
+// daemon for paths to each destination AS the host talks to, installs those
+// its policy picks, sends again the packets that waited for them, refreshes
+// paths before they expire, and drops the paths an SCMP error says are
+// broken.
+
+// PathSource gives paths to a destination AS; scionproto's daemon is one.
+type PathSource interface {
+	Paths(ctx context.Context, dst, src addr.IA, f daemon.PathReqFlags) ([]snet.Path, error)
+}
+
+// RunOptions configure Run.
+type RunOptions struct {
+	// Name is the attached translator's pin name (the pair's by default).
+	Name string
+	Log  io.Writer
+	// Source overrides the daemon of the configuration (tests).
+	Source PathSource
+	// Refresh is how often installed paths are asked for again; paths
+	// that expire sooner are asked for before they do.
+	Refresh time.Duration
+}
+
+// Held packets per destination while its paths are fetched; beyond that
+// the oldest go.
+const maxHeld = 1024
+
+// Run runs the daemon until ctx is done. It must run in the host's network
+// namespace (its sockets reach the daemon and the pair), with the
+// translator attached.
+func Run(ctx context.Context, cfg *Config, o RunOptions) error {
+	if o.Name == "" {
+		o.Name = cfg.Pair
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Refresh == 0 {
+		o.Refresh = time.Minute
+	}
+	p, err := OpenPinned(o.Name)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	src := o.Source
+	if src == nil {
+		conn, err := daemon.NewService(cfg.Daemon).Connect(ctx)
+		if err != nil {
+			return fmt.Errorf("connect to scionproto's daemon at %s: %w", cfg.Daemon, err)
+		}
+		defer conn.Close()
+		src = conn
+	}
+	inj, err := newInjector(cfg.Pair)
+	if err != nil {
+		return err
+	}
+	defer inj.Close()
+	rd, err := ringbuf.NewReader(p.events)
+	if err != nil {
+		return fmt.Errorf("read the translator's events: %w", err)
+	}
+	d := &pathDaemon{cfg: cfg, p: p, src: src, inj: inj, log: o.Log, held: map[addr.IA][][]byte{}, pending: map[addr.IA]bool{}, fetched: make(chan fetchResult, 64)}
+	events := make(chan Event, 256)
+	go func() {
+		<-ctx.Done()
+		rd.Close()
+	}()
+	go func() {
+		defer close(events)
+		for {
+			rec, err := rd.Read()
+			if err != nil {
+				return
+			}
+			if ev, err := decodeEvent(rec.RawSample); err == nil {
+				events <- ev
+			}
+		}
+	}()
+	fmt.Fprintf(o.Log, "translator %s: %s as %s, paths from %s\n", o.Name, cfg.Address, cfg.SMIP, cfg.Daemon)
+	tick := time.NewTicker(o.Refresh / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			d.event(ctx, ev)
+		case r := <-d.fetched:
+			d.install(r)
+		case <-tick.C:
+			d.refresh(ctx, o.Refresh)
+		}
+	}
+}
+
+type fetchResult struct {
+	ia    addr.IA
+	paths []Path
+	err   error
+}
+
+// pathDaemon is the daemon's state; only Run's loop touches it.
+type pathDaemon struct {
+	cfg     *Config
+	p       *Pinned
+	src     PathSource
+	inj     *injector
+	log     io.Writer
+	held    map[addr.IA][][]byte
+	pending map[addr.IA]bool
+	fetched chan fetchResult
+	// installed is when each destination's paths were fetched, and when
+	// the first of them expires.
+	mu        sync.Mutex
+	installed map[addr.IA]installed
+}
+
+type installed struct {
+	at, expires time.Time
+	paths       []snet.Path
+}
+
+func (d *pathDaemon) event(ctx context.Context, ev Event) {
+	switch ev.Kind {
+	case EventNoPath:
+		q := d.held[ev.IA]
+		if len(q) >= maxHeld {
+			q = q[1:]
+		}
+		d.held[ev.IA] = append(q, ev.Data)
+		d.fetch(ctx, ev.IA, false)
+	case EventSCMP:
+		d.scmp(ctx, ev)
+	}
+}
+
+// fetch asks for paths to ia in the background, once at a time.
+func (d *pathDaemon) fetch(ctx context.Context, ia addr.IA, refresh bool) {
+	if d.pending[ia] {
+		return
+	}
+	d.pending[ia] = true
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		sp, err := d.src.Paths(c, ia, d.cfg.IA, daemon.PathReqFlags{Refresh: refresh})
+		var paths []Path
+		if err == nil {
+			sp, err = d.choose(ia, sp)
+		}
+		if err == nil {
+			paths, err = toPaths(sp)
+		}
+		d.mu.Lock()
+		if d.installed == nil {
+			d.installed = map[addr.IA]installed{}
+		}
+		if err == nil {
+			exp := time.Time{}
+			for _, p := range sp {
+				if e := p.Metadata().Expiry; exp.IsZero() || e.Before(exp) {
+					exp = e
+				}
+			}
+			d.installed[ia] = installed{at: time.Now(), expires: exp, paths: sp}
+		}
+		d.mu.Unlock()
+		d.fetched <- fetchResult{ia: ia, paths: paths, err: err}
+	}()
+}
+
+// choose applies the destination's policy and keeps at most MaxPaths.
+func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path) ([]snet.Path, error) {
+	dest, ok := d.cfg.Destinations[ia]
+	if !ok {
+		dest = Destination{Policy: d.cfg.Policy}
+	}
+	return ChoosePaths(paths, dest, d.cfg.MaxPaths)
+}
+
+// ChoosePaths orders paths by a policy and keeps the first max: shortest
+// (fewest interfaces, then lowest latency), latency (lowest announced
+// latency, unknown last), or sequence (those matching a hop-predicate
+// sequence, then shortest). Expired paths never count.
+func ChoosePaths(paths []snet.Path, dest Destination, max int) ([]snet.Path, error) {
+	var live []snet.Path
+	now := time.Now()
+	for _, p := range paths {
+		if md := p.Metadata(); md == nil || md.Expiry.After(now) {
+			live = append(live, p)
+		}
+	}
+	if dest.Policy == PolicySequence {
+		seq, err := pathpol.NewSequence(dest.Sequence)
+		if err != nil {
+			return nil, err
+		}
+		live = seq.Eval(live)
+	}
+	hops := func(p snet.Path) int {
+		if md := p.Metadata(); md != nil {
+			return len(md.Interfaces)
+		}
+		return 1 << 20
+	}
+	latency := func(p snet.Path) time.Duration {
+		var sum time.Duration
+		md := p.Metadata()
+		if md == nil || len(md.Latency) == 0 {
+			return time.Hour
+		}
+		for _, l := range md.Latency {
+			if l < 0 {
+				return time.Hour
+			}
+			sum += l
+		}
+		return sum
+	}
+	sort.SliceStable(live, func(i, j int) bool {
+		a, b := live[i], live[j]
+		if dest.Policy == PolicyLatency && latency(a) != latency(b) {
+			return latency(a) < latency(b)
+		}
+		if hops(a) != hops(b) {
+			return hops(a) < hops(b)
+		}
+		return latency(a) < latency(b)
+	})
+	if len(live) == 0 {
+		return nil, errors.New("no path fits the policy")
+	}
+	if len(live) > max {
+		live = live[:max]
+	}
+	return live, nil
+}
+
+// toPaths converts scionproto's paths for the data plane.
+func toPaths(sp []snet.Path) ([]Path, error) {
+	var out []Path
+	for _, p := range sp {
+		dp, ok := p.Dataplane().(snetpath.SCION)
+		if !ok {
+			continue // an empty path: the local AS needs none
+		}
+		nh := p.UnderlayNextHop()
+		if nh == nil {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(nh.IP)
+		if !ok {
+			continue
+		}
+		md := p.Metadata()
+		path := Path{Raw: dp.Raw, NextHop: netip.AddrPortFrom(a.Unmap(), uint16(nh.Port))}
+		if md != nil {
+			path.MTU, path.Expiry = md.MTU, uint64(md.Expiry.Unix())
+		}
+		if len(path.Raw) > PathMax {
+			continue
+		}
+		out = append(out, path)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no path the translator can carry")
+	}
+	return out, nil
+}
+
+// install puts fetched paths into the map, lowers the pair's MTU to what
+// they all take, and sends again what waited for them.
+func (d *pathDaemon) install(r fetchResult) {
+	d.pending[r.ia] = false
+	if r.err != nil {
+		fmt.Fprintf(d.log, "paths to %s: %v\n", r.ia, r.err)
+		return
+	}
+	if err := d.p.SetPaths(r.ia, r.paths); err != nil {
+		fmt.Fprintf(d.log, "install paths to %s: %v\n", r.ia, err)
+		return
+	}
+	fmt.Fprintf(d.log, "paths to %s: %d installed\n", r.ia, len(r.paths))
+	for _, pkt := range d.held[r.ia] {
+		if err := d.inj.send(pkt); err != nil {
+			fmt.Fprintf(d.log, "send a held packet to %s again: %v\n", r.ia, err)
+		}
+	}
+	delete(d.held, r.ia)
+}
+
+// refresh asks again for what was fetched longer than every ago, or
+// expires within it.
+func (d *pathDaemon) refresh(ctx context.Context, every time.Duration) {
+	d.mu.Lock()
+	var due []addr.IA
+	for ia, in := range d.installed {
+		if time.Since(in.at) >= every || time.Until(in.expires) < every {
+			due = append(due, ia)
+		}
+	}
+	d.mu.Unlock()
+	for _, ia := range due {
+		d.fetch(ctx, ia, false)
+	}
+}
+
+// scmp handles an SCMP error about a path: an external interface down, or
+// a router's internal connectivity down. Paths through it go, and the
+// daemon is asked afresh.
+func (d *pathDaemon) scmp(ctx context.Context, ev Event) {
+	const (
+		externalInterfaceDown    = 5
+		internalConnectivityDown = 6
+	)
+	if len(ev.Data) < 8+16 || (ev.SCMPType != externalInterfaceDown && ev.SCMPType != internalConnectivityDown) {
+		return
+	}
+	ia := addr.IA(binary.BigEndian.Uint64(ev.Data[8:]))
+	ifids := []uint64{binary.BigEndian.Uint64(ev.Data[16:])}
+	if ev.SCMPType == internalConnectivityDown && len(ev.Data) >= 32 {
+		ifids = append(ifids, binary.BigEndian.Uint64(ev.Data[24:]))
+	}
+	d.mu.Lock()
+	var hit []addr.IA
+	kept := map[addr.IA][]snet.Path{}
+	for dst, in := range d.installed {
+		var keep []snet.Path
+		for _, p := range in.paths {
+			if !traverses(p, ia, ifids) {
+				keep = append(keep, p)
+			}
+		}
+		if len(keep) != len(in.paths) {
+			hit = append(hit, dst)
+			kept[dst] = keep
+		}
+	}
+	d.mu.Unlock()
+	for _, dst := range hit {
+		fmt.Fprintf(d.log, "SCMP %d from %s: interface %v down; paths to %s through it dropped\n", ev.SCMPType, ia, ifids, dst)
+		if paths, err := toPaths(kept[dst]); err == nil {
+			d.p.SetPaths(dst, paths)
+		}
+		d.fetch(ctx, dst, true)
+	}
+}
+
+func traverses(p snet.Path, ia addr.IA, ifids []uint64) bool {
+	md := p.Metadata()
+	if md == nil {
+		return false
+	}
+	for _, i := range md.Interfaces {
+		for _, id := range ifids {
+			if i.IA == ia && uint64(i.ID) == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// injector sends held packets again as the host would: out of the host's
+// end of the pair, into tra_out.
+type injector struct {
+	fd       int
+	ifindex  int
+	src, dst net.HardwareAddr
+}
+
+func newInjector(pair string) (*injector, error) {
+	host, err := net.InterfaceByName(pair + "0")
+	if err != nil {
+		return nil, fmt.Errorf("the translator's device %s0: %w (is it attached in this namespace?)", pair, err)
+	}
+	trans, err := net.InterfaceByName(pair + "1")
+	if err != nil {
+		return nil, fmt.Errorf("the translator's device %s1: %w", pair, err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("packet socket: %w", err)
+	}
+	return &injector{fd: fd, ifindex: host.Index, src: host.HardwareAddr, dst: trans.HardwareAddr}, nil
+}
+
+func (i *injector) send(ipv6 []byte) error {
+	f := make([]byte, 14+len(ipv6))
+	copy(f, i.dst)
+	copy(f[6:], i.src)
+	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_IPV6)
+	copy(f[14:], ipv6)
+	return unix.Sendto(i.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: i.ifindex, Protocol: htons(unix.ETH_P_IPV6), Halen: 6, Addr: [8]byte{i.dst[0], i.dst[1], i.dst[2], i.dst[3], i.dst[4], i.dst[5]}})
+}
+
+func (i *injector) Close() error { return unix.Close(i.fd) }
