@@ -10,6 +10,7 @@
  * br-nomac benchmark row and `mac_check = false`). */
 #include "common.h"
 #include "parse.h"
+#define CSUM_XDP
 #include "csum.h"
 #include "scion.h"
 #include "br_shared.h"
@@ -111,6 +112,18 @@ struct {
 	__type(key, __u32);
 	__type(value, struct br_tx_slot);
 } br_tx_slots SEC(".maps");
+
+/* When BFD last arrived on each external interface, by counter slot
+ * (br_pkt's now). In hybrid mode the reference router runs BFD
+ * and knows a link is down; fastpath would keep sending into it, and the
+ * senders would never hear (SCMP external interface down) and fail over.
+ * The neighbour's BFD falling silent is the same signal, seen in XDP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BR_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u64);
+} br_bfd_seen SEC(".maps");
 
 /* Next hops the FIB gave for an egress interface ID, per CPU, for
  * BR_NH_CACHE_NS: the FIB lookup is the costliest step after the MAC. */
@@ -508,6 +521,18 @@ static __always_inline int parse_scion(struct br_pkt *p)
 	return CONTINUE;
 }
 
+/* BFD goes up to the reference router; its arrival on an external
+ * interface says the link is alive. */
+static __always_inline int note_bfd(struct br_pkt *p)
+{
+	__u32 key = p->slot;
+	__u64 *seen;
+
+	if (p->ingress != 0 && (seen = bpf_map_lookup_elem(&br_bfd_seen, &key)))
+		*seen = p->now;
+	return verdict(p, BR_BFD, XDP_PASS);
+}
+
 /* Empty, one-hop and EPIC paths, BFD and extension headers. */
 static __always_inline int dispatch_path_type(struct br_pkt *p)
 {
@@ -517,11 +542,11 @@ static __always_inline int dispatch_path_type(struct br_pkt *p)
 	case SCION_PATH_EMPTY:
 		/* v0.12.0 handles only BFD on empty paths and discards the rest. */
 		if (p->next_hdr == SCION_PROTO_BFD)
-			return verdict(p, BR_BFD, XDP_PASS);
+			return note_bfd(p);
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 	case SCION_PATH_ONEHOP:
 		if (p->next_hdr == SCION_PROTO_BFD)
-			return verdict(p, BR_BFD, XDP_PASS);
+			return note_bfd(p);
 		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
 	case SCION_PATH_EPIC:
 		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
@@ -1035,6 +1060,22 @@ static __always_inline int handle_egress_router_alert(struct br_pkt *p, const st
 	return verdict(p, BR_ROUTER_ALERT, XDP_PASS);
 }
 
+/* A link whose BFD fell silent is down: the reference router decides (it
+ * sends SCMP external interface down if its BFD agrees). A link that never
+ * carried BFD (BFD off) is always up. */
+static __always_inline int check_link_alive(struct br_pkt *p, const struct br_iface *eg)
+{
+	__u32 key = eg->slot;
+	__u64 *seen, last;
+
+	if (!p->cfg->link_timeout_ns || !(seen = bpf_map_lookup_elem(&br_bfd_seen, &key)))
+		return CONTINUE;
+	last = *seen;
+	if (last && p->now - last > p->cfg->link_timeout_ns)
+		return verdict(p, BR_LINK_DOWN, XDP_PASS);
+	return CONTINUE;
+}
+
 static __always_inline int process_egress(struct br_pkt *p)
 {
 	if ((p->inf.flags & SCION_INF_CONSDIR) && !p->peering) {
@@ -1391,6 +1432,8 @@ static __always_inline int process(struct xdp_md *ctx, struct br_pkt *p)
 		return ret;
 
 	if (eg->kind == BR_IFACE_EXTERNAL) {
+		if ((ret = check_link_alive(p, eg)) != CONTINUE)
+			return ret;
 		if ((ret = process_egress(p)) != CONTINUE)
 			return ret;
 		p->next_hop = eg->remote;

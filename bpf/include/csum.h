@@ -120,6 +120,11 @@ static __always_inline int csum_packet(void *start, __u32 len, void *data_end, _
 #define CSUM_OFF_MASK 0x1ff /* the farthest a summed range starts in the frame */
 #endif
 
+/* The global functions below are compiled only where asked for
+ * (CSUM_XDP, CSUM_SKB): an object carries none it does not call, as a
+ * loader that links all of .text would otherwise offer the kernel a
+ * function no instruction reaches. */
+#ifdef CSUM_XDP
 /* csum_packet over bytes [off, off+len) of an XDP frame, as a global
  * function: the verifier checks it once, on its own, instead of once per
  * path of the program that calls it (the loop would cost a big program
@@ -137,7 +142,9 @@ __attribute__((noinline)) int csum_xdp(struct xdp_md *ctx, __u32 off, __u32 len,
 	asm volatile("" : "+r"(off));
 	return csum_packet(data + (off & CSUM_OFF_MASK), len, data_end, sum);
 }
+#endif
 
+#ifdef CSUM_SKB
 /* csum_xdp for an skb (TC), whose bytes from off on must be linear (pulled). */
 __attribute__((noinline)) int csum_skb(struct __sk_buff *skb, __u32 off, __u32 len, __u64 *sum)
 {
@@ -149,5 +156,6 @@ __attribute__((noinline)) int csum_skb(struct __sk_buff *skb, __u32 off, __u32 l
 	asm volatile("" : "+r"(off));
 	return csum_packet(data + (off & CSUM_OFF_MASK), len, data_end, sum);
 }
+#endif
 
 #endif

@@ -14,6 +14,7 @@
  * sends it again once the path is there. */
 #include "common.h"
 #include "parse.h"
+#define CSUM_SKB
 #include "csum.h"
 #include "scion.h"
 #include "tra_shared.h"
