@@ -37,6 +37,7 @@ enum br_verdict {
 	BR_FWD_DISABLED,       /* FIB refused: forwarding is off on lo: passed */
 	BR_TX_UNUSABLE,        /* egress device cannot take XDP frames: passed */
 	BR_TX_FAILED,          /* handed to the device, which dropped it (not forwarded) */
+	BR_LINK_DOWN,          /* the egress link's BFD fell silent: passed, the reference router answers */
 	BR_VERDICT_MAX,
 };
 
@@ -127,6 +128,9 @@ struct br_config {
 	/* Inode of the network namespace the router's devices live in: the
 	 * transmit tracepoints fire for every namespace. */
 	__u32 netns_ino;
+	/* An external interface whose neighbour sent BFD once and then nothing
+	 * for this long is down (0: never). */
+	__u64 link_timeout_ns;
 };
 
 /* Value of br_tx_slots, per CPU: which counter slot last sent a frame to

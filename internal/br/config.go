@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/scionproto/scion/pkg/addr"
@@ -56,7 +57,11 @@ type Config struct {
 	MACCheck           bool     // toml "mac_check", default true
 	SCMP               string   // toml "scmp": SCMPPass (default) or SCMPDrop: what happens to packets that need an SCMP error
 	KeyRollover        bool     // toml "key_rollover", default false: also accept MACs made with master1.key's key
-	XDPMode            string   // toml "xdp_mode": XDPModeNative (default) or XDPModeGeneric
+	// LinkTimeout (toml "link_timeout", default 600ms, v0.12.0's BFD detection time: 3 × 200 ms):
+	// an external interface whose neighbour's BFD was seen and then not for this long is down,
+	// and packets for it go to the reference router, which answers with SCMP. "0s" turns it off.
+	LinkTimeout time.Duration
+	XDPMode     string // toml "xdp_mode": XDPModeNative (default) or XDPModeGeneric
 
 	// Resolved from the topology and keys:
 	IA                                     addr.IA
@@ -114,6 +119,7 @@ type tomlFile struct {
 	SCMP               string   `toml:"scmp"`
 	KeyRollover        bool     `toml:"key_rollover"`
 	XDPMode            string   `toml:"xdp_mode"`
+	LinkTimeout        string   `toml:"link_timeout"`
 }
 
 // minMasterKeyLen is the shortest master key accepted; scion's generator writes 16 random bytes.
@@ -193,7 +199,7 @@ func (c *Config) decodeTOML() error {
 	if err != nil {
 		return errorf(c.Path, "", err, "%s; give the path of the router's TOML file", ioProblem(err))
 	}
-	raw := tomlFile{MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative}
+	raw := tomlFile{MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative, LinkTimeout: DefaultLinkTimeout.String()}
 	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
 		var pe toml.ParseError
@@ -248,8 +254,17 @@ func (c *Config) decodeTOML() error {
 	c.SCMP = raw.SCMP
 	c.KeyRollover = raw.KeyRollover
 	c.XDPMode = raw.XDPMode
+	d, err := time.ParseDuration(raw.LinkTimeout)
+	if err != nil || d < 0 {
+		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)
+	}
+	c.LinkTimeout = d
 	return nil
 }
+
+// DefaultLinkTimeout is v0.12.0's BFD detection time: 3 missed packets of
+// 200 ms.
+const DefaultLinkTimeout = 600 * time.Millisecond
 
 // brKey and ifKey name a part of topology.json as a JSON path.
 func brKey(name string) string { return fmt.Sprintf("border_routers[%q]", name) }

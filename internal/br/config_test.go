@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/scionproto/scion/pkg/addr"
@@ -104,6 +105,7 @@ func TestConfigTestdata(t *testing.T) {
 		MACCheck:            true,
 		SCMP:                SCMPPass,
 		XDPMode:             XDPModeNative,
+		LinkTimeout:         DefaultLinkTimeout,
 		IA:                  addr.MustParseIA("1-ff00:0:110"),
 		MTU:                 1472,
 		Internal:            netip.MustParseAddrPort("198.18.0.1:30042"),
@@ -163,7 +165,7 @@ func TestConfigExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ex.CPUs) != 0 || ex.MACCheck != def.MACCheck || ex.SCMP != def.SCMP ||
-		ex.KeyRollover != def.KeyRollover || ex.XDPMode != def.XDPMode {
+		ex.KeyRollover != def.KeyRollover || ex.XDPMode != def.XDPMode || ex.LinkTimeout != def.LinkTimeout {
 		t.Errorf("example shows cpus=%v mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q; "+
 			"defaults are cpus=[] mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q",
 			ex.CPUs, ex.MACCheck, ex.SCMP, ex.KeyRollover, ex.XDPMode,
@@ -255,11 +257,11 @@ func TestConfigGood(t *testing.T) {
 	tests := map[string]configCase{
 		"settings": {
 			toml: "internal_interfaces = [\"eth1\", \"eth2\"]\ncpus = [0]\nmac_check = false\n" +
-				"scmp = \"drop\"\nkey_rollover = true\nxdp_mode = \"generic\"\n",
+				"scmp = \"drop\"\nkey_rollover = true\nxdp_mode = \"generic\"\nlink_timeout = \"1.5s\"\n",
 			check: func(t *testing.T, c *Config) {
 				if !reflect.DeepEqual(c.InternalInterfaces, []string{"eth1", "eth2"}) ||
 					!reflect.DeepEqual(c.CPUs, []int{0}) || c.MACCheck || c.SCMP != SCMPDrop ||
-					!c.KeyRollover || c.XDPMode != XDPModeGeneric {
+					!c.KeyRollover || c.XDPMode != XDPModeGeneric || c.LinkTimeout != 1500*time.Millisecond {
 					t.Errorf("settings not taken: %+v", c)
 				}
 			},
@@ -333,11 +335,12 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{tomlFile + "topology: missing"}},
 		"missing keys": {whole: true, toml: "router_id = \"br1-ff00_0_110-1\"\ntopology = \"topology.json\"\n",
 			want: []string{tomlFile + "keys: missing"}},
-		"cpus out of range": {toml: "cpus = [1048576]\n", want: []string{tomlFile + "cpus: CPU 1048576 is out of range"}},
-		"cpus negative":     {toml: "cpus = [-1]\n", want: []string{tomlFile + "cpus: CPU -1 is out of range"}},
-		"cpus duplicated":   {toml: "cpus = [0, 0]\n", want: []string{tomlFile + "cpus: CPU 0 is listed twice"}},
-		"scmp invalid":      {toml: "scmp = \"reject\"\n", want: []string{tomlFile + `scmp: "reject" is not valid`}},
-		"xdp_mode invalid":  {toml: "xdp_mode = \"skb\"\n", want: []string{tomlFile + `xdp_mode: "skb" is not valid`}},
+		"cpus out of range":    {toml: "cpus = [1048576]\n", want: []string{tomlFile + "cpus: CPU 1048576 is out of range"}},
+		"cpus negative":        {toml: "cpus = [-1]\n", want: []string{tomlFile + "cpus: CPU -1 is out of range"}},
+		"cpus duplicated":      {toml: "cpus = [0, 0]\n", want: []string{tomlFile + "cpus: CPU 0 is listed twice"}},
+		"scmp invalid":         {toml: "scmp = \"reject\"\n", want: []string{tomlFile + `scmp: "reject" is not valid`}},
+		"xdp_mode invalid":     {toml: "xdp_mode = \"skb\"\n", want: []string{tomlFile + `xdp_mode: "skb" is not valid`}},
+		"link_timeout invalid": {toml: "link_timeout = \"600\"\n", want: []string{tomlFile + `link_timeout: "600" is not a duration`}},
 		"internal_interfaces invalid": {toml: "internal_interfaces = [\"eth/0\"]\n",
 			want: []string{tomlFile + `internal_interfaces: "eth/0"`}},
 		"internal_interfaces duplicated": {toml: "internal_interfaces = [\"eth1\", \"eth1\"]\n",

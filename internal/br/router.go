@@ -40,6 +40,7 @@ var verdictNames = map[Verdict]string{
 	routerBrVerdictBR_BAD_DST_IA:        "bad_dst_ia",
 	routerBrVerdictBR_BAD_HOST_ADDR:     "bad_host_addr",
 	routerBrVerdictBR_BFD:               "bfd",
+	routerBrVerdictBR_LINK_DOWN:         "link_down",
 	routerBrVerdictBR_BAD_CHECKSUM:      "bad_checksum",
 	routerBrVerdictBR_LOCAL:             "local",
 	routerBrVerdictBR_FWD_DISABLED:      "fwd_disabled",
@@ -383,6 +384,7 @@ func (r *Router) configure() error {
 		DispatchedPortStart: cfg.DispatchedPortStart,
 		DispatchedPortEnd:   cfg.DispatchedPortEnd,
 		MonoToUnixNs:        off,
+		LinkTimeoutNs:       uint64(cfg.LinkTimeout),
 	}
 	if cfg.SCMP == SCMPDrop {
 		conf.ScmpAction = 1
