@@ -39,9 +39,10 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		ases    int
 		hybrid  bool
 		timeout time.Duration
+		links   int
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--hybrid]",
+		Use:   "up [--ases N] [--links 2] [--hybrid]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,10 +55,10 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 					return err
 				}
 			}
-			if _, _, err := n.Plan(ases); err != nil {
+			if _, _, err := n.PlanLinks(ases, links); err != nil {
 				return err
 			}
-			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Hybrid: hybrid, Timeout: timeout, Log: os.Stderr}); err != nil {
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, Timeout: timeout, Log: os.Stderr}); err != nil {
 				return err
 			}
 			st, err := n.Status()
@@ -69,6 +70,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		},
 	}
 	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
+	up.Flags().IntVar(&links, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "attach fastpath's border router in front of every AS's reference router")
 	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path")
 

@@ -33,6 +33,9 @@ type UpOptions struct {
 	// NoBFD turns BFD off in the reference routers: with it on, a router
 	// whose neighbour's reference router died holds that link down.
 	NoBFD bool
+	// Links is how many links each leaf AS has to the core (1 by default,
+	// at most MaxParallel): two give every pair of leaves four paths.
+	Links int
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -65,11 +68,12 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if o.Timeout == 0 {
 		o.Timeout = 90 * time.Second
 	}
-	as, links, err := n.Plan(o.ASes)
+	o.Links = max(o.Links, 1)
+	as, links, err := n.PlanLinks(o.ASes, o.Links)
 	if err != nil {
 		return nil, err
 	}
-	if old, err := n.readState(); err == nil && old != nil && old.ASes == o.ASes && old.Prefix == n.Prefix && allAlive(old) && (len(old.Hybrid) > 0) == o.Hybrid && old.NoBFD == o.NoBFD {
+	if old, err := n.readState(); err == nil && old != nil && old.ASes == o.ASes && old.Prefix == n.Prefix && allAlive(old) && (len(old.Hybrid) > 0) == o.Hybrid && old.NoBFD == o.NoBFD && old.links() == o.Links {
 		fmt.Fprintf(o.Log, "the network is up already (%d ASes since %s)\n", old.ASes, old.Started.Format(time.TimeOnly))
 		return old, nil
 	}
@@ -90,7 +94,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD}
+	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links}
 	if err := n.writeState(st); err != nil {
 		return st, err
 	}

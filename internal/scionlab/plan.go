@@ -107,10 +107,24 @@ type Link struct {
 	ChildAddr           netip.AddrPort
 }
 
-// Plan is the network of n ASes: AS 0 the core, the others its children.
-func (n Network) Plan(ases int) ([]AS, []Link, error) {
+// Plan is the network of n ASes: AS 0 the core, the others its children,
+// each on one link.
+func (n Network) Plan(ases int) ([]AS, []Link, error) { return n.PlanLinks(ases, 1) }
+
+// MaxParallel is the most links a leaf AS may have to the core.
+const MaxParallel = 2
+
+// PlanLinks is the network of n ASes with parallel links between the core
+// and each leaf: with two, every leaf reaches every other over four paths,
+// and a path survives the loss of one link (failover). Link k of leaf i is
+// interface 1+k of the leaf and i+k*MaxASes of the core, on
+// 10.(255-k).i.0/30.
+func (n Network) PlanLinks(ases, parallel int) ([]AS, []Link, error) {
 	if ases < 3 || ases > MaxASes {
 		return nil, nil, fmt.Errorf("--ases %d: the lab's SCION network has one core AS and at least two leaf ASes, at most %d ASes in all", ases, MaxASes)
+	}
+	if parallel < 1 || parallel > MaxParallel {
+		return nil, nil, fmt.Errorf("--links %d: each leaf has 1 to %d links to the core", parallel, MaxParallel)
 	}
 	var as []AS
 	for i := 0; i < ases; i++ {
@@ -132,14 +146,17 @@ func (n Network) Plan(ases int) ([]AS, []Link, error) {
 		as = append(as, a)
 	}
 	var links []Link
-	for i := 1; i < ases; i++ {
-		links = append(links, Link{
-			Parent: 0, Child: i,
-			ParentIf: uint16(i), ChildIf: 1,
-			ParentDev: fmt.Sprintf("if%d", i), ChildDev: "if1",
-			ParentAddr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 255, byte(i), 1}), LinkPort),
-			ChildAddr:  netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 255, byte(i), 2}), LinkPort),
-		})
+	for k := 0; k < parallel; k++ {
+		for i := 1; i < ases; i++ {
+			parentIf := uint16(i + k*MaxASes)
+			links = append(links, Link{
+				Parent: 0, Child: i,
+				ParentIf: parentIf, ChildIf: uint16(1 + k),
+				ParentDev: fmt.Sprintf("if%d", parentIf), ChildDev: fmt.Sprintf("if%d", 1+k),
+				ParentAddr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(255 - k), byte(i), 1}), LinkPort),
+				ChildAddr:  netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(255 - k), byte(i), 2}), LinkPort),
+			})
+		}
 	}
 	return as, links, nil
 }

@@ -42,7 +42,11 @@ type State struct {
 	// first leaf AS had a path to the last.
 	PathsAfter time.Duration `json:"paths_after_ns,omitempty"`
 	NoBFD      bool          `json:"no_bfd,omitempty"`
+	// Links is how many links each leaf has to the core (0: one).
+	Links int `json:"links,omitempty"`
 }
+
+func (s *State) links() int { return max(s.Links, 1) }
 
 func (n Network) statePath() string { return filepath.Join(n.Dir, "state.json") }
 

@@ -68,7 +68,7 @@ func (n Network) Status() (*Status, error) {
 	if st == nil {
 		return nil, ErrNotUp
 	}
-	as, _, err := n.Plan(st.ASes)
+	as, _, err := n.PlanLinks(st.ASes, st.links())
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (n Network) Check(ctx context.Context, w io.Writer) error {
 	if st == nil {
 		return ErrNotUp
 	}
-	as, _, err := n.Plan(st.ASes)
+	as, _, err := n.PlanLinks(st.ASes, st.links())
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (n Network) ASes() ([]AS, []Link, error) {
 	if st == nil {
 		return nil, nil, ErrNotUp
 	}
-	return n.Plan(st.ASes)
+	return n.PlanLinks(st.ASes, st.links())
 }
 
 // Stop ends one of the network's processes by name (router-64512, say):

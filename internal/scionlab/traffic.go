@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/google/gopacket"
@@ -31,8 +32,10 @@ func (n Network) CaptureTransit(ctx context.Context) (*Transit, error) {
 		return nil, err
 	}
 	src, dst := as[1], as[len(as)-1]
+	// Each leaf's first link (with parallel links the ping may take
+	// another: then nothing is captured, and the error says so).
 	var up, down Link
-	for _, l := range links {
+	for _, l := range slices.Backward(links) {
 		switch l.Child {
 		case src.Index:
 			up = l
