@@ -30,7 +30,7 @@ scion2ip) goes on a device pair of the translator's own; what the host sends to 
 SM-IP addresses becomes SCION at TC, what comes back becomes IPv6 in XDP. tra run keeps
 its paths. See docs/tra.md.`,
 	}
-	cmd.AddCommand(traAttachCmd(), traDetachCmd(), traRunCmd(), traPathsCmd(), traStatsCmd(), traAddrCmd())
+	cmd.AddCommand(traAttachCmd(), traDetachCmd(), traRunCmd(), traListCmd(), traPathsCmd(), traStatsCmd(), traAddrCmd())
 	return cmd
 }
 
@@ -48,10 +48,11 @@ func traAttachCmd() *cobra.Command {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			if err := tra.Attach(cfg, tra.AttachOptions{Netns: ns, Warn: os.Stderr}); err != nil {
+			name, err := tra.Attach(cfg, tra.AttachOptions{Netns: ns, Warn: os.Stderr})
+			if err != nil {
 				return err
 			}
-			fmt.Printf("translator %s attached: the host is %s (%s,%s); paths come with `fastpath tra run`\n", cfg.Pair, cfg.SMIP, cfg.IA, cfg.Address)
+			fmt.Printf("translator %s attached: the host is %s (%s,%s); paths come with `fastpath tra run`\n", name, cfg.SMIP, cfg.IA, cfg.Address)
 			return nil
 		},
 	}
@@ -68,20 +69,38 @@ func loadTraConfig(path string) (*tra.Config, error) {
 }
 
 func traDetachCmd() *cobra.Command {
-	var ns string
-	cmd := &cobra.Command{
-		Use:   "detach NAME [--netns NS]",
-		Short: "remove the translator: programs, maps, the device pair and its route",
+	return &cobra.Command{
+		Use:   "detach NAME",
+		Short: "remove the translator: programs, maps, the device pair and its route (NAME as tra list shows it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			return tra.Detach(args[0], ns)
+			return tra.Detach(args[0])
 		},
 	}
-	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
-	return cmd
+}
+
+func traListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "the attached translators: NETNS:PAIR, or PAIR for a host in this namespace",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			names, err := tra.List()
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				fmt.Println(n)
+			}
+			return nil
+		},
+	}
 }
 
 func traRunCmd() *cobra.Command {
@@ -111,21 +130,16 @@ says are down. On exit it detaches what it attached.`,
 				// run again there, as a child born inside it.
 				return runInNetns(ns, os.Args[1:])
 			}
-			attached := false
-			if _, err := os.Stat(tra.PinDir(cfg.Pair)); err != nil {
-				if err := tra.Attach(cfg, tra.AttachOptions{Warn: os.Stderr}); err != nil {
-					return err
-				}
-				attached = true
-			} else if !cfg.Address.IsValid() {
-				// Attached already: the address is the device's.
-				if err := tra.Attach(cfg, tra.AttachOptions{Warn: os.Stderr}); err != nil {
-					return err
-				}
+			// Attach (again, which keeps the maps and swaps the programs):
+			// it also finds the device's address.
+			_, statErr := os.Stat(tra.PinDir(tra.Name(cfg.Pair, "")))
+			name, err := tra.Attach(cfg, tra.AttachOptions{Warn: os.Stderr})
+			if err != nil {
+				return err
 			}
-			err = tra.Run(cmd.Context(), cfg, tra.RunOptions{Log: os.Stderr, Refresh: refresh})
-			if attached {
-				err = errors.Join(err, tra.Detach(cfg.Pair, ""))
+			err = tra.Run(cmd.Context(), cfg, tra.RunOptions{Name: name, Log: os.Stderr, Refresh: refresh})
+			if statErr != nil {
+				err = errors.Join(err, tra.Detach(name))
 			}
 			return err
 		},

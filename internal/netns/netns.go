@@ -172,3 +172,20 @@ func List() ([]string, error) {
 	}
 	return names, nil
 }
+
+// Current names the namespace the calling thread is in, if one under Dir
+// is it; "" otherwise (the host's, or one without a name).
+func Current() string {
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+		return ""
+	}
+	names, _ := List()
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Stat(Path(n), &st) == nil && st.Ino == self.Ino && st.Dev == self.Dev {
+			return n
+		}
+	}
+	return ""
+}

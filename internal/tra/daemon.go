@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
+	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/daemon"
 	"github.com/scionproto/scion/pkg/snet"
@@ -34,7 +35,8 @@ type PathSource interface {
 
 // RunOptions configure Run.
 type RunOptions struct {
-	// Name is the attached translator's pin name (the pair's by default).
+	// Name is the attached translator's name (Name of the pair in this
+	// namespace by default).
 	Name string
 	Log  io.Writer
 	// Source overrides the daemon of the configuration (tests).
@@ -53,7 +55,7 @@ const maxHeld = 1024
 // translator attached.
 func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	if o.Name == "" {
-		o.Name = cfg.Pair
+		o.Name = Name(cfg.Pair, "")
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -142,7 +144,19 @@ type pathDaemon struct {
 	// the first of them expires.
 	mu        sync.Mutex
 	installed map[addr.IA]installed
+	// down are interfaces an SCMP error said are down, until when paths
+	// through them are shunned: the daemon keeps offering such paths
+	// until the beacons that made them expire.
+	down map[ifKey]time.Time
 }
+
+type ifKey struct {
+	ia   addr.IA
+	ifid uint64
+}
+
+// downFor is how long an interface an SCMP error reported stays shunned.
+const downFor = 30 * time.Second
 
 type installed struct {
 	at, expires time.Time
@@ -175,7 +189,7 @@ func (d *pathDaemon) fetch(ctx context.Context, ia addr.IA, refresh bool) {
 		sp, err := d.src.Paths(c, ia, d.cfg.IA, daemon.PathReqFlags{Refresh: refresh})
 		var paths []Path
 		if err == nil {
-			sp, err = d.choose(ia, sp)
+			sp, err = d.choose(ia, d.avoidDown(sp))
 		}
 		if err == nil {
 			paths, err = toPaths(sp)
@@ -196,6 +210,30 @@ func (d *pathDaemon) fetch(ctx context.Context, ia addr.IA, refresh bool) {
 		d.mu.Unlock()
 		d.fetched <- fetchResult{ia: ia, paths: paths, err: err}
 	}()
+}
+
+// avoidDown leaves out paths through interfaces reported down, unless
+// that leaves none: then a path that may have recovered beats no path.
+func (d *pathDaemon) avoidDown(paths []snet.Path) []snet.Path {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	var ok []snet.Path
+next:
+	for _, p := range paths {
+		if md := p.Metadata(); md != nil {
+			for _, i := range md.Interfaces {
+				if until, isDown := d.down[ifKey{i.IA, uint64(i.ID)}]; isDown && now.Before(until) {
+					continue next
+				}
+			}
+		}
+		ok = append(ok, p)
+	}
+	if len(ok) == 0 {
+		return paths
+	}
+	return ok
 }
 
 // choose applies the destination's policy and keeps at most MaxPaths.
@@ -297,12 +335,19 @@ func toPaths(sp []snet.Path) ([]Path, error) {
 	return out, nil
 }
 
-// install puts fetched paths into the map, lowers the pair's MTU to what
-// they all take, and sends again what waited for them.
+// install puts fetched paths into the map and sends again what waited for
+// them; with none to be had, the waiting packets' senders hear so (ICMPv6
+// destination unreachable, no route) rather than waiting out a timeout.
 func (d *pathDaemon) install(r fetchResult) {
 	d.pending[r.ia] = false
 	if r.err != nil {
 		fmt.Fprintf(d.log, "paths to %s: %v\n", r.ia, r.err)
+		for _, pkt := range d.held[r.ia] {
+			if err := d.inj.unreachable(pkt); err != nil {
+				fmt.Fprintf(d.log, "tell the host %s is unreachable: %v\n", r.ia, err)
+			}
+		}
+		delete(d.held, r.ia)
 		return
 	}
 	if err := d.p.SetPaths(r.ia, r.paths); err != nil {
@@ -351,6 +396,12 @@ func (d *pathDaemon) scmp(ctx context.Context, ev Event) {
 		ifids = append(ifids, binary.BigEndian.Uint64(ev.Data[24:]))
 	}
 	d.mu.Lock()
+	if d.down == nil {
+		d.down = map[ifKey]time.Time{}
+	}
+	for _, id := range ifids {
+		d.down[ifKey{ia, id}] = time.Now().Add(downFor)
+	}
 	var hit []addr.IA
 	kept := map[addr.IA][]snet.Path{}
 	for dst, in := range d.installed {
@@ -394,7 +445,8 @@ func traverses(p snet.Path, ia addr.IA, ifids []uint64) bool {
 // end of the pair, into tra_out.
 type injector struct {
 	fd       int
-	ifindex  int
+	ifindex  int // the host's end: what is sent there goes into tra_out
+	trans    int // the translator's end: what is sent there reaches the host
 	src, dst net.HardwareAddr
 }
 
@@ -411,16 +463,52 @@ func newInjector(pair string) (*injector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packet socket: %w", err)
 	}
-	return &injector{fd: fd, ifindex: host.Index, src: host.HardwareAddr, dst: trans.HardwareAddr}, nil
+	return &injector{fd: fd, ifindex: host.Index, trans: trans.Index, src: host.HardwareAddr, dst: trans.HardwareAddr}, nil
 }
 
-func (i *injector) send(ipv6 []byte) error {
+// send sends a packet the host sent as if it sent it again.
+func (i *injector) send(ipv6 []byte) error { return i.sendOn(i.ifindex, i.src, i.dst, ipv6) }
+
+// unreachable answers a packet the host sent with ICMPv6 destination
+// unreachable, no route (RFC 4443 3.1), from the translator's end.
+func (i *injector) unreachable(pkt []byte) error {
+	icmp, err := icmpv6Error(pkt, 1, 0, 0)
+	if err != nil {
+		return err
+	}
+	return i.sendOn(i.trans, i.dst, i.src, icmp)
+}
+
+func (i *injector) sendOn(ifindex int, src, dst net.HardwareAddr, ipv6 []byte) error {
 	f := make([]byte, 14+len(ipv6))
-	copy(f, i.dst)
-	copy(f[6:], i.src)
+	copy(f, dst)
+	copy(f[6:], src)
 	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_IPV6)
 	copy(f[14:], ipv6)
-	return unix.Sendto(i.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: i.ifindex, Protocol: htons(unix.ETH_P_IPV6), Halen: 6, Addr: [8]byte{i.dst[0], i.dst[1], i.dst[2], i.dst[3], i.dst[4], i.dst[5]}})
+	return unix.Sendto(i.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: htons(unix.ETH_P_IPV6), Halen: 6, Addr: [8]byte{dst[0], dst[1], dst[2], dst[3], dst[4], dst[5]}})
+}
+
+// icmpv6Error is an ICMPv6 error about pkt (an IPv6 packet the host sent),
+// back to its source from its destination, quoting as much of it as fits
+// the minimum MTU.
+func icmpv6Error(pkt []byte, typ, code uint8, param uint32) ([]byte, error) {
+	if len(pkt) < 40 || pkt[0]>>4 != 6 {
+		return nil, errors.New("not an IPv6 packet")
+	}
+	quote := pkt[:min(len(pkt), 1280-48)]
+	out := make([]byte, 48+len(quote))
+	out[0] = 0x60
+	binary.BigEndian.PutUint16(out[4:], uint16(8+len(quote)))
+	out[6], out[7] = 58, 64
+	copy(out[8:24], pkt[24:40])
+	copy(out[24:40], pkt[8:24])
+	out[40], out[41] = typ, code
+	binary.BigEndian.PutUint32(out[44:], param)
+	copy(out[48:], quote)
+	sum := checksum.Sum(out[8:40], uint32(len(out)-40)+58)
+	sum = checksum.Sum(out[40:], sum)
+	binary.BigEndian.PutUint16(out[42:], ^checksum.Fold(sum))
+	return out, nil
 }
 
 func (i *injector) Close() error { return unix.Close(i.fd) }

@@ -34,6 +34,43 @@ var PinRoot = filepath.Join(preflight.BPFFS, "fastpath", "tra")
 // PinDir is where a translator's maps and links are pinned.
 func PinDir(name string) string { return filepath.Join(PinRoot, name) }
 
+// Name is a translator's name, its pin directory's: the pair's name, after
+// the host's namespace and a colon when the host has one (ns "" is the
+// calling thread's), so that hosts in several namespaces of one machine
+// each have their own.
+func Name(pair, ns string) string {
+	if ns == "" {
+		ns = netns.Current()
+	}
+	if ns == "" {
+		return pair
+	}
+	return ns + ":" + pair
+}
+
+// splitName is the host's namespace and the pair of a translator's name.
+func splitName(name string) (ns, pair string) {
+	if i := strings.LastIndexByte(name, ':'); i >= 0 {
+		return name[:i], name[i+1:]
+	}
+	return "", name
+}
+
+// List names the attached translators.
+func List() ([]string, error) {
+	ents, err := os.ReadDir(PinRoot)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, err
+}
+
 // ErrNotAttached is returned for a translator that is not attached.
 var ErrNotAttached = errors.New("not attached")
 
@@ -239,7 +276,6 @@ func (t *Translator) Counts() (Counts, error) { return readCounts(t.objs.TraCoun
 
 // AttachOptions configure Attach.
 type AttachOptions struct {
-	Name  string // the pin directory's name; the pair's name by default
 	Netns string // the host's namespace
 	Warn  io.Writer
 }
@@ -253,40 +289,52 @@ const tcLinkPin = "tc_link"
 // cuts and completes what the host sends), loads the programs with maps
 // pinned under PinDir, and attaches tra_in to the underlay device (XDP) and
 // tra_out to the pair (TC ingress). Attaching again keeps the maps and
-// swaps the programs.
-func Attach(cfg *Config, o AttachOptions) error {
+// swaps the programs. It returns the translator's name (see Name).
+func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if o.Warn == nil {
 		o.Warn = io.Discard
 	}
-	if o.Name == "" {
-		o.Name = cfg.Pair
-	}
+	name = Name(cfg.Pair, o.Netns)
 	under := xdp.Iface{Netns: o.Netns, Name: cfg.Device}
 	ua, err := xdp.Lookup(under)
 	if err != nil {
-		return fmt.Errorf("%s: device: %w", cfg.Path, err)
+		return "", fmt.Errorf("%s: device: %w", cfg.Path, err)
 	}
 	if !cfg.Address.IsValid() {
 		a, err := deviceIPv4(o.Netns, cfg.Device)
 		if err != nil {
-			return fmt.Errorf("%s: address: %w", cfg.Path, err)
+			return "", fmt.Errorf("%s: address: %w", cfg.Path, err)
 		}
 		cfg.Address = a
 		if err := cfg.Validate(); err != nil {
-			return err
+			return "", err
 		}
+	}
+	dir := PinDir(name)
+	t, err := Load("")
+	if err != nil {
+		return "", err
+	}
+	t.Close()
+	// The programs load: now make what the host will see, and on failure
+	// remove it again unless it was there before.
+	if _, statErr := os.Stat(dir); statErr != nil {
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, Detach(name))
+			}
+		}()
 	}
 	pair, err := makePair(cfg, o.Netns)
 	if err != nil {
-		return err
+		return "", err
 	}
-	dir := PinDir(o.Name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return "", err
 	}
-	t, err := Load(dir)
+	t, err = Load(dir)
 	if err != nil {
-		return errors.Join(err, removeIfEmpty(dir))
+		return "", errors.Join(err, removeIfEmpty(dir))
 	}
 	defer t.Close()
 	h := HostConfig{
@@ -295,12 +343,12 @@ func Attach(cfg *Config, o AttachOptions) error {
 		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd,
 	}
 	if err := netns.Run(o.Netns, func() error { return t.Configure(h) }); err != nil {
-		return err
+		return "", err
 	}
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
-		return err
+		return "", err
 	}
-	return attachTC(dir, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut)
+	return name, attachTC(dir, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut)
 }
 
 // attachTC attaches tra_out to the pair's ingress through a TCX link,
@@ -332,23 +380,33 @@ func removeIfEmpty(dir string) error {
 
 // Detach removes the translator: its links (the programs go), maps, the
 // device pair and with it the route. Nothing it did not make is touched.
-func Detach(name, ns string) error {
+func Detach(name string) error {
+	ns, pair := splitName(name)
 	dir := PinDir(name)
-	if _, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("translator %s: %w (nothing under %s)", name, ErrNotAttached, dir)
+	_, statErr := os.Stat(dir)
+	var errs []error
+	if statErr == nil {
+		errs = append(errs, os.Remove(filepath.Join(dir, tcLinkPin)))
+		if err := xdp.DetachPinned(dir, PinRoot, nil); err != nil {
+			errs = append(errs, err)
+		}
+		os.RemoveAll(dir)
+		xdp.RemoveIfEmpty(PinRoot)
+		xdp.RemoveIfEmpty(filepath.Dir(PinRoot))
 	}
-	errs := []error{os.Remove(filepath.Join(dir, tcLinkPin))}
-	if err := xdp.DetachPinned(dir, PinRoot, nil); err != nil {
-		errs = append(errs, err)
-	}
-	os.RemoveAll(dir)
-	xdp.RemoveIfEmpty(PinRoot)
-	xdp.RemoveIfEmpty(filepath.Dir(PinRoot))
+	pairFound := false
 	if h, err := netns.Handle(ns); err == nil {
-		if l, err := h.LinkByName(name + "0"); err == nil {
-			errs = append(errs, h.LinkDel(l))
+		// Only a veth whose peer is PAIR1 is ours.
+		if l, err := h.LinkByName(pair + "0"); err == nil && l.Type() == "veth" {
+			if p, err := h.LinkByName(pair + "1"); err == nil && p.Type() == "veth" {
+				pairFound = true
+				errs = append(errs, h.LinkDel(l))
+			}
 		}
 		h.Close()
+	}
+	if statErr != nil && !pairFound {
+		return fmt.Errorf("translator %s: %w (nothing under %s, no device %s0)", name, ErrNotAttached, dir, pair)
 	}
 	var out []error
 	for _, e := range errs {
