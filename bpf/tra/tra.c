@@ -213,15 +213,53 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	p->l4_len = bpf_ntohs(ip6->payload_len);
 	p->len = skb->len - ETH_LEN;
 	p->tclass = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	p->flow = ((ip6->flow_lbl[0] & 0xf) << 16) | (ip6->flow_lbl[1] << 8) | ip6->flow_lbl[2];
 	__builtin_memcpy(p->src, &ip6->saddr, 16);
 	__builtin_memcpy(p->dst, &ip6->daddr, 16);
 	if (IP6_LEN + p->l4_len != p->len) {
 		count(TRA_PARSE_ERROR, skb->len);
 		return TC_ACT_SHOT;
 	}
+	return CONTINUE;
+}
+
+/* An ICMPv6 error from the host goes to the daemon, which sends it as SCMP
+ * with the quoted packet as it was in SCION (errors are rare, and their
+ * quotes need rebuilding). */
+static __always_inline int icmp_error_to_daemon(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	struct tra_event *e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
+	__u32 n;
+
+	if (!e) {
+		count(TRA_QUEUE_FULL, skb->len);
+		return TC_ACT_SHOT;
+	}
+	__builtin_memset(e, 0, __builtin_offsetof(struct tra_event, data));
+	e->kind = TRA_EV_ICMP;
+	e->ia = p->dst_ia;
+	n = event_len(p->len);
+	e->len = n;
+	if (!n || bpf_skb_load_bytes(skb, ETH_LEN, e->data, n)) {
+		bpf_ringbuf_discard(e, 0);
+		count(TRA_PARSE_ERROR, skb->len);
+		return TC_ACT_SHOT;
+	}
+	bpf_ringbuf_submit(e, 0);
+	count(TRA_ICMP_ERROR, skb->len);
+	return TC_ACT_SHOT;
+}
+
+/* The L4 header: TCP, UDP, ICMPv6 echo (SCMP echo, same types and layout)
+ * and the ICMPv6 errors SCMP has. */
+static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	void *l4 = data + ETH_LEN + IP6_LEN;
+
 	switch (p->proto) {
 	case IPPROTO_TCP: {
-		struct tcphdr *tcp = (void *)(ip6 + 1);
+		struct tcphdr *tcp = l4;
 
 		if (!PKT_HAS(tcp, sizeof(*tcp), end))
 			goto bad;
@@ -229,39 +267,44 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 		p->l4_csum_off = IP6_LEN + 16;
 		p->csum = tcp->check;
 		p->tcp_flags = ((__u8 *)tcp)[13];
-		break;
+		return CONTINUE;
 	}
 	case IPPROTO_UDP: {
-		struct udphdr *udp = (void *)(ip6 + 1);
+		struct udphdr *udp = l4;
 
 		if (!PKT_HAS(udp, sizeof(*udp), end))
 			goto bad;
 		p->scion_proto = IPPROTO_UDP;
 		p->l4_csum_off = IP6_LEN + 6;
 		p->csum = udp->check;
-		break;
+		return CONTINUE;
 	}
 	case IPPROTO_ICMPV6_: {
-		__u8 *icmp = (void *)(ip6 + 1);
+		__u8 *icmp = l4;
 
 		if (!PKT_HAS(icmp, 8, end))
 			goto bad;
-		/* Echo maps to SCMP echo, same types and layout; the host's
-		 * own errors would quote a packet that was SCION on the wire. */
-		if (icmp[0] != 128 && icmp[0] != 129) {
+		switch (icmp[0]) {
+		case 128: /* echo request */
+		case 129: /* echo reply */
+			break;
+		case 1: /* destination unreachable */
+		case 2: /* packet too big */
+		case 4: /* parameter problem */
+			return icmp_error_to_daemon(skb, p);
+		default: /* time exceeded, neighbour discovery, MLD: nothing in SCMP */
 			count(TRA_UNSUPPORTED, skb->len);
 			return TC_ACT_SHOT;
 		}
 		p->scion_proto = SCION_PROTO_SCMP;
 		p->l4_csum_off = IP6_LEN + 2;
 		p->csum = *(__u16 *)(icmp + 2);
-		break;
+		return CONTINUE;
 	}
 	default:
 		count(TRA_UNSUPPORTED, skb->len);
 		return TC_ACT_SHOT;
 	}
-	return CONTINUE;
 bad:
 	count(TRA_PARSE_ERROR, skb->len);
 	return TC_ACT_SHOT;
@@ -328,16 +371,17 @@ static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt
 	}
 	e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
 	if (!e) {
-		count(TRA_HELD_LOST, skb->len);
+		count(TRA_QUEUE_FULL, skb->len);
 		return TC_ACT_SHOT;
 	}
+	__builtin_memset(e, 0, __builtin_offsetof(struct tra_event, data));
 	e->kind = TRA_EV_NO_PATH;
 	e->ia = p->dst_ia;
 	n = event_len(p->len);
 	e->len = n;
 	if (!n || p->len > TRA_HELD_MAX || bpf_skb_load_bytes(skb, ETH_LEN, e->data, n)) {
 		bpf_ringbuf_discard(e, 0);
-		count(TRA_HELD_LOST, skb->len);
+		count(TRA_QUEUE_FULL, skb->len);
 		return TC_ACT_SHOT;
 	}
 	bpf_ringbuf_submit(e, 0);
@@ -488,11 +532,14 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 	udp->check = 0;
 
 	/* Common header: version 0, QoS, FlowID, NextHdr, HdrLen, PayloadLen,
-	 * PathType, address types and lengths. */
+	 * PathType, address types and lengths. The FlowID is the host's flow
+	 * label (the same meaning, RFC 6437), or the flow's hash without one. */
+	if (!p->flow)
+		p->flow = hash & 0xfffff;
 	c[0] = p->tclass >> 4;
-	c[1] = (p->tclass << 4) | ((hash >> 16) & 0xf);
-	c[2] = hash >> 8;
-	c[3] = hash;
+	c[1] = (p->tclass << 4) | ((p->flow >> 16) & 0xf);
+	c[2] = p->flow >> 8;
+	c[3] = p->flow;
 	c[4] = p->scion_proto;
 	c[5] = p->scion_len / SCION_LINE;
 	c[6] = p->l4_len >> 8;
@@ -566,6 +613,8 @@ int tra_out(struct __sk_buff *skb)
 	if ((ret = parse_ipv6_out(skb, &p)) != CONTINUE)
 		return ret;
 	if ((ret = map_destination(skb, &p)) != CONTINUE)
+		return ret;
+	if ((ret = parse_l4_out(skb, &p)) != CONTINUE)
 		return ret;
 	hash = flow_hash(skb, &p);
 	if (p.dst_ia != p.cfg->local_ia && (ret = choose_path(skb, &p, hash)) != CONTINUE)
@@ -785,23 +834,37 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 		if (l4[0] != 128 && l4[0] != 129) {
 			struct tra_event *e;
 
-			/* Errors go to the daemon (a link down, a path expired:
-			 * it fails over); the host gets none it could not read. */
-			e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
-			if (e) {
-				__u32 n = event_len(end - (void *)l4);
-
-				e->kind = TRA_EV_SCMP;
-				e->ia = p->src_ia;
-				e->scmp_type = l4[0];
-				e->scmp_code = l4[1];
-				e->len = n;
-				if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n))
-					bpf_ringbuf_discard(e, 0);
-				else
-					bpf_ringbuf_submit(e, 0);
+			/* Informational types other than echo (traceroute): nothing
+			 * the host would understand. */
+			if (l4[0] >= 128) {
+				count(TRA_UNSUPPORTED, end - data);
+				return XDP_DROP;
 			}
-			count(TRA_SCMP_REPORTED, end - data);
+			/* Errors go to the daemon: it tells the host (ICMPv6, the
+			 * quote rebuilt as IPv6) and fails over on interface down. */
+			e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
+			if (!e) {
+				count(TRA_QUEUE_FULL, end - data);
+				return XDP_DROP;
+			}
+			__u32 n = event_len(end - (void *)l4);
+
+			e->kind = TRA_EV_SCMP;
+			e->ia = p->src_ia;
+			e->scmp_type = l4[0];
+			e->scmp_code = l4[1];
+			e->src_host_len = p->src_host_len;
+			e->pad = 0;
+			e->pad2 = 0;
+			__builtin_memcpy(e->src_host, p->src_host, 16);
+			e->len = n;
+			if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n)) {
+				bpf_ringbuf_discard(e, 0);
+				count(TRA_PARSE_ERROR, end - data);
+				return XDP_DROP;
+			}
+			bpf_ringbuf_submit(e, 0);
+			count(TRA_SCMP_ERROR, end - data);
 			return XDP_DROP;
 		}
 	}

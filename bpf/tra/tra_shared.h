@@ -19,16 +19,16 @@ enum tra_verdict {
 	TRA_OUT = 0,        /* IPv6 → SCION, sent to the AS's router or a local host */
 	TRA_IN,             /* SCION → IPv6, handed to the host */
 	TRA_NO_PATH,        /* no path to the destination AS yet: held for the daemon */
-	TRA_HELD_LOST,      /* no path, and the daemon's queue was full: dropped */
+	TRA_QUEUE_FULL,     /* for the daemon (no path, an error), whose queue was full: dropped */
 	TRA_PTB,            /* too big for the path: ICMPv6 Packet Too Big to the host */
 	TRA_MSS_CLAMPED,    /* a TCP SYN's MSS lowered to fit the path (also translated) */
 	TRA_NOT_SMIP,       /* not to a SCION-mapped address: dropped (the host routed it here) */
 	TRA_UNMAPPABLE,     /* a SCION source without an SM-IP address (AS or ISD too large) */
 	TRA_NOT_OURS,       /* SCION, but not for this host: passed */
-	TRA_UNSUPPORTED,    /* extension headers, GSO packets, other L4: dropped */
+	TRA_UNSUPPORTED,    /* extension headers, GSO packets, other L4, ICMPv6 without an SCMP kin: dropped */
 	TRA_PARSE_ERROR,    /* malformed IPv6 or SCION: dropped */
-	TRA_SCMP_ERROR,     /* an SCMP error for the host, as ICMPv6 */
-	TRA_SCMP_REPORTED,  /* an SCMP error about a path, reported to the daemon too */
+	TRA_SCMP_ERROR,     /* an SCMP error for the host: to the daemon, which sends ICMPv6 and fails over */
+	TRA_ICMP_ERROR,     /* an ICMPv6 error from the host: to the daemon, which sends it as SCMP */
 	TRA_TX_FAILED,      /* the redirect to the host or the AS failed */
 	TRA_VERDICT_MAX,
 };
@@ -73,17 +73,20 @@ struct tra_dest {
 /* What the programs send the daemon through tra_events. */
 enum tra_event_kind {
 	TRA_EV_NO_PATH = 1, /* a held packet: translate it once a path is there */
-	TRA_EV_SCMP = 2,    /* an SCMP error about a path (interface down, expired) */
+	TRA_EV_SCMP = 2,    /* an SCMP error for the host: the SCMP message */
+	TRA_EV_ICMP = 3,    /* an ICMPv6 error from the host: the IPv6 packet */
 };
 
 struct tra_event {
 	__u32 kind;
 	__u32 len;       /* bytes of data: the held IPv6 packet, or the SCMP message */
-	__u64 ia;        /* the destination AS (no path) or the SCMP sender's */
+	__u64 ia;        /* the destination AS (no path, ICMPv6) or the SCMP sender's */
 	__u8 scmp_type;
 	__u8 scmp_code;
-	__u16 pad;
+	__u8 src_host_len; /* SCMP: the sender's host address, 4 or 16 bytes */
+	__u8 pad;
 	__u32 pad2;
+	__u8 src_host[16];
 	__u8 data[TRA_HELD_MAX];
 };
 

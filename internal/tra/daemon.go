@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/daemon"
 	"github.com/scionproto/scion/pkg/snet"
@@ -86,7 +85,12 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("read the translator's events: %w", err)
 	}
-	d := &pathDaemon{cfg: cfg, p: p, src: src, inj: inj, log: o.Log, held: map[addr.IA][][]byte{}, pending: map[addr.IA]bool{}, fetched: make(chan fetchResult, 64)}
+	out, err := net.ListenUDP("udp4", &net.UDPAddr{IP: cfg.Address.AsSlice()})
+	if err != nil {
+		return fmt.Errorf("a socket for SCMP errors at %s: %w", cfg.Address, err)
+	}
+	defer out.Close()
+	d := &pathDaemon{cfg: cfg, p: p, src: src, inj: inj, out: out, log: o.Log, held: map[addr.IA][]heldPacket{}, pending: map[addr.IA]bool{}, fetched: make(chan fetchResult, 64)}
 	events := make(chan Event, 256)
 	go func() {
 		<-ctx.Done()
@@ -132,12 +136,14 @@ type fetchResult struct {
 
 // pathDaemon is the daemon's state; only Run's loop touches it.
 type pathDaemon struct {
-	cfg     *Config
-	p       *Pinned
-	src     PathSource
-	inj     *injector
-	log     io.Writer
-	held    map[addr.IA][][]byte
+	cfg  *Config
+	p    *Pinned
+	src  PathSource
+	inj  *injector
+	log  io.Writer
+	held map[addr.IA][]heldPacket
+	// out sends what the daemon itself sends into SCION (SCMP errors).
+	out     *net.UDPConn
 	pending map[addr.IA]bool
 	fetched chan fetchResult
 	// installed is when each destination's paths were fetched, and when
@@ -158,6 +164,13 @@ type ifKey struct {
 // downFor is how long an interface an SCMP error reported stays shunned.
 const downFor = 30 * time.Second
 
+// heldPacket waits for a path: an IPv6 packet the host sent (sent again
+// through the data plane), or an ICMPv6 error it sent (sent as SCMP).
+type heldPacket struct {
+	data []byte
+	icmp bool
+}
+
 type installed struct {
 	at, expires time.Time
 	paths       []snet.Path
@@ -166,16 +179,63 @@ type installed struct {
 func (d *pathDaemon) event(ctx context.Context, ev Event) {
 	switch ev.Kind {
 	case EventNoPath:
-		q := d.held[ev.IA]
-		if len(q) >= maxHeld {
-			q = q[1:]
-		}
-		d.held[ev.IA] = append(q, ev.Data)
-		d.fetch(ctx, ev.IA, false)
+		d.hold(ctx, ev.IA, heldPacket{data: ev.Data})
 	case EventSCMP:
 		d.scmp(ctx, ev)
+	case EventICMP:
+		paths, _ := d.p.Paths()
+		if ps := paths[ev.IA]; len(ps) > 0 || ev.IA == d.cfg.IA {
+			var path Path
+			if len(ps) > 0 {
+				path = ps[0]
+			}
+			d.sendSCMP(ev.IA, ev.Data, path)
+			return
+		}
+		d.hold(ctx, ev.IA, heldPacket{data: ev.Data, icmp: true})
 	}
 }
+
+// hold keeps a packet until a path to ia is in, and asks for one.
+func (d *pathDaemon) hold(ctx context.Context, ia addr.IA, h heldPacket) {
+	q := d.held[ia]
+	if len(q) >= maxHeld {
+		q = q[1:]
+	}
+	d.held[ia] = append(q, h)
+	d.fetch(ctx, ia, false)
+}
+
+// sendSCMP sends an ICMPv6 error of the host into SCION as SCMP, on path
+// (none: the destination is in this AS).
+func (d *pathDaemon) sendSCMP(ia addr.IA, pkt []byte, path Path) {
+	self := addr.HostIP(d.cfg.Address)
+	if m, err := ToSCION(d.cfg.SMIP); err == nil {
+		self = addr.HostIP(m.Host(d.cfg.SMIP))
+	}
+	b, err := icmpv6ToSCMP(pkt, d.cfg.IA, self, path)
+	if err != nil || b == nil {
+		if err != nil {
+			fmt.Fprintf(d.log, "ICMPv6 error to %s as SCMP: %v\n", ia, err)
+		}
+		return
+	}
+	to := path.NextHop
+	if len(path.Raw) == 0 {
+		// This AS: straight to the host, at the end-host port.
+		_, host, err := scionHost(netip.AddrFrom16([16]byte(pkt[24:40])))
+		if err != nil || host.Type() != addr.HostTypeIP || !host.IP().Is4() {
+			return
+		}
+		to = netip.AddrPortFrom(host.IP(), endHostPort)
+	}
+	if _, err := d.out.WriteToUDPAddrPort(b, to); err != nil {
+		fmt.Fprintf(d.log, "send SCMP to %s by %s: %v\n", ia, to, err)
+	}
+}
+
+// endHostPort is where a router delivers what is not dispatched by port.
+const endHostPort = 30041
 
 // fetch asks for paths to ia in the background, once at a time.
 func (d *pathDaemon) fetch(ctx context.Context, ia addr.IA, refresh bool) {
@@ -342,8 +402,11 @@ func (d *pathDaemon) install(r fetchResult) {
 	d.pending[r.ia] = false
 	if r.err != nil {
 		fmt.Fprintf(d.log, "paths to %s: %v\n", r.ia, r.err)
-		for _, pkt := range d.held[r.ia] {
-			if err := d.inj.unreachable(pkt); err != nil {
+		for _, h := range d.held[r.ia] {
+			if h.icmp {
+				continue // no error about an error
+			}
+			if err := d.inj.unreachable(h.data); err != nil {
 				fmt.Fprintf(d.log, "tell the host %s is unreachable: %v\n", r.ia, err)
 			}
 		}
@@ -355,8 +418,12 @@ func (d *pathDaemon) install(r fetchResult) {
 		return
 	}
 	fmt.Fprintf(d.log, "paths to %s: %d installed\n", r.ia, len(r.paths))
-	for _, pkt := range d.held[r.ia] {
-		if err := d.inj.send(pkt); err != nil {
+	for _, h := range d.held[r.ia] {
+		if h.icmp {
+			d.sendSCMP(r.ia, h.data, r.paths[0])
+			continue
+		}
+		if err := d.inj.send(h.data); err != nil {
 			fmt.Fprintf(d.log, "send a held packet to %s again: %v\n", r.ia, err)
 		}
 	}
@@ -379,21 +446,41 @@ func (d *pathDaemon) refresh(ctx context.Context, every time.Duration) {
 	}
 }
 
-// scmp handles an SCMP error about a path: an external interface down, or
-// a router's internal connectivity down. Paths through it go, and the
-// daemon is asked afresh.
+// scmp handles an SCMP error for the host. An interface down (external,
+// or a router's internal connectivity) drops the paths through it and asks
+// the daemon afresh; the host hears of it only if no path is left to the
+// quoted packet's destination. Other errors go to the host as ICMPv6.
 func (d *pathDaemon) scmp(ctx context.Context, ev Event) {
-	const (
-		externalInterfaceDown    = 5
-		internalConnectivityDown = 6
-	)
-	if len(ev.Data) < 8+16 || (ev.SCMPType != externalInterfaceDown && ev.SCMPType != internalConnectivityDown) {
+	tell := true
+	if ev.SCMPType == scmpExternalInterfaceDown || ev.SCMPType == scmpInternalConnectivityDown {
+		tell = d.interfaceDown(ctx, ev)
+	}
+	if !tell {
 		return
 	}
-	ia := addr.IA(binary.BigEndian.Uint64(ev.Data[8:]))
-	ifids := []uint64{binary.BigEndian.Uint64(ev.Data[16:])}
-	if ev.SCMPType == internalConnectivityDown && len(ev.Data) >= 32 {
-		ifids = append(ifids, binary.BigEndian.Uint64(ev.Data[24:]))
+	pkt, err := scmpToICMPv6(ev.Data, ev.IA, ev.SrcHost, d.cfg.SMIP)
+	if err != nil {
+		fmt.Fprintf(d.log, "SCMP %d from %s as ICMPv6: %v\n", ev.SCMPType, ev.IA, err)
+		return
+	}
+	if pkt != nil {
+		if err := d.inj.toHost(pkt); err != nil {
+			fmt.Fprintf(d.log, "SCMP %d from %s to the host: %v\n", ev.SCMPType, ev.IA, err)
+		}
+	}
+}
+
+// interfaceDown drops the paths through the interfaces an SCMP error names,
+// and says whether a destination was left without one.
+func (d *pathDaemon) interfaceDown(ctx context.Context, ev Event) (bereft bool) {
+	m := ev.Data
+	if len(m) < scmpQuoteAt(ev.SCMPType) {
+		return false
+	}
+	ia := addr.IA(binary.BigEndian.Uint64(m[4:12]))
+	ifids := []uint64{binary.BigEndian.Uint64(m[12:20])}
+	if ev.SCMPType == scmpInternalConnectivityDown {
+		ifids = append(ifids, binary.BigEndian.Uint64(m[20:28]))
 	}
 	d.mu.Lock()
 	if d.down == nil {
@@ -414,16 +501,24 @@ func (d *pathDaemon) scmp(ctx context.Context, ev Event) {
 		if len(keep) != len(in.paths) {
 			hit = append(hit, dst)
 			kept[dst] = keep
+			in.paths = keep
+			d.installed[dst] = in
 		}
 	}
 	d.mu.Unlock()
 	for _, dst := range hit {
-		fmt.Fprintf(d.log, "SCMP %d from %s: interface %v down; paths to %s through it dropped\n", ev.SCMPType, ia, ifids, dst)
-		if paths, err := toPaths(kept[dst]); err == nil {
-			d.p.SetPaths(dst, paths)
+		fmt.Fprintf(d.log, "SCMP %d from %s: interface %v down; paths to %s through it dropped, %d left\n", ev.SCMPType, ia, ifids, dst, len(kept[dst]))
+		paths, err := toPaths(kept[dst])
+		if err != nil {
+			paths = nil
+			bereft = true
+		}
+		if err := d.p.SetPaths(dst, paths); err != nil {
+			fmt.Fprintf(d.log, "paths to %s: %v\n", dst, err)
 		}
 		d.fetch(ctx, dst, true)
 	}
+	return bereft
 }
 
 func traverses(p snet.Path, ia addr.IA, ifids []uint64) bool {
@@ -470,14 +565,17 @@ func newInjector(pair string) (*injector, error) {
 func (i *injector) send(ipv6 []byte) error { return i.sendOn(i.ifindex, i.src, i.dst, ipv6) }
 
 // unreachable answers a packet the host sent with ICMPv6 destination
-// unreachable, no route (RFC 4443 3.1), from the translator's end.
+// unreachable, no route (RFC 4443 3.1), from its destination.
 func (i *injector) unreachable(pkt []byte) error {
-	icmp, err := icmpv6Error(pkt, 1, 0, 0)
-	if err != nil {
-		return err
+	if len(pkt) < 40 || pkt[0]>>4 != 6 {
+		return errors.New("not an IPv6 packet")
 	}
-	return i.sendOn(i.trans, i.dst, i.src, icmp)
+	src, dst := netip.AddrFrom16([16]byte(pkt[24:40])), netip.AddrFrom16([16]byte(pkt[8:24]))
+	return i.toHost(icmpv6Packet(src, dst, icmp6DestinationUnreachable, 0, 0, pkt))
 }
+
+// toHost hands an IPv6 packet to the host, from the translator's end.
+func (i *injector) toHost(pkt []byte) error { return i.sendOn(i.trans, i.dst, i.src, pkt) }
 
 func (i *injector) sendOn(ifindex int, src, dst net.HardwareAddr, ipv6 []byte) error {
 	f := make([]byte, 14+len(ipv6))
@@ -486,29 +584,6 @@ func (i *injector) sendOn(ifindex int, src, dst net.HardwareAddr, ipv6 []byte) e
 	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_IPV6)
 	copy(f[14:], ipv6)
 	return unix.Sendto(i.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: htons(unix.ETH_P_IPV6), Halen: 6, Addr: [8]byte{dst[0], dst[1], dst[2], dst[3], dst[4], dst[5]}})
-}
-
-// icmpv6Error is an ICMPv6 error about pkt (an IPv6 packet the host sent),
-// back to its source from its destination, quoting as much of it as fits
-// the minimum MTU.
-func icmpv6Error(pkt []byte, typ, code uint8, param uint32) ([]byte, error) {
-	if len(pkt) < 40 || pkt[0]>>4 != 6 {
-		return nil, errors.New("not an IPv6 packet")
-	}
-	quote := pkt[:min(len(pkt), 1280-48)]
-	out := make([]byte, 48+len(quote))
-	out[0] = 0x60
-	binary.BigEndian.PutUint16(out[4:], uint16(8+len(quote)))
-	out[6], out[7] = 58, 64
-	copy(out[8:24], pkt[24:40])
-	copy(out[24:40], pkt[8:24])
-	out[40], out[41] = typ, code
-	binary.BigEndian.PutUint32(out[44:], param)
-	copy(out[48:], quote)
-	sum := checksum.Sum(out[8:40], uint32(len(out)-40)+58)
-	sum = checksum.Sum(out[40:], sum)
-	binary.BigEndian.PutUint16(out[42:], ^checksum.Fold(sum))
-	return out, nil
 }
 
 func (i *injector) Close() error { return unix.Close(i.fd) }

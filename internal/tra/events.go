@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 
 	"github.com/scionproto/scion/pkg/addr"
 )
@@ -15,9 +16,12 @@ const (
 	// EventNoPath is a held packet (IPv6, whole): translate it once a path
 	// to IA is installed.
 	EventNoPath EventKind = 1
-	// EventSCMP is an SCMP error from IA about a path (interface down,
-	// expired): Data is the SCMP message.
+	// EventSCMP is an SCMP error for the host from IA (the sender's host
+	// address SrcHost): Data is the SCMP message.
 	EventSCMP EventKind = 2
+	// EventICMP is an ICMPv6 error the host sent to IA: Data is the IPv6
+	// packet.
+	EventICMP EventKind = 3
 )
 
 // Event is one record of tra_events.
@@ -25,6 +29,7 @@ type Event struct {
 	Kind               EventKind
 	IA                 addr.IA
 	SCMPType, SCMPCode uint8
+	SrcHost            netip.Addr
 	Data               []byte
 }
 
@@ -42,8 +47,15 @@ func decodeEvent(raw []byte) (Event, error) {
 	}
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], e.Ia)
-	return Event{
+	ev := Event{
 		Kind: EventKind(e.Kind), IA: addr.IA(binary.BigEndian.Uint64(b[:])),
 		SCMPType: e.ScmpType, SCMPCode: e.ScmpCode, Data: append([]byte(nil), e.Data[:e.Len]...),
-	}, nil
+	}
+	switch e.SrcHostLen {
+	case 4:
+		ev.SrcHost = netip.AddrFrom4([4]byte(e.SrcHost[:4]))
+	case 16:
+		ev.SrcHost = netip.AddrFrom16(e.SrcHost)
+	}
+	return ev, nil
 }

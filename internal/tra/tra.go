@@ -81,20 +81,20 @@ type Verdict = translatorTraVerdict
 const VerdictCount = int(translatorTraVerdictTRA_VERDICT_MAX)
 
 var verdictNames = map[Verdict]string{
-	translatorTraVerdictTRA_OUT:           "translated_out",
-	translatorTraVerdictTRA_IN:            "translated_in",
-	translatorTraVerdictTRA_NO_PATH:       "no_path",
-	translatorTraVerdictTRA_HELD_LOST:     "held_lost",
-	translatorTraVerdictTRA_PTB:           "ptb_sent",
-	translatorTraVerdictTRA_MSS_CLAMPED:   "mss_clamped",
-	translatorTraVerdictTRA_NOT_SMIP:      "not_smip",
-	translatorTraVerdictTRA_UNMAPPABLE:    "unmappable",
-	translatorTraVerdictTRA_NOT_OURS:      "not_ours",
-	translatorTraVerdictTRA_UNSUPPORTED:   "unsupported",
-	translatorTraVerdictTRA_PARSE_ERROR:   "parse_error",
-	translatorTraVerdictTRA_SCMP_ERROR:    "scmp_error",
-	translatorTraVerdictTRA_SCMP_REPORTED: "scmp_reported",
-	translatorTraVerdictTRA_TX_FAILED:     "tx_failed",
+	translatorTraVerdictTRA_OUT:         "translated_out",
+	translatorTraVerdictTRA_IN:          "translated_in",
+	translatorTraVerdictTRA_NO_PATH:     "no_path",
+	translatorTraVerdictTRA_QUEUE_FULL:  "queue_full",
+	translatorTraVerdictTRA_PTB:         "ptb_sent",
+	translatorTraVerdictTRA_MSS_CLAMPED: "mss_clamped",
+	translatorTraVerdictTRA_NOT_SMIP:    "not_smip",
+	translatorTraVerdictTRA_UNMAPPABLE:  "unmappable",
+	translatorTraVerdictTRA_NOT_OURS:    "not_ours",
+	translatorTraVerdictTRA_UNSUPPORTED: "unsupported",
+	translatorTraVerdictTRA_PARSE_ERROR: "parse_error",
+	translatorTraVerdictTRA_SCMP_ERROR:  "scmp_error",
+	translatorTraVerdictTRA_ICMP_ERROR:  "icmp_error",
+	translatorTraVerdictTRA_TX_FAILED:   "tx_failed",
 }
 
 // VerdictName is the counter name of a verdict.

@@ -326,7 +326,7 @@ func TestIngressTranslates(t *testing.T) {
 }
 
 // SCION for others, or from an AS without SM-IP addresses, is not the
-// host's; SCMP errors go to the daemon.
+// host's; SCMP informational messages other than echo mean nothing to it.
 func TestIngressRefuses(t *testing.T) {
 	tr := loadTest(t)
 	udp := func() []gopacket.SerializableLayer {
@@ -342,8 +342,8 @@ func TestIngressRefuses(t *testing.T) {
 	}{
 		"for another host":  {other, xdpPass, "not_ours"},
 		"unmappable source": {scionFrame(t, addr.MustParseIA("1-ff00:0:110"), remote4, 31000, udp()...), xdpDrop, "unmappable"},
-		"SCMP error": {scionFrame(t, remoteIA, remote4, 30041, &slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeExternalInterfaceDown, 0)},
-			gopacket.Payload(make([]byte, 24))), xdpDrop, "scmp_reported"},
+		"SCMP traceroute": {scionFrame(t, remoteIA, remote4, 30041, &slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeTracerouteRequest, 0)},
+			gopacket.Payload(make([]byte, 24))), xdpDrop, "unsupported"},
 		"not to the host's ports": {scionFrame(t, remoteIA, remote4, 8080, udp()...), xdpPass, ""},
 	}
 	for name, c := range cases {
