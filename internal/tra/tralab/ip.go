@@ -139,19 +139,8 @@ type ipEnd struct {
 // detection to wait for, and an address on each end. Offloads stay as a
 // new veth has them (TSO on, GRO off).
 func ipVeth(a, b ipEnd) error {
-	h, err := netns.Handle(a.ns)
-	if err != nil {
+	if err := netns.Veth(a.ns, a.dev, b.ns, b.dev); err != nil {
 		return err
-	}
-	defer h.Close()
-	peer, err := netns.FD(b.ns)
-	if err != nil {
-		return err
-	}
-	defer peer.Close()
-	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a.dev}, PeerName: b.dev, PeerNamespace: netlink.NsFd(int(peer))}
-	if err := h.LinkAdd(v); err != nil {
-		return fmt.Errorf("veth %s/%s ↔ %s/%s: %w", a.ns, a.dev, b.ns, b.dev, err)
 	}
 	for _, e := range []ipEnd{a, b} {
 		if err := netns.Run(e.ns, func() error {
