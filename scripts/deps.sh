@@ -10,7 +10,7 @@ die() { printf 'deps: %s\n' "$*" >&2; exit 1; }
 
 # Debian packages: the BPF toolchain, the lab's tools and the baselines the
 # benchmarks compare against.
-pkgs=(clang llvm libbpf-dev linux-libc-dev iproute2 ethtool bpftool tcpdump tcpreplay iperf3 iptables nftables xdp-tools make gcc m4 libpcap-dev pkg-config)
+pkgs=(clang llvm libbpf-dev linux-libc-dev iproute2 iputils-ping ethtool bpftool tcpdump tcpreplay iperf3 iptables nftables xdp-tools make gcc m4 libpcap-dev pkg-config)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -37,7 +37,7 @@ func labCmd() *cobra.Command {
 		}
 		return t, err
 	}
-	cmd.AddCommand(labUpCmd(tb), labDownCmd(tb), labGenCmd(&prefix), labSinkCmd(&prefix), labPacketsCmd(tb), labBenchCmd(&prefix), labTCPCmd(&prefix), labScionCmd(&prefix))
+	cmd.AddCommand(labUpCmd(tb), labDownCmd(tb), labGenCmd(&prefix), labSinkCmd(&prefix), labPacketsCmd(tb), labBenchCmd(&prefix), labTCPCmd(&prefix), labScionCmd(&prefix), labTraCmd(&prefix))
 	return cmd
 }
 

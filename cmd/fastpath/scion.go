@@ -38,11 +38,12 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	var (
 		ases    int
 		hybrid  bool
+		sig     bool
 		timeout time.Duration
 		links   int
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--links 2] [--hybrid]",
+		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,6 +62,15 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, Timeout: timeout, Log: os.Stderr}); err != nil {
 				return err
 			}
+			if sig {
+				as, _, err := n.ASes()
+				if err != nil {
+					return err
+				}
+				if err := n.StartSIG(cmd.Context(), as[1], as[len(as)-1], timeout, os.Stderr); err != nil {
+					return err
+				}
+			}
 			st, err := n.Status()
 			if err != nil {
 				return err
@@ -72,7 +82,8 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
 	up.Flags().IntVar(&links, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "attach fastpath's border router in front of every AS's reference router")
-	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path")
+	up.Flags().BoolVar(&sig, "sig", false, "also run scionproto's SCION-IP gateway on the end hosts of the first and last leaf AS (addresses 10.(200+i).0.1 and fd00:5c:i::1 behind them, i the AS's index)")
+	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path (and for the SIG to carry traffic)")
 
 	var asJSON bool
 	status := &cobra.Command{

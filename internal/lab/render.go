@@ -147,36 +147,8 @@ func (r *Report) Table() string {
 	for _, row := range r.Rows {
 		lines = append(lines, r.cells(row))
 	}
-	// fmt pads by runes, so widths are counted in runes too: "–" and "×"
-	// are one column each but several bytes.
-	widths := make([]int, len(columns))
-	for _, l := range lines {
-		for i, c := range l {
-			widths[i] = max(widths[i], len([]rune(c)))
-		}
-	}
-	rule := make([]string, len(columns))
-	for i, w := range widths {
-		rule[i] = strings.Repeat("-", w)
-	}
-	lines = slices.Insert(lines, 1, rule)
-
 	var b strings.Builder
-	for _, l := range lines {
-		var line strings.Builder
-		for i, c := range l {
-			if i > 0 {
-				line.WriteString("  ")
-			}
-			if rightAligned[i] {
-				fmt.Fprintf(&line, "%*s", widths[i], c)
-			} else {
-				fmt.Fprintf(&line, "%-*s", widths[i], c)
-			}
-		}
-		b.WriteString(strings.TrimRight(line.String(), " "))
-		b.WriteByte('\n')
-	}
+	b.WriteString(TextTable(lines, rightAligned))
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
 	}

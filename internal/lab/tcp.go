@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,39 +149,11 @@ func startIperfServer(ns string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// iperfRun runs one client and returns the received Gbit/s. The server may
-// need a moment to listen, so a refused first connection is retried.
+// iperfRun runs one client from the generator to the sink and returns the
+// received Gbit/s.
 func iperfRun(ctx context.Context, tb Testbed, seconds int) (float64, error) {
-	var last error
-	for try := 0; try < 20; try++ {
-		var out []byte
-		err := netns.Run(tb.Gen().Netns, func() error {
-			var err error
-			cmd := exec.CommandContext(ctx, "iperf3", "-c", tb.Sink().Addr.Addr().String(), "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(seconds), "-J")
-			out, err = cmd.Output()
-			return err
-		})
-		var res struct {
-			End struct {
-				SumReceived struct {
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-			} `json:"end"`
-			Error string `json:"error"`
-		}
-		if jerr := json.Unmarshal(out, &res); jerr == nil && res.Error == "" && err == nil {
-			return res.End.SumReceived.BitsPerSecond / 1e9, nil
-		} else if res.Error != "" {
-			last = errors.New(res.Error)
-		} else {
-			last = errors.Join(err, jerr)
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return 0, fmt.Errorf("iperf3 client: %w", last)
+	r, err := Iperf(ctx, IperfOptions{Netns: tb.Gen().Netns, Dst: tb.Sink().Addr.Addr(), Seconds: seconds})
+	return r.Gbps, err
 }
 
 func (r *TCPReport) finish() {
@@ -214,42 +185,17 @@ func (r *TCPReport) cells(row TCPRow) []string {
 	return []string{row.Scenario, fmt.Sprintf("%.2f", row.MedianGbps), fmt.Sprintf("%.2f–%.2f", row.MinGbps, row.MaxGbps), ratio, row.Note}
 }
 
+// tcpRight marks the numeric columns.
+var tcpRight = []bool{false, true, true, true, false}
+
 // Table renders the report for a terminal.
 func (r *TCPReport) Table() string {
 	lines := [][]string{tcpColumns}
 	for _, row := range r.Rows {
 		lines = append(lines, r.cells(row))
 	}
-	widths := make([]int, len(tcpColumns))
-	for _, l := range lines {
-		for i, c := range l {
-			widths[i] = max(widths[i], len([]rune(c)))
-		}
-	}
 	var b strings.Builder
-	for n, l := range lines {
-		var line strings.Builder
-		for i, c := range l {
-			if i > 0 {
-				line.WriteString("  ")
-			}
-			if i == 0 || i == len(l)-1 {
-				fmt.Fprintf(&line, "%-*s", widths[i], c)
-			} else {
-				fmt.Fprintf(&line, "%*s", widths[i], c)
-			}
-		}
-		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
-		if n == 0 {
-			for i, w := range widths {
-				if i > 0 {
-					b.WriteString("  ")
-				}
-				b.WriteString(strings.Repeat("-", w))
-			}
-			b.WriteString("\n")
-		}
-	}
+	b.WriteString(TextTable(lines, tcpRight))
 	fmt.Fprintf(&b, "iperf3, one TCP stream, %d s per run", r.Seconds)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "; ratio: Gbit/s / Gbit/s of %s in the same run", r.Baseline)
@@ -268,11 +214,11 @@ func (r *TCPReport) Markdown() string {
 		fmt.Fprintf(&b, "- ratio: Gbit/s / Gbit/s of %s in the same run\n", r.Baseline)
 	}
 	b.WriteString("\n")
-	mdRow(&b, tcpColumns)
-	b.WriteString("|---|---:|---:|---:|---|\n")
+	lines := [][]string{tcpColumns}
 	for _, row := range r.Rows {
-		mdRow(&b, r.cells(row))
+		lines = append(lines, r.cells(row))
 	}
+	b.WriteString(MarkdownTable(lines, tcpRight))
 	b.WriteString("\nGbit/s of each run:\n\n")
 	for _, row := range r.Rows {
 		runs := make([]string, len(row.Gbps))

@@ -251,19 +251,8 @@ func (n Network) build(as []AS, links []Link) error {
 // on: a veth hands frames redirected by XDP to its peer only if the peer
 // runs XDP or GRO, and fastpath's router may run on either side.
 func vethPair(nsA, devA string, addrA netip.Prefix, nsB, devB string, addrB netip.Prefix) error {
-	h, err := netns.Handle(nsA)
-	if err != nil {
+	if err := netns.Veth(nsA, devA, nsB, devB); err != nil {
 		return err
-	}
-	defer h.Close()
-	peer, err := netns.FD(nsB)
-	if err != nil {
-		return err
-	}
-	defer peer.Close()
-	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: devA}, PeerName: devB, PeerNamespace: netlink.NsFd(int(peer))}
-	if err := h.LinkAdd(v); err != nil {
-		return fmt.Errorf("veth %s/%s ↔ %s/%s: %w", nsA, devA, nsB, devB, err)
 	}
 	for _, e := range []struct {
 		ns, dev string

@@ -1,6 +1,6 @@
 // Package scionproto builds and finds scionproto's own programs — the
 // reference router, the control service, the daemon, the dispatcher shim,
-// the scion tool and scion-pki — at the release fastpath follows. They are
+// the scion tool, scion-pki and the SCION-IP gateway — at the release fastpath follows. They are
 // built once per machine from the Go module proxy into the user's cache.
 package scionproto
 
@@ -27,6 +27,10 @@ var packages = map[string]string{
 	"dispatcher": "dispatcher/cmd/dispatcher",
 	"scion":      "scion/cmd/scion",
 	"scion-pki":  "scion-pki/cmd/scion-pki",
+	// The SCION-IP gateway (SIG). Its extra modules (TUN, netlink) are in
+	// scionproto's go.mod, so the throwaway module's -mod=mod build finds
+	// them without a tool directive.
+	"gateway": "gateway/cmd/gateway",
 }
 
 // Programs are the names Binaries knows, sorted.

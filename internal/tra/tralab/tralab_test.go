@@ -1,0 +1,125 @@
+package tralab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/scionlab"
+)
+
+func TestLookup(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		want string // rows, or the start of the error
+	}{
+		"every row":      {nil, "ip ip-notso sig"},
+		"some, as given": {[]string{"sig", "ip"}, "sig ip"},
+		"unknown":        {[]string{"ip", "nope"}, `no row "nope"`},
+		"twice":          {[]string{"ip", "ip"}, `row "ip" named twice`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rs, err := Lookup(tc.args)
+			var got []string
+			for _, r := range rs {
+				got = append(got, r.Name)
+			}
+			if err != nil {
+				got = []string{err.Error()}
+			}
+			// Rows registered by other files (the translator's) come after.
+			if g := strings.Join(got, " "); !strings.HasPrefix(g, tc.want) {
+				t.Fatalf("got %q, want %q", g, tc.want)
+			}
+		})
+	}
+}
+
+// The ip rows, briefly, on a SCION network the run brings up: every figure
+// is there and positive, ratios are to ip, and each row leaves the
+// network's namespaces as it found them.
+func TestIPRowsProduceFigures(t *testing.T) {
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	b := make([]byte, 2)
+	rand.Read(b)
+	n := scionlab.Network{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Dir: filepath.Join(t.TempDir(), "scion")}
+	t.Cleanup(func() {
+		if err := n.Down(io.Discard); err != nil {
+			t.Error(err)
+		}
+		all, _ := netns.List()
+		for _, ns := range all {
+			if strings.HasPrefix(ns, n.Prefix) {
+				t.Errorf("namespace %s left behind", ns)
+			}
+		}
+	})
+	var log strings.Builder
+	rep, err := Bench(context.Background(), Options{
+		Rows: []string{"ip", "ip-notso"}, Runs: 1, Seconds: 1, Pings: 20, UDPLen: DefaultUDPLen,
+		Net: n, ASes: 3, Keep: true, Log: &log,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Log("\n" + rep.Table())
+	if rep.Baseline != "ip" || len(rep.Rows) != 2 {
+		t.Fatalf("baseline %q, %d rows", rep.Baseline, len(rep.Rows))
+	}
+	for _, row := range rep.Rows {
+		for _, m := range Metrics {
+			f := row.Figures[m.Name]
+			if f == nil || len(f.Runs) != 1 || !(f.Median > 0) {
+				t.Fatalf("%s %s: %+v", row.Row, m.Name, f)
+			}
+			if row.Row == "ip" && f.Ratio != 1 {
+				t.Fatalf("ip's own %s ratio is %v", m.Name, f.Ratio)
+			}
+			if f.Ratio <= 0 {
+				t.Fatalf("%s %s has no ratio", row.Row, m.Name)
+			}
+		}
+	}
+	as, _, err := n.ASes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		for ns, dev := range map[string]string{a.Netns: ipASDev, a.HostNetns: ipHostDev} {
+			h, err := netns.Handle(ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.LinkByName(dev)
+			h.Close()
+			if err == nil {
+				t.Fatalf("%s/%s survived the row's teardown", ns, dev)
+			}
+		}
+		var fwd []byte
+		netns.Run(a.Netns, func() error {
+			fwd, err = os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+			return err
+		})
+		if strings.TrimSpace(string(fwd)) != "0" {
+			t.Fatalf("IPv6 forwarding left on in %s (%q)", a.Netns, fwd)
+		}
+	}
+	var md, png strings.Builder
+	md.WriteString(rep.Markdown())
+	if !strings.Contains(md.String(), "| ip-notso |") {
+		t.Fatalf("Markdown without the ip-notso row:\n%s", md.String())
+	}
+	if err := rep.WritePNG(&png); err != nil || png.Len() == 0 {
+		t.Fatalf("PNG: %v", err)
+	}
+}
