@@ -30,7 +30,8 @@ struct {
 	__type(value, __u32);
 } bench_target SEC(".maps");
 
-SEC("xdp")
+/* frags-aware, as the router is: a tail call needs both alike. */
+SEC("xdp.frags")
 int br_bench(struct xdp_md *ctx)
 {
 	__u32 zero = 0, len;
@@ -50,7 +51,7 @@ int br_bench(struct xdp_md *ctx)
 }
 
 /* What the harness costs by itself. */
-SEC("xdp")
+SEC("xdp.frags")
 int br_bench_empty(struct xdp_md *ctx)
 {
 	return XDP_PASS;

@@ -1449,6 +1449,19 @@ static __always_inline int process(struct xdp_md *ctx, struct br_pkt *p)
 	return forward(ctx, p);
 }
 
+/* A frame in several buffers (a jumbo frame, a GRO'd skb on a veth) shows
+ * only its first buffer between data and data_end. The program is
+ * frags-aware so that it attaches where such frames arrive (the kernel
+ * refuses other programs on a veth whose peer's MTU exceeds a page); the
+ * frames themselves go whole to the kernel's stack and the reference
+ * router. */
+static __always_inline int check_single_buffer(struct xdp_md *ctx, const struct br_pkt *p)
+{
+	if (bpf_xdp_get_buff_len(ctx) != (__u64)(p->data_end - p->data))
+		return verdict(p, BR_MULTI_BUFFER, XDP_PASS);
+	return CONTINUE;
+}
+
 static __always_inline int router_main(struct xdp_md *ctx)
 {
 	struct br_pkt p = {};
@@ -1466,6 +1479,8 @@ static __always_inline int router_main(struct xdp_md *ctx)
 	 * hop expiry has a granularity of 337.5 s. */
 	p.now = bpf_ktime_get_coarse_ns() + p.cfg->mono_to_unix_ns;
 
+	if ((ret = check_single_buffer(ctx, &p)) != CONTINUE)
+		return ret;
 	if ((ret = parse_underlay(&p)) != CONTINUE)
 		return ret;
 	if ((ret = lookup_socket(&p)) != CONTINUE)
@@ -1481,7 +1496,7 @@ static __always_inline int router_main(struct xdp_md *ctx)
 	return process(ctx, &p);
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int br_router(struct xdp_md *ctx)
 {
 	return router_main(ctx);
@@ -1489,7 +1504,7 @@ int br_router(struct xdp_md *ctx)
 
 /* The same router for the worker CPUs of a CPU map, which only runs
  * programs loaded for it (expected attach type BPF_XDP_CPUMAP). */
-SEC("xdp/cpumap")
+SEC("xdp.frags/cpumap")
 int br_router_cpu(struct xdp_md *ctx)
 {
 	return router_main(ctx);
@@ -1497,7 +1512,7 @@ int br_router_cpu(struct xdp_md *ctx)
 
 /* With `cpus`: spread packets over the worker CPUs by a hash of the underlay
  * flow, so that one flow stays on one CPU and is not reordered. */
-SEC("xdp")
+SEC("xdp.frags")
 int br_spread(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;

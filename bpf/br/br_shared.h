@@ -38,6 +38,7 @@ enum br_verdict {
 	BR_TX_UNUSABLE,        /* egress device cannot take XDP frames: passed */
 	BR_TX_FAILED,          /* handed to the device, which dropped it (not forwarded) */
 	BR_LINK_DOWN,          /* the egress link's BFD fell silent: passed, the reference router answers */
+	BR_MULTI_BUFFER,       /* a frame in several buffers (GRO, jumbo): passed, the kernel's stack takes it */
 	BR_VERDICT_MAX,
 };
 

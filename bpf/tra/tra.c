@@ -931,7 +931,24 @@ static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
 	return bpf_redirect_map(&tra_host_port, 0, 0);
 }
 
-SEC("xdp")
+/* A frame in several buffers shows only its first between data and
+ * data_end. The program is frags-aware so that it attaches to a host link
+ * with a jumbo MTU (the kernel refuses other programs on a veth whose
+ * peer's MTU exceeds a page); the routers send SCION in single frames, so
+ * one in several buffers is counted and left to the kernel. */
+static __always_inline int check_single_buffer(struct xdp_md *ctx)
+{
+	__u64 linear = ctx->data_end - ctx->data;
+	__u64 len = bpf_xdp_get_buff_len(ctx);
+
+	if (len != linear) {
+		count(TRA_MULTI_BUFFER, len);
+		return XDP_PASS;
+	}
+	return CONTINUE;
+}
+
+SEC("xdp.frags")
 int tra_in(struct xdp_md *ctx)
 {
 	struct tra_in_pkt p = {};
@@ -942,6 +959,8 @@ int tra_in(struct xdp_md *ctx)
 	if (!p.cfg || !p.cfg->host_ifindex)
 		return XDP_PASS;
 	if ((ret = parse_underlay_in(ctx, &p)) != CONTINUE)
+		return ret;
+	if ((ret = check_single_buffer(ctx)) != CONTINUE)
 		return ret;
 	if ((ret = parse_scion_in(ctx, &p)) != CONTINUE)
 		return ret;

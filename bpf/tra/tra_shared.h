@@ -30,6 +30,7 @@ enum tra_verdict {
 	TRA_SCMP_ERROR,     /* an SCMP error for the host: to the daemon, which sends ICMPv6 and fails over */
 	TRA_ICMP_ERROR,     /* an ICMPv6 error from the host: to the daemon, which sends it as SCMP */
 	TRA_TX_FAILED,      /* the redirect to the host or the AS failed */
+	TRA_MULTI_BUFFER,   /* SCION for the host in several buffers (GRO, jumbo): passed untranslated */
 	TRA_VERDICT_MAX,
 };
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -130,17 +129,7 @@ says are down. On exit it detaches what it attached.`,
 				// run again there, as a child born inside it.
 				return runInNetns(ns, os.Args[1:])
 			}
-			// Attach (again, which keeps the maps and swaps the programs):
-			// it also finds the device's address.
-			_, statErr := os.Stat(tra.PinDir(tra.Name(cfg.Pair, "")))
-			name, err := tra.Attach(cfg, tra.AttachOptions{Warn: os.Stderr})
-			if err != nil {
-				return err
-			}
-			err = tra.Run(cmd.Context(), cfg, tra.RunOptions{Name: name, Log: os.Stderr, Refresh: refresh})
-			if statErr != nil {
-				err = errors.Join(err, tra.Detach(name))
-			}
+			err = tra.AttachAndRun(cmd.Context(), cfg, tra.RunOptions{Log: os.Stderr, Refresh: refresh})
 			return err
 		},
 	}

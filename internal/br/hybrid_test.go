@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -561,5 +562,69 @@ func TestChecksumKinds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A veth's XDP program that cannot take frames in several buffers limits
+// its peer's MTU to about a page, and attaching it to a veth whose peer has
+// a jumbo MTU fails. The router's programs are frags-aware: they attach
+// there, and a frame larger than a page (a jumbo datagram, a TCP segment
+// of a 9000-byte MTU) goes whole to the stack (multi_buffer) and arrives
+// intact.
+func TestJumboNeighbour(t *testing.T) {
+	b := newHostBed(t, false)
+	b.ip(t, b.a, "link", "set", "a0", "mtu", "9000")
+	b.ip(t, b.dut, "link", "set", "d0", "mtu", "9000")
+	name, _ := b.attach(t, XDPModeNative)
+
+	// One datagram of 8000 bytes, in one frame of three buffers.
+	l := listen(t, b.dut, netip.AddrPortFrom(b.d0Addr, 7001))
+	send(t, b.a, netip.AddrPortFrom(b.aAddr, 7001), netip.AddrPortFrom(b.d0Addr, 7001), [][]byte{make([]byte, 8000)})
+	if got := l.await(1); len(got) != 1 || len(got[0]) != 8000 {
+		t.Fatalf("the router's host received %d datagrams; want one of 8000 bytes", len(got))
+	}
+
+	// TCP in 9000-byte segments.
+	const size = 4 << 20
+	var ln net.Listener
+	if err := netns.Run(b.dut, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(b.d0Addr, 7000).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+	}()
+	if err := netns.Run(b.a, func() error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(b.d0Addr, 7000).String(), 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(make([]byte, size))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-got:
+		if n != size {
+			t.Fatalf("the router's host received %d bytes of %d", n, size)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the transfer did not finish in 10 s")
+	}
+	if v := verdicts(t, name); v["multi_buffer"] < 2 {
+		t.Fatalf("verdicts %v; want the jumbo datagram and TCP segments counted multi_buffer", v)
 	}
 }

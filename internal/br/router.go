@@ -41,6 +41,7 @@ var verdictNames = map[Verdict]string{
 	routerBrVerdictBR_BAD_HOST_ADDR:     "bad_host_addr",
 	routerBrVerdictBR_BFD:               "bfd",
 	routerBrVerdictBR_LINK_DOWN:         "link_down",
+	routerBrVerdictBR_MULTI_BUFFER:      "multi_buffer",
 	routerBrVerdictBR_BAD_CHECKSUM:      "bad_checksum",
 	routerBrVerdictBR_LOCAL:             "local",
 	routerBrVerdictBR_FWD_DISABLED:      "fwd_disabled",
@@ -259,8 +260,11 @@ func (r *Router) GenericProgram() (*ebpf.Program, error) {
 			maps[n] = m
 		}
 	}
-	// The copy's own .rodata holds br_generic.
+	// The copy's own .rodata holds br_generic. Generic mode hands a
+	// frags-aware program skbs unlinearised, which it would only pass:
+	// without the flag the kernel linearises them and the router sees all.
 	ps := spec.Programs["br_router"]
+	ps.Flags &^= unix.BPF_F_XDP_HAS_FRAGS
 	rodata := spec.Maps[".rodata"]
 	sp := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router": ps}, Maps: map[string]*ebpf.MapSpec{".rodata": rodata}, Variables: spec.Variables}
 	repl := map[string]*ebpf.Map{}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -48,6 +49,24 @@ type RunOptions struct {
 // Held packets per destination while its paths are fetched; beyond that
 // the oldest go.
 const maxHeld = 1024
+
+// AttachAndRun is `fastpath tra run`: it attaches the translator in this
+// namespace (again, if it is: the maps stay, the programs are swapped, and
+// the device's address is found), runs the daemon until ctx is done, and
+// detaches on the way out what it attached.
+func AttachAndRun(ctx context.Context, cfg *Config, o RunOptions) error {
+	_, statErr := os.Stat(PinDir(Name(cfg.Pair, "")))
+	name, err := Attach(cfg, AttachOptions{Warn: o.Log})
+	if err != nil {
+		return err
+	}
+	o.Name = name
+	err = Run(ctx, cfg, o)
+	if statErr != nil {
+		err = errors.Join(err, Detach(name))
+	}
+	return err
+}
 
 // Run runs the daemon until ctx is done. It must run in the host's network
 // namespace (its sockets reach the daemon and the pair), with the

@@ -72,7 +72,8 @@ func runDaemon(path string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := Run(ctx, cfg, RunOptions{Log: os.Stderr, Refresh: 10 * time.Second}); err != nil {
+	// As `fastpath tra run` does: attach again from inside the namespace.
+	if err := AttachAndRun(ctx, cfg, RunOptions{Log: os.Stderr, Refresh: 10 * time.Second}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -465,6 +466,24 @@ func egressOf(t *testing.T, raw []byte) uint16 {
 	return d.HopFields[0].ConsIngress
 }
 
+// awaitAlternative waits until from's daemon offers a path to to whose
+// hops (as showpaths prints them) do not contain avoid.
+func awaitAlternative(t *testing.T, n scionlab.Network, from, to scionlab.AS, avoid string) {
+	t.Helper()
+	var out string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		// The probes' replies go to the translator (the host's end-host
+		// port is its): showpaths says "no path alive", and lists them.
+		out, _ = n.Scion(context.Background(), from, "showpaths", to.IA.String(), "--refresh", "-m", "10", "--timeout", "1s")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "Hops: [") && !strings.Contains(line, avoid) {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s's daemon offers no path to %s without %q within 30 s:\n%s", from.IA, to.IA, avoid, out)
+}
+
 func (h *host) pathTo(t *testing.T, ia addr.IA) []Path {
 	t.Helper()
 	p, err := OpenPinned(h.name)
@@ -484,7 +503,7 @@ func (h *host) pathTo(t *testing.T, ia addr.IA) []Path {
 // translators drop the paths through it and take others, and the flow
 // goes on.
 func TestFailover(t *testing.T) {
-	_, as := labNetwork(t)
+	n, as := labNetwork(t)
 	a, b := translate(t, as[1], hostOptions{maxPaths: 1}), translate(t, as[2], hostOptions{maxPaths: 1})
 	srv := b.udpListen(t, 31700)
 	go echo(srv)
@@ -567,6 +586,10 @@ func TestFailover(t *testing.T) {
 	}
 	ifid := egressOf(t, paths[0].Raw)
 	dev := fmt.Sprintf("if%d", ifid)
+	// Failover needs another path known both ways: a young network's
+	// control services register the segments of each link in turn.
+	awaitAlternative(t, n, a.as, b.as, fmt.Sprintf("[%s %d>", a.as.IA, ifid))
+	awaitAlternative(t, n, b.as, a.as, fmt.Sprintf(">%d %s]", ifid, a.as.IA))
 	down := time.Now()
 	if out, err := exec.Command("ip", "-n", a.as.Netns, "link", "set", dev, "down").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set %s down: %v: %s", dev, err, out)

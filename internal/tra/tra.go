@@ -81,20 +81,21 @@ type Verdict = translatorTraVerdict
 const VerdictCount = int(translatorTraVerdictTRA_VERDICT_MAX)
 
 var verdictNames = map[Verdict]string{
-	translatorTraVerdictTRA_OUT:         "translated_out",
-	translatorTraVerdictTRA_IN:          "translated_in",
-	translatorTraVerdictTRA_NO_PATH:     "no_path",
-	translatorTraVerdictTRA_QUEUE_FULL:  "queue_full",
-	translatorTraVerdictTRA_PTB:         "ptb_sent",
-	translatorTraVerdictTRA_MSS_CLAMPED: "mss_clamped",
-	translatorTraVerdictTRA_NOT_SMIP:    "not_smip",
-	translatorTraVerdictTRA_UNMAPPABLE:  "unmappable",
-	translatorTraVerdictTRA_NOT_OURS:    "not_ours",
-	translatorTraVerdictTRA_UNSUPPORTED: "unsupported",
-	translatorTraVerdictTRA_PARSE_ERROR: "parse_error",
-	translatorTraVerdictTRA_SCMP_ERROR:  "scmp_error",
-	translatorTraVerdictTRA_ICMP_ERROR:  "icmp_error",
-	translatorTraVerdictTRA_TX_FAILED:   "tx_failed",
+	translatorTraVerdictTRA_OUT:          "translated_out",
+	translatorTraVerdictTRA_IN:           "translated_in",
+	translatorTraVerdictTRA_NO_PATH:      "no_path",
+	translatorTraVerdictTRA_QUEUE_FULL:   "queue_full",
+	translatorTraVerdictTRA_PTB:          "ptb_sent",
+	translatorTraVerdictTRA_MSS_CLAMPED:  "mss_clamped",
+	translatorTraVerdictTRA_NOT_SMIP:     "not_smip",
+	translatorTraVerdictTRA_UNMAPPABLE:   "unmappable",
+	translatorTraVerdictTRA_NOT_OURS:     "not_ours",
+	translatorTraVerdictTRA_UNSUPPORTED:  "unsupported",
+	translatorTraVerdictTRA_PARSE_ERROR:  "parse_error",
+	translatorTraVerdictTRA_SCMP_ERROR:   "scmp_error",
+	translatorTraVerdictTRA_ICMP_ERROR:   "icmp_error",
+	translatorTraVerdictTRA_TX_FAILED:    "tx_failed",
+	translatorTraVerdictTRA_MULTI_BUFFER: "multi_buffer",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -294,6 +295,10 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if o.Warn == nil {
 		o.Warn = io.Discard
 	}
+	if o.Netns == "" {
+		// Inside a named namespace: call it by its name, as the pins do.
+		o.Netns = netns.Current()
+	}
 	name = Name(cfg.Pair, o.Netns)
 	under := xdp.Iface{Netns: o.Netns, Name: cfg.Device}
 	ua, err := xdp.Lookup(under)
@@ -485,9 +490,9 @@ type pairDevs struct {
 	hostMAC, pairMAC net.HardwareAddr
 }
 
-// pairMTU is what the host's end starts with: room for a SCION header of a
-// few segments within a 1500-byte underlay; the daemon lowers it to what
-// its paths take.
+// pairMTU is the host's end's MTU: room for a SCION header of a few
+// segments within a 1500-byte underlay. A path with a smaller MTU is the
+// host's path MTU discovery's (MSS clamping, Packet Too Big).
 const pairMTU = 1400
 
 // makePair makes (or finds) PAIR0/PAIR1 in the host's namespace and sets

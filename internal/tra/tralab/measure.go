@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
@@ -70,6 +72,7 @@ func measure(ctx context.Context, p Path, o Options, logf func(string, ...any)) 
 	if err := waitEcho(ctx, p.ClientNetns, p.Addr, 30*time.Second); err != nil {
 		return nil, err
 	}
+	logf("%s", ping6(ctx, p.ClientNetns, p.Addr))
 	var out []figure
 	rtts, lost, err := echoRTTs(ctx, p.ClientNetns, p.Addr, o.Pings)
 	if err != nil {
@@ -106,6 +109,22 @@ func measure(ctx context.Context, p Path, o Options, logf func(string, ...any)) 
 		}
 	}
 	return out, nil
+}
+
+// ping6 runs the system's ping on the path, as a user would, and says how
+// it went: every row must carry an unmodified ping6 between the hosts.
+func ping6(ctx context.Context, ns string, dst netip.Addr) string {
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+netns.Path(ns), "ping", "-6", "-n", "-c", "3", "-i", "0.2", "-W", "2", dst.String()).CombinedOutput()
+	var summary []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "transmitted") || strings.HasPrefix(line, "rtt") {
+			summary = append(summary, strings.TrimSpace(line))
+		}
+	}
+	if len(summary) == 0 {
+		return fmt.Sprintf("ping6 %s: %v: %s", dst, err, strings.TrimSpace(string(out)))
+	}
+	return fmt.Sprintf("ping6 %s: %s", dst, strings.Join(summary, "; "))
 }
 
 // startEcho listens for UDP on addr:EchoPort in the namespace and sends

@@ -1,0 +1,125 @@
+package tra
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"github.com/scionproto/scion/pkg/addr"
+)
+
+// topologyJSON is a leaf AS's topology as scionproto v0.12.0 writes it.
+func topologyJSON(ia string) string {
+	return `{
+  "isd_as": "` + ia + `", "mtu": 1472, "dispatched_ports": "31000-32767", "attributes": [],
+  "border_routers": {"br1": {"internal_addr": "10.101.0.1:30042", "interfaces": {
+    "1": {"underlay": {"local": "10.255.1.2:50000", "remote": "10.255.1.1:50000"}, "isd_as": "1-64512", "link_to": "parent", "mtu": 1472}}}},
+  "control_service": {"cs1": {"addr": "10.101.0.1:31000"}},
+  "discovery_service": {"cs1": {"addr": "10.101.0.1:31000"}}
+}`
+}
+
+func writeConfig(t *testing.T, dir, toml string) string {
+	t.Helper()
+	p := filepath.Join(dir, "tra.toml")
+	if err := os.WriteFile(p, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func configDir(t *testing.T, ia string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "topology.json"), []byte(topologyJSON(ia)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The documented sample decodes, shows every key, and shows the defaults
+// as they are.
+func TestConfigExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/tra.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown map[string]any
+	if _, err := toml.Decode(string(b), &shown); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(tomlFile{})) {
+		if k := f.Tag.Get("toml"); shown[k] == nil {
+			t.Errorf("docs/tra.example.toml does not show key %q", k)
+		}
+	}
+	dir := configDir(t, "1-64513")
+	const topo = `topology = "/etc/scion/topology.json"`
+	if !strings.Contains(string(b), topo) {
+		t.Fatalf("docs/tra.example.toml no longer has %s; update this test", topo)
+	}
+	ex, err := LoadConfig(writeConfig(t, dir, strings.Replace(string(b), topo, `topology = "topology.json"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.SMIP.String() != "fc00:10fc:100::ffff:a65:2" || len(ex.Destinations) != 2 ||
+		ex.Destinations[addr.MustParseIA("1-64514")].Policy != PolicySequence {
+		t.Errorf("example read as SM-IP %s, destinations %v", ex.SMIP, ex.Destinations)
+	}
+	def, err := LoadConfig(writeConfig(t, dir, "topology = \"topology.json\"\ndaemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Pair != def.Pair || ex.Policy != def.Policy || ex.MaxPaths != def.MaxPaths {
+		t.Errorf("example shows pair=%q policy=%q max_paths=%d; defaults are %q %q %d", ex.Pair, ex.Policy, ex.MaxPaths, def.Pair, def.Policy, def.MaxPaths)
+	}
+	if def.DispatchedPortStart != 31000 || def.DispatchedPortEnd != 32767 || def.IA != addr.MustParseIA("1-64513") {
+		t.Errorf("from the topology: %s, dispatched %d-%d", def.IA, def.DispatchedPortStart, def.DispatchedPortEnd)
+	}
+}
+
+// Every bad input is refused naming the file, the key or line, and what
+// to do.
+func TestConfigRefusals(t *testing.T) {
+	base := "topology = \"topology.json\"\ndaemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\n"
+	cases := map[string]struct{ ia, toml, want string }{
+		"unknown key":           {"1-64513", base + "polcy = \"latency\"\n", "polcy: unknown key"},
+		"syntax":                {"1-64513", base + "pair = \n", "line 4"},
+		"no topology":           {"1-64513", "daemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\n", "topology: missing"},
+		"no daemon":             {"1-64513", "topology = \"topology.json\"\ndevice = \"eth0\"\n", "daemon: missing"},
+		"daemon without port":   {"1-64513", "topology = \"topology.json\"\ndaemon = \"127.0.0.1\"\ndevice = \"eth0\"\n", "want ip:port"},
+		"no device":             {"1-64513", "topology = \"topology.json\"\ndaemon = \"127.0.0.1:30255\"\n", "device: missing"},
+		"IPv6 address":          {"1-64513", base + "address = \"fd00::1\"\n", "not an IPv4 address"},
+		"long pair":             {"1-64513", base + "pair = \"a-very-long-pair\"\n", "at most 15 characters"},
+		"max_paths 0":           {"1-64513", base + "max_paths = 0\n", "max_paths: 0: between 1 and"},
+		"unknown policy":        {"1-64513", base + "policy = \"fastest\"\n", "policy \"fastest\": use"},
+		"sequence, no policy":   {"1-64513", base + "[[destination]]\nia = \"1-64514\"\nsequence = \"1-64513#1\"\n", "needs policy = \"sequence\""},
+		"policy, no sequence":   {"1-64513", base + "[[destination]]\nia = \"1-64514\"\npolicy = \"sequence\"\n", "needs a sequence"},
+		"bad sequence":          {"1-64513", base + "[[destination]]\nia = \"1-64514\"\npolicy = \"sequence\"\nsequence = \"1-64513#x\"\n", "sequence \"1-64513#x\""},
+		"destination twice":     {"1-64513", base + "[[destination]]\nia = \"1-64514\"\n[[destination]]\nia = \"1-64514\"\n", "given twice"},
+		"bad destination":       {"1-64513", base + "[[destination]]\nia = \"64514\"\n", "destination[0].ia"},
+		"AS without SM-IP":      {"1-ff00:0:110", base, "has no SCION-mapped addresses"},
+		"ISD without SM-IP":     {"4096-64513", base, "has no SCION-mapped addresses"},
+		"missing topology file": {"", base, "topology.json"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.ia != "" {
+				dir = configDir(t, c.ia)
+			}
+			p := writeConfig(t, dir, c.toml)
+			_, err := LoadConfig(p)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q; want one naming %s and saying %q", err, p, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package tralab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/tra"
+)
+
+// The tra row: fastpath's translator on both end hosts, each host's own
+// SM-IP address on the translator's device pair, `fastpath tra run`
+// keeping the paths. The hosts' offloads stay as they are.
+func init() {
+	Register(Row{Name: "tra", Description: "fastpath's SCION-IP translator on both end hosts (TC egress, XDP ingress), IPv6 between their SM-IP addresses", Setup: setupTra})
+}
+
+// FastpathBinary is the fastpath command the row runs `tra run` with:
+// this program when it is fastpath, else $FASTPATH_BIN (tests build it).
+func FastpathBinary() (string, error) {
+	if p := os.Getenv("FASTPATH_BIN"); p != "" {
+		return p, nil
+	}
+	self, err := os.Executable()
+	if err == nil && filepath.Base(self) == "fastpath" {
+		return self, nil
+	}
+	return "", errors.New("the tra row runs `fastpath tra run`: run it from the fastpath command, or name the binary in FASTPATH_BIN")
+}
+
+// translated is a host with the translator attached and its daemon
+// running.
+type translated struct {
+	name, dir string
+	smip      netip.Addr
+	daemon    *exec.Cmd
+	exited    chan struct{} // closed when the daemon has exited
+	log       *os.File
+}
+
+func (h *translated) stop() error {
+	var errs []error
+	if h.exited != nil {
+		h.daemon.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-h.exited:
+		case <-time.After(5 * time.Second):
+			h.daemon.Process.Kill()
+			<-h.exited
+		}
+	}
+	if h.log != nil {
+		h.log.Close()
+	}
+	if h.name != "" {
+		errs = append(errs, tra.Detach(h.name))
+	}
+	errs = append(errs, os.RemoveAll(h.dir))
+	return errors.Join(errs...)
+}
+
+// translate attaches a translator to the AS's end host and starts its
+// daemon; the daemon's log is in the row's directory until teardown.
+func translate(bin string, a scionlab.AS, log io.Writer) (h *translated, err error) {
+	h = &translated{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, h.stop())
+		}
+	}()
+	if h.dir, err = os.MkdirTemp("", "fastpath-tra-row-"); err != nil {
+		return h, err
+	}
+	cfgPath := filepath.Join(h.dir, "tra.toml")
+	conf := fmt.Sprintf("topology = %q\ndaemon = %q\ndevice = %q\naddress = %q\n",
+		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host)
+	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
+		return h, err
+	}
+	cfg, err := tra.LoadConfig(cfgPath)
+	if err != nil {
+		return h, err
+	}
+	if h.name, err = tra.Attach(cfg, tra.AttachOptions{Netns: a.HostNetns, Warn: log}); err != nil {
+		return h, err
+	}
+	h.smip = cfg.SMIP
+	if h.log, err = os.Create(filepath.Join(h.dir, "daemon.log")); err != nil {
+		return h, err
+	}
+	h.daemon = exec.Command(bin, "tra", "run", "--config", cfgPath)
+	h.daemon.Stdout, h.daemon.Stderr = h.log, h.log
+	if err := netns.Run(a.HostNetns, h.daemon.Start); err != nil {
+		return h, fmt.Errorf("start %s tra run in %s: %w", bin, a.HostNetns, err)
+	}
+	h.exited = make(chan struct{})
+	go func() { h.daemon.Wait(); close(h.exited) }()
+	// Ready once it has reached the AS's daemon and says so.
+	deadline := time.After(15 * time.Second)
+	for {
+		b, _ := os.ReadFile(h.log.Name())
+		if strings.Contains(string(b), "paths from") {
+			return h, nil
+		}
+		select {
+		case <-h.exited:
+			return h, fmt.Errorf("fastpath tra run in %s exited:\n%s", a.HostNetns, b)
+		case <-deadline:
+			return h, fmt.Errorf("fastpath tra run in %s not ready after 15 s:\n%s", a.HostNetns, b)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func setupTra(ctx context.Context, env Env) (Path, error) {
+	bin, err := FastpathBinary()
+	if err != nil {
+		return Path{}, err
+	}
+	client, err := translate(bin, env.Client, env.Log)
+	if err != nil {
+		return Path{}, err
+	}
+	server, err := translate(bin, env.Server, env.Log)
+	if err != nil {
+		return Path{}, errors.Join(err, client.stop())
+	}
+	return Path{
+		ClientNetns: env.Client.HostNetns, ServerNetns: env.Server.HostNetns, Addr: server.smip,
+		Teardown: func() error { return errors.Join(client.stop(), server.stop()) },
+		Note:     "the hosts' offloads as they are; their pair end: MTU 1400, TSO off (the kernel segments)",
+	}, nil
+}
