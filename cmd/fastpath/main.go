@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	// Each network function's lab rows register themselves with the lab.
 	_ "github.com/fastpath-dev/fastpath/internal/br/brlab"
@@ -18,11 +20,28 @@ import (
 )
 
 func main() {
+	closeInheritedOnExec()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := rootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "fastpath:", err)
 		os.Exit(1)
+	}
+}
+
+// closeInheritedOnExec keeps what fastpath was handed beyond stdin, stdout
+// and stderr from the processes it starts: `flock LOCK fastpath lab ...
+// --keep` would otherwise leave the lock held by the SCION network's
+// services for as long as they run.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
 	}
 }
 
