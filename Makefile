@@ -41,7 +41,9 @@ test: deps build
 demo: deps build
 	./$(BIN) lab bench veth bridge xdp-redirect afxdp-fwd rt-jit br br-nomac ref-router scion-ref scion-hybrid routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
 		--json results/bench.json --md results/bench.md --plot results/bench.png
-	@echo "results: results/bench.json results/bench.md results/bench.png"
+	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
+	./$(BIN) lab tra ip tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
+	@echo "results: results/bench.{json,md,png} results/tra.{json,md,png}"
 
 lab-down: build
 	./$(BIN) lab down
