@@ -42,7 +42,9 @@ func randomFrames(rng *rand.Rand, n int, lengths ...int) [][]byte {
 //   - frames shorter than an Ethernet header (EINVAL), 9000-byte frames as
 //     multi-buffer frames (bpf_xdp_get_buff_len, load/store_bytes and
 //     adjust_tail across pages), frames with too many pages (ENOMEM);
-//   - bpf_loop over its limit (-E2BIG, a 32-bit value).
+//   - bpf_loop over its limit (-E2BIG, a 32-bit value);
+//   - an object whose .text has functions the program never calls, global
+//     and static (only what the entry reaches is linked).
 func TestKernelSemantics(t *testing.T) {
 	labtest.RequireKernel(t)
 	rng := rand.New(rand.NewPCG(12, 13))
@@ -59,6 +61,7 @@ func TestKernelSemantics(t *testing.T) {
 		{"multi-buffer frames", "frags_bpfel.o", "frags_mb", randomFrames(rng, 150, big...)},
 		{"plain program on big frames", "frags_bpfel.o", "frags_linear", randomFrames(rng, 150, big...)},
 		{"bpf_loop limit", "loop_bpfel.o", "loop_ret", randomFrames(rng, 100, 16, 64)},
+		{"functions never called", "unused_bpfel.o", "unused_entry", randomFrames(rng, 60, -300)},
 		{"short frames", filepath.Join("..", "bench", "xdptx_bpfel.o"), "xdp_tx", randomFrames(rng, 40, 0, 1, 7, 13, 14, 15, 60)},
 	}
 	for _, c := range cases {

@@ -231,9 +231,10 @@ impl BpfObject {
                 }
             }
             if needs_text {
-                for &(off, ty) in funcs.get(".text").map(|v| v.as_slice()).unwrap_or(&[]) {
-                    func_info.push((text_base as u32 + off / 8, ty));
-                }
+                let text_finfo = funcs.get(".text").map(|v| v.as_slice()).unwrap_or(&[]);
+                let linked = link_reachable(insns, text_base, &text_functions(&file, text.unwrap(), text_insns.len()), text_finfo);
+                insns = linked.0;
+                func_info.extend(linked.1);
             }
             programs.push(ProgramDef { name, section: sec_name, insns, func_info });
         }
@@ -264,6 +265,98 @@ impl BpfObject {
 
 fn is_data_section(name: &str) -> bool {
     [".rodata", ".data", ".bss"].iter().any(|p| name == *p || name.starts_with(&format!("{p}.")))
+}
+
+/// The functions of .text as (first instruction, length), in order: every
+/// function symbol, global or static, sized by its symbol or by the next.
+fn text_functions(file: &object::File, text: SectionIndex, text_len: usize) -> Vec<(usize, usize)> {
+    let mut starts: Vec<(usize, usize)> = file
+        .symbols()
+        .filter(|s| s.section_index() == Some(text) && s.kind() == object::SymbolKind::Text)
+        .map(|s| ((s.address() / 8) as usize, (s.size() / 8) as usize))
+        .collect();
+    starts.sort();
+    starts.dedup_by_key(|f| f.0);
+    let mut out = Vec::with_capacity(starts.len());
+    for (k, &(at, size)) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).map(|n| n.0).unwrap_or(text_len);
+        out.push((at, if size > 0 { size.min(end - at) } else { end - at }));
+    }
+    out
+}
+
+/// Links of .text only the functions the program reaches, by calls and by
+/// function references (callbacks), as libbpf does: the kernel refuses
+/// instructions no path reaches, and wants func_info for exactly the
+/// subprograms it finds. insns is the program followed by all of .text from
+/// text_base, relocated; the result is the program followed by the reached
+/// functions in their order, calls and references moved with them, and the
+/// func_info of .text (byte offsets in .text) placed in the result. Where a
+/// call lands inside no known function the image is kept whole.
+fn link_reachable(insns: Vec<Insn>, text_base: usize, funcs: &[(usize, usize)], text_finfo: &[(u32, u32)]) -> (Vec<Insn>, Vec<(u32, u32)>) {
+    let whole = |insns: Vec<Insn>| {
+        let fi = text_finfo.iter().map(|&(off, ty)| (text_base as u32 + off / 8, ty)).collect();
+        (insns, fi)
+    };
+    // Ranges in the image: 0 is the program, k + 1 is .text's k-th function.
+    let range = |f: usize| if f == 0 { (0, text_base) } else { (text_base + funcs[f - 1].0, text_base + funcs[f - 1].0 + funcs[f - 1].1) };
+    let target = |i: usize, ins: &Insn| -> Option<i64> {
+        let is_ref = (ins.is_call() && ins.src() == PSEUDO_CALL) || (ins.is_ld_imm64() && ins.src() == PSEUDO_FUNC);
+        is_ref.then(|| i as i64 + ins.imm as i64 + 1)
+    };
+    let func_at = |t: i64| funcs.iter().position(|&(at, _)| (text_base + at) as i64 == t).map(|k| k + 1);
+    let mut reached = vec![false; funcs.len() + 1];
+    reached[0] = true;
+    let mut work = vec![0usize];
+    while let Some(f) = work.pop() {
+        let (a, b) = range(f);
+        let mut i = a;
+        while i < b.min(insns.len()) {
+            if let Some(t) = target(i, &insns[i]) {
+                match func_at(t) {
+                    Some(g) if !reached[g] => {
+                        reached[g] = true;
+                        work.push(g);
+                    }
+                    Some(_) => {}
+                    // Into the program itself, or no function starts there.
+                    None if t >= 0 && (t as usize) < text_base => {}
+                    None => return whole(insns),
+                }
+            }
+            i += if insns[i].is_ld_imm64() { 2 } else { 1 };
+        }
+    }
+    // New places of the reached functions, old image index → new.
+    let mut moved: HashMap<usize, usize> = HashMap::new();
+    let mut out: Vec<Insn> = insns[..text_base].to_vec();
+    let mut from: Vec<usize> = (0..text_base).collect();
+    for f in 1..=funcs.len() {
+        if reached[f] {
+            let (a, b) = range(f);
+            moved.insert(a, out.len());
+            for i in a..b {
+                out.push(insns[i]);
+                from.push(i);
+            }
+        }
+    }
+    for n in 0..out.len() {
+        if let Some(t) = target(from[n], &insns[from[n]]) {
+            let nt = if (t as usize) < text_base { t as usize } else { moved[&(t as usize)] };
+            out[n].imm = (nt as i64 - n as i64 - 1) as i32;
+        }
+    }
+    let mut fi = Vec::new();
+    for &(off, ty) in text_finfo {
+        let i = (off / 8) as usize;
+        if let Some(f) = funcs.iter().position(|&(at, len)| i >= at && i < at + len) {
+            if let Some(&base) = moved.get(&(text_base + funcs[f].0)) {
+                fi.push(((base + i - funcs[f].0) as u32, ty));
+            }
+        }
+    }
+    (out, fi)
 }
 
 fn insns_of(b: &[u8]) -> Vec<Insn> {
