@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/tra"
 )
 
 func TestLookup(t *testing.T) {
@@ -42,12 +44,21 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-// The ip rows, briefly, on a SCION network the run brings up: every figure
-// is there and positive, ratios are to ip, and each row leaves the
-// network's namespaces as it found them.
-func TestIPRowsProduceFigures(t *testing.T) {
+// The ip rows and the translator's, briefly, on a SCION network the run
+// brings up, as make demo runs them: every figure is there and positive,
+// ratios are to ip, the system's ping6 crosses every row, and each row
+// leaves the network's namespaces as it found them.
+func TestRowsProduceFigures(t *testing.T) {
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
+	}
+	if os.Getenv("FASTPATH_BIN") == "" {
+		// The tra row runs `fastpath tra run` as a user would.
+		bin := filepath.Join(t.TempDir(), "fastpath")
+		if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/fastpath").CombinedOutput(); err != nil {
+			t.Fatalf("go build fastpath: %v\n%s", err, out)
+		}
+		t.Setenv("FASTPATH_BIN", bin)
 	}
 	b := make([]byte, 2)
 	rand.Read(b)
@@ -65,14 +76,17 @@ func TestIPRowsProduceFigures(t *testing.T) {
 	})
 	var log strings.Builder
 	rep, err := Bench(context.Background(), Options{
-		Rows: []string{"ip", "ip-notso"}, Runs: 1, Seconds: 1, Pings: 20, UDPLen: DefaultUDPLen,
+		Rows: []string{"ip", "ip-notso", "tra"}, Runs: 1, Seconds: 1, Pings: 20, UDPLen: DefaultUDPLen,
 		Net: n, ASes: 3, Keep: true, Log: &log,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	t.Log("\n" + rep.Table())
-	if rep.Baseline != "ip" || len(rep.Rows) != 2 {
+	if got := strings.Count(log.String(), "3 packets transmitted, 3 received"); got != 3 {
+		t.Fatalf("ping6 answered 3 of 3 on %d rows of 3:\n%s", got, log.String())
+	}
+	if rep.Baseline != "ip" || len(rep.Rows) != 3 {
 		t.Fatalf("baseline %q, %d rows", rep.Baseline, len(rep.Rows))
 	}
 	for _, row := range rep.Rows {
@@ -92,6 +106,15 @@ func TestIPRowsProduceFigures(t *testing.T) {
 	as, _, err := n.ASes()
 	if err != nil {
 		t.Fatal(err)
+	}
+	left, err := tra.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range left {
+		if strings.HasPrefix(name, n.Prefix) {
+			t.Fatalf("translator %s survived the row's teardown", name)
+		}
 	}
 	for _, a := range as {
 		for ns, dev := range map[string]string{a.Netns: ipASDev, a.HostNetns: ipHostDev} {
