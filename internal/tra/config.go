@@ -50,7 +50,10 @@ type Config struct {
 	MaxPaths int
 
 	// Resolved:
-	IA                  addr.IA
+	IA addr.IA
+	// Routers are the AS's border routers' internal addresses by name: the
+	// first hops of what the translator sends.
+	Routers             map[string]netip.AddrPort
 	DispatchedPortStart uint16
 	DispatchedPortEnd   uint16
 	// SMIP is the host's SCION-mapped IPv6 address: the IPv4 form of
@@ -147,6 +150,10 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, errorf(path, "topology", "%s: %v", c.Topology, err)
 	}
 	c.IA = topo.IA
+	c.Routers = map[string]netip.AddrPort{}
+	for name, br := range topo.BR {
+		c.Routers[name] = br.InternalAddr
+	}
 	if topo.DispatchedPortStart > 0 {
 		c.DispatchedPortStart, c.DispatchedPortEnd = uint16(topo.DispatchedPortStart), uint16(topo.DispatchedPortEnd)
 	}

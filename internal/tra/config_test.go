@@ -1,8 +1,11 @@
 package tra
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -10,6 +13,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/scionproto/scion/pkg/addr"
+
+	"github.com/fastpath-dev/fastpath/internal/labtest"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // topologyJSON is a leaf AS's topology as scionproto v0.12.0 writes it.
@@ -121,5 +127,52 @@ func TestConfigRefusals(t *testing.T) {
 				t.Fatalf("error %q; want one naming %s and saying %q", err, p, c.want)
 			}
 		})
+	}
+}
+
+// A host whose namespace holds the AS's router (a one-machine AS) cannot be
+// translated: attach says so, naming the router and the way out, and makes
+// nothing.
+func TestAttachRefusesHostOfTheRouter(t *testing.T) {
+	labtest.RequireKernel(t)
+	b := make([]byte, 2)
+	rand.Read(b)
+	ns := "fp-tr" + hex.EncodeToString(b)
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Delete(ns) })
+	for _, args := range [][]string{
+		{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"},
+		{"addr", "add", "10.101.0.1/24", "dev", "eth0"},
+		{"link", "set", "eth0", "up"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	dir := configDir(t, "1-64513") // its router's internal address is 10.101.0.1
+	cfg, err := LoadConfig(writeConfig(t, dir, "topology = \"topology.json\"\ndaemon = \"10.101.0.1:30255\"\ndevice = \"eth0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Attach(cfg, AttachOptions{Netns: ns})
+	if err == nil {
+		Detach(Name(cfg.Pair, ns))
+		t.Fatal("attached to a host that holds the AS's router")
+	}
+	if !strings.Contains(err.Error(), "router br1") || !strings.Contains(err.Error(), "another namespace or machine") {
+		t.Fatalf("error %q; want the router named and the way out", err)
+	}
+	h, herr := netns.Handle(ns)
+	if herr != nil {
+		t.Fatal(herr)
+	}
+	defer h.Close()
+	if _, lerr := h.LinkByName(cfg.Pair + "0"); lerr == nil {
+		t.Fatalf("the pair %s0 was made before the refusal", cfg.Pair)
+	}
+	if _, serr := os.Stat(PinDir(Name(cfg.Pair, ns))); serr == nil {
+		t.Fatal("pins were made before the refusal")
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -305,6 +307,9 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: device: %w", cfg.Path, err)
 	}
+	if err := checkRoutersElsewhere(cfg, o.Netns); err != nil {
+		return "", err
+	}
 	if !cfg.Address.IsValid() {
 		a, err := deviceIPv4(o.Netns, cfg.Device)
 		if err != nil {
@@ -563,6 +568,36 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 		return out, fmt.Errorf("route to fc00::/8 by %s: %w", host, err)
 	}
 	return out, nil
+}
+
+// checkRoutersElsewhere refuses a host whose namespace holds one of the
+// AS's routers: the translator sends by the host's device to the router's
+// internal address and takes what the router sends in XDP on that device,
+// and a router on the host's own stack is reached through neither.
+func checkRoutersElsewhere(cfg *Config, ns string) error {
+	h, err := netns.Handle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("addresses of %s: %w", nsName(ns), err)
+	}
+	local := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			local[ip.Unmap()] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Routers)) {
+		at := cfg.Routers[name].Addr().Unmap()
+		if at.IsLoopback() || local[at] {
+			return fmt.Errorf("%s: topology: the AS's router %s has its internal address %s in %s, the host's: the translator reaches routers by the host's device, so the host must be another namespace or machine on the AS's internal network (see docs/tra.md, Limits)",
+				cfg.Path, name, cfg.Routers[name], nsName(ns))
+		}
+	}
+	return nil
 }
 
 func deviceIPv4(ns, dev string) (netip.Addr, error) {
