@@ -16,7 +16,7 @@
 
 /* Sets of each flow cache, per CPU; --max-flows sets it at load. */
 #ifndef FW_FLOW_SETS
-#define FW_FLOW_SETS 65536
+#define FW_FLOW_SETS 4096
 #endif
 #ifndef FW_MAX_BLOCKED
 #define FW_MAX_BLOCKED 65536
@@ -58,24 +58,25 @@ struct {
 	__type(value, __u64);
 } fw_counters SEC(".maps");
 
-/* The flow caches, one per family: FW_FLOW_SETS sets per CPU, CPU c's at
- * c * sets. A plain array rather than a per-CPU one: a per-CPU array
- * allocates each value on its own, so a flood's random sets cost a TLB miss
- * each; here a CPU's sets are one contiguous range. No two CPUs write the
- * same set. */
+/* The flow table: FW_FLOW_SETS sets per CPU, CPU c's at c * sets. A plain
+ * array rather than a per-CPU one: a per-CPU array allocates each value on
+ * its own, so random sets cost a TLB miss each; here a CPU's sets are one
+ * contiguous range. No two CPUs write the same set. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FW_FLOW_SETS);
 	__type(key, __u32);
-	__type(value, struct fw_flow4_set);
-} fw_flows4 SEC(".maps");
+	__type(value, struct fw_flow_set);
+} fw_flows SEC(".maps");
 
+/* The tags of the flow table's sets, at the same index: 16 bytes a set, so
+ * that every packet's first read stays in cache. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FW_FLOW_SETS);
 	__type(key, __u32);
-	__type(value, struct fw_flow6_set);
-} fw_flows6 SEC(".maps");
+	__type(value, struct fw_flow_tags);
+} fw_tags SEC(".maps");
 
 /* Flows blocked by the operator (fw block). */
 struct {
@@ -190,26 +191,26 @@ struct fw_wilds {
 };
 
 /* Per port, the levels whose block holds rules: levels 0-10 per
- * port >> FW_PORT_WIDE_SHIFT (source at 0, destination after), levels 11-16
- * per port (bits 0-5; source at 0, destination at 65536). */
+ * port >> FW_PORT_WIDE_SHIFT, levels 11-16 per port (bits 0-5). There is
+ * one tree per direction and protocol (port_tree), one after the other. */
 struct fw_pwides {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 << (16 - FW_PORT_WIDE_SHIFT));
+	__uint(max_entries, FW_PORT_TREES << (16 - FW_PORT_WIDE_SHIFT));
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(__u32));
 };
 
 struct fw_pnarrows {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 << 16);
+	__uint(max_entries, FW_PORT_TREES << 16);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(__u8));
 };
 
-/* Spans of the port blocks: source at 0, destination at FW_PORT_BLOCKS. */
+/* Spans of the port blocks: tree t's at t * FW_PORT_BLOCKS. */
 struct fw_pblocks {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 * FW_PORT_BLOCKS);
+	__uint(max_entries, FW_PORT_TREES * FW_PORT_BLOCKS);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(struct fw_span));
 };
@@ -243,8 +244,8 @@ struct {
 	struct fw_rule rule;
 	struct fw_set set;
 	struct fw_rule_stats stats;
-	struct fw_flow4_set flow4;
-	struct fw_flow6_set flow6;
+	struct fw_flow_set flow;
+	struct fw_flow_tags tags;
 } fw_btf_types;
 
 #define FW_SLOT_MAP(name, inner)                        \
@@ -585,7 +586,7 @@ static __always_inline __u32 popcount32(__u32 v)
 }
 
 /* One level of a port that holds rules, the lowest left in s->levels;
- * s->port is the direction << 16 | port. */
+ * s->port is the port tree << 16 | port. */
 static long scan_level(__u64 i, void *data)
 {
 	struct scan *s = data;
@@ -605,15 +606,22 @@ static long scan_level(__u64 i, void *data)
 	return !s->levels;
 }
 
-/* The rules anchored on a port: one block per level that holds rules. dir
- * is 0 for the source port, 1 for the destination. */
-static __always_inline void scan_port(struct scan *s, void *pwide, void *pnarrow, __u32 dir, __u32 port)
+/* The port tree of a direction (0 source, 1 destination) and protocol:
+ * rules with ports are TCP or UDP, and a packet checks only its own
+ * protocol's. */
+static __always_inline __u32 port_tree(__u32 dir, __u8 proto)
 {
-	__u32 key = dir << (16 - FW_PORT_WIDE_SHIFT) | port >> FW_PORT_WIDE_SHIFT;
+	return dir | (proto == IPPROTO_UDP) << 1;
+}
+
+/* The rules anchored on a port: one block per level that holds rules. */
+static __always_inline void scan_port(struct scan *s, void *pwide, void *pnarrow, __u32 tree, __u32 port)
+{
+	__u32 key = tree << (16 - FW_PORT_WIDE_SHIFT) | port >> FW_PORT_WIDE_SHIFT;
 	__u32 *w = bpf_map_lookup_elem(pwide, &key);
 	__u8 *n;
 
-	key = dir << 16 | port;
+	key = tree << 16 | port;
 	n = bpf_map_lookup_elem(pnarrow, &key);
 	if (!w || !n || !(*w | *n))
 		return;
@@ -742,9 +750,9 @@ static __attribute__((noinline)) __u32 classify(const struct fw_flow_key *k, con
 
 		if (pwide && pnarrow) {
 			if (set->flags & FW_SET_SPORT)
-				scan_port(&s, pwide, pnarrow, 0, k->sport);
+				scan_port(&s, pwide, pnarrow, port_tree(0, k->proto), k->sport);
 			if (set->flags & FW_SET_DPORT)
-				scan_port(&s, pwide, pnarrow, 1, k->dport);
+				scan_port(&s, pwide, pnarrow, port_tree(1, k->proto), k->dport);
 		}
 	}
 
@@ -789,25 +797,29 @@ static __always_inline __u32 flow_hash(const struct fw_flow_key *k)
 	return h;
 }
 
-/* The way a flow takes in its set on a miss: an idle one, else the one
- * with fewer packets, so that a flood of new flows does not push out the
- * busy flows. */
-static __always_inline int victim(const struct fw_flow *a, const struct fw_flow *b, __u64 now)
+/* The way a returning flow takes: an empty one, else an idle one, else the
+ * one with the fewest packets, so that a flood does not push out the busy
+ * flows. */
+static __always_inline int victim(const struct fw_flow_tags *t, const struct fw_flow_set *set, __u64 now)
 {
-	if (!a->packets || a->last_ns + FW_FLOW_IDLE_NS < now)
-		return 0;
-	if (!b->packets || b->last_ns + FW_FLOW_IDLE_NS < now)
-		return 1;
-	return b->packets < a->packets;
+	int w, best = 0;
+
+#pragma unroll
+	for (w = 0; w < FW_FLOW_WAYS; w++)
+		if (!t->flow[w])
+			return w;
+#pragma unroll
+	for (w = 0; w < FW_FLOW_WAYS; w++)
+		if (set->way[w].f.last_ns + FW_FLOW_IDLE_NS < now)
+			return w;
+#pragma unroll
+	for (w = 1; w < FW_FLOW_WAYS; w++)
+		if (set->way[w].f.packets < set->way[best].f.packets)
+			best = w;
+	return best;
 }
 
-static __always_inline int key4_eq(const struct fw_flow4_key *a, const struct fw_flow4_key *b)
-{
-	return a->src == b->src && a->dst == b->dst && a->sport == b->sport && a->dport == b->dport &&
-	       a->proto == b->proto && a->noports == b->noports;
-}
-
-static __always_inline int key6_eq(const struct fw_flow_key *a, const struct fw_flow_key *b)
+static __always_inline int key_eq(const struct fw_flow_key *a, const struct fw_flow_key *b)
 {
 	return a->src[0] == b->src[0] && a->src[1] == b->src[1] && a->src[2] == b->src[2] &&
 	       a->src[3] == b->src[3] && a->dst[0] == b->dst[0] && a->dst[1] == b->dst[1] &&
@@ -815,60 +827,78 @@ static __always_inline int key6_eq(const struct fw_flow_key *a, const struct fw_
 	       a->dport == b->dport && a->proto == b->proto && a->noports == b->noports;
 }
 
-/* Step 4a: the flow's way in its family's cache, taken over on a miss. */
-static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, const struct fw_flow_key *k,
-						   __u64 now)
+/* Step 4a: the flow's way in set idx if it is tracked or comes back now
+ * (see fw_flow_tags), -1 for a flow seen once, which leaves its tag only.
+ * A global function, so that the verifier checks its ways and key
+ * comparisons once rather than once for every path through the parser. */
+__attribute__((noinline)) int flow_track(const struct fw_flow_key *k, __u32 idx, __u32 h, __u64 now, __u32 len)
 {
-	__u32 idx = (flow_hash(k) & cfg->flow_mask) + bpf_get_smp_processor_id() * (cfg->flow_mask + 1);
+	struct fw_flow_tags *t = bpf_map_lookup_elem(&fw_tags, &idx);
+	__u16 tag = h >> 16 | 1;
+	struct fw_flow_set *set;
 	struct fw_flow *f;
-	int w;
+	__u32 seen = 0;
+	int w, s = -1;
 
-	if (k->family == FW_FAMILY_IPV4) {
-		struct fw_flow4_set *set = bpf_map_lookup_elem(&fw_flows4, &idx);
-		struct fw_flow4_key k4 = {
-			.src = k->src[3],
-			.dst = k->dst[3],
-			.sport = k->sport,
-			.dport = k->dport,
-			.proto = k->proto,
-			.noports = k->noports,
-		};
-
+	if (!t || !k)
+		return -1;
+#pragma unroll
+	for (w = 0; w < FW_SEEN_SLOTS; w++)
+		if ((__u16)t->seen[w] == tag)
+			s = w;
+	if (t->flow[0] == tag || t->flow[1] == tag || t->flow[2] == tag || t->flow[3] == tag) {
+		set = bpf_map_lookup_elem(&fw_flows, &idx);
 		if (!set)
-			return NULL;
-		if (set->way[0].f.packets && key4_eq(&set->way[0].key, &k4))
-			return &set->way[0].f;
-		if (set->way[1].f.packets && key4_eq(&set->way[1].key, &k4))
-			return &set->way[1].f;
-		w = victim(&set->way[0].f, &set->way[1].f, now);
-		if (set->way[w].f.packets)
-			count(FW_C_FLOW_REPLACED);
-		set->way[w].key = k4;
-		f = &set->way[w].f;
-	} else {
-		struct fw_flow6_set *set = bpf_map_lookup_elem(&fw_flows6, &idx);
-
-		if (!set)
-			return NULL;
-		if (set->way[0].f.packets && key6_eq(&set->way[0].key, k))
-			return &set->way[0].f;
-		if (set->way[1].f.packets && key6_eq(&set->way[1].key, k))
-			return &set->way[1].f;
-		w = victim(&set->way[0].f, &set->way[1].f, now);
-		if (set->way[w].f.packets)
-			count(FW_C_FLOW_REPLACED);
-		set->way[w].key = *k;
-		f = &set->way[w].f;
+			return -1;
+#pragma unroll
+		for (w = 0; w < FW_FLOW_WAYS; w++)
+			if (t->flow[w] == tag && key_eq(&set->way[w].key, k))
+				return w;
 	}
+	if (s < 0) {
+		/* Seen once: a flood's every packet ends here. */
+		w = t->next & (FW_SEEN_SLOTS - 1);
+		t->seen[w] = tag | (len > 0xffff ? 0xffff : len) << 16;
+		t->next = w + 1;
+		return -1;
+	}
+	/* Seen before (or a flow with the same tag was: a tag is no key, so
+	 * the first packet counted may be another's): it takes a way. */
+	seen = t->seen[s & (FW_SEEN_SLOTS - 1)];
+	t->seen[s & (FW_SEEN_SLOTS - 1)] = 0;
+	set = bpf_map_lookup_elem(&fw_flows, &idx);
+	if (!set)
+		return -1;
+	w = victim(t, set, now) & (FW_FLOW_WAYS - 1);
+	if (t->flow[w])
+		count(FW_C_FLOW_REPLACED);
+	t->flow[w] = tag;
+	set->way[w].key = *k;
+	f = &set->way[w].f;
 	f->verdict = 0; /* no generation is 0 once a set is installed */
-	f->packets = 0;
-	f->bytes = 0;
+	f->packets = 1;
+	f->bytes = seen >> 16;
 	f->first_ns = now;
-	return f;
+	return w;
 }
 
-/* Step 4: the rules, through the flow's cached verdict when it belongs to
- * the active rule set. */
+/* The flow's counters and cached verdict, or NULL for a flow not tracked. */
+static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 now,
+						   __u32 len)
+{
+	__u32 h = flow_hash(k);
+	__u32 idx = (h & cfg->flow_mask) + bpf_get_smp_processor_id() * (cfg->flow_mask + 1);
+	struct fw_flow_set *set;
+	int w = flow_track(k, idx, h, now, len);
+
+	if (w < 0)
+		return NULL;
+	set = bpf_map_lookup_elem(&fw_flows, &idx);
+	return set ? &set->way[w & (FW_FLOW_WAYS - 1)].f : NULL;
+}
+
+/* Step 4: the rules, through the flow's cached verdict when it is tracked
+ * and the verdict belongs to the active rule set. */
 static __always_inline int apply_rules(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len,
 				       __u64 now)
 {
@@ -884,11 +914,15 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 
 	if (!ov)
 		return XDP_ABORTED;
-	f = flow_lookup(cfg, k, now);
+	f = flow_lookup(cfg, k, now, len);
 	if (f && f->packets && (f->verdict >> 32) == gen) {
 		verdict = f->verdict;
 		rule = (__u32)verdict >> 1;
 		action = verdict & 1;
+	} else if (!ov->nbase && !ov->nadded) {
+		rule = 0; /* no rules: the default policy */
+		action = ov->default_action;
+		verdict = (__u64)gen << 32 | action;
 	} else {
 		rule = classify(k, ov, overlay, &action);
 		count(FW_C_CLASSIFIED);

@@ -34,19 +34,7 @@ struct fw_flow_key {
 	__u32 dst[4];
 };
 
-/* The IPv4 flow table's key: a quarter of the hashing of the general key,
- * which is a sizeable part of a tracked packet's cost. */
-struct fw_flow4_key {
-	__u32 src;
-	__u32 dst;
-	__u16 sport;
-	__u16 dport;
-	__u8 proto;
-	__u8 noports;
-	__u8 pad[2];
-};
-
-/* One flow's counters and cached classification in the flow cache: the
+/* One flow's counters and cached classification in the flow table: the
  * verdict's rule (0 = the default policy) and action hold while its
  * generation is the rule set's. Times are bpf_ktime_get_coarse_ns. A way
  * with no packets is empty. */
@@ -59,32 +47,40 @@ struct fw_flow {
 	__u64 last_ns;
 };
 
-/* The flow cache is per CPU and set-associative: a flow's hash picks a set,
- * a set holds FW_FLOW_WAYS flows, and a new flow takes the way of an idle
- * flow (no packet for FW_FLOW_IDLE_NS) or else of the one with fewer
- * packets. So a flood of one-packet flows costs one set's read and one
- * overwrite per packet, never an insert and an eviction, and the busy flows
- * of a set stay. A CPU holds at most sets * FW_FLOW_WAYS flows. */
-#define FW_FLOW_WAYS 2
+/* The flow table is per CPU and set-associative: a flow's hash picks a set
+ * of FW_FLOW_WAYS ways in its CPU's part of an array. It tracks the flows
+ * that come back, not every flow: a flow takes a way at its second packet,
+ * so a flood of new flows writes no flow state at all. What a packet reads
+ * first is its set's tags (struct fw_flow_tags, 32 bytes a set in an array
+ * small enough to stay in cache): the tags of the set's tracked flows, and
+ * of the last FW_SEEN_SLOTS flows of the set seen once, each with its
+ * packet's length, in a ring. Only a packet whose tag is there reads a way.
+ * A flow that comes back while its tag is in the ring takes the way of an
+ * empty or idle flow (no packet for FW_FLOW_IDLE_NS), or else of the one
+ * with the fewest packets, and counts its first packet from the ring: the
+ * busy flows of a set stay while a flood passes. A CPU holds at most
+ * sets * FW_FLOW_WAYS flows. */
+#define FW_FLOW_WAYS 4
+#define FW_SEEN_SLOTS 4
 #define FW_FLOW_IDLE_NS 1000000000ULL
 
-struct fw_flow4_way {
-	struct fw_flow4_key key;
-	struct fw_flow f;
+/* Tags are the top 15 bits of a flow's hash with the low bit set; 0 is an
+ * empty way. A seen slot holds a tag in its low 16 bits and the packet's
+ * length in its high 16; next is the ring's next slot. */
+struct fw_flow_tags {
+	__u16 flow[FW_FLOW_WAYS];
+	__u32 seen[FW_SEEN_SLOTS];
+	__u32 next;
+	__u32 pad;
 };
 
-struct fw_flow4_set {
-	struct fw_flow4_way way[FW_FLOW_WAYS];
-	__u8 pad[16]; /* two cache lines */
-};
-
-struct fw_flow6_way {
+struct fw_flow_way {
 	struct fw_flow_key key;
 	struct fw_flow f;
 };
 
-struct fw_flow6_set {
-	struct fw_flow6_way way[FW_FLOW_WAYS];
+struct fw_flow_set {
+	struct fw_flow_way way[FW_FLOW_WAYS];
 };
 
 /* A blocked flow: dropped until expires_ns (0: until unblocked). */
@@ -177,6 +173,8 @@ struct fw_node {
 #define FW_PORT_BLOCKS (1 << FW_PORT_LEVELS)
 #define FW_PORT_WIDE_LEVELS 11
 #define FW_PORT_WIDE_SHIFT (16 - FW_PORT_WIDE_LEVELS + 1)
+/* Port trees: source and destination port, of TCP, then of UDP. */
+#define FW_PORT_TREES 4
 
 /* Rules anchored on no field, by family and protocol: index
  * (family == 6) * FW_WILD_PER_FAMILY + proto, and + 256 for the rules of any
@@ -285,7 +283,9 @@ struct fw_overlay {
 	__u32 nadded;  /* rules in fw_added */
 	__u32 next_id; /* for the control plane: the next rule's id */
 	__u32 nbase;   /* rules of the installed set: ids 1 to nbase */
-	__u32 pad;
+	/* What no rule matches gets, as in the set's header: with no rules at
+	 * all (nbase and nadded 0) a packet needs nothing else. */
+	__u32 default_action;
 };
 
 /* Rules that can be added to a set before fw add installs it whole. */

@@ -81,7 +81,7 @@ func fwAttachCmd(name *string) *cobra.Command {
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	cmd.Flags().BoolVar(&generic, "generic", false, "attach in generic (skb) mode")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
-	cmd.Flags().Uint32Var(&maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow cache holds per family, in a new instance (rounded up to a power of two)")
+	cmd.Flags().Uint32Var(&maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow table tracks (both families), in a new instance (rounded up to a power of two)")
 	return cmd
 }
 

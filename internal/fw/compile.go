@@ -27,14 +27,17 @@ const (
 
 // Sizes the data path's arrays are declared with (bpf/fw/fw_shared.h).
 const (
-	portLevels      = 17
-	portBlocks      = 1 << portLevels
-	wildPerFamily   = 257
-	statsSlotShift  = 18
-	flowWays        = 2
-	maxNest4        = 33
-	maxNest6        = 129
-	directions      = 2 // source, destination
+	portLevels     = 17
+	portBlocks     = 1 << portLevels
+	wildPerFamily  = 257
+	statsSlotShift = 18
+	flowWays       = 4
+	maxNest4       = 33
+	maxNest6       = 129
+	directions     = 2 // source, destination
+	// Port ranges exist for TCP and UDP only: one tree per direction and
+	// protocol, so that a packet checks the other protocol's never.
+	portTrees       = 2 * directions
 	idx4PerDir      = 1 << 16
 	wildAnyProtocol = 256
 	portWideLevels  = 11
@@ -82,9 +85,9 @@ func compile(rs *RuleSet) *compiled {
 		idx4:    make([]fwFwRange, directions*idx4PerDir),
 		nodes:   []fwFwNode{{}},
 		wild:    make([]fwFwSpan, 2*wildPerFamily),
-		pwide:   make([]uint32, directions<<(16-portWideShift)),
-		pnarrow: make([]uint8, directions<<16),
-		pblock:  make([]fwFwSpan, directions*portBlocks),
+		pwide:   make([]uint32, portTrees<<(16-portWideShift)),
+		pnarrow: make([]uint8, portTrees<<16),
+		pblock:  make([]fwFwSpan, portTrees*portBlocks),
 		cands:   make([]fwFwRule, 0, len(rs.Rules)+16),
 	}
 	c.set.Nrules = uint32(len(rs.Rules))
@@ -107,7 +110,7 @@ func compile(rs *RuleSet) *compiled {
 		last[k] = id
 	}
 	prefixes := [directions]map[netip.Prefix][]uint32{{}, {}}
-	var ports [directions][]portRule
+	var ports [portTrees][]portRule
 	var wild [2 * wildPerFamily][]uint32
 	for i, r := range rs.Rules {
 		id := uint32(i + 1)
@@ -117,9 +120,11 @@ func compile(rs *RuleSet) *compiled {
 		case anchorDst:
 			prefixes[1][r.Dst.Prefix] = append(prefixes[1][r.Dst.Prefix], id)
 		case anchorSPort:
-			ports[0] = append(ports[0], portRule{r.SPort, id})
+			t := portTree(0, r.Proto)
+			ports[t] = append(ports[t], portRule{r.SPort, id})
 		case anchorDPort:
-			ports[1] = append(ports[1], portRule{r.DPort, id})
+			t := portTree(1, r.Proto)
+			ports[t] = append(ports[t], portRule{r.DPort, id})
 		case anchorNone:
 			for f, fam := range []uint8{4, 6} {
 				if r.Family() != 0 && r.Family() != fam {
@@ -138,7 +143,9 @@ func compile(rs *RuleSet) *compiled {
 	}
 	for d := range directions {
 		c.prefixIndex(d, prefixes[d])
-		c.portIndex(d, ports[d])
+	}
+	for t := range portTrees {
+		c.portIndex(t, ports[t])
 	}
 	return c
 }
@@ -395,14 +402,23 @@ type portRule struct {
 	id    uint32
 }
 
-// portIndex stores each port range on the aligned blocks that tile it
-// (at most 32), and marks for each port the levels of its blocks that hold
-// rules.
-func (c *compiled) portIndex(dir int, rules []portRule) {
+// portTree is the port tree of a direction (0 source, 1 destination) and
+// protocol (a rule with ports is TCP or UDP), as bpf/fw/fw.c port_tree.
+func portTree(dir int, p Proto) int {
+	if p == 17 {
+		return dir | 2
+	}
+	return dir
+}
+
+// portIndex stores each port range of one tree on the aligned blocks that
+// tile it (at most 32), and marks for each port the levels of its blocks
+// that hold rules.
+func (c *compiled) portIndex(tree int, rules []portRule) {
 	if len(rules) == 0 {
 		return
 	}
-	c.set.Flags |= [2]uint32{setSPort, setDPort}[dir]
+	c.set.Flags |= [2]uint32{setSPort, setDPort}[tree&1]
 	blocks := map[uint32][]uint32{}
 	for _, r := range rules {
 		for lo, hi := int(r.ports.Lo), int(r.ports.Hi); lo <= hi; {
@@ -425,18 +441,18 @@ func (c *compiled) portIndex(dir int, rules []portRule) {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	for _, b := range keys {
-		c.pblock[dir*portBlocks+int(b)] = c.addSpan(blocks[b])
+		c.pblock[tree*portBlocks+int(b)] = c.addSpan(blocks[b])
 		level := bits.Len32(b) - 1
 		width := 1 << (16 - level)
 		first := int(b-1<<level) * width
 		if level < portWideLevels {
 			for p := first >> portWideShift; p < (first+width)>>portWideShift; p++ {
-				c.pwide[dir<<(16-portWideShift)|p] |= 1 << level
+				c.pwide[tree<<(16-portWideShift)|p] |= 1 << level
 			}
 			continue
 		}
 		for p := first; p < first+width; p++ {
-			c.pnarrow[dir<<16|p] |= 1 << (level - portWideLevels)
+			c.pnarrow[tree<<16|p] |= 1 << (level - portWideLevels)
 		}
 	}
 }

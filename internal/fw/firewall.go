@@ -1,7 +1,6 @@
 package fw
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -35,9 +34,9 @@ func PinDir(name string) string { return filepath.Join(PinRoot, name) }
 type LoadOptions struct {
 	// PinPath, if set, pins the maps there or reuses those pinned there.
 	PinPath string
-	// MaxFlows is how many flows the flow cache holds per CPU (default
-	// 131072), rounded up to a power of two. Ignored when the maps are
-	// reused from pins.
+	// MaxFlows is how many flows the flow table holds per CPU (default
+	// DefaultMaxFlows), rounded up to a power of two. Ignored when the
+	// maps are reused from pins.
 	MaxFlows uint32
 }
 
@@ -65,8 +64,8 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, err
 	}
 	sets := flowSets(opts.MaxFlows)
-	spec.Maps["fw_flows4"].MaxEntries = sets * uint32(ncpu)
-	spec.Maps["fw_flows6"].MaxEntries = sets * uint32(ncpu)
+	spec.Maps["fw_flows"].MaxEntries = sets * uint32(ncpu)
+	spec.Maps["fw_tags"].MaxEntries = sets * uint32(ncpu)
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
@@ -84,7 +83,7 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, fmt.Errorf("load the firewall program: %w", err)
 	}
 	// The data path finds a flow's set with this mask.
-	mask := f.objs.FwFlows4.MaxEntries()/uint32(ncpu) - 1
+	mask := f.objs.FwFlows.MaxEntries()/uint32(ncpu) - 1
 	if err := f.updateConfig(func(c *fwFwConfig) { c.FlowMask = mask }); err != nil {
 		f.Close()
 		return nil, err
@@ -92,10 +91,10 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	return f, nil
 }
 
-// sizeFromPins gives the flow caches the size of those pinned in dir, if
-// any: their size was chosen when the instance was created.
+// sizeFromPins gives the flow table the size of the one pinned in dir, if
+// any: its size was chosen when the instance was created.
 func sizeFromPins(spec *ebpf.CollectionSpec, dir string) error {
-	for _, name := range []string{"fw_flows4", "fw_flows6"} {
+	for _, name := range []string{"fw_flows", "fw_tags"} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -118,8 +117,10 @@ func flowSets(n uint32) uint32 {
 	return min(sets, 1<<24)
 }
 
-// DefaultMaxFlows is the flow cache's size per CPU and family.
-const DefaultMaxFlows = 131072
+// DefaultMaxFlows is the flow table's size per CPU: the flows that come
+// back, for fw top and the per-flow counters. Every packet reads its set's
+// tags, 8 bytes per flow, so the default keeps them in cache.
+const DefaultMaxFlows = 32768
 
 func pinAll(spec *ebpf.CollectionSpec) {
 	for _, m := range spec.Maps {
@@ -241,7 +242,8 @@ func (f *Firewall) install(c *compiled, rl *RateLimit) error {
 		return err
 	}
 	n := uint32(len(c.rules) - 1)
-	return f.activate(gen, fwFwOverlay{Base: base, Stats: stats, NextId: n + 1, Nbase: n}, nil, make([]uint64, deadWords))
+	ov = fwFwOverlay{Base: base, Stats: stats, NextId: n + 1, Nbase: n, DefaultAction: uint32(c.set.DefaultAction)}
+	return f.activate(gen, ov, nil, make([]uint64, deadWords))
 }
 
 // Sizes of the overlays (bpf/fw/fw_shared.h).
@@ -696,13 +698,6 @@ func (fl Flow) key() fwFwFlowKey {
 func as16(a netip.Addr) []byte {
 	b := a.As16()
 	return b[:]
-}
-
-func flowFromKey4(k fwFwFlow4Key) Flow {
-	var s, d [4]byte
-	binary.LittleEndian.PutUint32(s[:], k.Src)
-	binary.LittleEndian.PutUint32(d[:], k.Dst)
-	return Flow{Src: netip.AddrFrom4(s), Dst: netip.AddrFrom4(d), Proto: Proto(k.Proto), SPort: k.Sport, DPort: k.Dport, Fragment: k.Noports != 0}
 }
 
 func flowFromKey(k fwFwFlowKey) Flow {

@@ -125,8 +125,10 @@ type FlowStats struct {
 	Current bool `json:"current"`
 }
 
-// Flows reads the flow caches of every CPU. A flow seen on several CPUs is
-// one entry: its counters summed, its verdict the latest.
+// Flows reads the flow tables of every CPU: the flows that came back (a
+// flow takes a way at its second packet and counts from there). A flow
+// seen on several CPUs is one entry: its counters summed, its verdict the
+// latest.
 func (f *Firewall) Flows() ([]FlowStats, error) {
 	ord, err := f.order()
 	if err != nil {
@@ -170,20 +172,11 @@ func (f *Firewall) Flows() ([]FlowStats, error) {
 			o.LastSeen, o.Rule, o.Action, o.Current = s.LastSeen, s.Rule, s.Action, s.Current
 		}
 	}
-	sets4, err := readArray[fwFwFlow4Set](f.objs.FwFlows4, int(f.objs.FwFlows4.MaxEntries()))
+	sets, err := readArray[fwFwFlowSet](f.objs.FwFlows, int(f.objs.FwFlows.MaxEntries()))
 	if err != nil {
-		return nil, fmt.Errorf("read the IPv4 flow cache: %w", err)
+		return nil, fmt.Errorf("read the flow table: %w", err)
 	}
-	for _, set := range sets4 {
-		for _, w := range set.Way {
-			add(flowFromKey4(w.Key), w.F)
-		}
-	}
-	sets6, err := readArray[fwFwFlow6Set](f.objs.FwFlows6, int(f.objs.FwFlows6.MaxEntries()))
-	if err != nil {
-		return nil, fmt.Errorf("read the IPv6 flow cache: %w", err)
-	}
-	for _, set := range sets6 {
+	for _, set := range sets {
 		for _, w := range set.Way {
 			add(flowFromKey(w.Key), w.F)
 		}
