@@ -1,0 +1,134 @@
+package tra
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionlab"
+)
+
+// Scitra-TUN (scion-cpp's SCION-IP translator, the other implementation of
+// the current SM-IP format) is built by scripts/scitra-build.sh into a
+// Debian 13 root: it needs C++23 that Debian 12's GCC lacks. The test runs
+// it there, in the end host's namespace.
+const scitraBin = "/opt/scion-cpp/build/scitra/scitra-tun"
+
+func scitraRoot() string {
+	if r := os.Getenv("FASTPATH_SCITRA_ROOT"); r != "" {
+		return r
+	}
+	return "/var/lib/fastpath-scitra/root"
+}
+
+// TestScitraInterop: a host behind Scitra-TUN in one leaf AS and a host
+// behind fastpath's translator in the other talk by their SM-IP addresses:
+// ping6 and UDP both ways.
+func TestScitraInterop(t *testing.T) {
+	root := scitraRoot()
+	if _, err := os.Stat(filepath.Join(root, scitraBin)); err != nil {
+		t.Skipf("no Scitra-TUN in %s (build it with scripts/scitra-build.sh): %v", root, err)
+	}
+	_, as := labNetwork(t)
+	sa, b := as[1], translate(t, as[2], hostOptions{})
+	smip, err := FromSCION(sa.IA, sa.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &host{as: sa, ns: sa.HostNetns, smip: smip, name: "scitra"}
+
+	// The lab's hosts have IPv6 off on new devices (router solicitations
+	// would skew counts); Scitra-TUN's device needs it for its address.
+	const v6 = "/proc/sys/net/ipv6/conf/default/disable_ipv6"
+	if err := netns.Run(sa.HostNetns, func() error { return os.WriteFile(v6, []byte("0"), 0o644) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		netns.Run(sa.HostNetns, func() error { return os.WriteFile(v6, []byte("1"), 0o644) })
+	})
+	var log bytes.Buffer
+	cmd := exec.Command("chroot", root, scitraBin, scionlab.HostDev, sa.Host.String(),
+		"-d", sa.Daemon().String(), "-n", "scitra", "-l", "info")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := netns.Run(sa.HostNetns, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("scitra-tun:\n%s", log.String())
+		}
+	})
+	// Scitra-TUN gives its device the host's SM-IP address when it is
+	// ready.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _ := a.command(t, "ip", "-6", "addr", "show", "dev", "scitra")
+		if strings.Contains(out, smip.String()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scitra-tun did not put %s on its device:\n%s\n%s", smip, out, log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	t.Run("ping6 from scitra to fastpath", func(t *testing.T) {
+		out, err := a.command(t, "ping", "-6", "-c", "5", "-i", "0.2", "-W", "3", b.smip.String())
+		if got := received(t, out); got < 4 || err != nil && got == 0 {
+			t.Fatalf("%d of 5 echo replies (%v):\n%s", got, err, out)
+		}
+	})
+	t.Run("ping6 from fastpath to scitra", func(t *testing.T) {
+		out, err := b.command(t, "ping", "-6", "-c", "5", "-i", "0.2", "-W", "3", a.smip.String())
+		if got := received(t, out); got < 4 || err != nil && got == 0 {
+			t.Fatalf("%d of 5 echo replies (%v):\n%s", got, err, out)
+		}
+	})
+	udp := func(t *testing.T, from, to *host, port int) {
+		srv := to.udpListen(t, port)
+		go echo(srv)
+		var cli *net.UDPConn
+		if err := netns.Run(from.ns, func() error {
+			var err error
+			cli, err = net.DialUDP("udp6", nil, &net.UDPAddr{IP: to.smip.AsSlice(), Port: port})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		buf := make([]byte, 2048)
+		for i := range 20 {
+			msg := []byte(fmt.Sprintf("datagram %d from %s", i, from.smip))
+			var err error
+			// The first may wait for a path: sent again on a timeout.
+			for try := 0; try < 5; try++ {
+				if _, err = cli.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+				cli.SetReadDeadline(time.Now().Add(2 * time.Second))
+				var n int
+				if n, err = cli.Read(buf); err == nil {
+					if !bytes.Equal(buf[:n], msg) {
+						t.Fatalf("echo %q, want %q", buf[:n], msg)
+					}
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("datagram %d: no echo from %s: %v", i, to.smip, err)
+			}
+		}
+	}
+	t.Run("udp from scitra to fastpath", func(t *testing.T) { udp(t, a, b, 31600) })
+	t.Run("udp from fastpath to scitra", func(t *testing.T) { udp(t, b, a, 31601) })
+}
