@@ -8,7 +8,8 @@
 #   scripts/scitra-build.sh [ROOT]        # default /var/lib/fastpath-scitra/root
 #
 # SCION_CPP_SRC=DIR copies a checkout (with submodules) instead of cloning
-# github.com/lschulz/scion-cpp at SCION_CPP_COMMIT. Remove ROOT to undo.
+# github.com/lschulz/scion-cpp at SCION_CPP_COMMIT, and applies
+# scitra-scmp-checksum.patch. Remove ROOT to undo.
 set -euo pipefail
 ROOT=${1:-${FASTPATH_SCITRA_ROOT:-/var/lib/fastpath-scitra/root}}
 COMMIT=${SCION_CPP_COMMIT:-2393667deb061a10565721464bd4d053096ca980} # the SM-IP format of 2026-08
@@ -22,7 +23,9 @@ fi
 # Scitra-TUN makes a TUN device: the node, without mounting the host's /dev.
 mkdir -p "$ROOT/dev/net"
 [ -e "$ROOT/dev/net/tun" ] || mknod -m 666 "$ROOT/dev/net/tun" c 10 200
-in_root() { chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive bash -c "$1"; }
+# In a mount namespace of its own with /proc mounted (protoc finds its
+# include directory by /proc/self/exe), gone with the command.
+in_root() { unshare --mount --propagation private bash -c 'mount -t proc proc "$0/proc" && chroot "$0" env DEBIAN_FRONTEND=noninteractive bash -c "$1"' "$ROOT" "$1"; }
 in_root 'apt-get update -qq && apt-get install -y -qq --no-install-recommends g++ cmake ninja-build pkg-config git ca-certificates \
 	libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libboost-dev libboost-json-dev libncurses-dev libsystemd-dev libmnl-dev iproute2'
 
@@ -35,5 +38,11 @@ if [ ! -d "$SRC" ]; then
 		in_root "git clone https://github.com/lschulz/scion-cpp /opt/scion-cpp && cd /opt/scion-cpp && git checkout $COMMIT && git submodule update --init --recursive"
 	fi
 fi
+# One fix on top: Scitra-TUN's ICMPv6-to-SCMP step left the previous
+# packet's checksum in the field it sums over, so every SCMP message after a
+# translator thread's first (ping replies and requests) had a bad checksum.
+PATCH=scitra-scmp-checksum.patch
+cp "$(dirname "$0")/$PATCH" "$SRC/$PATCH"
+in_root "cd /opt/scion-cpp && if git apply --check $PATCH 2>/dev/null; then git apply $PATCH; fi && git apply --reverse --check $PATCH"
 in_root 'cd /opt/scion-cpp && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPDLOG_USE_STD_FORMAT=ON >/dev/null && ninja -C build scitra-tun scion2ip'
 echo "Scitra-TUN: $ROOT/opt/scion-cpp/build/scitra/scitra-tun"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/vishvananda/netlink"
 )
 
 // Scitra-TUN (scion-cpp's SCION-IP translator, the other implementation of
@@ -31,7 +33,7 @@ func scitraRoot() string {
 
 // TestScitraInterop: a host behind Scitra-TUN in one leaf AS and a host
 // behind fastpath's translator in the other talk by their SM-IP addresses:
-// UDP both ways, and ping6 from fastpath's host.
+// UDP and ping6 both ways.
 func TestScitraInterop(t *testing.T) {
 	root := scitraRoot()
 	if _, err := os.Stat(filepath.Join(root, scitraBin)); err != nil {
@@ -39,7 +41,14 @@ func TestScitraInterop(t *testing.T) {
 	}
 	_, as := labNetwork(t)
 	sa, b := as[1], translate(t, as[2], hostOptions{})
-	smip, err := FromSCION(sa.IA, sa.Host)
+	// Scitra-TUN takes SCMP (echo requests, and replies whose identifier
+	// lies outside dispatched_ports) by binding UDP port 30041 of its
+	// address (--scmp). On the host's own address the lab's dispatcher shim
+	// holds that port, so Scitra-TUN gets a second address of the host's
+	// subnet: a SCION host of its own, as on a machine without the shim.
+	scitraIP := sa.Host.Next()
+	addHostAddr(t, sa.HostNetns, scitraIP, sa.Subnet.Bits())
+	smip, err := FromSCION(sa.IA, scitraIP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +70,8 @@ func TestScitraInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	cmd := exec.Command("chroot", root, scitraBin, scionlab.HostDev, sa.Host.String(),
-		"-d", sa.Daemon().String(), "-n", "scitra", "-l", "info", "-p", "31601")
+	cmd := exec.Command("chroot", root, scitraBin, scionlab.HostDev, scitraIP.String(),
+		"-d", sa.Daemon().String(), "-n", "scitra", "-l", "info", "-p", "31601", "--scmp")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := netns.Run(sa.HostNetns, cmd.Start); err != nil {
 		t.Fatal(err)
@@ -88,15 +97,14 @@ func TestScitraInterop(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	// Not checked: ping6 from the Scitra-TUN host. Its SCMP replies come to
-	// port 30041, which the lab host's dispatcher shim holds; Scitra-TUN
-	// takes SCMP only by binding that port itself (--scmp).
-	t.Run("ping6 from fastpath to scitra", func(t *testing.T) {
-		out, err := b.command(t, "ping", "-6", "-c", "5", "-i", "0.2", "-W", "3", a.smip.String())
+	ping := func(t *testing.T, from, to *host) {
+		out, err := from.command(t, "ping", "-6", "-c", "5", "-i", "0.2", "-W", "3", to.smip.String())
 		if got := received(t, out); got < 4 || err != nil && got == 0 {
 			t.Fatalf("%d of 5 echo replies (%v):\n%s", got, err, out)
 		}
-	})
+	}
+	t.Run("ping6 from fastpath to scitra", func(t *testing.T) { ping(t, b, a) })
+	t.Run("ping6 from scitra to fastpath", func(t *testing.T) { ping(t, a, b) })
 	udp := func(t *testing.T, from, to *host, port int) {
 		srv := to.udpListen(t, port)
 		go echo(srv)
@@ -134,4 +142,24 @@ func TestScitraInterop(t *testing.T) {
 	}
 	t.Run("udp from scitra to fastpath", func(t *testing.T) { udp(t, a, b, 31600) })
 	t.Run("udp from fastpath to scitra", func(t *testing.T) { udp(t, b, a, 31601) })
+}
+
+// addHostAddr gives the host's device one more address, removed when the
+// test ends.
+func addHostAddr(t *testing.T, ns string, ip netip.Addr, bits int) {
+	t.Helper()
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	l, err := h.LinkByName(scionlab.HostDev)
+	if err != nil {
+		t.Fatalf("%s in %s: %v", scionlab.HostDev, ns, err)
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(bits, 32)}}
+	if err := h.AddrAdd(l, a); err != nil {
+		t.Fatalf("address %s on %s/%s: %v", ip, ns, scionlab.HostDev, err)
+	}
+	t.Cleanup(func() { h.AddrDel(l, a) })
 }
