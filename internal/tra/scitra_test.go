@@ -19,9 +19,11 @@ import (
 )
 
 // Scitra-TUN (scion-cpp's SCION-IP translator, the other implementation of
-// the current SM-IP format) is built by scripts/scitra-build.sh into a
-// Debian 13 root: it needs C++23 that Debian 12's GCC lacks. The test runs
-// it there, in the end host's namespace.
+// the current SM-IP format) is not part of this repository and is built
+// outside it: it needs C++23 that Debian 12's GCC lacks, so it lives in a
+// root directory of a newer Debian (FASTPATH_SCITRA_ROOT) with its build at
+// scitraBin. The test runs it there, chrooted, in the end host's namespace,
+// and skips where no such build exists.
 const scitraBin = "/opt/scion-cpp/build/scitra/scitra-tun"
 
 func scitraRoot() string {
@@ -37,7 +39,7 @@ func scitraRoot() string {
 func TestScitraInterop(t *testing.T) {
 	root := scitraRoot()
 	if _, err := os.Stat(filepath.Join(root, scitraBin)); err != nil {
-		t.Skipf("no Scitra-TUN in %s (build it with scripts/scitra-build.sh): %v", root, err)
+		t.Skipf("no Scitra-TUN build in %s (set FASTPATH_SCITRA_ROOT to a root holding %s): %v", root, scitraBin, err)
 	}
 	_, as := labNetwork(t)
 	sa, b := as[1], translate(t, as[2], hostOptions{})
