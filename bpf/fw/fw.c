@@ -472,9 +472,11 @@ struct scan {
 	__u32 action;
 	/* The anchor prefix node whose rules are next (scan_nodes). */
 	__u32 node;
-	/* The port and its levels still to scan (scan_port). */
+	/* The port and its levels still to scan, and the lowest prio of each
+	 * level of its tree (scan_port). */
 	__u32 port;
 	__u32 levels;
+	const __u32 *first;
 };
 
 /* Candidates checked per bpf_loop iteration: the callback is an indirect
@@ -554,7 +556,7 @@ static long scan_node(__u64 i, void *data)
 	void *nodes = slot_map(&fw_node_slots, s->slot);
 	struct fw_node *n = nodes ? bpf_map_lookup_elem(nodes, &s->node) : NULL;
 
-	if (!n)
+	if (!n || n->first >= s->best)
 		return 1;
 	scan_span(s, &n->span);
 	s->node = n->parent;
@@ -596,8 +598,10 @@ static long scan_level(__u64 i, void *data)
 	__u32 key;
 
 	s->levels ^= low;
-	if (l >= FW_PORT_LEVELS)
+	if (l >= FW_PORT_LEVELS || !s->first)
 		return 1;
+	if (s->first[l] >= s->best)
+		return !s->levels;
 	pblocks = slot_map(&fw_pblock_slots, s->slot);
 	if (!pblocks)
 		return 1;
@@ -615,17 +619,22 @@ static __always_inline __u32 port_tree(__u32 dir, __u8 proto)
 }
 
 /* The rules anchored on a port: one block per level that holds rules. */
-static __always_inline void scan_port(struct scan *s, void *pwide, void *pnarrow, __u32 tree, __u32 port)
+static __always_inline void scan_port(struct scan *s, const struct fw_set *set, void *pwide, void *pnarrow, __u32 tree,
+				      __u32 port)
 {
 	__u32 key = tree << (16 - FW_PORT_WIDE_SHIFT) | port >> FW_PORT_WIDE_SHIFT;
-	__u32 *w = bpf_map_lookup_elem(pwide, &key);
+	__u32 *w;
 	__u8 *n;
 
+	if (tree >= FW_PORT_TREES || set->port_tree_first[tree] >= s->best)
+		return;
+	w = bpf_map_lookup_elem(pwide, &key);
 	key = tree << 16 | port;
 	n = bpf_map_lookup_elem(pnarrow, &key);
 	if (!w || !n || !(*w | *n))
 		return;
 	s->levels = *w | (__u32)*n << FW_PORT_WIDE_LEVELS;
+	s->first = set->port_first[tree];
 	s->port = key;
 	bpf_loop(popcount32(s->levels), scan_level, s, 0);
 }
@@ -750,9 +759,9 @@ static __attribute__((noinline)) __u32 classify(const struct fw_flow_key *k, con
 
 		if (pwide && pnarrow) {
 			if (set->flags & FW_SET_SPORT)
-				scan_port(&s, pwide, pnarrow, port_tree(0, k->proto), k->sport);
+				scan_port(&s, set, pwide, pnarrow, port_tree(0, k->proto), k->sport);
 			if (set->flags & FW_SET_DPORT)
-				scan_port(&s, pwide, pnarrow, port_tree(1, k->proto), k->dport);
+				scan_port(&s, set, pwide, pnarrow, port_tree(1, k->proto), k->dport);
 		}
 	}
 

@@ -155,11 +155,13 @@ struct fw_ivl6 {
 	__u32 pad;
 };
 
-/* Node 0 is "no anchor prefix". */
+/* Node 0 is "no anchor prefix". first is the lowest prio of the node's
+ * rules and its parents': a walk stops at a node that cannot beat the best
+ * match so far, without reading its rules. */
 struct fw_node {
 	struct fw_span span;
 	__u32 parent;
-	__u32 pad;
+	__u32 first;
 };
 
 /* Ports: a segment tree over 0-65535. A range is stored on the at most 32
@@ -229,6 +231,13 @@ struct fw_set {
 	 * lookup. */
 	__u32 flags;
 	__u32 pad2;
+	/* The lowest prio of the rules on each port tree's level: a packet
+	 * skips a level whose rules cannot beat the best match found so far.
+	 * Under a flood a protocol-only rule has mostly matched by then, and
+	 * the level's block and candidates would be two cache misses. */
+	__u32 port_first[FW_PORT_TREES][FW_PORT_LEVELS];
+	/* ... and of each tree: under a flood most packets skip both. */
+	__u32 port_tree_first[FW_PORT_TREES];
 };
 
 enum fw_set_flag {

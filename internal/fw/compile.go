@@ -90,6 +90,12 @@ func compile(rs *RuleSet) *compiled {
 		pblock:  make([]fwFwSpan, portTrees*portBlocks),
 		cands:   make([]fwFwRule, 0, len(rs.Rules)+16),
 	}
+	for t := range c.set.PortFirst {
+		c.set.PortTreeFirst[t] = math.MaxUint32
+		for l := range c.set.PortFirst[t] {
+			c.set.PortFirst[t][l] = math.MaxUint32
+		}
+	}
 	c.set.Nrules = uint32(len(rs.Rules))
 	c.set.DefaultAction = uint8(rs.Default)
 	for i, r := range rs.Rules {
@@ -335,7 +341,11 @@ func (c *compiled) prefixIndex(dir int, by map[netip.Prefix][]uint32) {
 				parent = stack[len(stack)-1].node
 			}
 			id := uint32(len(c.nodes))
-			c.nodes = append(c.nodes, fwFwNode{Span: c.addSpan(by[p]), Parent: parent})
+			first := c.rules[by[p][0]].Prio // ids ascend
+			if parent != 0 {
+				first = min(first, c.nodes[parent].First)
+			}
+			c.nodes = append(c.nodes, fwFwNode{Span: c.addSpan(by[p]), Parent: parent, First: first})
 			stack = append(stack, open{id, lastAddr(p)})
 		}
 		for len(stack) > 0 {
@@ -443,6 +453,9 @@ func (c *compiled) portIndex(tree int, rules []portRule) {
 	for _, b := range keys {
 		c.pblock[tree*portBlocks+int(b)] = c.addSpan(blocks[b])
 		level := bits.Len32(b) - 1
+		// Spans ascend: the first rule is the block's lowest prio.
+		c.set.PortFirst[tree][level] = min(c.set.PortFirst[tree][level], c.rules[blocks[b][0]].Prio)
+		c.set.PortTreeFirst[tree] = min(c.set.PortTreeFirst[tree], c.set.PortFirst[tree][level])
 		width := 1 << (16 - level)
 		first := int(b-1<<level) * width
 		if level < portWideLevels {
