@@ -143,6 +143,16 @@ struct fw_range {
 /* A /16 that one interval covers gives its node at once: no search. */
 #define FW_RANGE_NODE 0xffffffffU
 
+/* The IPv4 intervals of one direction's /16 (as fw_range), and the lowest
+ * prio of the rules any of them can lead to (their nodes' first): an
+ * address whose /16 cannot beat the best match so far is not searched. */
+struct fw_idx4 {
+	__u32 lo;
+	__u32 hi;
+	__u32 first;
+	__u32 pad;
+};
+
 struct fw_ivl4 {
 	__u32 start; /* host byte order */
 	__u32 node;
@@ -168,15 +178,34 @@ struct fw_node {
  * aligned blocks that tile it; a port lies in one block per level 0-16
  * (block (1 << l) + (port >> (16 - l))), and masks say which of its 17
  * blocks hold rules: levels 0-10 (blocks of 64 ports or more) per
- * port >> FW_PORT_WIDE_SHIFT, levels 11-16 per port, so that the masks of
- * a flood's random ports stay in cache (8 KiB and 128 KiB). Memory is
- * linear in the rules whatever their nesting. */
+ * port >> FW_PORT_WIDE_SHIFT (struct fw_pwide), levels 11-16 per port.
+ * Memory is linear in the rules whatever their nesting. */
 #define FW_PORT_LEVELS 17
 #define FW_PORT_BLOCKS (1 << FW_PORT_LEVELS)
 #define FW_PORT_WIDE_LEVELS 11
 #define FW_PORT_WIDE_SHIFT (16 - FW_PORT_WIDE_LEVELS + 1)
 /* Port trees: source and destination port, of TCP, then of UDP. */
 #define FW_PORT_TREES 4
+
+/* The levels of 64 ports (port >> FW_PORT_WIDE_SHIFT) in one read: the
+ * levels 0-10 that hold rules, and a bit per port that has rules on levels
+ * 11-16. The per-port masks are 256 KiB, and a read of a random place in
+ * them costs a cache and TLB miss, some 100 ns here: most ports have no
+ * narrow blocks, and this says so from 64 KiB. */
+struct fw_pwide {
+	__u32 levels;
+	__u32 pad;
+	__u64 narrow;
+};
+
+/* Per IPv4 /16 and direction, a nibble (16 to a word): 0 when no anchor
+ * prefix covers part of the /16, else a class q whose floor
+ * FW_CLS4_FLOOR(q) is at most the lowest prio the /16's addresses can lead
+ * to (fw_idx4.first). 64 KiB that stay in cache: a flood's random
+ * addresses mostly stop here, where the /16's own index is 2 MiB and a
+ * cache miss. */
+#define FW_CLS4_FLOOR(q) ((q) < 2 ? 0 : 1U << ((q) + 14))
+#define FW_CLS4_MAX 15
 
 /* Rules anchored on no field, by family and protocol: index
  * (family == 6) * FW_WILD_PER_FAMILY + proto, and + 256 for the rules of any

@@ -60,14 +60,14 @@ type compiled struct {
 	set     fwFwSet
 	rules   []fwFwRule // by id; index 0 is the default policy's slot
 	cands   []fwFwRule
-	any4    []uint64    // per direction, a bit per IPv4 /16 with an anchor
-	idx4    []fwFwRange // per direction and top 16 bits of an IPv4 address
+	cls4    []uint64   // per direction, a nibble per IPv4 /16: its class (cls4Class)
+	idx4    []fwFwIdx4 // per direction and top 16 bits of an IPv4 address
 	ivl4    []fwFwIvl4
 	ivl6    []fwFwIvl6
 	nodes   []fwFwNode // 0 is "no anchor prefix"
 	wild    []fwFwSpan
-	pwide   []uint32 // levels 0-10 per port >> portWideShift
-	pnarrow []uint8  // levels 11-16 per port
+	pwide   []fwFwPwide // levels 0-10 per port >> portWideShift, and its ports with narrow levels
+	pnarrow []uint8     // levels 11-16 per port
 	pblock  []fwFwSpan
 	// longest is the longest span: the most rules one span makes a packet
 	// check.
@@ -81,11 +81,11 @@ type compiled struct {
 func compile(rs *RuleSet) *compiled {
 	c := &compiled{
 		rules:   make([]fwFwRule, len(rs.Rules)+1),
-		any4:    make([]uint64, directions*idx4PerDir/64),
-		idx4:    make([]fwFwRange, directions*idx4PerDir),
+		cls4:    make([]uint64, directions*idx4PerDir/16),
+		idx4:    make([]fwFwIdx4, directions*idx4PerDir),
 		nodes:   []fwFwNode{{}},
 		wild:    make([]fwFwSpan, 2*wildPerFamily),
-		pwide:   make([]uint32, portTrees<<(16-portWideShift)),
+		pwide:   make([]fwFwPwide, portTrees<<(16-portWideShift)),
 		pnarrow: make([]uint8, portTrees<<16),
 		pblock:  make([]fwFwSpan, portTrees*portBlocks),
 		cands:   make([]fwFwRule, 0, len(rs.Rules)+16),
@@ -396,15 +396,48 @@ func (c *compiled) index4(dir int, ivs []interval) {
 		if lo == hi {
 			// One interval: its node, without a search.
 			node := ivs[lo-base].node
-			c.idx4[dir*idx4PerDir+h] = fwFwRange{Lo: node, Hi: rangeNode}
 			if node != 0 {
-				c.any4[(dir*idx4PerDir+h)/64] |= 1 << (h % 64)
+				c.idx4[dir*idx4PerDir+h] = fwFwIdx4{Lo: node, Hi: rangeNode, First: c.nodes[node].First}
+				c.setClass4(dir, h, c.nodes[node].First)
 			}
 			continue
 		}
-		c.any4[(dir*idx4PerDir+h)/64] |= 1 << (h % 64)
-		c.idx4[dir*idx4PerDir+h] = fwFwRange{Lo: lo, Hi: hi}
+		// The lowest prio any of the /16's intervals leads to: a node's
+		// first covers its parents.
+		first := uint32(math.MaxUint32)
+		for _, iv := range c.ivl4[lo : hi+1] {
+			if iv.Node != 0 {
+				first = min(first, c.nodes[iv.Node].First)
+			}
+		}
+		c.setClass4(dir, h, first)
+		c.idx4[dir*idx4PerDir+h] = fwFwIdx4{Lo: lo, Hi: hi, First: first}
 	}
+}
+
+// cls4Class is the class of a /16 whose addresses lead to rules of prio
+// first and above: the largest class whose floor (FW_CLS4_FLOOR in
+// bpf/fw/fw_shared.h) is at most first. Class 0 is "no anchor".
+func cls4Class(first uint32) uint64 {
+	q := uint64(cls4Max)
+	for q > 1 && cls4Floor(q) > first {
+		q--
+	}
+	return q
+}
+
+func cls4Floor(q uint64) uint32 {
+	if q < 2 {
+		return 0
+	}
+	return 1 << (q + 14)
+}
+
+const cls4Max = 15
+
+func (c *compiled) setClass4(dir, h int, first uint32) {
+	i := dir*idx4PerDir + h
+	c.cls4[i/16] |= cls4Class(first) << (4 * (i % 16))
 }
 
 type portRule struct {
@@ -460,12 +493,13 @@ func (c *compiled) portIndex(tree int, rules []portRule) {
 		first := int(b-1<<level) * width
 		if level < portWideLevels {
 			for p := first >> portWideShift; p < (first+width)>>portWideShift; p++ {
-				c.pwide[tree<<(16-portWideShift)|p] |= 1 << level
+				c.pwide[tree<<(16-portWideShift)|p].Levels |= 1 << level
 			}
 			continue
 		}
 		for p := first; p < first+width; p++ {
 			c.pnarrow[tree<<16|p] |= 1 << (level - portWideLevels)
+			c.pwide[tree<<(16-portWideShift)|p>>portWideShift].Narrow |= 1 << (p % (1 << portWideShift))
 		}
 	}
 }

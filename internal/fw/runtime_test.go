@@ -40,7 +40,7 @@ func runtimeMaps(t testing.TB, c *compiled, gen uint32, ov fwFwOverlay) map[stri
 		"fw_gen":           {{Key: u32(0), Value: u32(gen)}},
 		"fw_overlays":      {{Key: u32(gen & 1), Value: raw(t, ov)}},
 		"fw_set_slots":     array(1, func(int) any { return c.set }),
-		"fw_any4_slots":    array(len(c.any4), func(i int) any { return c.any4[i] }),
+		"fw_cls4_slots":    array(len(c.cls4), func(i int) any { return c.cls4[i] }),
 		"fw_idx4_slots":    array(len(c.idx4), func(i int) any { return c.idx4[i] }),
 		"fw_ivl4_slots":    array(len(c.ivl4), func(i int) any { return c.ivl4[i] }),
 		"fw_ivl6_slots":    array(len(c.ivl6), func(i int) any { return c.ivl6[i] }),
