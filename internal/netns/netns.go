@@ -41,6 +41,9 @@ func Create(name string) error {
 	if Exists(name) {
 		return nil
 	}
+	if err := sharedRunDir(); err != nil {
+		return err
+	}
 	// NewNamed switches the calling thread into the new namespace, so run it on
 	// a thread of its own that switches back before it is released.
 	errc := make(chan error, 1)
@@ -68,6 +71,30 @@ func Create(name string) error {
 		errc <- nil
 	}()
 	return <-errc
+}
+
+// sharedRunDir makes Dir a shared mount of itself, as `ip netns add` does
+// before its first namespace. A namespace bind-mounted on Dir before that
+// is hidden under the self-mount that `ip netns add` makes later: on a
+// fresh machine, tests that made namespaces both ways at once left such a
+// namespace behind, its file impossible to remove (EBUSY) or enter.
+func sharedRunDir() error {
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", Dir, err)
+	}
+	if err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err == nil {
+		return nil
+	} else if !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("make %s a shared mount: %w", Dir, err)
+	}
+	// EINVAL: not a mount point yet.
+	if err := unix.Mount(Dir, Dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind-mount %s on itself: %w", Dir, err)
+	}
+	if err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", Dir, err)
+	}
+	return nil
 }
 
 // Delete removes a named namespace; a missing one is not an error. The
