@@ -900,13 +900,28 @@ static __always_inline int key_eq(const struct fw_flow_key *a, const struct fw_f
 	       a->dport == b->dport && a->proto == b->proto && a->noports == b->noports;
 }
 
-/* A flow seen once leaves its tag and length in its set's ring. */
-static __always_inline void flow_seen(struct fw_flow_tags *t, __u16 tag, __u32 len)
+/* A flow seen once leaves its tag in its set's queue. */
+static __always_inline void flow_seen(struct fw_flow_tags *t, __u16 tag)
 {
-	__u32 w = t->next & (FW_SEEN_SLOTS - 1);
+	t->seen = t->seen << 16 | tag;
+}
 
-	t->seen[w] = tag | (len > 0xffff ? 0xffff : len) << 16;
-	t->next = w + 1;
+/* Whether the set saw the tag once lately: a zero-halfword test of the
+ * queue xor the tag in each halfword. */
+static __always_inline int seen_once(const struct fw_flow_tags *t, __u16 tag)
+{
+	__u64 x = t->seen ^ (tag * 0x0001000100010001ULL);
+
+	return !!((x - 0x0001000100010001ULL) & ~x & 0x8000800080008000ULL);
+}
+
+/* A flow that takes a way leaves the queue. */
+static __always_inline void forget_seen(struct fw_flow_tags *t, __u16 tag)
+{
+#pragma unroll
+	for (int i = 0; i < FW_SEEN_SLOTS; i++)
+		if ((__u16)(t->seen >> 16 * i) == tag)
+			t->seen &= ~(0xffffULL << 16 * i);
 }
 
 /* Step 4a, for a packet whose tag its set holds: the flow's way in set idx
@@ -919,16 +934,12 @@ __attribute__((noinline)) int flow_track(const struct fw_flow_key *k, __u32 idx,
 	__u16 tag = h >> 16 | 1;
 	struct fw_flow_set *set;
 	struct fw_flow *f;
-	__u32 seen = 0;
 	__u64 now;
-	int w, s = -1;
+	int w, s;
 
 	if (!t || !k)
 		return -1;
-#pragma unroll
-	for (w = 0; w < FW_SEEN_SLOTS; w++)
-		if ((__u16)t->seen[w] == tag)
-			s = w;
+	s = seen_once(t, tag);
 	if (t->flow[0] == tag || t->flow[1] == tag || t->flow[2] == tag || t->flow[3] == tag) {
 		set = bpf_map_lookup_elem(&fw_flows, &idx);
 		if (!set)
@@ -938,15 +949,14 @@ __attribute__((noinline)) int flow_track(const struct fw_flow_key *k, __u32 idx,
 			if (t->flow[w] == tag && key_eq(&set->way[w].key, k))
 				return w;
 	}
-	if (s < 0) {
+	if (!s) {
 		/* A tracked flow's tag, but another flow. */
-		flow_seen(t, tag, len);
+		flow_seen(t, tag);
 		return -1;
 	}
 	/* Seen before (or a flow with the same tag was: a tag is no key, so
 	 * the first packet counted may be another's): it takes a way. */
-	seen = t->seen[s & (FW_SEEN_SLOTS - 1)];
-	t->seen[s & (FW_SEEN_SLOTS - 1)] = 0;
+	forget_seen(t, tag);
 	set = bpf_map_lookup_elem(&fw_flows, &idx);
 	if (!set)
 		return -1;
@@ -959,7 +969,7 @@ __attribute__((noinline)) int flow_track(const struct fw_flow_key *k, __u32 idx,
 	f = &set->way[w].f;
 	f->verdict = 0; /* no generation is 0 once a set is installed */
 	f->packets = 1;
-	f->bytes = seen >> 16;
+	f->bytes = len; /* the first packet's length is not kept: this one's */
 	f->first_ns = now;
 	return w;
 }
@@ -979,10 +989,8 @@ static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, 
 
 	if (!t)
 		return NULL;
-	if (t->flow[0] != tag && t->flow[1] != tag && t->flow[2] != tag && t->flow[3] != tag &&
-	    (__u16)t->seen[0] != tag && (__u16)t->seen[1] != tag && (__u16)t->seen[2] != tag &&
-	    (__u16)t->seen[3] != tag) {
-		flow_seen(t, tag, len);
+	if (t->flow[0] != tag && t->flow[1] != tag && t->flow[2] != tag && t->flow[3] != tag && !seen_once(t, tag)) {
+		flow_seen(t, tag);
 		return NULL;
 	}
 	w = flow_track(k, idx, h, len);

@@ -119,7 +119,7 @@ func flowSets(n uint32) uint32 {
 
 // DefaultMaxFlows is the flow table's size per CPU: the flows that come
 // back, for fw top and the per-flow counters. Every packet reads its set's
-// tags, 8 bytes per flow, so the default keeps them in cache.
+// tags, 4 bytes per flow, so the default keeps them in cache.
 const DefaultMaxFlows = 32768
 
 func pinAll(spec *ebpf.CollectionSpec) {

@@ -79,7 +79,7 @@ func TestFlowTableUnderFlood(t *testing.T) {
 			if fs, ok := m[fl]; ok {
 				held++
 				if want := uint64(len(packet(t, fl, 64))); fs.Packets != 3 || fs.Bytes != 3*want {
-					t.Fatalf("flow %s: %d packets, %d bytes; want 3 and %d (the first from its seen slot)", fl, fs.Packets, fs.Bytes, 3*want)
+					t.Fatalf("flow %s: %d packets, %d bytes; want 3 and %d (the first counted when it came back)", fl, fs.Packets, fs.Bytes, 3*want)
 				}
 			}
 		}
