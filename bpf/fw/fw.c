@@ -141,14 +141,6 @@ struct fw_sets {
 	__uint(value_size, sizeof(struct fw_set));
 };
 
-/* IPv4 interval ranges per top 16 bits: source at 0, destination at 65536. */
-struct fw_idx4s {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 << 16);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct fw_idx4));
-};
-
 /* The class of each IPv4 /16 and direction, a nibble each (FW_CLS4_FLOOR). */
 struct fw_cls4s {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -157,12 +149,13 @@ struct fw_cls4s {
 	__uint(value_size, sizeof(__u64));
 };
 
-struct fw_ivl4s {
+/* The IPv4 search trees of both directions (struct fw_snode4). */
+struct fw_snode4s {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__uint(map_flags, BPF_F_INNER_MAP);
 	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct fw_ivl4));
+	__uint(value_size, sizeof(struct fw_snode4));
 };
 
 struct fw_ivl6s {
@@ -237,9 +230,8 @@ struct fw_rules {
 struct {
 	struct fw_span span;
 	struct fw_range range;
-	struct fw_idx4 idx4;
 	struct fw_pwide pwide;
-	struct fw_ivl4 ivl4;
+	struct fw_snode4 snode4;
 	struct fw_ivl6 ivl6;
 	struct fw_node node;
 	struct fw_rule rule;
@@ -259,8 +251,7 @@ struct {
 
 FW_SLOT_MAP(fw_set_slots, fw_sets);
 FW_SLOT_MAP(fw_cls4_slots, fw_cls4s);
-FW_SLOT_MAP(fw_idx4_slots, fw_idx4s);
-FW_SLOT_MAP(fw_ivl4_slots, fw_ivl4s);
+FW_SLOT_MAP(fw_snode4_slots, fw_snode4s);
 FW_SLOT_MAP(fw_ivl6_slots, fw_ivl6s);
 FW_SLOT_MAP(fw_node_slots, fw_nodes);
 FW_SLOT_MAP(fw_wild_slots, fw_wilds);
@@ -698,26 +689,50 @@ static __always_inline void scan_port(struct scan *s, const struct fw_set *set, 
 		bpf_loop(popcount32(s->levels), scan_level, s, 0);
 }
 
-/* The IPv4 interval holding addr (host order): the last one of [lo, hi]
- * that starts at or below it; the first always does. */
-static __always_inline __u32 find_ivl4(void *ivl, const struct fw_range *r, __u32 addr)
+/* How many of a tree node's starts lie at or below addr: at least one,
+ * since a node is only reached through a start at or below addr (and the
+ * root's first start is 0). Branch-free, as levels_below. */
+static __always_inline __u32 snode_count(const struct fw_snode4 *sn, __u32 addr)
 {
-	__u32 lo = r->lo, hi = r->hi;
-	struct fw_ivl4 *e;
+	__u32 c = 0;
 
-	for (int i = 0; i < FW_SEARCH_STEPS && lo < hi; i++) {
-		__u32 mid = hi - (hi - lo) / 2;
+#pragma unroll
+	for (int i = 0; i < FW_SNODE_KEYS; i++) {
+		__u64 d = (__u64)addr - sn->key[i];
 
-		e = bpf_map_lookup_elem(ivl, &mid);
-		if (!e)
-			return 0;
-		if (e->start <= addr)
-			lo = mid;
-		else
-			hi = mid - 1;
+		asm volatile("" : "+r"(d));
+		c += 1 - (__u32)(d >> 63);
 	}
-	e = bpf_map_lookup_elem(ivl, &lo);
-	return e ? e->node : 0;
+	/* Unused keys are ~0: at or below only the last address. */
+	return c < sn->n ? c : sn->n;
+}
+
+/* The node of the IPv4 interval holding addr (host order): a walk down the
+ * direction's search tree, one tree node per level. */
+static __always_inline __u32 find_ivl4(void *tree, const struct fw_set *set, __u32 dir, __u32 addr)
+{
+	__u32 levels = set->stree4_levels[dir & 1], q = 0;
+
+	/* Unrolled, so that each level's base is a constant offset. */
+#pragma unroll
+	for (int j = FW_STREE_LEVELS - 1; j >= 0; j--) {
+		struct fw_snode4 *sn;
+		__u32 key, c;
+
+		if (j >= levels)
+			continue;
+		key = set->stree4_base[dir & 1][j] + q;
+		sn = bpf_map_lookup_elem(tree, &key);
+		if (!sn)
+			return 0;
+		c = snode_count(sn, addr);
+		if (!c || c > FW_SNODE_KEYS)
+			return 0;
+		if (!j)
+			return sn->node[c - 1];
+		q = q * FW_SNODE_KEYS + c - 1;
+	}
+	return 0;
 }
 
 static __always_inline __u32 find_ivl6(void *ivl, const struct fw_range *r, const __u32 *a)
@@ -742,13 +757,13 @@ static __always_inline __u32 find_ivl6(void *ivl, const struct fw_range *r, cons
 	return e ? e->node : 0;
 }
 
-/* An IPv4 address's node: at once when one interval covers its /16, none
- * when no rule it leads to can beat prio best. */
-static __always_inline __u32 find_node4(void *cls, void *idx, void *ivl, __u32 dir, __u32 addr, __u32 best)
+/* An IPv4 address's node, or none when its /16's class says that no rule
+ * it leads to can beat prio best. */
+static __always_inline __u32 find_node4(void *cls, void *tree, const struct fw_set *set, __u32 dir, __u32 addr,
+					__u32 best)
 {
 	__u32 key = dir << 12 | addr >> 20;
 	__u64 *w = bpf_map_lookup_elem(cls, &key);
-	struct fw_idx4 *r;
 	__u32 q;
 
 	if (!w)
@@ -756,13 +771,7 @@ static __always_inline __u32 find_node4(void *cls, void *idx, void *ivl, __u32 d
 	q = *w >> ((addr >> 14) & 0x3c) & 0xf;
 	if (!q || FW_CLS4_FLOOR(q) >= best)
 		return 0;
-	key = dir << 16 | addr >> 16;
-	r = bpf_map_lookup_elem(idx, &key);
-	if (!r || r->first >= best)
-		return 0;
-	if (r->hi == FW_RANGE_NODE)
-		return r->lo;
-	return find_ivl4(ivl, (const struct fw_range *)r, addr);
+	return find_ivl4(tree, set, dir, addr);
 }
 
 /* The new-flow path: the first rule that matches (lowest prio), from the
@@ -796,15 +805,14 @@ static __attribute__((noinline)) __u32 classify(const struct fw_flow_key *k, con
 
 	if (k->family == FW_FAMILY_IPV4) {
 		void *cls = slot_map(&fw_cls4_slots, slot);
-		void *idx = slot_map(&fw_idx4_slots, slot);
-		void *ivl = slot_map(&fw_ivl4_slots, slot);
+		void *tree = slot_map(&fw_snode4_slots, slot);
 
-		if (!cls || !idx || !ivl)
+		if (!cls || !tree)
 			return 0;
 		if (set->flags & FW_SET_SRC4)
-			scan_nodes(&s, find_node4(cls, idx, ivl, 0, bpf_ntohl(k->src[3]), s.best), FW_MAX_NEST4);
+			scan_nodes(&s, find_node4(cls, tree, set, 0, bpf_ntohl(k->src[3]), s.best), FW_MAX_NEST4);
 		if (set->flags & FW_SET_DST4)
-			scan_nodes(&s, find_node4(cls, idx, ivl, 1, bpf_ntohl(k->dst[3]), s.best), FW_MAX_NEST4);
+			scan_nodes(&s, find_node4(cls, tree, set, 1, bpf_ntohl(k->dst[3]), s.best), FW_MAX_NEST4);
 	} else {
 		void *ivl = slot_map(&fw_ivl6_slots, slot);
 

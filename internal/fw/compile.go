@@ -42,7 +42,7 @@ const (
 	wildAnyProtocol = 256
 	portWideLevels  = 11
 	portWideShift   = 16 - portWideLevels + 1
-	rangeNode       = math.MaxUint32 // fw_range.hi of a /16 one interval covers
+	snodeKeys       = 15 // FW_SNODE_KEYS
 )
 
 // Flags of fw_set (enum fw_set_flag): which indexes hold rules.
@@ -60,9 +60,8 @@ type compiled struct {
 	set     fwFwSet
 	rules   []fwFwRule // by id; index 0 is the default policy's slot
 	cands   []fwFwRule
-	cls4    []uint64   // per direction, a nibble per IPv4 /16: its class (cls4Class)
-	idx4    []fwFwIdx4 // per direction and top 16 bits of an IPv4 address
-	ivl4    []fwFwIvl4
+	cls4    []uint64     // per direction, a nibble per IPv4 /16: its class (cls4Class)
+	snode4  []fwFwSnode4 // both directions' IPv4 search trees
 	ivl6    []fwFwIvl6
 	nodes   []fwFwNode // 0 is "no anchor prefix"
 	wild    []fwFwSpan
@@ -82,7 +81,6 @@ func compile(rs *RuleSet) *compiled {
 	c := &compiled{
 		rules:   make([]fwFwRule, len(rs.Rules)+1),
 		cls4:    make([]uint64, directions*idx4PerDir/16),
-		idx4:    make([]fwFwIdx4, directions*idx4PerDir),
 		nodes:   []fwFwNode{{}},
 		wild:    make([]fwFwSpan, 2*wildPerFamily),
 		pwide:   make([]fwFwPwide, portTrees<<(16-portWideShift)),
@@ -372,46 +370,67 @@ func (c *compiled) prefixIndex(dir int, by map[netip.Prefix][]uint32) {
 	}
 }
 
-// index4 appends a direction's IPv4 intervals and, for each top 16 bits of
-// an address, the intervals that hold its addresses.
+// index4 builds a direction's IPv4 search tree over its intervals and the
+// class of each /16.
 func (c *compiled) index4(dir int, ivs []interval) {
 	for len(ivs) > 1 && ivs[len(ivs)-1].start.lo > math.MaxUint32 {
 		ivs = ivs[:len(ivs)-1] // past the last IPv4 address
 	}
-	base := uint32(len(c.ivl4))
-	for _, iv := range ivs {
-		c.ivl4 = append(c.ivl4, fwFwIvl4{Start: uint32(iv.start.lo), Node: iv.node})
-	}
-	// holding returns the last interval that starts at or below a.
+	// Each /16's class: from the least first of the nodes its intervals
+	// lead to (a node's first covers its parents). The intervals holding
+	// its addresses run from the last that starts at or below its first
+	// address; a sweep, so linear in the intervals.
 	i := 0
-	holding := func(a uint64) uint32 {
-		for i+1 < len(ivs) && ivs[i+1].start.lo <= a {
+	for h := range idx4PerDir {
+		lo := uint64(h) << 16
+		for i+1 < len(ivs) && ivs[i+1].start.lo <= lo {
 			i++
 		}
-		return base + uint32(i)
-	}
-	for h := range idx4PerDir {
-		lo := holding(uint64(h) << 16)
-		hi := holding(uint64(h)<<16 | 0xffff)
-		if lo == hi {
-			// One interval: its node, without a search.
-			node := ivs[lo-base].node
-			if node != 0 {
-				c.idx4[dir*idx4PerDir+h] = fwFwIdx4{Lo: node, Hi: rangeNode, First: c.nodes[node].First}
-				c.setClass4(dir, h, c.nodes[node].First)
-			}
-			continue
-		}
-		// The lowest prio any of the /16's intervals leads to: a node's
-		// first covers its parents.
 		first := uint32(math.MaxUint32)
-		for _, iv := range c.ivl4[lo : hi+1] {
-			if iv.Node != 0 {
-				first = min(first, c.nodes[iv.Node].First)
+		for j := i; j < len(ivs) && ivs[j].start.lo <= lo|0xffff; j++ {
+			if n := ivs[j].node; n != 0 {
+				first = min(first, c.nodes[n].First)
 			}
 		}
-		c.setClass4(dir, h, first)
-		c.idx4[dir*idx4PerDir+h] = fwFwIdx4{Lo: lo, Hi: hi, First: first}
+		if first != math.MaxUint32 {
+			c.setClass4(dir, h, first)
+		}
+	}
+	c.stree4(dir, ivs)
+}
+
+// stree4 lays out a direction's search tree (struct fw_snode4): level 0
+// holds the intervals' starts and nodes, each level above the first start
+// of each tree node below, up to one tree node.
+func (c *compiled) stree4(dir int, ivs []interval) {
+	const k = snodeKeys
+	keys := make([]uint32, len(ivs))
+	for i, iv := range ivs {
+		keys[i] = uint32(iv.start.lo)
+	}
+	for level := 0; ; level++ {
+		c.set.Stree4Base[dir][level] = uint32(len(c.snode4))
+		var up []uint32
+		for lo := 0; lo < len(keys); lo += k {
+			n := min(k, len(keys)-lo)
+			sn := fwFwSnode4{N: uint32(n)}
+			for j := range k {
+				sn.Key[j] = math.MaxUint32
+				if j < n {
+					sn.Key[j] = keys[lo+j]
+					if level == 0 {
+						sn.Node[j] = ivs[lo+j].node
+					}
+				}
+			}
+			c.snode4 = append(c.snode4, sn)
+			up = append(up, keys[lo])
+		}
+		if len(up) == 1 {
+			c.set.Stree4Levels[dir] = uint32(level + 1)
+			return
+		}
+		keys = up
 	}
 }
 
