@@ -210,6 +210,7 @@ struct fw_pwide {
 #define FW_CLS4_FLOOR(q) ((q) < 2 ? 0 : 1U << ((q) + 14))
 #define FW_CLS4_MAX 15
 
+
 /* Rules anchored on no field, by family and protocol: index
  * (family == 6) * FW_WILD_PER_FAMILY + proto, and + 256 for the rules of any
  * protocol. A rule whose fields repeat an earlier rule's is never anchored:
@@ -274,6 +275,9 @@ struct fw_set {
 	__u32 port_first[FW_PORT_TREES][FW_PORT_LEVELS];
 	/* ... and of each tree: under a flood most packets skip both. */
 	__u32 port_tree_first[FW_PORT_TREES];
+	/* A bit per 64 ports of each tree whose struct fw_pwide holds any
+	 * level: most random ports fall in none, and this is read anyway. */
+	__u64 port_groups[FW_PORT_TREES][1 << (16 - FW_PORT_WIDE_SHIFT) >> 6];
 };
 
 enum fw_set_flag {

@@ -62,6 +62,7 @@ type compiled struct {
 	cands   []fwFwRule
 	cls4    []uint64     // per direction, a nibble per IPv4 /16: its class (cls4Class)
 	snode4  []fwFwSnode4 // both directions' IPv4 search trees
+	leaf4   []uint32     // per direction and IPv4 /16: the tree node holding its intervals + 1, or 0
 	ivl6    []fwFwIvl6
 	nodes   []fwFwNode // 0 is "no anchor prefix"
 	wild    []fwFwSpan
@@ -81,6 +82,7 @@ func compile(rs *RuleSet) *compiled {
 	c := &compiled{
 		rules:   make([]fwFwRule, len(rs.Rules)+1),
 		cls4:    make([]uint64, directions*idx4PerDir/16),
+		leaf4:   make([]uint32, directions*idx4PerDir),
 		nodes:   []fwFwNode{{}},
 		wild:    make([]fwFwSpan, 2*wildPerFamily),
 		pwide:   make([]fwFwPwide, portTrees<<(16-portWideShift)),
@@ -381,22 +383,33 @@ func (c *compiled) index4(dir int, ivs []interval) {
 	// its addresses run from the last that starts at or below its first
 	// address; a sweep, so linear in the intervals.
 	i := 0
+	var leaves []int // the /16s with anchors, and their first and last interval
 	for h := range idx4PerDir {
 		lo := uint64(h) << 16
 		for i+1 < len(ivs) && ivs[i+1].start.lo <= lo {
 			i++
 		}
 		first := uint32(math.MaxUint32)
-		for j := i; j < len(ivs) && ivs[j].start.lo <= lo|0xffff; j++ {
+		j := i
+		for ; j < len(ivs) && ivs[j].start.lo <= lo|0xffff; j++ {
 			if n := ivs[j].node; n != 0 {
 				first = min(first, c.nodes[n].First)
 			}
 		}
 		if first != math.MaxUint32 {
 			c.setClass4(dir, h, first)
+			leaves = append(leaves, h, i, j-1)
 		}
 	}
 	c.stree4(dir, ivs)
+	// A /16 whose intervals lie in one level-0 tree node is searched
+	// there, without a walk from the root.
+	base := int(c.set.Stree4Base[dir][0])
+	for k := 0; k < len(leaves); k += 3 {
+		if h, first, last := leaves[k], leaves[k+1], leaves[k+2]; first/snodeKeys == last/snodeKeys {
+			c.leaf4[dir*idx4PerDir+h] = uint32(base + first/snodeKeys + 1)
+		}
+	}
 }
 
 // stree4 lays out a direction's search tree (struct fw_snode4): level 0
@@ -513,12 +526,15 @@ func (c *compiled) portIndex(tree int, rules []portRule) {
 		if level < portWideLevels {
 			for p := first >> portWideShift; p < (first+width)>>portWideShift; p++ {
 				c.pwide[tree<<(16-portWideShift)|p].Levels |= 1 << level
+				c.set.PortGroups[tree][p/64] |= 1 << (p % 64)
 			}
 			continue
 		}
 		for p := first; p < first+width; p++ {
+			g := p >> portWideShift
 			c.pnarrow[tree<<16|p] |= 1 << (level - portWideLevels)
-			c.pwide[tree<<(16-portWideShift)|p>>portWideShift].Narrow |= 1 << (p % (1 << portWideShift))
+			c.pwide[tree<<(16-portWideShift)|g].Narrow |= 1 << (p % (1 << portWideShift))
+			c.set.PortGroups[tree][g/64] |= 1 << (g % 64)
 		}
 	}
 }

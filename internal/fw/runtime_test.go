@@ -41,6 +41,7 @@ func runtimeMaps(t testing.TB, c *compiled, gen uint32, ov fwFwOverlay) map[stri
 		"fw_overlays":      {{Key: u32(gen & 1), Value: raw(t, ov)}},
 		"fw_set_slots":     array(1, func(int) any { return c.set }),
 		"fw_cls4_slots":    array(len(c.cls4), func(i int) any { return c.cls4[i] }),
+		"fw_leaf4_slots":   array(len(c.leaf4), func(i int) any { return c.leaf4[i] }),
 		"fw_snode4_slots":  array(len(c.snode4), func(i int) any { return c.snode4[i] }),
 		"fw_ivl6_slots":    array(len(c.ivl6), func(i int) any { return c.ivl6[i] }),
 		"fw_node_slots":    array(len(c.nodes), func(i int) any { return c.nodes[i] }),
