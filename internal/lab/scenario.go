@@ -122,11 +122,18 @@ func Scenarios() []Scenario {
 func LookupScenarios(names []string) ([]Scenario, error) {
 	var out []Scenario
 	var expanded []string
+	seen := map[string]bool{}
 	for _, n := range names {
+		members := []string{n}
 		if g, ok := groups[n]; ok {
-			expanded = append(expanded, g...)
-		} else {
-			expanded = append(expanded, n)
+			members = g
+		}
+		// A scenario named twice (by itself and in a group) runs once.
+		for _, m := range members {
+			if !seen[m] {
+				seen[m] = true
+				expanded = append(expanded, m)
+			}
 		}
 	}
 	for _, n := range expanded {
