@@ -802,8 +802,10 @@ static __always_inline __u32 find_node4(void *cls, void *tree, void *leaf, const
 
 /* The new-flow path: the first rule that matches (lowest prio), from the
  * rules anchored on the packet's values and the overlay's added ones.
- * Returns the rule's id, 0 for the default policy. */
-static __attribute__((noinline)) __u32 classify(const struct fw_flow_key *k, const struct fw_overlay *ov, __u32 overlay,
+ * Returns the rule's id, 0 for the default policy. Inlined: a call and its
+ * return cost ~15 ns of a new flow here, and the verifier walks the same
+ * instructions either way. */
+static __always_inline __u32 classify(const struct fw_flow_key *k, const struct fw_overlay *ov, __u32 overlay,
 				      __u8 *action)
 {
 	__u32 zero = 0, slot = ov->base;
