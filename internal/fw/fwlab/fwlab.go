@@ -154,7 +154,10 @@ func setupNft(n int) func(lab.Testbed) (func() error, error) {
 
 // xdp-filter matches single addresses, so its rows take each prefix's
 // first address; it holds at most 10,000.
-const xdpFilterPins = "/sys/fs/bpf/xdp-filter"
+const (
+	xdpFilterPins = "/sys/fs/bpf/xdp-filter"
+	libxdpPins    = "/sys/fs/bpf/xdp"
+)
 
 func setupXDPFilter(n int) func(lab.Testbed) (func() error, error) {
 	return func(tb lab.Testbed) (func() error, error) {
@@ -165,10 +168,21 @@ func setupXDPFilter(n int) func(lab.Testbed) (func() error, error) {
 			return nil, fmt.Errorf("xdp-filter is already loaded somewhere (%s exists): unload it first", xdpFilterPins)
 		}
 		in := tb.DUTIn()
+		// libxdp makes its directory of dispatchers on first use and
+		// leaves it, empty, after the unload: the row removes it if it
+		// made it and it is empty (os.Remove fails on one in use).
+		_, err := os.Stat(libxdpPins)
+		madeDir := os.IsNotExist(err)
 		if err := inNetns(in.Netns, "", "xdp-filter", "load", "-m", "native", "-p", "allow", in.Dev); err != nil {
 			return nil, err
 		}
-		teardown := func() error { return inNetns(in.Netns, "", "xdp-filter", "unload", in.Dev) }
+		teardown := func() error {
+			err := inNetns(in.Netns, "", "xdp-filter", "unload", in.Dev)
+			if madeDir {
+				os.Remove(libxdpPins)
+			}
+			return err
+		}
 		m, err := ebpf.LoadPinnedMap(filepath.Join(xdpFilterPins, "filter_ipv4"), nil)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("open xdp-filter's address map: %w", err), teardown())
