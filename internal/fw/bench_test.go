@@ -77,6 +77,21 @@ func (c *costRun) median() float64 {
 	return float64(ds[len(ds)/2].Nanoseconds())
 }
 
+// installed is a firewall with the default flow table, as the lab
+// attaches it, running rs; closed when the benchmark ends.
+func installed(b *testing.B, rs *RuleSet) *Firewall {
+	b.Helper()
+	f, err := Load(LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	if err := f.Install(rs); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
 // BenchmarkNewFlow reports the new-flow path's cost per packet for
 // ClassBench-like rule sets, each packet a flow not seen before: with a
 // flood of random flows (flood-ns) and with flows that hit the rules
@@ -106,14 +121,7 @@ func BenchmarkNewFlow(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				f, err := Load(LoadOptions{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer f.Close()
-				if err := f.Install(rs); err != nil {
-					b.Fatal(err)
-				}
+				f := installed(b, rs)
 				for range b.N {
 					total := rounds * batches * per
 					flood, hit, same := make([][]byte, total), make([][]byte, total), make([][]byte, total)
@@ -308,14 +316,7 @@ func BenchmarkLabFlood(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			f, err := Load(LoadOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer f.Close()
-			if err := f.Install(rs); err != nil {
-				b.Fatal(err)
-			}
+			f := installed(b, rs)
 			rng := rand.New(rand.NewPCG(3, 4))
 			for range b.N {
 				pkts := make([][]byte, 45*2000)
