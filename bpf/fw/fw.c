@@ -225,6 +225,15 @@ struct fw_cands {
 	__uint(value_size, sizeof(struct fw_rule));
 };
 
+/* The hulls of the candidates' blocks, level by level (fw_set.hull_base). */
+struct fw_hulls {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct fw_rule));
+};
+
 /* The rules by id, for reading the set back. */
 struct fw_rules {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -269,6 +278,7 @@ FW_SLOT_MAP(fw_pwide_slots, fw_pwides);
 FW_SLOT_MAP(fw_pnarrow_slots, fw_pnarrows);
 FW_SLOT_MAP(fw_pblock_slots, fw_pblocks);
 FW_SLOT_MAP(fw_cand_slots, fw_cands);
+FW_SLOT_MAP(fw_hull_slots, fw_hulls);
 FW_SLOT_MAP(fw_rule_slots, fw_rules);
 
 static __always_inline void count(enum fw_counter reason)
@@ -463,9 +473,11 @@ struct scan {
 	/* The slot of the installed set's maps, and the overlay. */
 	__u32 slot;
 	__u32 overlay;
-	/* The span being scanned: candidates [start, end). */
+	/* The span being scanned: candidates [start, end), and the hull level
+	 * to try at start (long_step). */
 	__u32 start;
 	__u32 end;
+	__u32 lvl;
 	/* The match so far: the lowest prio (~0 while none), its rule's id
 	 * and action. */
 	__u32 best;
@@ -524,11 +536,87 @@ static long scan_candidates(__u64 i, void *data)
 	return 0;
 }
 
+/* The highest hull level whose block starts at pos and lies within the
+ * span: its hull holds only the span's rules. */
+static __always_inline __u32 hull_level(__u32 pos, __u32 end)
+{
+	__u32 left = end - pos, l = 0;
+
+#pragma unroll
+	for (int k = 1; k <= FW_HULL_LEVELS; k++) {
+		__u32 size = 1U << (FW_HULL_SHIFT * k);
+
+		if ((pos & (size - 1)) || left < size)
+			break;
+		l = k;
+	}
+	return l;
+}
+
+/* One step of a long span's scan, at candidate s->start: the hull of the
+ * block at level s->lvl, which the packet misses (skip the block) or may
+ * match (a level down), or at level 0 the candidate itself. */
+static long long_step(__u64 i, void *data)
+{
+	struct scan *s = data;
+	void *cands = slot_map(&fw_cand_slots, s->slot);
+	void *hulls = slot_map(&fw_hull_slots, s->slot);
+	void *sets = slot_map(&fw_set_slots, s->slot);
+	__u32 pos = s->start, l = s->lvl, key = 0;
+	struct fw_set *set = sets ? bpf_map_lookup_elem(sets, &key) : NULL;
+
+	if (!cands || !hulls || !set || pos >= s->end || l > FW_HULL_LEVELS)
+		return 1;
+	if (l) {
+		__u32 shift = FW_HULL_SHIFT * (l & 7);
+		struct fw_rule *h;
+
+		key = set->hull_base[(l - 1) & 7] + (pos >> shift);
+		h = bpf_map_lookup_elem(hulls, &key);
+		if (!h)
+			return 1;
+		if (h->prio < s->best && rule_matches(h, &s->key)) {
+			s->lvl = l - 1;
+			return 0;
+		}
+		s->start = pos + (1U << shift);
+	} else {
+		if (check(s, bpf_map_lookup_elem(cands, &pos), 1))
+			return 1;
+		s->start = pos + 1;
+	}
+	s->lvl = hull_level(s->start, s->end);
+	return s->start >= s->end;
+}
+
+/* The candidates [start, end) of a long span, through the hulls of its
+ * blocks; the match found as prio << 32 | rule << 1 | action, or 0 when
+ * none beats best. A global function, verified once: its loop, inlined at
+ * every span's place, took the verifier past its million instructions.
+ * slots is the installed set's slot | the overlay << 1. */
+__attribute__((noinline)) __u64 scan_long(const struct fw_flow_key *k, __u32 slots, __u32 start, __u32 end,
+					  __u32 best)
+{
+	struct scan s = {.slot = slots & 1, .overlay = slots >> 1 & 1, .start = start, .end = end, .best = best};
+
+	if (!k || start >= end || end - start > (1U << 22))
+		return 0;
+	s.key = *k;
+	s.lvl = hull_level(start, end);
+	/* Each candidate is a step, and each block whose hull the packet may
+	 * match one more: fewer than twice the span. */
+	bpf_loop(2 * (end - start), long_step, &s, 0);
+	if (s.best >= best)
+		return 0;
+	return (__u64)s.best << 32 | s.rule << 1 | s.action;
+}
+
 /* A span's first candidate is checked here, and only the rest of a longer
  * span goes to bpf_loop: most spans a new flow reads end at their first
  * candidate (a match, or a rule that cannot beat the best), and a bpf_loop
  * call and its callback cost some 10 ns each on a kernel with retpolines
- * and return thunks. */
+ * and return thunks. A span longer than FW_HULL_SPAN is read through its
+ * blocks' hulls (scan_long). */
 static __always_inline void scan_span(struct scan *s, const struct fw_span *span)
 {
 	void *cands;
@@ -542,6 +630,16 @@ static __always_inline void scan_span(struct scan *s, const struct fw_span *span
 	idx = span->start;
 	if (check(s, bpf_map_lookup_elem(cands, &idx), 1) || span->len == 1)
 		return;
+	if (span->len > FW_HULL_SPAN) {
+		__u64 m = scan_long(&s->key, s->slot | s->overlay << 1, idx + 1, idx + span->len, s->best);
+
+		if (m) {
+			s->best = m >> 32;
+			s->rule = (__u32)m >> 1;
+			s->action = m & 1;
+		}
+		return;
+	}
 	s->start = idx + 1;
 	s->end = span->start + span->len;
 	bpf_loop((span->len - 1 + FW_CHUNK - 1) / FW_CHUNK, scan_candidates, s, 0);

@@ -253,6 +253,19 @@ enum fw_rule_flag {
 	FW_RULE_DUP = 8,
 };
 
+/* Hulls over the candidate array: level l (1 to FW_HULL_LEVELS) holds one
+ * rule per aligned block of 8^l candidates that matches every packet any
+ * of them matches (common family and protocol, the longest prefixes that
+ * cover all of theirs, the spans of their port ranges, their least prio).
+ * A span longer than FW_HULL_SPAN skips each block within it whose hull
+ * the packet misses, so that a list of many rules that all differ from
+ * the packet in the same field (10,000 nested port ranges of one source
+ * network, from another network) costs a few reads per level rather than
+ * one per rule. */
+#define FW_HULL_SHIFT 3
+#define FW_HULL_LEVELS 6
+#define FW_HULL_SPAN 64
+
 /* Header of a rule set (index 0 of its set map). */
 struct fw_set {
 	__u32 nrules;
@@ -264,6 +277,9 @@ struct fw_set {
 	 * levels, and the index of each level's first tree node. */
 	__u32 stree4_levels[2];
 	__u32 stree4_base[2][FW_STREE_LEVELS];
+	/* The index of each hull level's first hull; 8 rather than
+	 * FW_HULL_LEVELS, so that an index masked with 7 is in bounds. */
+	__u32 hull_base[8];
 	/* Which indexes hold rules (enum fw_set_flag): an empty one costs no
 	 * lookup. */
 	__u32 flags;

@@ -335,3 +335,33 @@ func BenchmarkLabFlood(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNestedRanges reports a new flow's cost against a set whose
+// lists the packet cannot cut short: n rules `src 10.0.0.0/8, tcp, dport
+// 0-i`, hit from another network on port 0, which lies in every range, so
+// that no rule matches and none can be skipped by its number; only the
+// hulls of the lists' blocks (all of 10.0.0.0/8) keep it from reading each
+// rule.
+func BenchmarkNestedRanges(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			rs := &RuleSet{Default: Pass}
+			for i := range n {
+				rs.Rules = append(rs.Rules, Rule{Action: Drop, Src: Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Proto: 6,
+					SPort: AnyPort, DPort: Ports{0, uint16((i + 1) % 65536), true}})
+			}
+			f := installed(b, rs)
+			for range b.N {
+				pkts := make([][]byte, 20000)
+				for i := range pkts {
+					pkts[i] = packet(b, flow(fmt.Sprintf("11.%d.%d.%d", i>>16&255, i>>8&255, i&255), "192.0.2.2", 6, uint16(i), 0), 64)
+				}
+				c := newCostRun(b, f, pkts)
+				for range 10 {
+					c.batch(b, 2000)
+				}
+				b.ReportMetric(c.median(), "ns")
+			}
+		})
+	}
+}

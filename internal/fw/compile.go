@@ -43,6 +43,9 @@ const (
 	portWideLevels  = 11
 	portWideShift   = 16 - portWideLevels + 1
 	snodeKeys       = 15 // FW_SNODE_KEYS
+	hullShift       = 3  // FW_HULL_SHIFT
+	hullLevels      = 6  // FW_HULL_LEVELS
+	hullSpan        = 64 // FW_HULL_SPAN
 )
 
 // Flags of fw_set (enum fw_set_flag): which indexes hold rules.
@@ -60,6 +63,7 @@ type compiled struct {
 	set     fwFwSet
 	rules   []fwFwRule // by id; index 0 is the default policy's slot
 	cands   []fwFwRule
+	hulls   []fwFwRule   // the candidates' blocks' hulls, level by level
 	cls4    []uint64     // per direction, a nibble per IPv4 /16: its class (cls4Class)
 	snode4  []fwFwSnode4 // both directions' IPv4 search trees
 	leaf4   []uint32     // per direction and IPv4 /16: the tree node holding its intervals + 1, or 0
@@ -153,7 +157,82 @@ func compile(rs *RuleSet) *compiled {
 	for t := range portTrees {
 		c.portIndex(t, ports[t])
 	}
+	c.hullLevels()
 	return c
+}
+
+// hullLevels lays out the hulls of the candidates' aligned blocks: level l
+// has one per 8^l candidates (FW_HULL_LEVELS in bpf/fw/fw_shared.h), each
+// the hull of 8 of the level below. About a seventh of the candidates.
+func (c *compiled) hullLevels() {
+	below := c.cands
+	for l := range hullLevels {
+		c.set.HullBase[l] = uint32(len(c.hulls))
+		var level []fwFwRule
+		for lo := 0; lo < len(below); lo += 1 << hullShift {
+			level = append(level, hullOf(below[lo:min(lo+1<<hullShift, len(below))]))
+		}
+		c.hulls = append(c.hulls, level...)
+		below = level
+	}
+}
+
+// hullOf is a rule that matches every packet one of rs matches, as narrow
+// as one rule can be: their common family and protocol, the longest
+// prefixes that cover all of theirs, the spans of their port ranges, and
+// their least prio. Fragments after the first (no ports) skip it only when
+// every rule has ports.
+func hullOf(rs []fwFwRule) fwFwRule {
+	h := rs[0]
+	h.Id, h.Action, h.DupNext = 0, 0, 0
+	for _, r := range rs[1:] {
+		if r.Family != h.Family {
+			h.Family = 0
+		}
+		if r.Proto != h.Proto {
+			h.Proto = 0
+		}
+		h.Flags &= r.Flags
+		h.SportLo, h.SportHi = min(h.SportLo, r.SportLo), max(h.SportHi, r.SportHi)
+		h.DportLo, h.DportHi = min(h.DportLo, r.DportLo), max(h.DportHi, r.DportHi)
+		h.Prio = min(h.Prio, r.Prio)
+		h.SrcNet, h.SrcMask = coverBoth(h.SrcNet, h.SrcMask, r.SrcNet, r.SrcMask)
+		h.DstNet, h.DstMask = coverBoth(h.DstNet, h.DstMask, r.DstNet, r.DstMask)
+	}
+	return h
+}
+
+// coverBoth is the longest prefix (as a rule's net and mask) that covers
+// two others.
+func coverBoth(n1, m1, n2, m2 [4]uint32) (net, mask [4]uint32) {
+	a, b := unwords(n1), unwords(n2)
+	ma, mb := unwords(m1), unwords(m2)
+	bits := min(leadingOnes(ma), leadingOnes(mb))
+	for i := range bits {
+		if (a[i/8]^b[i/8])&(0x80>>(i%8)) != 0 {
+			bits = i
+			break
+		}
+	}
+	var m [16]byte
+	for i := range bits {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	for i := range a {
+		a[i] &= m[i]
+	}
+	return words(a[:]), words(m[:])
+}
+
+func leadingOnes(m [16]byte) int {
+	n := 0
+	for _, b := range m {
+		n += bits.LeadingZeros8(^b)
+		if b != 0xff {
+			break
+		}
+	}
+	return n
 }
 
 // matchKey is what a rule matches, for finding repeats.

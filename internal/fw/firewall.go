@@ -168,11 +168,11 @@ func (f *Firewall) Close() error {
 
 // slotMaps are one rule set's maps, in the order of their outer arrays.
 type slotMaps struct {
-	set, cls4, leaf4, snode4, ivl6, node, wild, pwide, pnarrow, pblock, cand, rule *ebpf.Map
+	set, cls4, leaf4, snode4, ivl6, node, wild, pwide, pnarrow, pblock, cand, hull, rule *ebpf.Map
 }
 
 func (s *slotMaps) all() []**ebpf.Map {
-	return []**ebpf.Map{&s.set, &s.cls4, &s.leaf4, &s.snode4, &s.ivl6, &s.node, &s.wild, &s.pwide, &s.pnarrow, &s.pblock, &s.cand, &s.rule}
+	return []**ebpf.Map{&s.set, &s.cls4, &s.leaf4, &s.snode4, &s.ivl6, &s.node, &s.wild, &s.pwide, &s.pnarrow, &s.pblock, &s.cand, &s.hull, &s.rule}
 }
 
 func (s *slotMaps) close() {
@@ -185,10 +185,10 @@ func (s *slotMaps) close() {
 
 func (f *Firewall) outers() []*ebpf.Map {
 	m := &f.objs.fwMaps
-	return []*ebpf.Map{m.FwSetSlots, m.FwCls4Slots, m.FwLeaf4Slots, m.FwSnode4Slots, m.FwIvl6Slots, m.FwNodeSlots, m.FwWildSlots, m.FwPwideSlots, m.FwPnarrowSlots, m.FwPblockSlots, m.FwCandSlots, m.FwRuleSlots}
+	return []*ebpf.Map{m.FwSetSlots, m.FwCls4Slots, m.FwLeaf4Slots, m.FwSnode4Slots, m.FwIvl6Slots, m.FwNodeSlots, m.FwWildSlots, m.FwPwideSlots, m.FwPnarrowSlots, m.FwPblockSlots, m.FwCandSlots, m.FwHullSlots, m.FwRuleSlots}
 }
 
-var outerNames = []string{"fw_set_slots", "fw_cls4_slots", "fw_leaf4_slots", "fw_snode4_slots", "fw_ivl6_slots", "fw_node_slots", "fw_wild_slots", "fw_pwide_slots", "fw_pnarrow_slots", "fw_pblock_slots", "fw_cand_slots", "fw_rule_slots"}
+var outerNames = []string{"fw_set_slots", "fw_cls4_slots", "fw_leaf4_slots", "fw_snode4_slots", "fw_ivl6_slots", "fw_node_slots", "fw_wild_slots", "fw_pwide_slots", "fw_pnarrow_slots", "fw_pblock_slots", "fw_cand_slots", "fw_hull_slots", "fw_rule_slots"}
 
 // Generation is the active rule set's generation; 0 before the first Install.
 func (f *Firewall) Generation() (uint32, error) {
@@ -328,7 +328,7 @@ func (f *Firewall) build(c *compiled, s *slotMaps) error {
 		in := f.specs[name].InnerMap.Copy()
 		if in.Flags&unix.BPF_F_INNER_MAP != 0 {
 			// Sized per rule set; the others have their declared size.
-			in.MaxEntries = uint32(max([]int{0, 0, 0, len(c.snode4), len(c.ivl6), len(c.nodes), 0, 0, 0, 0, len(c.cands), len(c.rules)}[i], 1))
+			in.MaxEntries = uint32(max([]int{0, 0, 0, len(c.snode4), len(c.ivl6), len(c.nodes), 0, 0, 0, 0, len(c.cands), len(c.hulls), len(c.rules)}[i], 1))
 		}
 		in.Name = ""
 		m, err := ebpf.NewMap(in)
@@ -349,6 +349,7 @@ func (f *Firewall) build(c *compiled, s *slotMaps) error {
 		func() error { return putSparse(s.pnarrow, c.pnarrow) },
 		func() error { return putSparse(s.pblock, c.pblock) },
 		func() error { return putArray(s.cand, c.cands) },
+		func() error { return putArray(s.hull, c.hulls) },
 		func() error { return putArray(s.rule, c.rules) },
 	} {
 		if err := fill(); err != nil {

@@ -50,6 +50,7 @@ func runtimeMaps(t testing.TB, c *compiled, gen uint32, ov fwFwOverlay) map[stri
 		"fw_pnarrow_slots": array(len(c.pnarrow), func(i int) any { return c.pnarrow[i] }),
 		"fw_pblock_slots":  array(len(c.pblock), func(i int) any { return c.pblock[i] }),
 		"fw_cand_slots":    array(len(c.cands), func(i int) any { return c.cands[i] }),
+		"fw_hull_slots":    array(len(c.hulls), func(i int) any { return c.hulls[i] }),
 		"fw_rule_slots":    array(len(c.rules), func(i int) any { return c.rules[i] }),
 	}
 }
@@ -60,8 +61,13 @@ func runtimeMaps(t testing.TB, c *compiled, gen uint32, ov fwFwOverlay) map[stri
 // bpf_loop callbacks and the flow table.
 func TestRuntimeAgrees(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for set := 0; set < 3; set++ {
+	for set := 0; set < 4; set++ {
 		rs := randomRuleSet(rng, 100+set*300)
+		randomFlow := randomFlow
+		if set == 3 { // lists longer than a hull block
+			rs = longListRuleSet(t, rng, 2000, Drop)
+			randomFlow = func(rng *rand.Rand, _ *RuleSet) Flow { return longListFlow(rng) }
+		}
 		f := newFirewall(t, "")
 		if err := f.Install(rs); err != nil {
 			t.Fatal(err)
