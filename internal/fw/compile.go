@@ -38,7 +38,7 @@ const (
 	// Port ranges exist for TCP and UDP only: one tree per direction and
 	// protocol, so that a packet checks the other protocol's never.
 	portTrees       = 2 * directions
-	idx4PerDir      = 1 << 16
+	slash16s        = 1 << 16 // IPv4 /16s per direction
 	wildAnyProtocol = 256
 	portWideLevels  = 11
 	portWideShift   = 16 - portWideLevels + 1
@@ -85,8 +85,8 @@ type compiled struct {
 func compile(rs *RuleSet) *compiled {
 	c := &compiled{
 		rules:   make([]fwFwRule, len(rs.Rules)+1),
-		cls4:    make([]uint64, directions*idx4PerDir/16),
-		leaf4:   make([]uint32, directions*idx4PerDir),
+		cls4:    make([]uint64, directions*slash16s/16),
+		leaf4:   make([]uint32, directions*slash16s),
 		nodes:   []fwFwNode{{}},
 		wild:    make([]fwFwSpan, 2*wildPerFamily),
 		pwide:   make([]fwFwPwide, portTrees<<(16-portWideShift)),
@@ -463,7 +463,7 @@ func (c *compiled) index4(dir int, ivs []interval) {
 	// address; a sweep, so linear in the intervals.
 	i := 0
 	var leaves []int // the /16s with anchors, and their first and last interval
-	for h := range idx4PerDir {
+	for h := range slash16s {
 		lo := uint64(h) << 16
 		for i+1 < len(ivs) && ivs[i+1].start.lo <= lo {
 			i++
@@ -486,7 +486,7 @@ func (c *compiled) index4(dir int, ivs []interval) {
 	base := int(c.set.Stree4Base[dir][0])
 	for k := 0; k < len(leaves); k += 3 {
 		if h, first, last := leaves[k], leaves[k+1], leaves[k+2]; first/snodeKeys == last/snodeKeys {
-			c.leaf4[dir*idx4PerDir+h] = uint32(base + first/snodeKeys + 1)
+			c.leaf4[dir*slash16s+h] = uint32(base + first/snodeKeys + 1)
 		}
 	}
 }
@@ -547,7 +547,7 @@ func cls4Floor(q uint64) uint32 {
 const cls4Max = 15
 
 func (c *compiled) setClass4(dir, h int, first uint32) {
-	i := dir*idx4PerDir + h
+	i := dir*slash16s + h
 	c.cls4[i/16] |= cls4Class(first) << (4 * (i % 16))
 }
 
