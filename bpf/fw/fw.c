@@ -825,23 +825,16 @@ static __always_inline __u32 find_ivl4(void *tree, void *leaf, const struct fw_s
 	__u32 levels = set->stree4_levels[dir & 1], q = 0, key = dir << 16 | addr >> 16;
 	__u32 *l = bpf_map_lookup_elem(leaf, &key);
 
+	/* The /16's own leaf: a walk of level 0 only, from that node. */
 	if (l && *l) {
-		struct fw_snode4 *sn;
-		__u32 c;
-
-		key = *l - 1;
-		sn = bpf_map_lookup_elem(tree, &key);
-		if (!sn)
-			return 0;
-		c = snode_count(sn, addr);
-		return c && c <= FW_SNODE_KEYS ? sn->node[c - 1] : 0;
+		levels = 1;
+		q = *l - 1 - set->stree4_base[dir & 1][0];
 	}
-
 	/* Unrolled, so that each level's base is a constant offset. */
 #pragma unroll
 	for (int j = FW_STREE_LEVELS - 1; j >= 0; j--) {
 		struct fw_snode4 *sn;
-		__u32 key, c;
+		__u32 c;
 
 		if (j >= levels)
 			continue;

@@ -462,7 +462,10 @@ func (c *compiled) index4(dir int, ivs []interval) {
 	// its addresses run from the last that starts at or below its first
 	// address; a sweep, so linear in the intervals.
 	i := 0
-	var leaves []int // the /16s with anchors, and their first and last interval
+	// The /16s with anchors, and the first and last interval holding their
+	// addresses.
+	type span16 struct{ h, first, last int }
+	var held []span16
 	for h := range slash16s {
 		lo := uint64(h) << 16
 		for i+1 < len(ivs) && ivs[i+1].start.lo <= lo {
@@ -477,16 +480,16 @@ func (c *compiled) index4(dir int, ivs []interval) {
 		}
 		if first != math.MaxUint32 {
 			c.setClass4(dir, h, first)
-			leaves = append(leaves, h, i, j-1)
+			held = append(held, span16{h, i, j - 1})
 		}
 	}
 	c.stree4(dir, ivs)
 	// A /16 whose intervals lie in one level-0 tree node is searched
 	// there, without a walk from the root.
 	base := int(c.set.Stree4Base[dir][0])
-	for k := 0; k < len(leaves); k += 3 {
-		if h, first, last := leaves[k], leaves[k+1], leaves[k+2]; first/snodeKeys == last/snodeKeys {
-			c.leaf4[dir*slash16s+h] = uint32(base + first/snodeKeys + 1)
+	for _, r := range held {
+		if r.first/snodeKeys == r.last/snodeKeys {
+			c.leaf4[dir*slash16s+r.h] = uint32(base + r.first/snodeKeys + 1)
 		}
 	}
 }
