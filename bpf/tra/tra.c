@@ -4,14 +4,19 @@
  * translator's own (tra0 → tra1) that has neither TSO nor checksum offload:
  * the kernel cuts TCP super-packets into segments and completes checksums
  * on the way, in one pass, so that what arrives at tra1 is one IPv6 packet
- * per SCION packet with a checksum that an incremental update keeps right.
+ * per SCION packet. Checksums are updated through the kernel's helper all
+ * the same, which keeps a still pending one (the offloads turned on again
+ * behind the translator's back) right for the device that completes it.
  *
  *   tra_out (TC ingress of tra1): IPv6 → SCION/UDP/IPv4 to the AS's router
  *   tra_in  (XDP on the underlay device): SCION → IPv6, into tra1 → tra0
  *
- * Each direction is a list of named steps; each returns CONTINUE or the
- * action it decided. A packet without a path yet goes to the daemon, which
- * sends it again once the path is there. */
+ * Each direction is a list of named steps; each returns CONTINUE, REPLY
+ * (answer the host with the ICMPv6 error the step put in the packet state)
+ * or the action it decided. A packet without a path yet goes to the daemon,
+ * which sends it again once the path is there. Nothing a sender outside the
+ * host controls reaches the host unless a border router of the AS (or, for
+ * the empty path, the local host named as the source) handed it over. */
 #include "common.h"
 #include "parse.h"
 #define CSUM_SKB
@@ -26,6 +31,11 @@
 #define AF_INET 2
 #endif
 #define IPPROTO_ICMPV6_ 58
+#define IPPROTO_FRAGMENT_ 44
+
+/* A step asks for an ICMPv6 error to the host (type, code and parameter in
+ * the packet state); the program sends it from one place. */
+#define REPLY (-2)
 
 /* The translator's configuration, written by the control plane. */
 struct {
@@ -35,18 +45,53 @@ struct {
 	__type(value, struct tra_config);
 } tra_conf SEC(".maps");
 
-/* Paths by destination ISD-AS, filled by the daemon (tra run). */
+/* Paths by destination ISD-AS, filled by the daemon (tra run): each value
+ * an array of one struct tra_dest, replaced whole. A hash element the
+ * kernel recycles at once for another key cannot hand a packet another
+ * AS's paths: the inner value names its AS, and is checked. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, TRA_MAX_DESTS);
 	__type(key, __u64);
-	__type(value, struct tra_dest);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(max_entries, 1);
+		__type(key, __u32);
+		__type(value, struct tra_dest);
+	});
 } tra_paths SEC(".maps");
 
-/* Packets waiting for a path and SCMP errors, for the daemon. */
+/* When each destination last had a packet (coarse monotonic time in units
+ * of 2^30 ns), by its slot: the daemon refreshes and probes only what is in
+ * use, and forgets what is idle. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TRA_MAX_DESTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tra_used SEC(".maps");
+
+/* The AS's border routers' internal addresses (topology.json): the only
+ * senders of SCION with a standard path to the host. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TRA_MAX_ROUTERS);
+	__type(key, struct tra_addr4);
+	__type(value, __u8);
+} tra_routers SEC(".maps");
+
+/* Packets waiting for a path, for the daemon. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
+} tra_held SEC(".maps");
+
+/* SCMP errors, the host's ICMPv6 errors and probe replies, for the daemon:
+ * a queue of their own, so that a burst of them never takes the room of a
+ * new flow's first packets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
 } tra_events SEC(".maps");
 
 /* The host's end of the pair, for redirects into it. */
@@ -65,10 +110,22 @@ struct {
 	__type(value, struct tra_counter);
 } tra_counters SEC(".maps");
 
-/* Unused by the programs: put enum tra_verdict and struct tra_event (the
- * ring buffer has no value type) into BTF for bpf2go. */
+/* The daemon's own counters (enum tra_daemon_counter), written by it; here
+ * so that they are pinned with the rest and outlive a daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TRA_D_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} tra_daemon SEC(".maps");
+
+/* Unused by the programs: put the enums, struct tra_event (a ring buffer
+ * has no value type) and struct tra_dest (clang declares an inner map's
+ * value type only forward) into BTF for bpf2go. */
 volatile const enum tra_verdict tra_verdict_anchor = TRA_VERDICT_MAX;
+volatile const enum tra_daemon_counter tra_daemon_anchor = TRA_D_MAX;
 const struct tra_event *tra_event_anchor __attribute__((unused));
+const struct tra_dest *tra_dest_anchor __attribute__((unused));
 
 static __always_inline void count(__u32 v, __u32 bytes)
 {
@@ -162,6 +219,13 @@ static __always_inline int scion_to_smip(__u64 ia_be, const __u8 *host, int host
 	return 0;
 }
 
+/* The difference between two pseudo-headers' sums, as the checksum helpers
+ * take it: sum(add) - sum(sub) in ones' complement. */
+static __always_inline __u32 csum_sub_add(__u64 sub, __u64 add)
+{
+	return (__u32)(__u16)~csum_fold32(sub) + csum_fold32(add);
+}
+
 /* ---- Egress: IPv6 from the host → SCION ------------------------------------ */
 
 /* Where an outgoing packet stands. */
@@ -172,6 +236,9 @@ struct tra_out_pkt {
 	__u8 proto;        /* IPv6 next header */
 	__u8 scion_proto;  /* SCION NextHdr */
 	__u8 tclass;
+	__u8 hop_limit;
+	__u8 tcp_flags;
+	__u8 pad;
 	__u32 flow;        /* 20-bit FlowID */
 	__u8 src[16] __attribute__((aligned(8)));
 	__u8 dst[16] __attribute__((aligned(8)));
@@ -181,13 +248,25 @@ struct tra_out_pkt {
 	__u16 scion_len;   /* the SCION header: common, address, path */
 	struct tra_path *path;
 	__u16 l4_csum_off; /* from the IPv6 header */
-	__u16 csum;        /* the L4 checksum as it stands */
-	__u8 tcp_flags;
+	/* The ICMPv6 error a step asks for (REPLY), and whom it is from: the
+	 * destination (0) or the translator, the host's gateway (1). */
+	__u8 err_type;
+	__u8 err_code;
+	__u32 err_param;
+	__u8 err_from_gw;
 };
 
 #define ETH_LEN 14
 #define IP6_LEN 40
 #define OUT_HDRS (20 + 8) /* IPv4 and UDP in front of the SCION header */
+
+static __always_inline int reply(struct tra_out_pkt *p, __u8 type, __u8 code, __u32 param)
+{
+	p->err_type = type;
+	p->err_code = code;
+	p->err_param = param;
+	return REPLY;
+}
 
 static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
@@ -195,7 +274,8 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	struct ethhdr *eth;
 	struct ipv6hdr *ip6;
 
-	/* Headers and the first bytes of L4 (the TCP options of a SYN). */
+	/* Headers and the first bytes of L4 (the TCP options of a SYN); a
+	 * bare ACK or a small datagram is all there is. */
 	bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128);
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
@@ -204,9 +284,10 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	if (!PKT_HAS(ip6, IP6_LEN, end) || eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return TC_ACT_SHOT; /* ARP, IPv4: nothing the host should send here */
 	/* One SCION packet per IPv6 packet: the pair cuts GSO packets before
-	 * they get here, and anything else GSO cannot be translated. */
+	 * they get here while its offloads are off (tra run keeps them so);
+	 * a GSO packet cannot be translated. */
 	if (skb->gso_size) {
-		count(TRA_UNSUPPORTED, skb->len);
+		count(TRA_OFFLOAD, skb->len);
 		return TC_ACT_SHOT;
 	}
 	p->proto = ip6->nexthdr;
@@ -214,6 +295,7 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	p->len = skb->len - ETH_LEN;
 	p->tclass = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	p->flow = ((ip6->flow_lbl[0] & 0xf) << 16) | (ip6->flow_lbl[1] << 8) | ip6->flow_lbl[2];
+	p->hop_limit = ip6->hop_limit;
 	__builtin_memcpy(p->src, &ip6->saddr, 16);
 	__builtin_memcpy(p->dst, &ip6->daddr, 16);
 	if (IP6_LEN + p->l4_len != p->len) {
@@ -221,6 +303,41 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 		return TC_ACT_SHOT;
 	}
 	return CONTINUE;
+}
+
+/* The destination's ISD-AS and host from its SM-IP address; the source
+ * must be this host's. A host of this AS is reached over the IPv4 underlay
+ * at its IPv4 address: one with an IPv6 SCION address cannot be. */
+static __always_inline int map_destination(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	p->dst_ia = smip_ia(p->dst);
+	if (!p->dst_ia) {
+		count(TRA_NOT_SMIP, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (((__u64 *)p->src)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
+	    ((__u64 *)p->src)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
+		count(TRA_NOT_SMIP, skb->len);
+		return TC_ACT_SHOT;
+	}
+	p->dst_host_len = smip_host_len(p->dst);
+	p->src_host_len = p->cfg->host_is4 ? 4 : 16;
+	if (p->dst_ia == p->cfg->local_ia && p->dst_host_len == 16) {
+		count(TRA_UNREACHABLE, skb->len);
+		return reply(p, ICMPV6_DEST_UNREACH, ICMPV6_ADDR_UNREACH, 0);
+	}
+	return CONTINUE;
+}
+
+/* The translator is the host's first hop (its gateway, fe80::1): a packet
+ * whose hop limit runs out here is answered as a router answers it. */
+static __always_inline int check_hop_limit(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	if (p->hop_limit > 1)
+		return CONTINUE;
+	count(TRA_HOP_LIMIT, skb->len);
+	p->err_from_gw = 1;
+	return reply(p, ICMPV6_TIME_EXCEED, ICMPV6_EXC_HOPLIMIT, 0);
 }
 
 /* An ICMPv6 error from the host goes to the daemon, which sends it as SCMP
@@ -250,6 +367,26 @@ static __always_inline int icmp_error_to_daemon(struct __sk_buff *skb, struct tr
 	return TC_ACT_SHOT;
 }
 
+/* SCION carries no fragments, and the translator reassembles none: a host
+ * fragments a UDP datagram larger than the path MTU (after a Packet Too
+ * Big) and gets, for its first fragment, a parameter problem at the next
+ * header that names the fragment header, which Linux reports on the socket
+ * (EPROTO); the other fragments go without a word. */
+static __always_inline int refuse_fragment(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u8 *frag = data + ETH_LEN + IP6_LEN;
+
+	count(TRA_FRAGMENT, skb->len);
+	if (!PKT_HAS(frag, 8, end))
+		return TC_ACT_SHOT;
+	/* Offset zero: the first fragment, which holds the upper layer's
+	 * header that the host matches the error to. */
+	if ((*(__u16 *)(frag + 2) & bpf_htons(0xfff8)) != 0)
+		return TC_ACT_SHOT;
+	return reply(p, ICMPV6_PARAMPROB, ICMPV6_UNK_NEXTHDR, __builtin_offsetof(struct ipv6hdr, nexthdr));
+}
+
 /* The L4 header: TCP, UDP, ICMPv6 echo (SCMP echo, same types and layout)
  * and the ICMPv6 errors SCMP has. */
 static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pkt *p)
@@ -265,7 +402,6 @@ static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pk
 			goto bad;
 		p->scion_proto = IPPROTO_TCP;
 		p->l4_csum_off = IP6_LEN + 16;
-		p->csum = tcp->check;
 		p->tcp_flags = ((__u8 *)tcp)[13];
 		return CONTINUE;
 	}
@@ -276,7 +412,6 @@ static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pk
 			goto bad;
 		p->scion_proto = IPPROTO_UDP;
 		p->l4_csum_off = IP6_LEN + 6;
-		p->csum = udp->check;
 		return CONTINUE;
 	}
 	case IPPROTO_ICMPV6_: {
@@ -285,12 +420,12 @@ static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pk
 		if (!PKT_HAS(icmp, 8, end))
 			goto bad;
 		switch (icmp[0]) {
-		case 128: /* echo request */
-		case 129: /* echo reply */
+		case ICMPV6_ECHO_REQUEST:
+		case ICMPV6_ECHO_REPLY:
 			break;
-		case 1: /* destination unreachable */
-		case 2: /* packet too big */
-		case 4: /* parameter problem */
+		case ICMPV6_DEST_UNREACH:
+		case ICMPV6_PKT_TOOBIG:
+		case ICMPV6_PARAMPROB:
 			return icmp_error_to_daemon(skb, p);
 		default: /* time exceeded, neighbour discovery, MLD: nothing in SCMP */
 			count(TRA_UNSUPPORTED, skb->len);
@@ -298,9 +433,10 @@ static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pk
 		}
 		p->scion_proto = SCION_PROTO_SCMP;
 		p->l4_csum_off = IP6_LEN + 2;
-		p->csum = *(__u16 *)(icmp + 2);
 		return CONTINUE;
 	}
+	case IPPROTO_FRAGMENT_:
+		return refuse_fragment(skb, p);
 	default:
 		count(TRA_UNSUPPORTED, skb->len);
 		return TC_ACT_SHOT;
@@ -310,27 +446,9 @@ bad:
 	return TC_ACT_SHOT;
 }
 
-/* The destination's ISD-AS and host from its SM-IP address; the source
- * must be this host's. */
-static __always_inline int map_destination(struct __sk_buff *skb, struct tra_out_pkt *p)
-{
-	p->dst_ia = smip_ia(p->dst);
-	if (!p->dst_ia) {
-		count(TRA_NOT_SMIP, skb->len);
-		return TC_ACT_SHOT;
-	}
-	if (((__u64 *)p->src)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
-	    ((__u64 *)p->src)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
-		count(TRA_NOT_SMIP, skb->len);
-		return TC_ACT_SHOT;
-	}
-	p->dst_host_len = smip_host_len(p->dst);
-	p->src_host_len = p->cfg->host_is4 ? 4 : 16;
-	return CONTINUE;
-}
-
 /* A flow's hash: which of the destination's paths it takes, and its
- * FlowID. */
+ * FlowID. The flow label is left out: Linux changes a socket's label when
+ * it suspects a dead path, which would move the flow for no SCION reason. */
 static __always_inline __u32 flow_hash(struct __sk_buff *skb, const struct tra_out_pkt *p)
 {
 	__u32 h = 0x811c9dc5, ports = 0;
@@ -349,27 +467,25 @@ static __always_inline __u32 flow_hash(struct __sk_buff *skb, const struct tra_o
 	return h;
 }
 
-/* A path per destination AS, chosen per flow; none yet: the daemon gets
- * the packet and sends it again once it has one. The local AS needs none. */
-static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
+/* The destination had a packet now: written only when the coarse clock has
+ * moved on, so that the line is not written per packet. */
+static __always_inline void mark_used(__u32 slot)
 {
-	struct tra_dest *d;
+	__u32 key = slot & (TRA_MAX_DESTS - 1);
+	__u32 *u = bpf_map_lookup_elem(&tra_used, &key);
+	__u32 now = bpf_ktime_get_coarse_ns() >> 30;
+
+	if (u && *u != now)
+		*u = now;
+}
+
+/* A packet for the daemon: sent again once a path is there. */
+static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
 	struct tra_event *e;
 	__u32 n;
 
-	d = bpf_map_lookup_elem(&tra_paths, &p->dst_ia);
-	if (d && d->n > 0) {
-		__u32 i;
-
-		n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
-		i = hash % n;
-		/* clang drops a mask it can prove idle; the verifier cannot
-		 * follow the modulo. */
-		asm volatile("" : "+r"(i));
-		p->path = &d->paths[i & (TRA_MAX_PATHS - 1)];
-		return CONTINUE;
-	}
-	e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
+	e = bpf_ringbuf_reserve(&tra_held, sizeof(*e), 0);
 	if (!e) {
 		count(TRA_QUEUE_FULL, skb->len);
 		return TC_ACT_SHOT;
@@ -389,6 +505,32 @@ static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt
 	return TC_ACT_SHOT;
 }
 
+/* A path per destination AS, chosen per flow; none yet: the daemon gets
+ * the packet and sends it again once it has one. The local AS needs none. */
+static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
+{
+	__u32 zero = 0, n, i;
+	struct tra_dest *d;
+	void *inner;
+
+	if (p->dst_ia == p->cfg->local_ia)
+		return CONTINUE;
+	inner = bpf_map_lookup_elem(&tra_paths, &p->dst_ia);
+	if (!inner)
+		return hold(skb, p);
+	d = bpf_map_lookup_elem(inner, &zero);
+	if (!d || d->ia != p->dst_ia || d->n == 0)
+		return hold(skb, p);
+	n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
+	i = hash % n;
+	/* clang drops a mask it can prove idle; the verifier cannot follow
+	 * the modulo. */
+	asm volatile("" : "+r"(i));
+	p->path = &d->paths[i & (TRA_MAX_PATHS - 1)];
+	mark_used(d->slot);
+	return CONTINUE;
+}
+
 /* The SCION header this packet will carry: common (12), address (16 of
  * ISD-ASes and the two hosts), path. */
 static __always_inline void size_scion(struct tra_out_pkt *p)
@@ -403,13 +545,15 @@ static __always_inline void size_scion(struct tra_out_pkt *p)
 #endif
 
 /* A TCP SYN asks for at most what fits the path: MSS = path MTU less the
- * SCION header and TCP's own. */
+ * SCION header and TCP's own. The checksum follows by the kernel's helper
+ * (nothing to do while it is still pending). */
 static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct tcphdr *tcp = data + ETH_LEN + IP6_LEN;
+	__u16 max, mss, old, new;
+	__u32 at = 0;
 	__u8 *opt;
-	__u16 max, mss;
 
 	if (p->proto != IPPROTO_TCP || !(p->tcp_flags & 0x02) || !p->path)
 		return;
@@ -429,66 +573,69 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 		}
 		if (opt[0] == TCPOPT_MSS && opt[1] == 4) {
 			mss = (opt[2] << 8) | opt[3];
-			if (mss > max) {
-				__u32 diff = bpf_htons(mss) ^ 0xffff;
-
-				/* ~new = ~old + ~mss + new_mss (RFC 1624). */
-				__u64 s = (__u16)~p->csum;
-				s += diff + bpf_htons(max);
-				p->csum = ~csum_fold32(s);
-				opt[2] = max >> 8;
-				opt[3] = max;
-				tcp->check = p->csum;
-				count(TRA_MSS_CLAMPED, 0);
-			}
-			return;
+			if (mss <= max)
+				return;
+			old = *(__u16 *)(opt + 2);
+			new = bpf_htons(max);
+			at = (void *)(opt + 2) - data;
+			break;
 		}
 		if (opt[1] < 2)
 			return;
 		opt += opt[1];
 	}
+	if (!at)
+		return;
+	if (bpf_skb_store_bytes(skb, at & 0xff, &new, 2, 0))
+		return;
+	bpf_l4_csum_replace(skb, ETH_LEN + IP6_LEN + 16, old, new, 2);
+	count(TRA_MSS_CLAMPED, 0);
 }
 
 /* The L4 checksum moves from IPv6's pseudo-header to SCION's: addresses
- * become ISD-ASes and hosts, ICMPv6's next header SCMP's. */
-static __always_inline __u16 l4_csum_to_scion(const struct tra_out_pkt *p)
+ * become ISD-ASes and hosts, ICMPv6's next header SCMP's; the length is the
+ * same in both. A UDP checksum that comes out zero is sent as 0xffff. */
+static __always_inline int move_l4_csum_out(struct __sk_buff *skb, const struct tra_out_pkt *p)
 {
 	__u64 sub = sum_bytes16(p->src) + sum_bytes16(p->dst) + bpf_htons(p->proto);
 	__u64 add = (__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) +
 		    (__u32)p->dst_ia + (__u32)(p->dst_ia >> 32) + bpf_htons(p->scion_proto);
-	__u64 s;
+	__u64 flags = BPF_F_PSEUDO_HDR;
 
 	add += p->src_host_len == 4 ? p->cfg->host_ip4 : sum_bytes16(p->src);
 	add += p->dst_host_len == 4 ? ((const __u32 *)p->dst)[3] : sum_bytes16(p->dst);
-	/* The length is the same in both. */
-	s = (__u16)~p->csum;
-	s += (__u16)~csum_fold32(sub);
-	s += add;
-	return ~csum_fold32(s);
+	if (p->proto == IPPROTO_UDP)
+		flags |= BPF_F_MARK_MANGLED_0;
+	if (bpf_l4_csum_replace(skb, ETH_LEN + p->l4_csum_off, 0, csum_sub_add(sub, add), flags)) {
+		count(TRA_PARSE_ERROR, skb->len);
+		return TC_ACT_SHOT;
+	}
+	return CONTINUE;
 }
 
 /* Too big for the path: the host gets ICMPv6 Packet Too Big with the MTU
  * that fits, quoting its packet (IPv6 minimum MTU: 1280 bytes in all). */
-static __always_inline int send_ptb(struct __sk_buff *skb, struct tra_out_pkt *p);
-
 static __always_inline int check_path_mtu(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
+	__u32 mtu;
+
 	if (!p->path || p->scion_len + p->l4_len <= p->path->mtu)
 		return CONTINUE;
-	return send_ptb(skb, p);
+	mtu = p->path->mtu - p->scion_len + IP6_LEN;
+	count(TRA_PTB, skb->len);
+	return reply(p, ICMPV6_PKT_TOOBIG, 0, mtu < 1280 ? 1280 : mtu);
 }
 
 /* Builds the SCION packet in place: IPv6 (40) becomes IPv4 (20), UDP (8)
  * and the SCION header. */
 static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
 {
-	__u16 new_csum = l4_csum_to_scion(p);
 	void *data, *end;
 	struct iphdr *ip;
 	struct udphdr *udp;
 	__u8 *c, *a;
 	__u16 path_len = p->path ? p->path->len : 0;
-	__u32 off;
+	__u32 off, need;
 
 	/* IPv6 → IPv4 leaves 20 bytes of network header; UDP and SCION go
 	 * after it. */
@@ -496,14 +643,18 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 		goto fail;
 	if (bpf_skb_adjust_room(skb, sizeof(struct udphdr) + p->scion_len, BPF_ADJ_ROOM_NET, 0))
 		goto fail;
-	if (bpf_skb_pull_data(skb, ETH_LEN + OUT_HDRS + SCION_CMN_LEN + 2 * SCION_IA_LEN + 32))
+	/* What is written directly: underlay, common and address headers.
+	 * Every packet has that much (an L4 header of 8 bytes at least
+	 * follows the hosts). */
+	need = ETH_LEN + OUT_HDRS + SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len;
+	if (need > skb->len || bpf_skb_pull_data(skb, need))
 		goto fail;
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
 	ip = data + ETH_LEN;
 	udp = (void *)(ip + 1);
 	c = (void *)(udp + 1);
-	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN + 32, end))
+	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN + 8, end))
 		goto fail;
 	((struct ethhdr *)data)->h_proto = bpf_htons(ETH_P_IP);
 	ip->version = 4;
@@ -553,7 +704,10 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 	__builtin_memcpy(a, &p->dst_ia, 8);
 	__builtin_memcpy(a + 8, &p->cfg->local_ia, 8);
 	a += 16;
+	/* Each combination of host lengths, checked for what it writes. */
 	if (p->dst_host_len == 16) {
+		if (!PKT_HAS(a, 16, end))
+			goto fail;
 		__builtin_memcpy(a, p->dst, 16);
 		a += 16;
 	} else {
@@ -561,8 +715,12 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 		a += 4;
 	}
 	if (p->src_host_len == 16) {
+		if (!PKT_HAS(a, 16, end))
+			goto fail;
 		__builtin_memcpy(a, p->src, 16);
 	} else {
+		if (!PKT_HAS(a, 4, end))
+			goto fail;
 		__builtin_memcpy(a, &p->cfg->host_ip4, 4);
 	}
 	off = ETH_LEN + OUT_HDRS + SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len;
@@ -573,77 +731,51 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 		if (path_len > TRA_PATH_MAX || bpf_skb_store_bytes(skb, off & 0xff, p->path->raw, n, 0))
 			goto fail;
 	}
-	/* The L4 checksum, now after the SCION header. */
-	off = ETH_LEN + OUT_HDRS + p->scion_len + (p->l4_csum_off - IP6_LEN);
-	if (bpf_skb_store_bytes(skb, off & 0x7ff, &new_csum, 2, 0))
-		goto fail;
-	if (p->proto == IPPROTO_ICMPV6_) {
-		/* Echo types are the same numbers in SCMP; nothing else to do. */
-	}
 	return CONTINUE;
 fail:
 	count(TRA_PARSE_ERROR, skb->len);
 	return TC_ACT_SHOT;
 }
 
-/* To the first hop, with L2 from the kernel's neighbour table. */
+/* To the first hop by the route the host's own FIB gives for it (a router
+ * of another subnet is reached through its gateway), with L2 from the
+ * neighbour table, resolved by the kernel if need be. The helper's lookup
+ * is an output route lookup, as the host's stack makes: bpf_fib_lookup
+ * would want forwarding on the host's device. */
 static __always_inline int send_to_as(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
-	struct bpf_redir_neigh nh = { .nh_family = AF_INET };
-	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
-	struct iphdr *ip = data + ETH_LEN;
+	long ret = bpf_redirect_neigh(p->cfg->underlay_ifindex, NULL, 0, 0);
 
-	if (!PKT_HAS(ip, sizeof(*ip), end))
+	if (ret != TC_ACT_REDIRECT) {
+		count(TRA_TX_FAILED, skb->len);
 		return TC_ACT_SHOT;
-	nh.ipv4_nh = ip->daddr;
+	}
 	count(TRA_OUT, skb->len);
-	return bpf_redirect_neigh(p->cfg->underlay_ifindex, &nh, sizeof(nh), 0);
+	return ret;
 }
 
-SEC("tc")
-int tra_out(struct __sk_buff *skb)
+/* The ICMPv6 error a step asked for, built from the packet itself: a new
+ * IPv6 and ICMPv6 header in front, what does not fit 1280 bytes cut, back
+ * out of tra1 to the host. */
+static __always_inline int send_icmp6_error(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
-	struct tra_out_pkt p = {};
-	__u32 zero = 0, hash;
-	int ret;
-
-	p.cfg = bpf_map_lookup_elem(&tra_conf, &zero);
-	if (!p.cfg || !p.cfg->underlay_ifindex)
-		return TC_ACT_SHOT;
-	if ((ret = parse_ipv6_out(skb, &p)) != CONTINUE)
-		return ret;
-	if ((ret = map_destination(skb, &p)) != CONTINUE)
-		return ret;
-	if ((ret = parse_l4_out(skb, &p)) != CONTINUE)
-		return ret;
-	hash = flow_hash(skb, &p);
-	if (p.dst_ia != p.cfg->local_ia && (ret = choose_path(skb, &p, hash)) != CONTINUE)
-		return ret;
-	size_scion(&p);
-	clamp_mss(skb, &p);
-	if ((ret = check_path_mtu(skb, &p)) != CONTINUE)
-		return ret;
-	if ((ret = build_scion(skb, &p, hash)) != CONTINUE)
-		return ret;
-	return send_to_as(skb, &p);
-}
-
-/* The Packet Too Big reply, built from the packet itself: a new IPv6 and
- * ICMPv6 header in front, what does not fit 1280 bytes cut, back out of
- * tra1 to the host. The source is the destination it could not reach. */
-static __always_inline int send_ptb(struct __sk_buff *skb, struct tra_out_pkt *p)
-{
-	__u32 mtu = p->path->mtu - p->scion_len + IP6_LEN;
 	struct ethhdr *eth;
 	struct ipv6hdr *ip6;
-	__u8 *icmp;
+	__u8 *icmp, from[16] __attribute__((aligned(8)));
 	void *data, *end;
 	__u32 quote, plen;
 	__u64 sum = 0;
 	__u8 mac[6];
 
-	if (mtu < 1280)
-		mtu = 1280;
+	if (p->err_from_gw) {
+		/* fe80::1, the host's route to fc00::/8. */
+		__builtin_memset(from, 0, 16);
+		from[0] = 0xfe;
+		from[1] = 0x80;
+		from[15] = 1;
+	} else {
+		__builtin_memcpy(from, p->dst, 16);
+	}
 	/* An ICMPv6 error quotes as much as fits the minimum MTU. */
 	quote = p->len < 1280 - IP6_LEN - 8 ? p->len : 1280 - IP6_LEN - 8;
 	if (bpf_skb_change_tail(skb, ETH_LEN + quote, 0))
@@ -670,22 +802,65 @@ static __always_inline int send_ptb(struct __sk_buff *skb, struct tra_out_pkt *p
 	ip6->payload_len = bpf_htons(plen);
 	ip6->nexthdr = IPPROTO_ICMPV6_;
 	ip6->hop_limit = 64;
-	__builtin_memcpy(&ip6->saddr, p->dst, 16);
+	__builtin_memcpy(&ip6->saddr, from, 16);
 	__builtin_memcpy(&ip6->daddr, p->src, 16);
-	icmp[0] = 2; /* Packet Too Big */
-	icmp[1] = 0;
+	icmp[0] = p->err_type;
+	icmp[1] = p->err_code;
 	icmp[2] = 0;
 	icmp[3] = 0;
-	*(__u32 *)(icmp + 4) = bpf_htonl(mtu);
-	sum = sum_bytes16(p->dst) + sum_bytes16(p->src) + bpf_htonl(plen) + bpf_htonl(IPPROTO_ICMPV6_);
+	*(__u32 *)(icmp + 4) = bpf_htonl(p->err_param);
+	sum = sum_bytes16(from) + sum_bytes16(p->src) + bpf_htonl(plen) + bpf_htonl(IPPROTO_ICMPV6_);
 	if (csum_skb(skb, ETH_LEN + IP6_LEN, plen, &sum))
 		goto fail;
 	*(__u16 *)(icmp + 2) = ~csum_fold32(sum);
-	count(TRA_PTB, skb->len);
 	return bpf_redirect(p->cfg->host_ifindex, 0);
 fail:
 	count(TRA_PARSE_ERROR, skb->len);
 	return TC_ACT_SHOT;
+}
+
+/* Runs the egress steps; REPLY from any of them ends in one place. */
+static __always_inline int tra_out_steps(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	__u32 hash;
+	int ret;
+
+	if ((ret = parse_ipv6_out(skb, p)) != CONTINUE)
+		return ret;
+	if ((ret = map_destination(skb, p)) != CONTINUE)
+		return ret;
+	if ((ret = check_hop_limit(skb, p)) != CONTINUE)
+		return ret;
+	if ((ret = parse_l4_out(skb, p)) != CONTINUE)
+		return ret;
+	hash = flow_hash(skb, p);
+	if ((ret = choose_path(skb, p, hash)) != CONTINUE)
+		return ret;
+	size_scion(p);
+	if ((ret = check_path_mtu(skb, p)) != CONTINUE)
+		return ret;
+	clamp_mss(skb, p);
+	if ((ret = move_l4_csum_out(skb, p)) != CONTINUE)
+		return ret;
+	if ((ret = build_scion(skb, p, hash)) != CONTINUE)
+		return ret;
+	return send_to_as(skb, p);
+}
+
+SEC("tc")
+int tra_out(struct __sk_buff *skb)
+{
+	struct tra_out_pkt p = {};
+	__u32 zero = 0;
+	int ret;
+
+	p.cfg = bpf_map_lookup_elem(&tra_conf, &zero);
+	if (!p.cfg || !p.cfg->underlay_ifindex)
+		return TC_ACT_SHOT;
+	ret = tra_out_steps(skb, &p);
+	if (ret == REPLY)
+		return send_icmp6_error(skb, &p);
+	return ret;
 }
 
 /* ---- Ingress: SCION for the host → IPv6 ------------------------------------ */
@@ -700,7 +875,10 @@ struct tra_in_pkt {
 	__u8 src_host_len;
 	__u8 dst_host_len;
 	__u8 qos;
+	__u8 path_type;
+	__u8 pad[3];
 	__u32 flow;
+	struct tra_addr4 from; /* the underlay sender */
 	__u64 src_ia;
 	__u8 src_smip[16] __attribute__((aligned(8)));
 	__u8 src_host[16] __attribute__((aligned(8)));
@@ -733,20 +911,23 @@ static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_p
 		if (port != SCION_ENDHOST_PORT && (port < p->cfg->dispatched_start || port > p->cfg->dispatched_end))
 			return XDP_PASS;
 	}
+	p->from.addr = ip->saddr;
+	p->from.port = udp->source;
 	p->scion_off = p->udp_off + sizeof(*udp);
 	return CONTINUE;
 }
 
 /* The SCION header: for this host, a standard or empty path, an L4 the
- * translator carries. */
+ * translator carries. The shortest there is (IPv4 hosts, the empty path)
+ * is 36 bytes; each field is checked for what it needs. */
 static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
 	__u8 *c = data + (p->scion_off & 0xff);
-	__u8 *dst;
+	__u8 *dst, *src;
 	__u8 dt, st;
 
-	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN + 32, end))
+	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN + 8, end))
 		return XDP_PASS;
 	if (c[0] >> 4 != 0)
 		return XDP_PASS;
@@ -759,13 +940,14 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	p->next_hdr = c[4];
 	p->hdr_len = c[5] * SCION_LINE;
 	p->l4_len = (c[6] << 8) | c[7];
+	p->path_type = c[8];
 	dt = c[9] >> 4;
 	st = c[9] & 0xf;
 	if ((dt != SCION_ADDR_IP4 && dt != SCION_ADDR_IP6) || (st != SCION_ADDR_IP4 && st != SCION_ADDR_IP6)) {
 		count(TRA_NOT_OURS, end - data);
 		return XDP_PASS;
 	}
-	if (c[8] != SCION_PATH_SCION && c[8] != SCION_PATH_EMPTY) {
+	if (p->path_type != SCION_PATH_SCION && p->path_type != SCION_PATH_EMPTY) {
 		count(TRA_UNSUPPORTED, end - data);
 		return XDP_DROP;
 	}
@@ -773,27 +955,61 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	p->src_host_len = st == SCION_ADDR_IP6 ? 16 : 4;
 	dst = c + SCION_CMN_LEN + 2 * SCION_IA_LEN;
 	/* This host: its IPv4 address, or its SM-IP address. */
-	if (p->dst_host_len == 4 ? (!p->cfg->host_is4 || *(__u32 *)dst != p->cfg->host_ip4)
-				 : (((__u64 *)dst)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
-				    ((__u64 *)dst)[1] != ((__u64 *)p->cfg->host_smip)[1])) {
-		count(TRA_NOT_OURS, end - data);
-		return XDP_PASS;
+	if (p->dst_host_len == 4) {
+		if (!p->cfg->host_is4 || *(__u32 *)dst != p->cfg->host_ip4) {
+			count(TRA_NOT_OURS, end - data);
+			return XDP_PASS;
+		}
+		src = dst + 4;
+	} else {
+		if (!PKT_HAS(dst, 16, end))
+			goto short_pkt;
+		if (((__u64 *)dst)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
+		    ((__u64 *)dst)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
+			count(TRA_NOT_OURS, end - data);
+			return XDP_PASS;
+		}
+		src = dst + 16;
+	}
+	if (p->src_host_len == 4) {
+		if (!PKT_HAS(src, 4, end))
+			goto short_pkt;
+		__builtin_memcpy(p->src_host, src, 4);
+	} else {
+		if (!PKT_HAS(src, 16, end))
+			goto short_pkt;
+		__builtin_memcpy(p->src_host, src, 16);
 	}
 	p->src_ia = *(__u64 *)(c + SCION_CMN_LEN + SCION_IA_LEN);
-	if (p->dst_host_len == 4)
-		__builtin_memcpy(p->src_host, dst + 4, 16);
-	else
-		__builtin_memcpy(p->src_host, dst + 16, 16);
 	if (p->hdr_len < SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len ||
-	    (void *)c + p->hdr_len + p->l4_len > end) {
-		count(TRA_PARSE_ERROR, end - data);
-		return XDP_DROP;
-	}
+	    (void *)c + p->hdr_len + p->l4_len > end)
+		goto short_pkt;
 	if (p->next_hdr != IPPROTO_TCP && p->next_hdr != IPPROTO_UDP && p->next_hdr != SCION_PROTO_SCMP) {
 		count(TRA_UNSUPPORTED, end - data);
 		return XDP_DROP;
 	}
 	return CONTINUE;
+short_pkt:
+	count(TRA_PARSE_ERROR, end - data);
+	return XDP_DROP;
+}
+
+/* Who handed the packet over must be able to have sent it: a standard path
+ * ends at one of the AS's border routers, which sends from its internal
+ * address; the empty path is a host of this AS, which sends from the
+ * underlay address it names as the source. Anything else is a machine of
+ * the network injecting what it likes under another's name. */
+static __always_inline int check_sender(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	if (p->path_type == SCION_PATH_SCION) {
+		if (bpf_map_lookup_elem(&tra_routers, &p->from))
+			return CONTINUE;
+	} else if (p->src_ia == p->cfg->local_ia && p->src_host_len == 4 &&
+		   *(__u32 *)p->src_host == p->from.addr) {
+		return CONTINUE;
+	}
+	count(TRA_SPOOFED, ctx->data_end - ctx->data);
+	return XDP_DROP;
 }
 
 static __always_inline int map_source(struct xdp_md *ctx, struct tra_in_pkt *p)
@@ -805,9 +1021,45 @@ static __always_inline int map_source(struct xdp_md *ctx, struct tra_in_pkt *p)
 	return CONTINUE;
 }
 
+/* An SCMP message for the daemon, whole, with its sender. */
+static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt *p, __u8 *l4, __u32 kind, __u32 verdict)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct tra_event *e;
+	__u32 n;
+
+	if (!PKT_HAS(l4, 2, end))
+		return XDP_DROP;
+	e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
+	if (!e) {
+		count(TRA_QUEUE_FULL, end - data);
+		return XDP_DROP;
+	}
+	/* The message is the SCION payload; what trails it is not. */
+	n = event_len(p->l4_len);
+	e->kind = kind;
+	e->ia = p->src_ia;
+	e->scmp_type = l4[0];
+	e->scmp_code = l4[1];
+	e->src_host_len = p->src_host_len;
+	e->pad = 0;
+	e->pad2 = 0;
+	__builtin_memcpy(e->src_host, p->src_host, 16);
+	e->len = n;
+	if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n)) {
+		bpf_ringbuf_discard(e, 0);
+		count(TRA_PARSE_ERROR, end - data);
+		return XDP_DROP;
+	}
+	bpf_ringbuf_submit(e, 0);
+	count(verdict, end - data);
+	return XDP_DROP;
+}
+
 /* The L4 checksum moves from SCION's pseudo-header to IPv6's. SCMP echo
- * becomes ICMPv6 echo (same types and layout); an SCMP error becomes the
- * nearest ICMPv6 error, and the daemon hears of those about paths. */
+ * becomes ICMPv6 echo (same types and layout); SCMP errors go to the daemon
+ * (it tells the host in ICMPv6, the quote rebuilt as IPv6, and fails over
+ * on interface down), traceroute replies too (they answer its probes). */
 static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -816,14 +1068,16 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	__u16 *csum;
 	__u64 sub, add, s;
 
-	if (!PKT_HAS(l4, 8, end)) {
+	if (!PKT_HAS(l4, 8, end) || p->l4_len < 8) {
 		count(TRA_PARSE_ERROR, end - data);
 		return XDP_DROP;
 	}
 	switch (p->next_hdr) {
 	case IPPROTO_TCP:
-		if (!PKT_HAS(l4, 20, end))
+		if (!PKT_HAS(l4, 20, end) || p->l4_len < 20) {
+			count(TRA_PARSE_ERROR, end - data);
 			return XDP_DROP;
+		}
 		csum = (__u16 *)(l4 + 16);
 		break;
 	case IPPROTO_UDP:
@@ -831,60 +1085,42 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 		break;
 	default: /* SCMP */
 		csum = (__u16 *)(l4 + 2);
-		if (l4[0] != 128 && l4[0] != 129) {
-			struct tra_event *e;
-
-			/* Informational types other than echo (traceroute): nothing
-			 * the host would understand. */
-			if (l4[0] >= 128) {
-				count(TRA_UNSUPPORTED, end - data);
-				return XDP_DROP;
-			}
-			/* Errors go to the daemon: it tells the host (ICMPv6, the
-			 * quote rebuilt as IPv6) and fails over on interface down. */
-			e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
-			if (!e) {
-				count(TRA_QUEUE_FULL, end - data);
-				return XDP_DROP;
-			}
-			__u32 n = event_len(end - (void *)l4);
-
-			e->kind = TRA_EV_SCMP;
-			e->ia = p->src_ia;
-			e->scmp_type = l4[0];
-			e->scmp_code = l4[1];
-			e->src_host_len = p->src_host_len;
-			e->pad = 0;
-			e->pad2 = 0;
-			__builtin_memcpy(e->src_host, p->src_host, 16);
-			e->len = n;
-			if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n)) {
-				bpf_ringbuf_discard(e, 0);
-				count(TRA_PARSE_ERROR, end - data);
-				return XDP_DROP;
-			}
-			bpf_ringbuf_submit(e, 0);
-			count(TRA_SCMP_ERROR, end - data);
+		if (l4[0] == SCMP_TRACEROUTE_REPLY)
+			return scmp_to_daemon(ctx, p, l4, TRA_EV_PROBE, TRA_PROBE);
+		if (l4[0] < 128)
+			return scmp_to_daemon(ctx, p, l4, TRA_EV_SCMP, TRA_SCMP_ERROR);
+		/* Informational types other than echo (traceroute requests):
+		 * nothing the host would understand. */
+		if (l4[0] != SCMP_ECHO_REQUEST && l4[0] != SCMP_ECHO_REPLY) {
+			count(TRA_UNSUPPORTED, end - data);
 			return XDP_DROP;
 		}
 	}
 	{
 		const __u8 *dst = data + ((p->scion_off + SCION_CMN_LEN + 2 * SCION_IA_LEN) & 0xff);
-		const __u8 *src;
 
-		if (!PKT_HAS(dst, 32, end))
-			return XDP_DROP;
-		src = dst + p->dst_host_len;
 		sub = (__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) + (__u32)p->src_ia +
 		      (__u32)(p->src_ia >> 32) + bpf_htons(p->next_hdr);
-		sub += p->dst_host_len == 4 ? *(__u32 *)dst : sum_bytes16(dst);
-		sub += p->src_host_len == 4 ? *(__u32 *)src : sum_bytes16(src);
+		if (p->dst_host_len == 4) {
+			if (!PKT_HAS(dst, 4, end))
+				return XDP_DROP;
+			sub += *(__u32 *)dst;
+		} else {
+			if (!PKT_HAS(dst, 16, end))
+				return XDP_DROP;
+			sub += sum_bytes16(dst);
+		}
+		sub += p->src_host_len == 4 ? *(__u32 *)p->src_host : sum_bytes16(p->src_host);
 	}
 	add = sum_bytes16(p->src_smip) + sum_bytes16(p->cfg->host_smip) + bpf_htons(proto6);
 	s = (__u16)~*csum;
 	s += (__u16)~csum_fold32(sub);
 	s += add;
-	*csum = ~csum_fold32(s);
+	s = (__u16)~csum_fold32(s);
+	/* IPv6 has no UDP without a checksum: a sum of zero goes as 0xffff. */
+	if (s == 0 && p->next_hdr == IPPROTO_UDP)
+		s = 0xffff;
+	*csum = s;
 	return CONTINUE;
 }
 
@@ -964,11 +1200,77 @@ int tra_in(struct xdp_md *ctx)
 		return ret;
 	if ((ret = parse_scion_in(ctx, &p)) != CONTINUE)
 		return ret;
+	if ((ret = check_sender(ctx, &p)) != CONTINUE)
+		return ret;
 	if ((ret = map_source(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = translate_l4_in(ctx, &p)) != CONTINUE)
 		return ret;
 	return to_ipv6(ctx, &p);
+}
+
+/* ---- Transmit failures into the host --------------------------------------- */
+
+/* What the tracepoints need of the kernel's types, relocated by CO-RE. */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+struct net_device {
+	int ifindex;
+	struct {
+		struct net *net;
+	} nd_net;
+} __attribute__((preserve_access_index));
+
+/* Frames tra_in handed the pair that it did not take (its host end lost
+ * GRO, the pair went down): counted translated_in when handed over, they
+ * move to tx_failed. from is the underlay device, to the pair's end. */
+static __always_inline void charge_tx_failure(const struct net_device *from, __u32 to_ifindex, int drops)
+{
+	struct tra_counter *in, *failed;
+	struct tra_config *cfg;
+	__u32 zero = 0, key;
+
+	if (drops <= 0)
+		return;
+	cfg = bpf_map_lookup_elem(&tra_conf, &zero);
+	if (!cfg || from->nd_net.net->ns.inum != cfg->netns_ino || from->ifindex != cfg->underlay_ifindex ||
+	    (to_ifindex && to_ifindex != cfg->host_ifindex))
+		return;
+	key = TRA_IN;
+	in = bpf_map_lookup_elem(&tra_counters, &key);
+	key = TRA_TX_FAILED;
+	failed = bpf_map_lookup_elem(&tra_counters, &key);
+	if (!in || !failed)
+		return;
+	failed->packets += drops;
+	in->packets = in->packets > (__u64)drops ? in->packets - drops : 0;
+}
+
+/* A redirect refused at once: xdp_redirect_err(dev, prog, target, err,
+ * map_type, map_id, index). tra_in is the underlay device's program, and
+ * redirects only into the pair. */
+SEC("tp_btf/xdp_redirect_err")
+int tra_tx_redirect_err(__u64 *ctx)
+{
+	charge_tx_failure((const struct net_device *)ctx[0], 0, 1);
+	return 0;
+}
+
+/* Redirected frames the pair dropped when the devmap flushed them:
+ * xdp_devmap_xmit(from_dev, to_dev, sent, drops, err). */
+SEC("tp_btf/xdp_devmap_xmit")
+int tra_tx_devmap(__u64 *ctx)
+{
+	const struct net_device *to = (const struct net_device *)ctx[1];
+
+	charge_tx_failure((const struct net_device *)ctx[0], to->ifindex, (int)ctx[3]);
+	return 0;
 }
 
 char _license[] SEC("license") = "GPL";

@@ -12,6 +12,12 @@
 #ifndef TRA_HELD_MAX
 #define TRA_HELD_MAX 1536 /* bytes of a held packet sent up */
 #endif
+#ifndef TRA_MAX_DESTS
+#define TRA_MAX_DESTS 4096 /* destinations with paths; a power of two (slots of tra_used) */
+#endif
+#ifndef TRA_MAX_ROUTERS
+#define TRA_MAX_ROUTERS 64 /* the AS's border routers' internal addresses */
+#endif
 
 /* Why a program did what it did; one per-CPU counter each. Keep in step
  * with verdictNames in internal/tra. */
@@ -25,12 +31,18 @@ enum tra_verdict {
 	TRA_NOT_SMIP,       /* not to a SCION-mapped address: dropped (the host routed it here) */
 	TRA_UNMAPPABLE,     /* a SCION source without an SM-IP address (AS or ISD too large) */
 	TRA_NOT_OURS,       /* SCION, but not for this host: passed */
-	TRA_UNSUPPORTED,    /* extension headers, GSO packets, other L4, ICMPv6 without an SCMP kin: dropped */
+	TRA_UNSUPPORTED,    /* extension headers, other L4, ICMPv6 without an SCMP kin: dropped */
 	TRA_PARSE_ERROR,    /* malformed IPv6 or SCION: dropped */
 	TRA_SCMP_ERROR,     /* an SCMP error for the host: to the daemon, which sends ICMPv6 and fails over */
 	TRA_ICMP_ERROR,     /* an ICMPv6 error from the host: to the daemon, which sends it as SCMP */
-	TRA_TX_FAILED,      /* the redirect to the host or the AS failed */
+	TRA_TX_FAILED,      /* no route to the first hop, or the device refused the frame */
 	TRA_MULTI_BUFFER,   /* SCION for the host in several buffers (GRO, jumbo): passed untranslated */
+	TRA_SPOOFED,        /* SCION for the host from a sender that cannot have sent it: dropped */
+	TRA_FRAGMENT,       /* an IPv6 fragment (SCION has none): dropped, the first answered */
+	TRA_HOP_LIMIT,      /* hop limit 1 or 0: ICMPv6 time exceeded to the host */
+	TRA_OFFLOAD,        /* a GSO packet (the pair's offloads turned on again): dropped */
+	TRA_UNREACHABLE,    /* an IPv6 host of this AS (the underlay is IPv4): ICMPv6 unreachable */
+	TRA_PROBE,          /* an SCMP traceroute reply: to the daemon's path probes */
 	TRA_VERDICT_MAX,
 };
 
@@ -49,6 +61,8 @@ struct tra_config {
 	__u16 dispatched_end;
 	__u16 underlay_port;    /* the port SCION packets leave from (network order) */
 	__u16 pad2;
+	__u32 netns_ino;        /* the host's network namespace, for the transmit tracepoints */
+	__u32 pad3;
 };
 
 /* One path to a destination AS, as the daemon gives it. */
@@ -64,18 +78,30 @@ struct tra_path {
 	__u8 raw[TRA_PATH_MAX];
 };
 
-/* Value of tra_paths, keyed by destination ISD-AS (network order). */
+/* A destination AS's paths: the one entry of an inner map of tra_paths.
+ * The daemon writes a new inner map whole and swaps it in, so that a
+ * packet reads one set of paths, never a set being rewritten. */
 struct tra_dest {
-	__u32 n;   /* paths in use, 1..TRA_MAX_PATHS */
-	__u32 gen; /* bumped by each update, for the daemon */
+	__u64 ia;   /* the destination, network order: checked against the key */
+	__u32 n;    /* paths in use, 1..TRA_MAX_PATHS */
+	__u32 slot; /* the destination's entry in tra_used */
 	struct tra_path paths[TRA_MAX_PATHS];
 };
 
-/* What the programs send the daemon through tra_events. */
+/* A border router's internal address: who may hand the host SCION with a
+ * standard path. */
+struct tra_addr4 {
+	__u32 addr; /* network order */
+	__u16 port; /* network order */
+	__u16 pad;
+};
+
+/* What the programs send the daemon through tra_held and tra_events. */
 enum tra_event_kind {
-	TRA_EV_NO_PATH = 1, /* a held packet: translate it once a path is there */
+	TRA_EV_NO_PATH = 1, /* a held packet: translate it once a path is there (tra_held) */
 	TRA_EV_SCMP = 2,    /* an SCMP error for the host: the SCMP message */
 	TRA_EV_ICMP = 3,    /* an ICMPv6 error from the host: the IPv6 packet */
+	TRA_EV_PROBE = 4,   /* an SCMP traceroute reply: the SCMP message */
 };
 
 struct tra_event {
@@ -95,6 +121,39 @@ struct tra_event {
 struct tra_counter {
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* What the daemon counts, in tra_daemon (one u64 each), so that `tra stats`
+ * reads them beside the programs' verdicts, across daemon restarts. Keep in
+ * step with daemonCounterNames in internal/tra. */
+enum tra_daemon_counter {
+	TRA_D_HELD = 0,          /* packets held for a path */
+	TRA_D_HELD_SENT,         /* held packets sent once their path came */
+	TRA_D_HELD_DROPPED,      /* held packets beyond a bound (per destination, in all): dropped */
+	TRA_D_UNREACHABLE,       /* ICMPv6 destination unreachable sent to the host */
+	TRA_D_UNREACHABLE_LIMITED, /* ... not sent: over the rate limit */
+	TRA_D_LOOKUPS,           /* path lookups asked of scionproto's daemon */
+	TRA_D_LOOKUP_FAILED,     /* lookups that failed or found no usable path */
+	TRA_D_LOOKUP_REFUSED,    /* new destinations refused: lookup queue or destination bound full */
+	TRA_D_INSTALLED,         /* path sets installed in the data plane */
+	TRA_D_EXPIRED,           /* paths removed at their expiry */
+	TRA_D_EVICTED,           /* idle destinations removed */
+	TRA_D_IF_DOWN,           /* SCMP interface down believed: paths through it dropped */
+	TRA_D_SCMP_IGNORED,      /* SCMP errors not about a packet of this host on a path of ours: ignored */
+	TRA_D_SCMP_TO_HOST,      /* SCMP errors given to the host as ICMPv6 */
+	TRA_D_ICMP_TO_SCION,     /* the host's ICMPv6 errors sent as SCMP */
+	TRA_D_BAD_EVENT,         /* events the daemon could not decode or translate */
+	TRA_D_PROBES,            /* path probes sent (SCMP traceroute) */
+	TRA_D_PROBE_REPLIES,     /* path probes answered */
+	TRA_D_PATH_DEAD,         /* paths left because their probes went unanswered */
+	TRA_D_OFFLOAD_FIXED,     /* the pair's offloads set right again */
+	TRA_D_REATTACHED,        /* tra_in attached again to a recreated device */
+	TRA_D_PANICS,            /* panics recovered */
+	TRA_D_DESTS,             /* gauge: destinations tracked */
+	TRA_D_HELD_NOW,          /* gauge: packets held now */
+	TRA_D_LOOKUPS_NOW,       /* gauge: lookups in flight or queued */
+	TRA_D_SHUNNED_NOW,       /* gauge: interfaces shunned now */
+	TRA_D_MAX,
 };
 
 #endif

@@ -109,12 +109,15 @@ func traRunCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE [--netns NS]",
-		Short: "attach if needed and keep the paths: fetch, refresh, fail over, send held packets",
+		Short: "attach if needed and keep the paths: fetch, refresh, probe, fail over, send held packets",
 		Long: `Runs until interrupted, in the host's namespace (--netns runs it there). It attaches the
-translator unless it is attached, asks the AS's scionproto daemon for paths to each
-destination AS the host talks to, installs those the policy picks, sends the packets
-that waited for them, refreshes paths before they expire and drops those an SCMP error
-says are down. On exit it detaches what it attached.`,
+translator (again: the programs are swapped, the maps and paths stay), adopts the paths
+installed before, asks the AS's scionproto daemon for paths to each destination AS the
+host talks to, installs those the policy picks, sends the packets that waited for them,
+refreshes the paths in use before they expire, probes them and fails over from those that
+go silent or that an SCMP error about a path of its own says are down. Whatever ends it,
+the translator stays attached and the installed paths carry on: run it as a service that
+restarts (docs/fastpath-tra@.service); tra detach removes the translator.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadTraConfig(config)
@@ -226,7 +229,7 @@ func traStatsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stats NAME [--json]",
-		Short: "counters per verdict: translated out and in, no path, held, PTB sent, not SM-IP, parse errors, …",
+		Short: "counters per verdict (translated, held, spoofed, PTB sent, …) and the daemon's (lookups, probes, failovers, …)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
@@ -241,14 +244,25 @@ func traStatsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			dc, err := p.DaemonCounts()
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(c)
+				return enc.Encode(struct {
+					Verdicts tra.Counts        `json:"verdicts"`
+					Daemon   map[string]uint64 `json:"daemon"`
+				}{c, dc})
 			}
-			fmt.Printf("%-16s %14s %16s\n", "verdict", "packets", "bytes")
+			fmt.Printf("%-20s %14s %16s\n", "verdict", "packets", "bytes")
 			for _, v := range slices.Sorted(maps.Keys(c)) {
-				fmt.Printf("%-16s %14d %16d\n", v, c[v].Packets, c[v].Bytes)
+				fmt.Printf("%-20s %14d %16d\n", v, c[v].Packets, c[v].Bytes)
+			}
+			fmt.Printf("\n%-20s %14s\n", "daemon", "count")
+			for _, v := range slices.Sorted(maps.Keys(dc)) {
+				fmt.Printf("%-20s %14d\n", v, dc[v])
 			}
 			return nil
 		},

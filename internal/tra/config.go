@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/scionproto/scion/pkg/addr"
@@ -48,6 +49,12 @@ type Config struct {
 	Destinations map[addr.IA]Destination
 	// MaxPaths is how many paths of a destination flows spread over.
 	MaxPaths int
+	// ProbeEvery is how often the daemon probes the paths in use (toml
+	// "probe_interval"; < 0: never, 0: the default).
+	ProbeEvery time.Duration
+	// IdleTimeout is how long a destination without packets keeps its
+	// paths (toml "idle_timeout"; 0: the default).
+	IdleTimeout time.Duration
 
 	// Resolved:
 	IA addr.IA
@@ -75,6 +82,8 @@ type tomlFile struct {
 	Pair        string `toml:"pair"`
 	Policy      string `toml:"policy"`
 	MaxPaths    int    `toml:"max_paths"`
+	Probe       string `toml:"probe_interval"`
+	Idle        string `toml:"idle_timeout"`
 	Destination []struct {
 		IA       string `toml:"ia"`
 		Policy   string `toml:"policy"`
@@ -117,9 +126,26 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, errorf(path, "", "%v", err)
 	}
 	if u := md.Undecoded(); len(u) > 0 {
-		return nil, errorf(path, u[0].String(), "unknown key; the keys are topology, daemon, device, address, pair, policy, max_paths and [[destination]] (ia, policy, sequence)")
+		return nil, errorf(path, u[0].String(), "unknown key; the keys are topology, daemon, device, address, pair, policy, max_paths, probe_interval, idle_timeout and [[destination]] (ia, policy, sequence)")
 	}
 	c := &Config{Path: path, Daemon: raw.Daemon, Device: raw.Device, Pair: raw.Pair, Policy: raw.Policy, MaxPaths: raw.MaxPaths, Destinations: map[addr.IA]Destination{}}
+	if raw.Probe != "" {
+		v, err := time.ParseDuration(raw.Probe)
+		if err != nil || v < 0 || (v > 0 && (v < 10*time.Millisecond || v > time.Minute)) {
+			return nil, errorf(path, "probe_interval", "%q: a duration from 10ms to 1m (e.g. \"150ms\"), or \"0s\" for no probes", raw.Probe)
+		}
+		c.ProbeEvery = v
+		if v == 0 {
+			c.ProbeEvery = -1
+		}
+	}
+	if raw.Idle != "" {
+		v, err := time.ParseDuration(raw.Idle)
+		if err != nil || v < 10*time.Second {
+			return nil, errorf(path, "idle_timeout", "%q: a duration of 10s or more (e.g. \"5m\")", raw.Idle)
+		}
+		c.IdleTimeout = v
+	}
 	if raw.Topology == "" {
 		return nil, errorf(path, "topology", "missing: name the AS's topology.json")
 	}

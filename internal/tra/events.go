@@ -1,10 +1,10 @@
 package tra
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"unsafe"
 
 	"github.com/scionproto/scion/pkg/addr"
 )
@@ -22,9 +22,12 @@ const (
 	// EventICMP is an ICMPv6 error the host sent to IA: Data is the IPv6
 	// packet.
 	EventICMP EventKind = 3
+	// EventProbe is an SCMP traceroute reply from IA: Data is the SCMP
+	// message, the answer to one of the daemon's path probes.
+	EventProbe EventKind = 4
 )
 
-// Event is one record of tra_events.
+// Event is one record of tra_held or tra_events.
 type Event struct {
 	Kind               EventKind
 	IA                 addr.IA
@@ -33,29 +36,41 @@ type Event struct {
 	Data               []byte
 }
 
-// decodeEvent reads a ring buffer record.
+// Where struct tra_event keeps its fields; the test of the layout compares
+// them with the generated type.
+const (
+	evKind       = 0
+	evLen        = 4
+	evIA         = 8
+	evSCMPType   = 16
+	evSCMPCode   = 17
+	evSrcHostLen = 18
+	evSrcHost    = 24
+	evData       = 40
+)
+
+// decodeEvent reads a ring buffer record by hand (the data plane sends one
+// per held packet, so this is on the daemon's busiest path). It refuses
+// what a program cannot have written.
 func decodeEvent(raw []byte) (Event, error) {
-	var e translatorTraEvent
-	if len(raw) < binary.Size(e) {
-		return Event{}, fmt.Errorf("event of %d bytes, want %d", len(raw), binary.Size(e))
+	if len(raw) < int(unsafe.Sizeof(translatorTraEvent{})) {
+		return Event{}, fmt.Errorf("event of %d bytes, want %d", len(raw), unsafe.Sizeof(translatorTraEvent{}))
 	}
-	if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &e); err != nil {
-		return Event{}, err
+	n := int(binary.NativeEndian.Uint32(raw[evLen:]))
+	if n > len(translatorTraEvent{}.Data) {
+		return Event{}, fmt.Errorf("event says %d bytes of data, holds %d", n, len(translatorTraEvent{}.Data))
 	}
-	if int(e.Len) > len(e.Data) {
-		return Event{}, fmt.Errorf("event says %d bytes of data, holds %d", e.Len, len(e.Data))
-	}
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], e.Ia)
 	ev := Event{
-		Kind: EventKind(e.Kind), IA: addr.IA(binary.BigEndian.Uint64(b[:])),
-		SCMPType: e.ScmpType, SCMPCode: e.ScmpCode, Data: append([]byte(nil), e.Data[:e.Len]...),
+		Kind:     EventKind(binary.NativeEndian.Uint32(raw[evKind:])),
+		IA:       addr.IA(binary.BigEndian.Uint64(raw[evIA:])),
+		SCMPType: raw[evSCMPType], SCMPCode: raw[evSCMPCode],
+		Data: append([]byte(nil), raw[evData:evData+n]...),
 	}
-	switch e.SrcHostLen {
+	switch raw[evSrcHostLen] {
 	case 4:
-		ev.SrcHost = netip.AddrFrom4([4]byte(e.SrcHost[:4]))
+		ev.SrcHost = netip.AddrFrom4([4]byte(raw[evSrcHost : evSrcHost+4]))
 	case 16:
-		ev.SrcHost = netip.AddrFrom16(e.SrcHost)
+		ev.SrcHost = netip.AddrFrom16([16]byte(raw[evSrcHost : evSrcHost+16]))
 	}
 	return ev, nil
 }

@@ -152,6 +152,8 @@ func scmpToICMPv6(msg []byte, ia addr.IA, from netip.Addr, host netip.Addr) ([]b
 	if err := s.DecodeFromBytes(msg[at:], gopacket.NilDecodeFeedback); err != nil {
 		return nil, fmt.Errorf("SCMP type %d: quoted SCION header: %w", typ, err)
 	}
+	// The quoted hosts are IP addresses for a packet the host sent; a
+	// service address (or anything else) has no IPv6 form to quote.
 	qsrc, err := s.SrcAddr()
 	if err != nil {
 		return nil, err
@@ -159,6 +161,9 @@ func scmpToICMPv6(msg []byte, ia addr.IA, from netip.Addr, host netip.Addr) ([]b
 	qdst, err := s.DstAddr()
 	if err != nil {
 		return nil, err
+	}
+	if qsrc.Type() != addr.HostTypeIP || qdst.Type() != addr.HostTypeIP {
+		return nil, fmt.Errorf("SCMP type %d quotes a packet between %s and %s: not IP hosts", typ, qsrc, qdst)
 	}
 	innerSrc, err := FromSCION(s.SrcIA, qsrc.IP())
 	if err != nil {
@@ -344,4 +349,43 @@ func hostLen(h addr.Host) int {
 		return 4
 	}
 	return 16
+}
+
+// unreachableFor is the ICMPv6 destination unreachable (no route, RFC 4443
+// 3.1) that answers a packet the host sent, from its destination.
+func unreachableFor(pkt []byte) ([]byte, error) {
+	if len(pkt) < 40 || pkt[0]>>4 != 6 {
+		return nil, errors.New("not an IPv6 packet")
+	}
+	src, dst := netip.AddrFrom16([16]byte(pkt[24:40])), netip.AddrFrom16([16]byte(pkt[8:24]))
+	return icmpv6Packet(src, dst, icmp6DestinationUnreachable, 0, 0, pkt), nil
+}
+
+// completeL4Checksum writes the full upper-layer checksum of an IPv6
+// packet the host sent: a held packet may have left the host with its
+// checksum pending (the field holds the pseudo-header's sum only), and sent
+// again by a packet socket nothing would complete it. Anything it does not
+// know is left as it is.
+func completeL4Checksum(pkt []byte) []byte {
+	if len(pkt) < 48 || pkt[0]>>4 != 6 || int(binary.BigEndian.Uint16(pkt[4:6]))+40 != len(pkt) {
+		return pkt
+	}
+	proto := pkt[6]
+	at := 40 + l4ChecksumAt(proto)
+	switch proto {
+	case 6, 17, protoICMPv6:
+	default:
+		return pkt
+	}
+	if len(pkt) < at+2 {
+		return pkt
+	}
+	src, dst := netip.AddrFrom16([16]byte(pkt[8:24])), netip.AddrFrom16([16]byte(pkt[24:40]))
+	pkt[at], pkt[at+1] = 0, 0
+	c := ^checksum.Fold(checksum.Sum(pkt[40:], pseudoIPv6(src, dst, proto, len(pkt)-40)))
+	if c == 0 && proto == 17 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(pkt[at:], c)
+	return pkt
 }

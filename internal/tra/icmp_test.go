@@ -42,7 +42,7 @@ func sentDatagram(t *testing.T) (ipv6, scionPkt []byte) {
 	if err := tr.SetPaths(remoteIA, []Path{{Raw: testPath(t), MTU: 1472, NextHop: routerAddr, Expiry: 1 << 40}}); err != nil {
 		t.Fatal(err)
 	}
-	ret, out := run(t, tr.objs.TraOut, in, true)
+	ret, out := tr.run(t, tr.objs.TraOut, in, true)
 	if ret != tcActRedirect {
 		t.Fatalf("action %d", ret)
 	}
@@ -65,7 +65,7 @@ func TestErrorsGoToTheDaemon(t *testing.T) {
 	router := netip.MustParseAddr("10.255.2.1")
 	s := &slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypePacketTooBig, 0)}
 	in := scionFrame(t, remoteIA, router, 30041, s, &slayers.SCMPPacketTooBig{MTU: 1300}, gopacket.Payload(quote))
-	if ret, _ := run(t, tr.objs.TraIn, in, false); ret != xdpDrop {
+	if ret, _ := tr.run(t, tr.objs.TraIn, in, false); ret != xdpDrop {
 		t.Fatalf("SCMP error: action %d, want XDP_DROP", ret)
 	}
 	ev := readEvent(t, rd)
@@ -75,7 +75,7 @@ func TestErrorsGoToTheDaemon(t *testing.T) {
 
 	icmp := ipv6Frame(t, hostSMIP, remote4SMIP, &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeDestinationUnreachable, layers.ICMPv6CodePortUnreachable)},
 		gopacket.Payload(make([]byte, 4+48)))
-	if ret, _ := run(t, tr.objs.TraOut, icmp, true); ret != tcActShot {
+	if ret, _ := tr.run(t, tr.objs.TraOut, icmp, true); ret != tcActShot {
 		t.Fatalf("ICMPv6 error: action %d, want TC_ACT_SHOT", ret)
 	}
 	ev = readEvent(t, rd)
@@ -88,7 +88,7 @@ func TestErrorsGoToTheDaemon(t *testing.T) {
 	}
 	// Time exceeded has no kin in SCMP.
 	te := ipv6Frame(t, hostSMIP, remote4SMIP, &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeTimeExceeded, 0)}, gopacket.Payload(make([]byte, 52)))
-	if ret, _ := run(t, tr.objs.TraOut, te, true); ret != tcActShot || tr.counts(t)["unsupported"].Packets != 1 {
+	if ret, _ := tr.run(t, tr.objs.TraOut, te, true); ret != tcActShot || tr.counts(t)["unsupported"].Packets != 1 {
 		t.Fatalf("time exceeded: action %d, counters %v", ret, tr.counts(t))
 	}
 }

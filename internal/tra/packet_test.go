@@ -1,9 +1,12 @@
 package tra
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -13,9 +16,11 @@ import (
 	"github.com/scionproto/scion/pkg/slayers"
 	"github.com/scionproto/scion/pkg/slayers/path"
 	"github.com/scionproto/scion/pkg/slayers/path/scion"
+	"github.com/vishvananda/netlink"
 
 	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // The test host: 10.101.0.2 in 1-64513, talking to hosts of 1-64514.
@@ -55,33 +60,112 @@ func testPath(t *testing.T) []byte {
 	return raw
 }
 
-// loadTest loads the programs unpinned, configured for the test host, with
-// lo standing in for the pair (a test run sends nothing).
+// The packet tests' underlay: a namespace with a device eth0 at the host's
+// address, its router's MAC a permanent neighbour, and a network beyond a
+// gateway, so that tra_out's route lookups find what a real host's would.
+var (
+	routerMAC  = net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	gatewayMAC = net.HardwareAddr{2, 0, 0, 0, 0, 0xfe}
+	gateway    = netip.MustParseAddr("10.101.0.254")
+	// farRouter is a router of the AS on another subnet, reached through
+	// the gateway.
+	farRouter = netip.MustParseAddrPort("10.201.0.1:30042")
+	// unresolved is a router on the host's subnet whose MAC is not known
+	// yet: the kernel resolves it.
+	unresolved = netip.MustParseAddrPort("10.101.0.7:30042")
+	testNetns  sync.Map // *Translator → its namespace
+)
+
+// underlayNetns makes the test's namespace, removed when the test ends.
+func underlayNetns(t *testing.T) (string, int) {
+	t.Helper()
+	b := make([]byte, 2)
+	rand.Read(b)
+	ns := "fp-t" + hex.EncodeToString(b) + "-tra"
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Delete(ns); err != nil {
+			t.Error(err)
+		}
+	})
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A veth whose peer stays in the namespace: it only has to be up.
+	dev := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 2}}, PeerName: "peer0"}
+	if err := h.LinkAdd(dev); err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := h.LinkByName("peer0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []error{
+		h.LinkSetUp(lo), h.LinkSetUp(l), h.LinkSetUp(peer),
+		h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: hostIP4.AsSlice(), Mask: net.CIDRMask(24, 32)}}),
+		h.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, IP: routerAddr.Addr().AsSlice(), HardwareAddr: routerMAC, State: netlink.NUD_PERMANENT}),
+		h.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, IP: gateway.AsSlice(), HardwareAddr: gatewayMAC, State: netlink.NUD_PERMANENT}),
+		h.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.IP{10, 201, 0, 0}, Mask: net.CIDRMask(24, 32)}, Gw: gateway.AsSlice()}),
+	} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	return ns, l.Attrs().Index
+}
+
+// loadTest loads the programs unpinned, configured for the test host in a
+// namespace of its own, with lo standing in for the pair (a test run sends
+// nothing).
 func loadTest(t *testing.T) *Translator {
 	t.Helper()
 	labtest.RequireKernel(t)
+	ns, ifindex := underlayNetns(t)
 	tr, err := Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tr.Close() })
-	if err := tr.Configure(HostConfig{
-		IA: localIA, SMIP: hostSMIP, Address: hostIP4, UnderlayIfindex: 1, PairIfindex: 1,
-		HostMAC: hostMAC, PairMAC: pairMAC, DispatchedStart: 31000, DispatchedEnd: 32767,
+	t.Cleanup(func() { tr.Close(); testNetns.Delete(tr) })
+	if err := netns.Run(ns, func() error {
+		return tr.Configure(HostConfig{
+			IA: localIA, SMIP: hostSMIP, Address: hostIP4, UnderlayIfindex: ifindex, PairIfindex: 1,
+			HostMAC: hostMAC, PairMAC: pairMAC, DispatchedStart: 31000, DispatchedEnd: 32767,
+			Routers: []netip.AddrPort{routerAddr, farRouter},
+		})
 	}); err != nil {
 		t.Fatal(err)
 	}
+	testNetns.Store(tr, ns)
 	return tr
 }
 
-func run(t *testing.T, prog *ebpf.Program, frame []byte, tc bool) (uint32, []byte) {
+// run runs a program of the translator once on a frame, in its namespace.
+func (tr *Translator) run(t *testing.T, prog *ebpf.Program, frame []byte, tc bool) (uint32, []byte) {
 	t.Helper()
+	ns, _ := testNetns.Load(tr)
 	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+512)}
 	if tc {
 		// A TC test run wants an __sk_buff context for its length.
 		opts.Context = skbCtx(len(frame))
 	}
-	ret, err := prog.Run(&opts)
+	var ret uint32
+	err := netns.Run(ns.(string), func() error {
+		var err error
+		ret, err = prog.Run(&opts)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("test run: %v", err)
 	}

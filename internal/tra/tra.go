@@ -98,6 +98,12 @@ var verdictNames = map[Verdict]string{
 	translatorTraVerdictTRA_ICMP_ERROR:   "icmp_error",
 	translatorTraVerdictTRA_TX_FAILED:    "tx_failed",
 	translatorTraVerdictTRA_MULTI_BUFFER: "multi_buffer",
+	translatorTraVerdictTRA_SPOOFED:      "spoofed",
+	translatorTraVerdictTRA_FRAGMENT:     "fragment",
+	translatorTraVerdictTRA_HOP_LIMIT:    "hop_limit",
+	translatorTraVerdictTRA_OFFLOAD:      "offload",
+	translatorTraVerdictTRA_UNREACHABLE:  "unreachable",
+	translatorTraVerdictTRA_PROBE:        "probe",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -119,14 +125,24 @@ type Path struct {
 // Translator is a loaded translator: its programs and maps.
 type Translator struct {
 	objs translatorObjects
+	pathMaps
 }
 
 // Load loads the programs and maps, pinned under dir (reused when pinned
-// there already); nothing is attached.
+// there already); nothing is attached. A pin an older translator left whose
+// map no longer fits these programs (an upgrade) is replaced: the daemon
+// fetches the paths again.
 func Load(dir string) (*Translator, error) {
+	return load(dir, io.Discard)
+}
+
+func load(dir string, warn io.Writer) (*Translator, error) {
 	spec, err := loadTranslator()
 	if err != nil {
 		return nil, fmt.Errorf("load translator spec: %w", err)
+	}
+	if m := spec.Maps["tra_used"]; m == nil || int(m.MaxEntries) != MaxDests {
+		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
 	}
 	var opts ebpf.CollectionOptions
 	if dir != "" {
@@ -136,6 +152,7 @@ func Load(dir string) (*Translator, error) {
 			}
 		}
 		opts.Maps.PinPath = dir
+		replaceIncompatiblePins(spec, dir, warn)
 	}
 	t := &Translator{}
 	if err := spec.LoadAndAssign(&t.objs, &opts); err != nil {
@@ -145,7 +162,27 @@ func Load(dir string) (*Translator, error) {
 		}
 		return nil, fmt.Errorf("load translator: %w", err)
 	}
+	t.pathMaps = pathMaps{paths: t.objs.TraPaths, used: t.objs.TraUsed, inner: spec.Maps["tra_paths"].InnerMap.Copy()}
 	return t, nil
+}
+
+// replaceIncompatiblePins removes the pins in dir of maps whose layout the
+// programs no longer share (an older translator's), so that they are made
+// afresh; the programs attached until the swap keep the old maps alive.
+func replaceIncompatiblePins(spec *ebpf.CollectionSpec, dir string, warn io.Writer) {
+	for name, ms := range spec.Maps {
+		pin := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(pin, nil)
+		if err != nil {
+			continue
+		}
+		err = ms.Compatible(m)
+		m.Close()
+		if err != nil {
+			fmt.Fprintf(warn, "translator: %s was made by another version (%v): made afresh\n", name, err)
+			os.Remove(pin)
+		}
+	}
 }
 
 // Close unloads what this process holds (pins stay).
@@ -175,6 +212,12 @@ type HostConfig struct {
 	PairMAC         net.HardwareAddr // PAIR1
 	DispatchedStart uint16
 	DispatchedEnd   uint16
+	// Routers are the AS's border routers' internal addresses: the only
+	// senders of SCION with a standard path the host takes.
+	Routers []netip.AddrPort
+	// NetnsIno is the host's network namespace (its inode), for the
+	// transmit tracepoints, which see every namespace.
+	NetnsIno uint64
 }
 
 // Configure writes the host's configuration and where redirects into the
@@ -194,7 +237,11 @@ func (t *Translator) Configure(h HostConfig) error {
 	copy(c.HostMac[:], h.HostMAC)
 	copy(c.PairMac[:], h.PairMAC)
 	c.DispatchedStart, c.DispatchedEnd = h.DispatchedStart, h.DispatchedEnd
-	c.UnderlayPort = htons(30041)
+	c.UnderlayPort = htons(endHostPort)
+	c.NetnsIno = uint32(h.NetnsIno)
+	if err := setRouters(t.objs.TraRouters, h.Routers); err != nil {
+		return err
+	}
 	if err := t.objs.TraHostPort.Put(uint32(0), uint32(h.PairIfindex)); err != nil {
 		return fmt.Errorf("set the pair in the redirect map: %w", err)
 	}
@@ -207,47 +254,41 @@ func (t *Translator) Configure(h HostConfig) error {
 // SetPaths installs the paths to a destination AS (at most MaxPaths; none
 // removes it). Flows spread over them by hash.
 func (t *Translator) SetPaths(ia addr.IA, paths []Path) error {
-	return setPaths(t.objs.TraPaths, ia, paths)
+	return t.set(ia, uint32(ia)%uint32(MaxDests), paths)
 }
 
-func setPaths(m *ebpf.Map, ia addr.IA, paths []Path) error {
-	key := beIA(ia)
-	if len(paths) == 0 {
-		if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
+// setRouters replaces the routers the host takes SCION from: the new ones
+// go in before the old ones that are left go, so that no router's packets
+// are refused in between.
+func setRouters(m *ebpf.Map, routers []netip.AddrPort) error {
+	if len(routers) > int(m.MaxEntries()) {
+		return fmt.Errorf("%d border routers: the translator takes at most %d", len(routers), m.MaxEntries())
+	}
+	want := map[translatorTraAddr4]bool{}
+	for _, r := range routers {
+		if !r.Addr().Unmap().Is4() {
+			continue // an IPv6 internal address: the underlay is IPv4
 		}
-		return nil
-	}
-	if len(paths) > MaxPaths {
-		paths = paths[:MaxPaths]
-	}
-	var d translatorTraDest
-	if err := m.Lookup(key, &d); err == nil {
-		d.Gen++
-	}
-	d.N = uint32(len(paths))
-	for i, p := range paths {
-		if len(p.Raw) > PathMax || len(p.Raw)%4 != 0 {
-			return fmt.Errorf("path to %s: %d bytes; the translator takes whole 4-byte lines up to %d", ia, len(p.Raw), PathMax)
+		a := r.Addr().Unmap().As4()
+		k := translatorTraAddr4{Addr: binary.NativeEndian.Uint32(a[:]), Port: htons(r.Port())}
+		want[k] = true
+		if err := m.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("router %s: %w", r, err)
 		}
-		if !p.NextHop.Addr().Unmap().Is4() {
-			return fmt.Errorf("path to %s: next hop %s: the translator's underlay is IPv4", ia, p.NextHop)
+	}
+	var k translatorTraAddr4
+	var v uint8
+	var stale []translatorTraAddr4
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
 		}
-		var v translatorTraPath
-		v.Len = uint16(len(p.Raw))
-		v.Mtu = p.MTU
-		v.Type = 1
-		v.NextPort = htons(p.NextHop.Port())
-		nh := p.NextHop.Addr().Unmap().As4()
-		v.NextHop = binary.NativeEndian.Uint32(nh[:])
-		v.Expiry = p.Expiry
-		copy(v.Raw[:], p.Raw)
-		d.Paths[i] = v
 	}
-	if err := m.Put(key, &d); err != nil {
-		return fmt.Errorf("install paths to %s: %w", ia, err)
+	for _, k := range stale {
+		m.Delete(k)
 	}
-	return nil
+	return it.Err()
 }
 
 // Counts are the counters summed over CPUs, by verdict name.
@@ -342,23 +383,69 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	t, err = Load(dir)
+	t, err = load(dir, o.Warn)
 	if err != nil {
 		return "", errors.Join(err, removeIfEmpty(dir))
 	}
 	defer t.Close()
+	ino, err := xdp.NetnsInode(o.Netns)
+	if err != nil {
+		return "", err
+	}
 	h := HostConfig{
 		IA: cfg.IA, SMIP: cfg.SMIP, Address: cfg.Address, UnderlayIfindex: ua.Index,
 		PairIfindex: pair.pairIndex, HostMAC: pair.hostMAC, PairMAC: pair.pairMAC,
 		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd,
+		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino,
 	}
 	if err := netns.Run(o.Netns, func() error { return t.Configure(h) }); err != nil {
 		return "", err
 	}
+	// A link left on a device that was removed and made again is defunct:
+	// attach afresh.
+	if pin := filepath.Join(dir, xdp.LinkPinName(under)); errors.Is(xdp.PinnedLinkState(pin), xdp.ErrLinkGone) {
+		os.Remove(pin)
+	}
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
-	return name, attachTC(dir, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut)
+	if err := attachTC(dir, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut); err != nil {
+		return "", err
+	}
+	if err := attachTracepoints(dir, t); err != nil {
+		fmt.Fprintf(o.Warn, "warning: translator %s: %v; frames the pair refuses are counted translated_in, not tx_failed\n", name, err)
+	}
+	return name, nil
+}
+
+// Pins of the transmit tracepoints' links.
+var tracepointPins = map[string]func(*Translator) *ebpf.Program{
+	"tp_redirect_err": func(t *Translator) *ebpf.Program { return t.objs.TraTxRedirectErr },
+	"tp_devmap_xmit":  func(t *Translator) *ebpf.Program { return t.objs.TraTxDevmap },
+}
+
+// attachTracepoints attaches the programs that count frames the pair did
+// not take. Tracing links cannot swap programs: a new link is pinned over
+// the old one, which goes with its pin.
+func attachTracepoints(dir string, t *Translator) error {
+	for pin, prog := range tracepointPins {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog(t)})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", pin, err)
+		}
+		tmp := filepath.Join(dir, pin+".new")
+		os.Remove(tmp)
+		err = l.Pin(tmp)
+		l.Close()
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(dir, pin))
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("pin %s: %w", pin, err)
+		}
+	}
+	return nil
 }
 
 // attachTC attaches tra_out to the pair's ingress through a TCX link,
@@ -397,6 +484,9 @@ func Detach(name string) error {
 	var errs []error
 	if statErr == nil {
 		errs = append(errs, os.Remove(filepath.Join(dir, tcLinkPin)))
+		for pin := range tracepointPins {
+			errs = append(errs, os.Remove(filepath.Join(dir, pin)))
+		}
 		if err := xdp.DetachPinned(dir, PinRoot, nil); err != nil {
 			errs = append(errs, err)
 		}
@@ -431,7 +521,10 @@ func Detach(name string) error {
 func OpenPinned(name string) (*Pinned, error) {
 	dir := PinDir(name)
 	p := &Pinned{Name: name}
-	for n, dst := range map[string]**ebpf.Map{"tra_paths": &p.paths, "tra_counters": &p.counters, "tra_conf": &p.conf, "tra_events": &p.events} {
+	for n, dst := range map[string]**ebpf.Map{
+		"tra_paths": &p.paths, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
+		"tra_held": &p.held, "tra_events": &p.events, "tra_routers": &p.routers, "tra_daemon": &p.daemon,
+	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
 		if err != nil {
 			p.Close()
@@ -442,18 +535,25 @@ func OpenPinned(name string) (*Pinned, error) {
 		}
 		*dst = m
 	}
+	inner, err := innerSpec()
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	p.inner = inner
 	return p, nil
 }
 
 // Pinned are an attached translator's maps.
 type Pinned struct {
-	Name                          string
-	paths, counters, conf, events *ebpf.Map
+	Name string
+	pathMaps
+	counters, conf, held, events, routers, daemon *ebpf.Map
 }
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.paths, p.counters, p.conf, p.events} {
+	for _, m := range []*ebpf.Map{p.paths, p.used, p.counters, p.conf, p.held, p.events, p.routers, p.daemon} {
 		if m != nil {
 			m.Close()
 		}
@@ -463,30 +563,47 @@ func (p *Pinned) Close() {
 // Counts reads the counters.
 func (p *Pinned) Counts() (Counts, error) { return readCounts(p.counters) }
 
-// SetPaths installs the paths to a destination AS (none removes it).
-func (p *Pinned) SetPaths(ia addr.IA, paths []Path) error { return setPaths(p.paths, ia, paths) }
+// DaemonCounts reads the daemon's counters (tra_daemon), by name.
+func (p *Pinned) DaemonCounts() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for i, name := range daemonCounterNames {
+		var v uint64
+		if err := p.daemon.Lookup(uint32(i), &v); err != nil {
+			return nil, fmt.Errorf("read the daemon's counters: %w", err)
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+// SetPaths installs the paths to a destination AS, its use recorded in
+// slot (none removes it).
+func (p *Pinned) SetPaths(ia addr.IA, slot uint32, paths []Path) error { return p.set(ia, slot, paths) }
+
+// Dests lists the installed destinations.
+func (p *Pinned) Dests() (map[addr.IA]DestPaths, error) { return p.list() }
 
 // Paths lists the installed paths by destination.
 func (p *Pinned) Paths() (map[addr.IA][]Path, error) {
+	d, err := p.list()
 	out := map[addr.IA][]Path{}
-	var k uint64
-	var d translatorTraDest
-	it := p.paths.Iterate()
-	for it.Next(&k, &d) {
-		var b [8]byte
-		binary.NativeEndian.PutUint64(b[:], k)
-		ia := addr.IA(binary.BigEndian.Uint64(b[:]))
-		for i := 0; i < int(d.N) && i < MaxPaths; i++ {
-			v := d.Paths[i]
-			var nh [4]byte
-			binary.NativeEndian.PutUint32(nh[:], v.NextHop)
-			out[ia] = append(out[ia], Path{
-				Raw: append([]byte(nil), v.Raw[:v.Len]...), MTU: v.Mtu, Expiry: v.Expiry,
-				NextHop: netip.AddrPortFrom(netip.AddrFrom4(nh), htons(v.NextPort)),
-			})
-		}
+	for ia, dp := range d {
+		out[ia] = dp.Paths
 	}
-	return out, it.Err()
+	return out, err
+}
+
+// UsedAt reads when each slot last had a packet (see pathMaps.usedAt).
+func (p *Pinned) UsedAt() ([]uint32, error) { return p.usedAt() }
+
+// SetRouters replaces the border routers the host takes SCION from.
+func (p *Pinned) SetRouters(routers []netip.AddrPort) error { return setRouters(p.routers, routers) }
+
+// Config reads the programs' configuration.
+func (p *Pinned) config() (translatorTraConfig, error) {
+	var c translatorTraConfig
+	err := p.conf.Lookup(uint32(0), &c)
+	return c, err
 }
 
 // pairDevs are the translator's device pair as made.
@@ -533,17 +650,8 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 				return fmt.Errorf("sysctl %s of %s: %w", k, host, err)
 			}
 		}
-		et, err := ethtool.NewEthtool()
-		if err != nil {
-			return err
-		}
-		defer et.Close()
-		// The kernel cuts and completes on the way out of PAIR0; GRO on
-		// PAIR0 takes what tra_in redirects in, and coalesces it.
-		if err := et.Change(host, map[string]bool{"tx-tcp-segmentation": false, "tx-tcp6-segmentation": false, "tx-checksum-ip-generic": false, "rx-gro": true}); err != nil {
-			return fmt.Errorf("offloads of %s: %w", host, err)
-		}
-		return nil
+		_, err := setPairOffloads(host)
+		return err
 	})
 	if err != nil {
 		return out, err
@@ -568,6 +676,42 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 		return out, fmt.Errorf("route to fc00::/8 by %s: %w", host, err)
 	}
 	return out, nil
+}
+
+// setPairOffloads keeps the host's end of the pair as the translator needs
+// it, and says whether anything had to change: no segmentation offload of
+// any kind (the kernel cuts every GSO packet on the way in, so that tra_out
+// sees one IPv6 packet per SCION packet), no checksum offload (checksums
+// are complete), GRO on (what tra_in redirects in is taken, and coalesced
+// again). Call it in the host's namespace.
+func setPairOffloads(dev string) (changed bool, err error) {
+	et, err := ethtool.NewEthtool()
+	if err != nil {
+		return false, err
+	}
+	defer et.Close()
+	have, err := et.Features(dev)
+	if err != nil {
+		return false, fmt.Errorf("offloads of %s: %w", dev, err)
+	}
+	want := map[string]bool{}
+	for name, on := range have {
+		off := (strings.HasPrefix(name, "tx-") && strings.HasSuffix(name, "segmentation")) ||
+			name == "tx-gso-list" || strings.HasPrefix(name, "tx-checksum-")
+		if off && on {
+			want[name] = false
+		}
+	}
+	if !have["rx-gro"] {
+		want["rx-gro"] = true
+	}
+	if len(want) == 0 {
+		return false, nil
+	}
+	if err := et.Change(dev, want); err != nil {
+		return false, fmt.Errorf("offloads of %s: %w", dev, err)
+	}
+	return true, nil
 }
 
 // checkRoutersElsewhere refuses a host whose namespace holds one of the

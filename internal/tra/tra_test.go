@@ -63,7 +63,7 @@ func TestEgressTranslates(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			in := ipv6Frame(t, hostSMIP, c.dst, c.l4...)
-			ret, out := run(t, tr.objs.TraOut, in, true)
+			ret, out := tr.run(t, tr.objs.TraOut, in, true)
 			if ret != tcActRedirect {
 				t.Fatalf("action %d, want TC_ACT_REDIRECT; counters %v", ret, tr.counts(t))
 			}
@@ -109,13 +109,13 @@ func TestEgressTranslates(t *testing.T) {
 // nothing is sent.
 func TestEgressHoldsWithoutPath(t *testing.T) {
 	tr := loadTest(t)
-	rd, err := ringbuf.NewReader(tr.objs.TraEvents)
+	rd, err := ringbuf.NewReader(tr.objs.TraHeld)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rd.Close()
 	in := ipv6Frame(t, hostSMIP, remote4SMIP, &layers.UDP{SrcPort: 1, DstPort: 2}, gopacket.Payload("first packet of a flow"))
-	if ret, _ := run(t, tr.objs.TraOut, in, true); ret != tcActShot {
+	if ret, _ := tr.run(t, tr.objs.TraOut, in, true); ret != tcActShot {
 		t.Fatalf("action %d, want TC_ACT_SHOT", ret)
 	}
 	rec, err := rd.Read()
@@ -145,7 +145,7 @@ func TestEgressClampsMSS(t *testing.T) {
 		{OptionType: layers.TCPOptionKindMSS, OptionLength: 4, OptionData: []byte{0x05, 0x8c}}, // 1420
 		{OptionType: layers.TCPOptionKindSACKPermitted, OptionLength: 2},
 	}}
-	ret, out := run(t, tr.objs.TraOut, ipv6Frame(t, hostSMIP, remote4SMIP, syn), true)
+	ret, out := tr.run(t, tr.objs.TraOut, ipv6Frame(t, hostSMIP, remote4SMIP, syn), true)
 	if ret != tcActRedirect {
 		t.Fatalf("action %d", ret)
 	}
@@ -172,7 +172,7 @@ func TestEgressSendsPacketTooBig(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := ipv6Frame(t, hostSMIP, remote4SMIP, &layers.UDP{SrcPort: 1, DstPort: 2}, gopacket.Payload(make([]byte, 1390)))
-	ret, out := run(t, tr.objs.TraOut, in, true)
+	ret, out := tr.run(t, tr.objs.TraOut, in, true)
 	if ret != tcActRedirect {
 		t.Fatalf("action %d; counters %v", ret, tr.counts(t))
 	}
@@ -212,7 +212,7 @@ func TestEgressRefuses(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := tr.counts(t)["not_smip"].Packets
-			if ret, _ := run(t, tr.objs.TraOut, ipv6Frame(t, c.src, c.dst, &layers.UDP{SrcPort: 1, DstPort: 2}), true); ret != tcActShot {
+			if ret, _ := tr.run(t, tr.objs.TraOut, ipv6Frame(t, c.src, c.dst, &layers.UDP{SrcPort: 1, DstPort: 2}), true); ret != tcActShot {
 				t.Fatalf("action %d, want TC_ACT_SHOT", ret)
 			}
 			if tr.counts(t)["not_smip"].Packets != before+1 {
@@ -295,7 +295,7 @@ func TestIngressTranslates(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			in := scionFrame(t, remoteIA, c.srcHost, c.port, c.l4...)
-			ret, out := run(t, tr.objs.TraIn, in, false)
+			ret, out := tr.run(t, tr.objs.TraIn, in, false)
 			if ret != xdpRedirect {
 				t.Fatalf("action %d, want XDP_REDIRECT; counters %v", ret, tr.counts(t))
 			}
@@ -352,7 +352,7 @@ func TestIngressRefuses(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			before := tr.counts(t)
-			if ret, _ := run(t, tr.objs.TraIn, c.frame, false); ret != c.action {
+			if ret, _ := tr.run(t, tr.objs.TraIn, c.frame, false); ret != c.action {
 				t.Fatalf("action %d, want %d", ret, c.action)
 			}
 			if c.verdict != "" && tr.counts(t)[c.verdict].Packets != before[c.verdict].Packets+1 {
