@@ -117,10 +117,11 @@ type dest struct {
 	expires time.Time // the earliest expiry of dp
 	used    time.Time // the last packet the data plane saw, or when tracked
 	held    []heldPacket
-	// The lookup: queued or in flight, not before next, failed so often.
-	queued, inFlight bool
-	next             time.Time
-	fails            int
+	// The lookup: queued or in flight, not before next, failed so often;
+	// stale says one is wanted as soon as next allows.
+	queued, inFlight, stale bool
+	next                    time.Time
+	fails                   int
 }
 
 type recentPath struct {
@@ -395,9 +396,10 @@ func (d *pathDaemon) want(x *dest, urgent bool) {
 		return
 	}
 	if urgent && d.now().Before(x.next) {
+		x.stale = true // housekeep asks once next has come
 		return
 	}
-	x.queued = true
+	x.queued, x.stale = true, false
 	if urgent {
 		d.urgentQ = append(d.urgentQ, x.ia)
 	} else {
@@ -694,7 +696,7 @@ func (d *pathDaemon) housekeep(now time.Time) {
 			continue
 		}
 		inUse := idle <= 2*d.refresh
-		if inUse && (now.Sub(x.fetched) >= d.refresh || (!x.expires.IsZero() && x.expires.Sub(now) < d.refresh)) {
+		if x.stale || inUse && (now.Sub(x.fetched) >= d.refresh || (!x.expires.IsZero() && x.expires.Sub(now) < d.refresh)) {
 			d.want(x, true)
 		}
 	}

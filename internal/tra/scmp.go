@@ -202,15 +202,14 @@ func (d *pathDaemon) interfaceDown(ev Event, e *scmpError) (believed, bereft boo
 		if len(y.dp) == 0 {
 			continue
 		}
-		n := len(y.dp)
-		d.dropPaths(y, func(i int) bool {
+		dropped := d.dropPaths(y, func(i int) bool {
 			if i < len(y.paths) {
 				return traverses(y.paths[i], e.ia, e.ifids)
 			}
 			// Adopted paths carry no metadata: the quoted one is known.
 			return y == x && pathSignature(y.dp[i].Raw) == sig
 		}, now)
-		if len(y.dp) != n {
+		if dropped > 0 {
 			d.logf("SCMP %d from %s: interface %v down; paths to %s through it dropped, %d left", e.typ, e.ia, e.ifids, y.ia, len(y.dp))
 			d.want(y, true)
 		}
@@ -235,8 +234,9 @@ func (d *pathDaemon) shun(k ifKey, until time.Time) {
 }
 
 // dropPaths removes the installed paths for which gone holds, fills their
-// places from the spares that are not avoided, and installs the result.
-func (d *pathDaemon) dropPaths(x *dest, gone func(i int) bool, now time.Time) {
+// places from the spares that are not avoided, installs the result, and
+// says how many it removed.
+func (d *pathDaemon) dropPaths(x *dest, gone func(i int) bool, now time.Time) int {
 	var keep []Path
 	var keepMD []snet.Path
 	withMD := len(x.paths) == len(x.dp)
@@ -249,8 +249,9 @@ func (d *pathDaemon) dropPaths(x *dest, gone func(i int) bool, now time.Time) {
 			keepMD = append(keepMD, x.paths[i])
 		}
 	}
-	if len(keep) == len(x.dp) {
-		return
+	dropped := len(x.dp) - len(keep)
+	if dropped == 0 {
+		return 0
 	}
 	// Spares come with metadata, and only with paths that have it.
 	var spare []snet.Path
@@ -273,6 +274,7 @@ func (d *pathDaemon) dropPaths(x *dest, gone func(i int) bool, now time.Time) {
 	}
 	x.expires = earliestExpiry(keep)
 	d.remember(x, x.paths, keep, now)
+	return dropped
 }
 
 // knownPath is the installed or lately installed path of x with the
