@@ -433,7 +433,7 @@ func attachTracepoints(dir string, t *Translator) error {
 		if err != nil {
 			return fmt.Errorf("attach %s: %w", pin, err)
 		}
-		tmp := filepath.Join(dir, pin+".new")
+		tmp := filepath.Join(dir, pin+"_new") // bpffs takes no dots in names
 		os.Remove(tmp)
 		err = l.Pin(tmp)
 		l.Close()
