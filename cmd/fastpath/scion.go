@@ -36,14 +36,15 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	}
 
 	var (
-		ases    int
-		hybrid  bool
-		sig     bool
-		timeout time.Duration
-		links   int
+		ases      int
+		hybrid    bool
+		sig       bool
+		timeout   time.Duration
+		links     int
+		hopExpiry time.Duration
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig]",
+		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,7 +60,12 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			if _, _, err := n.PlanLinks(ases, links); err != nil {
 				return err
 			}
-			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, Timeout: timeout, Log: os.Stderr}); err != nil {
+			if hopExpiry != 0 {
+				if _, err := scionlab.HopExpTime(hopExpiry); err != nil {
+					return err
+				}
+			}
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, HopExpiry: hopExpiry, Timeout: timeout, Log: os.Stderr}); err != nil {
 				return err
 			}
 			if sig {
@@ -83,6 +89,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	up.Flags().IntVar(&links, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "attach fastpath's border router in front of every AS's reference router")
 	up.Flags().BoolVar(&sig, "sig", false, "also run scionproto's SCION-IP gateway on the end hosts of the first and last leaf AS (addresses 10.(200+i).0.1 and fd00:5c:i::1 behind them, i the AS's index)")
+	up.Flags().DurationVar(&hopExpiry, "hop-expiry", 0, "how long the hop fields of every path live, rounded up to a multiple of 337.5s (337.5s to 24h; 0: scionproto's default, 6h)")
 	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path (and for the SIG to carry traffic)")
 
 	var asJSON bool

@@ -9,13 +9,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/scionproto/scion/pkg/slayers/path"
 )
 
 // generate writes what every service of the plan reads: the crypto from
 // scion-pki testcrypto (a fresh ISD each time: TRC, CA, AS certificates),
 // each AS's topology.json, master keys, TRCs and the services' TOML files,
 // and fastpath's border router configuration beside the reference's.
-func (n Network) generate(pki string, as []AS, links []Link, bfd bool) error {
+func (n Network) generate(pki string, as []AS, links []Link, o genOptions) error {
 	gen := filepath.Join(n.Dir, "gen")
 	if err := os.RemoveAll(gen); err != nil {
 		return err
@@ -46,14 +49,22 @@ func (n Network) generate(pki string, as []AS, links []Link, bfd bool) error {
 		return fmt.Errorf("scion-pki testcrypto wrote no TRC under %s", filepath.Join(gen, "trcs"))
 	}
 	for _, a := range as {
-		if err := n.writeAS(a, as, links, trcs, bfd); err != nil {
+		if err := n.writeAS(a, as, links, trcs, o); err != nil {
 			return fmt.Errorf("AS %s: %w", a.IA, err)
 		}
 	}
 	return nil
 }
 
-func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, bfd bool) error {
+// genOptions are what up's options change in the generated files.
+type genOptions struct {
+	bfd bool
+	// hopExpTime, if set, caps the ExpTime of the hop fields every control
+	// service adds (beaconing policies); nil leaves scionproto's default.
+	hopExpTime *uint8
+}
+
+func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOptions) error {
 	for _, d := range []string{"keys", "certs", "db"} {
 		if err := os.MkdirAll(filepath.Join(a.Dir, d), 0o755); err != nil {
 			return err
@@ -107,8 +118,15 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, bfd bool) e
 	if a.Core {
 		files["cs.toml"] += "\n[ca]\nmode = \"in-process\"\n"
 	}
-	if !bfd {
+	if !o.bfd {
 		files["br.toml"] += "\n[router.bfd]\ndisable = true\n"
+	}
+	if o.hopExpTime != nil {
+		policies := beaconPolicies(a, *o.hopExpTime)
+		files["cs.toml"] += policiesTOML(a.Dir, policies)
+		for _, p := range policies {
+			files[p.file] = p.body
+		}
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(a.Dir, name), []byte(body), 0o644); err != nil {
@@ -160,4 +178,78 @@ func topology(a AS, as []AS, links []Link) map[string]any {
 			},
 		},
 	}
+}
+
+// HopExpiryUnit is scionproto's unit of hop-field lifetime: a hop field
+// with ExpTime e is valid for (1+e) units after its segment's timestamp.
+const HopExpiryUnit = path.MaxTTL / 256 // 337.5 s
+
+// HopExpTime is the smallest ExpTime whose lifetime is at least d: the
+// hop fields live no shorter than asked, and no more than one unit longer.
+// scionproto's own ExpTimeFromDuration rounds down instead, which would
+// make a --hop-expiry of 6m give 337.5 s.
+func HopExpTime(d time.Duration) (uint8, error) {
+	if d < HopExpiryUnit || d > path.MaxTTL {
+		return 0, fmt.Errorf("--hop-expiry %s: a hop field lives from %s (ExpTime 0) to %s (ExpTime 255), in steps of %s; give a duration in that range (0 for scionproto's default, %s)",
+			d, HopExpiryUnit, path.MaxTTL, HopExpiryUnit, path.ExpTimeToDuration(defaultHopExpTime))
+	}
+	units := (d + HopExpiryUnit - 1) / HopExpiryUnit
+	return uint8(units - 1), nil
+}
+
+// defaultHopExpTime is control/beacon.DefaultMaxExpTime of scionproto
+// v0.12.0 (6 h); the control package itself is too heavy to import for it.
+const defaultHopExpTime = 63
+
+// beaconPolicy is one beaconing policy file of an AS's control service and
+// the cs.toml key under [beaconing.policies] that names it.
+type beaconPolicy struct {
+	key, file, body string
+}
+
+// policyKeys are the policies a control service loads, by cs.toml key and
+// the Type its YAML file must carry: a core AS loads propagation and
+// core_registration, a leaf propagation, up_registration and
+// down_registration (control/policy.go); a core AS ignores the leaf keys
+// and a leaf the core key, so only those read are written.
+var policyKeys = []struct {
+	key, typ   string
+	core, leaf bool
+}{
+	{"propagation", "Propagation", true, true},
+	{"core_registration", "CoreSegmentRegistration", true, false},
+	{"up_registration", "UpSegmentRegistration", false, true},
+	{"down_registration", "DownSegmentRegistration", false, true},
+}
+
+// beaconPolicies cap the ExpTime of every hop field the AS's control
+// service makes (originated, propagated or registered) at expTime: the
+// one place scionproto lets it be set is a policy's MaxExpTime
+// (control/beacon/policy.go). Everything else keeps its default.
+func beaconPolicies(a AS, expTime uint8) []beaconPolicy {
+	var out []beaconPolicy
+	for _, k := range policyKeys {
+		if (a.Core && !k.core) || (!a.Core && !k.leaf) {
+			continue
+		}
+		out = append(out, beaconPolicy{
+			key:  k.key,
+			file: "policy-" + k.key + ".yaml",
+			body: fmt.Sprintf("# the lab's --hop-expiry: hop fields this AS adds live %s (ExpTime %d)\nType: %s\nMaxExpTime: %d\n",
+				path.ExpTimeToDuration(expTime), expTime, k.typ, expTime),
+		})
+	}
+	return out
+}
+
+// policiesTOML is the section of cs.toml that names the policy files
+// (BSConfig.Policies, `toml:"beaconing"` then `toml:"policies"`, in
+// control/config/config.go).
+func policiesTOML(dir string, ps []beaconPolicy) string {
+	var b strings.Builder
+	b.WriteString("\n[beaconing.policies]\n")
+	for _, p := range ps {
+		fmt.Fprintf(&b, "%s = %q\n", p.key, filepath.Join(dir, p.file))
+	}
+	return b.String()
 }

@@ -36,6 +36,11 @@ type UpOptions struct {
 	// Links is how many links each leaf AS has to the core (1 by default,
 	// at most MaxParallel): two give every pair of leaves four paths.
 	Links int
+	// HopExpiry is how long the hop fields the control services make stay
+	// valid, rounded up to scionproto's unit (HopExpiryUnit, 337.5 s; see
+	// HopExpTime); 0 leaves scionproto's default (ExpTime 63, 6 h). Short
+	// ones show how paths are refreshed before they expire.
+	HopExpiry time.Duration
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -73,7 +78,15 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if old, err := n.readState(); err == nil && old != nil && old.ASes == o.ASes && old.Prefix == n.Prefix && allAlive(old) && (len(old.Hybrid) > 0) == o.Hybrid && old.NoBFD == o.NoBFD && old.links() == o.Links {
+	gen := genOptions{bfd: !o.NoBFD}
+	if o.HopExpiry != 0 {
+		e, err := HopExpTime(o.HopExpiry)
+		if err != nil {
+			return nil, err
+		}
+		gen.hopExpTime = &e
+	}
+	if old, err := n.readState(); err == nil && old != nil && old.sameShape(n, o) && allAlive(old) {
 		fmt.Fprintf(o.Log, "the network is up already (%d ASes since %s)\n", old.ASes, old.Started.Format(time.TimeOnly))
 		return old, nil
 	}
@@ -94,12 +107,12 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links}
+	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry}
 	if err := n.writeState(st); err != nil {
 		return st, err
 	}
 	fmt.Fprintf(o.Log, "generating crypto and configuration for %d ASes in %s\n", o.ASes, n.Dir)
-	if err := n.generate(bins["scion-pki"], as, links, !o.NoBFD); err != nil {
+	if err := n.generate(bins["scion-pki"], as, links, gen); err != nil {
 		return st, err
 	}
 	if err := n.build(as, links); err != nil {
@@ -160,6 +173,12 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	st.PathsAfter = time.Since(st.Started)
 	fmt.Fprintf(o.Log, "first path after %.1f s\n", st.PathsAfter.Seconds())
 	return st, n.writeState(st)
+}
+
+// sameShape says whether the recorded network is the one o asks for.
+func (s *State) sameShape(n Network, o UpOptions) bool {
+	return s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
+		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry
 }
 
 func allAlive(s *State) bool {

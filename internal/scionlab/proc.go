@@ -44,6 +44,8 @@ type State struct {
 	NoBFD      bool          `json:"no_bfd,omitempty"`
 	// Links is how many links each leaf has to the core (0: one).
 	Links int `json:"links,omitempty"`
+	// HopExpiry is up's HopExpiry: 0 for scionproto's default.
+	HopExpiry time.Duration `json:"hop_expiry_ns,omitempty"`
 }
 
 func (s *State) links() int { return max(s.Links, 1) }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scionproto/scion/pkg/slayers/path"
+
 	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
@@ -22,6 +24,36 @@ type Status struct {
 	Started    time.Time     `json:"started"`
 	PathsAfter time.Duration `json:"paths_after_ns"`
 	Logs       string        `json:"logs"`
+	// Hops is how long the control services make hop fields live.
+	Hops HopExpiry `json:"hop_expiry"`
+}
+
+// HopExpiry is the network's hop-field lifetime: what up was asked for
+// (0: scionproto's default), the ExpTime the control services use, and
+// the lifetime that gives.
+type HopExpiry struct {
+	Asked    time.Duration `json:"asked_ns"`
+	ExpTime  uint8         `json:"exp_time"`
+	Lifetime time.Duration `json:"lifetime_ns"`
+}
+
+func hopExpiry(asked time.Duration) HopExpiry {
+	e := uint8(defaultHopExpTime)
+	if asked != 0 {
+		// up refused any other; a hand-edited record falls back to the
+		// default, which is what the services would then run with.
+		if v, err := HopExpTime(asked); err == nil {
+			e = v
+		}
+	}
+	return HopExpiry{Asked: asked, ExpTime: e, Lifetime: path.ExpTimeToDuration(e)}
+}
+
+func (h HopExpiry) String() string {
+	if h.Asked == 0 {
+		return fmt.Sprintf("hop fields live %s (ExpTime %d, scionproto's default)", h.Lifetime, h.ExpTime)
+	}
+	return fmt.Sprintf("hop fields live %s (ExpTime %d, --hop-expiry %s)", h.Lifetime, h.ExpTime, h.Asked)
 }
 
 // ASStatus is one AS: its addresses and processes.
@@ -72,7 +104,7 @@ func (n Network) Status() (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir()}
+	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir(), Hops: hopExpiry(st.HopExpiry)}
 	hybrid := map[string]bool{}
 	for _, h := range st.Hybrid {
 		hybrid[h] = hybridAttached(h)
@@ -101,7 +133,7 @@ func (s *Status) Write(w io.Writer) {
 	if s.PathsAfter > 0 {
 		fmt.Fprintf(w, ", first path after %.1f s", s.PathsAfter.Seconds())
 	}
-	fmt.Fprintf(w, "\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", "AS", "core", "namespace", "host ns", "internal", "host", "processes")
+	fmt.Fprintf(w, "\n%s\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", s.Hops, "AS", "core", "namespace", "host ns", "internal", "host", "processes")
 	for _, a := range s.ASes {
 		var ps []string
 		for _, p := range a.Procs {

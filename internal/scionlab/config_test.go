@@ -1,0 +1,125 @@
+package scionlab
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/scionproto/scion/pkg/slayers/path"
+)
+
+// A duration maps to the smallest ExpTime whose lifetime is at least the
+// duration; what no ExpTime can express is refused.
+func TestHopExpTime(t *testing.T) {
+	cases := map[string]struct {
+		d       time.Duration
+		want    uint8
+		wantErr bool
+	}{
+		"one unit":             {d: 337500 * time.Millisecond, want: 0},
+		"just over one unit":   {d: 337500*time.Millisecond + time.Nanosecond, want: 1},
+		"six minutes":          {d: 6 * time.Minute, want: 1},
+		"two units":            {d: 675 * time.Second, want: 1},
+		"scionproto's default": {d: 6 * time.Hour, want: 63},
+		"a day":                {d: 24 * time.Hour, want: 255},
+		"just under a day":     {d: 24*time.Hour - time.Nanosecond, want: 255},
+		"zero":                 {d: 0, wantErr: true},
+		"negative":             {d: -time.Minute, wantErr: true},
+		"just under one unit":  {d: 337500*time.Millisecond - time.Nanosecond, wantErr: true},
+		"a minute":             {d: time.Minute, wantErr: true},
+		"just over a day":      {d: 24*time.Hour + time.Nanosecond, wantErr: true},
+		"what one byte can't":  {d: 48 * time.Hour, wantErr: true},
+		"six and a half hours": {d: 6*time.Hour + 30*time.Minute, want: 69},
+		"one unit in seconds":  {d: 338 * time.Second, want: 1},
+		"ten units":            {d: 3375 * time.Second, want: 9},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := HopExpTime(c.d)
+			if c.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "--hop-expiry") {
+					t.Fatalf("HopExpTime(%s) = %d, %v; want an error naming --hop-expiry", c.d, got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("HopExpTime(%s) = %d, want %d", c.d, got, c.want)
+			}
+			// The smallest that is long enough, by scionproto's own
+			// conversion.
+			if l := path.ExpTimeToDuration(got); l < c.d {
+				t.Fatalf("ExpTime %d lives %s, shorter than %s", got, l, c.d)
+			}
+			if got > 0 && path.ExpTimeToDuration(got-1) >= c.d {
+				t.Fatalf("ExpTime %d is not the smallest: %d lives %s", got, got-1, path.ExpTimeToDuration(got-1))
+			}
+		})
+	}
+}
+
+// Each control service is given the policies it loads, under the keys of
+// [beaconing.policies], each file of the Type scionproto expects for that
+// key and with the MaxExpTime asked for.
+func TestBeaconPolicies(t *testing.T) {
+	cases := map[string]struct {
+		core bool
+		want map[string]string // cs.toml key → policy Type
+	}{
+		"core": {core: true, want: map[string]string{
+			"propagation": "Propagation", "core_registration": "CoreSegmentRegistration",
+		}},
+		"leaf": {core: false, want: map[string]string{
+			"propagation": "Propagation", "up_registration": "UpSegmentRegistration", "down_registration": "DownSegmentRegistration",
+		}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			ps := beaconPolicies(AS{Core: c.core}, 7)
+			for _, p := range ps {
+				if err := os.WriteFile(filepath.Join(dir, p.file), []byte(p.body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var cs struct {
+				Beaconing struct {
+					Policies map[string]string `toml:"policies"`
+				} `toml:"beaconing"`
+			}
+			md, err := toml.Decode(policiesTOML(dir, ps), &cs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := md.Undecoded(); len(u) > 0 {
+				t.Fatalf("cs.toml has keys outside [beaconing.policies]: %v", u)
+			}
+			got := cs.Beaconing.Policies
+			if len(got) != len(c.want) {
+				t.Fatalf("[beaconing.policies] = %v, want the keys of %v", got, c.want)
+			}
+			for key, typ := range c.want {
+				file, ok := got[key]
+				if !ok {
+					t.Fatalf("[beaconing.policies] has no %s: %v", key, got)
+				}
+				b, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatalf("%s names %s: %v", key, file, err)
+				}
+				lines := strings.Split(string(b), "\n")
+				for _, want := range []string{"Type: " + typ, "MaxExpTime: 7"} {
+					if !slices.Contains(lines, want) {
+						t.Fatalf("%s:\n%s\nhas no line %q", file, b, want)
+					}
+				}
+			}
+		})
+	}
+}
