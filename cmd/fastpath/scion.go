@@ -148,6 +148,30 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			return n.Down(os.Stderr)
 		},
 	}
-	cmd.AddCommand(up, status, check, down)
+	restart := &cobra.Command{
+		Use:   "restart IA SERVICE",
+		Short: "stop an AS's router, control service or daemon and start it again as up did",
+		Long: `Stop one service of an AS (router, control or daemon) and start it again with
+the same arguments, in the same namespace, appending to the same log; the record
+gets its new PID. Its databases stay. fastpath's router in front of a restarted
+reference router stays attached. Example: fastpath lab scion restart 1-64513 control`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := scionlab.CheckService(args[1]); err != nil {
+				return err
+			}
+			n, err := network()
+			if err != nil {
+				return err
+			}
+			a, err := n.FindAS(args[0])
+			if err != nil {
+				return err
+			}
+			return n.Restart(cmd.Context(), a, args[1], os.Stderr)
+		},
+	}
+
+	cmd.AddCommand(up, status, check, restart, down)
 	return cmd
 }

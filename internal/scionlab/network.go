@@ -128,7 +128,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 			{"dispatcher-as", bins["dispatcher"], "dispatcher-as.toml", a.Netns},
 			{"dispatcher", bins["dispatcher"], "dispatcher.toml", a.HostNetns},
 		} {
-			p, err := n.start(fmt.Sprintf("%s-%d", svc.name, FirstASN+a.Index), ias, svc.ns, svc.bin, "--config", filepath.Join(a.Dir, svc.conf))
+			p, err := n.start(procName(svc.name, a), ias, svc.ns, svc.bin, "--config", filepath.Join(a.Dir, svc.conf))
 			if err != nil {
 				return st, err
 			}

@@ -1,12 +1,15 @@
 package scionlab
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,6 +111,86 @@ func (n Network) start(name, as, ns, bin string, args ...string) (Proc, error) {
 	p := Proc{Name: name, AS: as, Netns: ns, PID: cmd.Process.Pid, Log: log, Args: append([]string{bin}, args...)}
 	p.Start, _ = startTime(p.PID)
 	return p, nil
+}
+
+// procName names a service of an AS in the record and its log:
+// control-64513, say.
+func procName(service string, a AS) string {
+	return fmt.Sprintf("%s-%d", service, FirstASN+a.Index)
+}
+
+// Services are those of an AS that Restart restarts.
+var Services = []string{"router", "control", "daemon"}
+
+// CheckService says whether Restart can restart a service of that name.
+func CheckService(service string) error {
+	if !slices.Contains(Services, service) {
+		return fmt.Errorf("service %q: restart one of %s", service, strings.Join(Services, ", "))
+	}
+	return nil
+}
+
+// restartSettle is how long a restarted service must keep running for
+// Restart to call it started: what dies of its configuration or of a port
+// still taken dies sooner.
+const restartSettle = time.Second
+
+// Restart stops one service of AS a (one of Services) and starts it again
+// as up did: the same program and arguments, in the same namespace,
+// appending to the same log; the record gets the new PID. It also starts a
+// service that had died or was stopped. The databases stay, so a control
+// service or daemon comes back with the segments it had. A router restart
+// leaves fastpath's router in front of it attached: that is on the
+// devices, not the process.
+func (n Network) Restart(ctx context.Context, a AS, service string, log io.Writer) error {
+	if err := CheckService(service); err != nil {
+		return err
+	}
+	if log == nil {
+		log = io.Discard
+	}
+	st, err := n.readState()
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotUp
+	}
+	name := procName(service, a)
+	i := slices.IndexFunc(st.Procs, func(p Proc) bool { return p.Name == name && p.AS == a.IA.String() })
+	if i < 0 {
+		return fmt.Errorf("%s records no %s of %s: is %s the network's --dir?", n.statePath(), name, a.IA, n.Dir)
+	}
+	old := st.Procs[i]
+	if len(old.Args) == 0 {
+		return fmt.Errorf("%s records no command line for %s: take the network down and up again", n.statePath(), name)
+	}
+	old.stop()
+	p, err := n.start(old.Name, old.AS, old.Netns, old.Args[0], old.Args[1:]...)
+	if err != nil {
+		return err
+	}
+	st.Procs[i] = p
+	if err := n.writeState(st); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "%s of %s restarted: pid %d (was %d); log %s\n", service, a.IA, p.PID, old.PID, p.Log)
+	return settle(ctx, p)
+}
+
+// settle waits restartSettle and fails if p died meanwhile.
+func settle(ctx context.Context, p Proc) error {
+	t := time.NewTimer(restartSettle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	if !p.Alive() {
+		return fmt.Errorf("%s exited right after its restart; its log: %s\n%s", p.Name, p.Log, tail(p.Log, 15))
+	}
+	return nil
 }
 
 // startTime is field 22 of /proc/PID/stat.

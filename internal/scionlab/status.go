@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/slayers/path"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -197,6 +198,24 @@ func (n Network) ASes() ([]AS, []Link, error) {
 		return nil, nil, ErrNotUp
 	}
 	return n.PlanLinks(st.ASes, st.links())
+}
+
+// FindAS is the running network's AS of the given ISD-AS (1-64513, say).
+func (n Network) FindAS(ia string) (AS, error) {
+	want, err := addr.ParseIA(ia)
+	if err != nil {
+		return AS{}, fmt.Errorf("AS %q: write it as ISD-AS, like %d-%d", ia, ISD, FirstASN+1)
+	}
+	as, _, err := n.ASes()
+	if err != nil {
+		return AS{}, err
+	}
+	for _, a := range as {
+		if a.IA == want {
+			return a, nil
+		}
+	}
+	return AS{}, fmt.Errorf("AS %s is not in the network: it has %s to %s", want, as[0].IA, as[len(as)-1].IA)
 }
 
 // Stop ends one of the network's processes by name (router-64512, say):
