@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -172,6 +173,38 @@ reference router stays attached. Example: fastpath lab scion restart 1-64513 con
 		},
 	}
 
-	cmd.AddCommand(up, status, check, restart, down)
+	link := &cobra.Command{
+		Use:   "link IA IFID up|down",
+		Short: "take an AS's end of an inter-AS link down or up (its veth), as a cut cable",
+		Long: `Set the veth of an AS's SCION interface down or up, at that AS's end only: the
+routers on both sides see their BFD sessions fail, as on a cut cable, and report
+the interface down (router_interface_up in their metrics). Example:
+fastpath lab scion link 1-64513 1 down`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ifid, err := strconv.ParseUint(args[1], 10, 16)
+			if err != nil || ifid == 0 {
+				return fmt.Errorf("interface %q: give the AS's SCION interface ID, a number from 1 (as in its topology.json)", args[1])
+			}
+			var up bool
+			switch args[2] {
+			case "up":
+				up = true
+			case "down":
+			default:
+				return fmt.Errorf("%q: say up or down", args[2])
+			}
+			n, err := network()
+			if err != nil {
+				return err
+			}
+			a, err := n.FindAS(args[0])
+			if err != nil {
+				return err
+			}
+			return n.SetLink(a, uint16(ifid), up)
+		},
+	}
+	cmd.AddCommand(up, status, check, restart, link, down)
 	return cmd
 }

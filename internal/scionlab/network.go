@@ -336,6 +336,58 @@ func sysctl(key, val string) error {
 	return nil
 }
 
+// SetLink takes the veth of AS a's inter-AS interface ifid down or up, at
+// a's end only: its peer loses carrier with it, so both routers' BFD
+// sessions time out as they would on a cut cable, and each router's metrics
+// show the interface down (router_interface_up). The address and any XDP
+// program on the device stay, so setting it up again restores the link as
+// it was.
+func (n Network) SetLink(a AS, ifid uint16, up bool) error {
+	_, links, err := n.ASes()
+	if err != nil {
+		return err
+	}
+	dev, err := interfaceDev(a, links, ifid)
+	if err != nil {
+		return err
+	}
+	h, err := netns.Handle(a.Netns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("interface %d of %s (%s in %s): %w", ifid, a.IA, dev, a.Netns, err)
+	}
+	set, state := h.LinkSetDown, "down"
+	if up {
+		set, state = h.LinkSetUp, "up"
+	}
+	if err := set(l); err != nil {
+		return fmt.Errorf("set interface %d of %s (%s in %s) %s: %w", ifid, a.IA, dev, a.Netns, state, err)
+	}
+	return nil
+}
+
+// interfaceDev is the device of AS a's interface ifid.
+func interfaceDev(a AS, links []Link, ifid uint16) (string, error) {
+	var ids []string
+	for _, l := range links {
+		switch {
+		case l.Parent == a.Index && l.ParentIf == ifid:
+			return l.ParentDev, nil
+		case l.Child == a.Index && l.ChildIf == ifid:
+			return l.ChildDev, nil
+		case l.Parent == a.Index:
+			ids = append(ids, fmt.Sprint(l.ParentIf))
+		case l.Child == a.Index:
+			ids = append(ids, fmt.Sprint(l.ChildIf))
+		}
+	}
+	return "", fmt.Errorf("%s has no interface %d: its interfaces are %s", a.IA, ifid, strings.Join(ids, ", "))
+}
+
 // Down stops what the network started (by PID, as recorded), detaches
 // fastpath's routers from its namespaces, removes the namespaces and
 // everything under Dir. It works from the record, and also from the
