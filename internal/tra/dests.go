@@ -210,7 +210,7 @@ func (d *pathDaemon) logf(format string, args ...any) {
 		return
 	}
 	d.logTokens--
-	fmt.Fprintf(d.log, format+"\n", args...)
+	fmt.Fprintf(d.log, "%s "+format+"\n", append([]any{now.Format("15:04:05.000")}, args...)...)
 }
 
 // adopt takes over the paths an earlier daemon installed: they stay in the
@@ -600,6 +600,7 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	ordered = d.byProbes(ordered, now)
 	for _, p := range ordered {
 		conv, err := toPaths([]snet.Path{p})
 		if err != nil {
@@ -615,6 +616,26 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 		return nil, nil, nil, errors.New("no path the translator can carry")
 	}
 	return inst, spare, dp, nil
+}
+
+// byProbes puts, within the policy's order, the paths whose probes were
+// answered lately first and those whose probes go unanswered last: after a
+// failover the daemon's fresh paths include others through the same dead
+// link, which its probes of the spares already found silent.
+func (d *pathDaemon) byProbes(paths []snet.Path, now time.Time) []snet.Path {
+	rank := func(p snet.Path) int {
+		h := d.probes.paths[pathSignature(rawOf(p))]
+		switch {
+		case h.answered(now, d.lim.ProbeDead):
+			return 0
+		case h != nil && h.unanswered >= 2:
+			return 2
+		}
+		return 1
+	}
+	out := append([]snet.Path(nil), paths...)
+	sort.SliceStable(out, func(i, j int) bool { return rank(out[i]) < rank(out[j]) })
+	return out
 }
 
 // prefer keeps the paths for which ok holds; if none does, all of them

@@ -190,6 +190,7 @@ type host struct {
 	smip netip.Addr
 	name string
 	log  string
+	cmd  *exec.Cmd // tra run
 }
 
 type hostOptions struct {
@@ -234,6 +235,7 @@ func translate(t *testing.T, a scionlab.AS, o hostOptions) *host {
 	if err := netns.Run(a.HostNetns, cmd.Start); err != nil {
 		t.Fatal(err)
 	}
+	h.cmd = cmd
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()

@@ -162,6 +162,9 @@ func (d *pathDaemon) checkProbed(x *dest, now time.Time) {
 		delete(d.probes.paths, sig)
 		gone[i] = true
 		d.stats.add(statPathDead, 1)
+		if i < len(x.paths) && len(x.paths) == len(x.dp) {
+			d.shunSuspects(x, x.paths[i], now)
+		}
 	}
 	n := len(x.dp)
 	// Spares that answered first: order them so.
@@ -172,6 +175,32 @@ func (d *pathDaemon) checkProbed(x *dest, now time.Time) {
 	d.dropPaths(x, func(i int) bool { return gone[i] }, now)
 	d.logf("paths to %s: %d of %d unanswered by their probes, dropped; %d left", x.ia, len(gone), n, len(x.dp))
 	d.want(x, true)
+}
+
+// shunSuspects avoids, for a while, the interfaces of a silent path that no
+// answering path of the destination crosses: the dead link is among them.
+// The daemon's next paths are made of other segments (new beacons, new
+// MACs), so it is the link, not the path, that must be remembered.
+func (d *pathDaemon) shunSuspects(x *dest, silent snet.Path, now time.Time) {
+	md := silent.Metadata()
+	if md == nil {
+		return
+	}
+	alive := map[ifKey]bool{}
+	for _, p := range append(append([]snet.Path(nil), x.paths...), x.spare...) {
+		pm := p.Metadata()
+		if pm == nil || !d.probes.paths[pathSignature(rawOf(p))].answered(now, d.lim.ProbeDead) {
+			continue
+		}
+		for _, i := range pm.Interfaces {
+			alive[ifKey{i.IA, uint64(i.ID)}] = true
+		}
+	}
+	for _, i := range md.Interfaces {
+		if k := (ifKey{i.IA, uint64(i.ID)}); !alive[k] {
+			d.shun(k, now.Add(d.lim.ShunFor))
+		}
+	}
 }
 
 // onProbeReply notes the answer to a probe.
