@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
-	"github.com/vishvananda/netlink"
 )
 
 // Scitra-TUN (scion-cpp's SCION-IP translator, the other implementation of
@@ -71,6 +73,9 @@ func TestScitraInterop(t *testing.T) {
 	if err := netns.Run(sa.HostNetns, func() error { return os.WriteFile(ports, []byte("31000 32000"), 0o644) }); err != nil {
 		t.Fatal(err)
 	}
+	// Scitra-TUN opens /dev/net/tun and reads /proc: the root gets them
+	// for the run, unless they are mounted there already.
+	mountForChroot(t, root)
 	var log bytes.Buffer
 	cmd := exec.Command("chroot", root, scitraBin, scionlab.HostDev, scitraIP.String(),
 		"-d", sa.Daemon().String(), "-n", "scitra", "-l", "info", "-p", "31601", "--scmp")
@@ -164,4 +169,44 @@ func addHostAddr(t *testing.T, ns string, ip netip.Addr, bits int) {
 		t.Fatalf("address %s on %s/%s: %v", ip, ns, scionlab.HostDev, err)
 	}
 	t.Cleanup(func() { h.AddrDel(l, a) })
+}
+
+// mountForChroot mounts /dev (a bind, for /dev/net/tun) and a proc file
+// system into a chroot's root for the test, and unmounts them after; what
+// is mounted there already stays as it is.
+func mountForChroot(t *testing.T, root string) {
+	t.Helper()
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted := map[string]bool{}
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			mounted[f[4]] = true
+		}
+	}
+	for _, m := range []struct {
+		dir, src, fstype string
+		flags            uintptr
+	}{
+		{"dev", "/dev", "", unix.MS_BIND | unix.MS_REC},
+		{"proc", "proc", "proc", 0},
+	} {
+		target := filepath.Join(root, m.dir)
+		if mounted[target] {
+			continue
+		}
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(m.src, target, m.fstype, m.flags, ""); err != nil {
+			t.Fatalf("mount %s on %s: %v", m.src, target, err)
+		}
+		t.Cleanup(func() {
+			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", target, err)
+			}
+		})
+	}
 }
