@@ -102,10 +102,10 @@ struct {
 	__type(value, __u32);
 } tra_host_port SEC(".maps");
 
-/* Packets and bytes per verdict, per CPU. */
+/* Packets and bytes per direction and verdict, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, TRA_VERDICT_MAX);
+	__uint(max_entries, 2 * TRA_VERDICT_MAX);
 	__type(key, __u32);
 	__type(value, struct tra_counter);
 } tra_counters SEC(".maps");
@@ -127,15 +127,21 @@ volatile const enum tra_daemon_counter tra_daemon_anchor = TRA_D_MAX;
 const struct tra_event *tra_event_anchor __attribute__((unused));
 const struct tra_dest *tra_dest_anchor __attribute__((unused));
 
-static __always_inline void count(__u32 v, __u32 bytes)
+/* Counters per direction and verdict: tra_out's come first, then tra_in's,
+ * so that each program's packets add up to what it was handed. */
+static __always_inline void count(__u32 dir, __u32 v, __u32 bytes)
 {
-	struct tra_counter *c = bpf_map_lookup_elem(&tra_counters, &v);
+	__u32 key = dir * TRA_VERDICT_MAX + v;
+	struct tra_counter *c = bpf_map_lookup_elem(&tra_counters, &key);
 
 	if (c) {
 		c->packets++;
 		c->bytes += bytes;
 	}
 }
+
+#define count_out(v, bytes) count(TRA_DIR_OUT, v, bytes)
+#define count_in(v, bytes) count(TRA_DIR_IN, v, bytes)
 
 /* How much of a packet an event carries: the mask bounds it for the
  * verifier (a clamp alone is lost in clang's rewrites), the clamp for us. */
@@ -281,13 +287,16 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	end = (void *)(long)skb->data_end;
 	eth = data;
 	ip6 = data + ETH_LEN;
-	if (!PKT_HAS(ip6, IP6_LEN, end) || eth->h_proto != bpf_htons(ETH_P_IPV6))
-		return TC_ACT_SHOT; /* ARP, IPv4: nothing the host should send here */
+	if (!PKT_HAS(ip6, IP6_LEN, end) || eth->h_proto != bpf_htons(ETH_P_IPV6)) {
+		/* ARP, IPv4: nothing the host should send here. */
+		count_out(TRA_NOT_SMIP, skb->len);
+		return TC_ACT_SHOT;
+	}
 	/* One SCION packet per IPv6 packet: the pair cuts GSO packets before
 	 * they get here while its offloads are off (tra run keeps them so);
 	 * a GSO packet cannot be translated. */
 	if (skb->gso_size) {
-		count(TRA_OFFLOAD, skb->len);
+		count_out(TRA_OFFLOAD, skb->len);
 		return TC_ACT_SHOT;
 	}
 	p->proto = ip6->nexthdr;
@@ -299,7 +308,7 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	__builtin_memcpy(p->src, &ip6->saddr, 16);
 	__builtin_memcpy(p->dst, &ip6->daddr, 16);
 	if (IP6_LEN + p->l4_len != p->len) {
-		count(TRA_PARSE_ERROR, skb->len);
+		count_out(TRA_PARSE_ERROR, skb->len);
 		return TC_ACT_SHOT;
 	}
 	return CONTINUE;
@@ -312,18 +321,18 @@ static __always_inline int map_destination(struct __sk_buff *skb, struct tra_out
 {
 	p->dst_ia = smip_ia(p->dst);
 	if (!p->dst_ia) {
-		count(TRA_NOT_SMIP, skb->len);
+		count_out(TRA_NOT_SMIP, skb->len);
 		return TC_ACT_SHOT;
 	}
 	if (((__u64 *)p->src)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
 	    ((__u64 *)p->src)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
-		count(TRA_NOT_SMIP, skb->len);
+		count_out(TRA_NOT_SMIP, skb->len);
 		return TC_ACT_SHOT;
 	}
 	p->dst_host_len = smip_host_len(p->dst);
 	p->src_host_len = p->cfg->host_is4 ? 4 : 16;
 	if (p->dst_ia == p->cfg->local_ia && p->dst_host_len == 16) {
-		count(TRA_UNREACHABLE, skb->len);
+		count_out(TRA_UNREACHABLE, skb->len);
 		return reply(p, ICMPV6_DEST_UNREACH, ICMPV6_ADDR_UNREACH, 0);
 	}
 	return CONTINUE;
@@ -335,7 +344,7 @@ static __always_inline int check_hop_limit(struct __sk_buff *skb, struct tra_out
 {
 	if (p->hop_limit > 1)
 		return CONTINUE;
-	count(TRA_HOP_LIMIT, skb->len);
+	count_out(TRA_HOP_LIMIT, skb->len);
 	p->err_from_gw = 1;
 	return reply(p, ICMPV6_TIME_EXCEED, ICMPV6_EXC_HOPLIMIT, 0);
 }
@@ -349,7 +358,7 @@ static __always_inline int icmp_error_to_daemon(struct __sk_buff *skb, struct tr
 	__u32 n;
 
 	if (!e) {
-		count(TRA_QUEUE_FULL, skb->len);
+		count_out(TRA_QUEUE_FULL, skb->len);
 		return TC_ACT_SHOT;
 	}
 	__builtin_memset(e, 0, __builtin_offsetof(struct tra_event, data));
@@ -359,11 +368,11 @@ static __always_inline int icmp_error_to_daemon(struct __sk_buff *skb, struct tr
 	e->len = n;
 	if (!n || bpf_skb_load_bytes(skb, ETH_LEN, e->data, n)) {
 		bpf_ringbuf_discard(e, 0);
-		count(TRA_PARSE_ERROR, skb->len);
+		count_out(TRA_PARSE_ERROR, skb->len);
 		return TC_ACT_SHOT;
 	}
 	bpf_ringbuf_submit(e, 0);
-	count(TRA_ICMP_ERROR, skb->len);
+	count_out(TRA_ICMP_ERROR, skb->len);
 	return TC_ACT_SHOT;
 }
 
@@ -377,7 +386,7 @@ static __always_inline int refuse_fragment(struct __sk_buff *skb, struct tra_out
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	__u8 *frag = data + ETH_LEN + IP6_LEN;
 
-	count(TRA_FRAGMENT, skb->len);
+	count_out(TRA_FRAGMENT, skb->len);
 	if (!PKT_HAS(frag, 8, end))
 		return TC_ACT_SHOT;
 	/* Offset zero: the first fragment, which holds the upper layer's
@@ -428,7 +437,7 @@ static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pk
 		case ICMPV6_PARAMPROB:
 			return icmp_error_to_daemon(skb, p);
 		default: /* time exceeded, neighbour discovery, MLD: nothing in SCMP */
-			count(TRA_UNSUPPORTED, skb->len);
+			count_out(TRA_UNSUPPORTED, skb->len);
 			return TC_ACT_SHOT;
 		}
 		p->scion_proto = SCION_PROTO_SCMP;
@@ -438,11 +447,11 @@ static __always_inline int parse_l4_out(struct __sk_buff *skb, struct tra_out_pk
 	case IPPROTO_FRAGMENT_:
 		return refuse_fragment(skb, p);
 	default:
-		count(TRA_UNSUPPORTED, skb->len);
+		count_out(TRA_UNSUPPORTED, skb->len);
 		return TC_ACT_SHOT;
 	}
 bad:
-	count(TRA_PARSE_ERROR, skb->len);
+	count_out(TRA_PARSE_ERROR, skb->len);
 	return TC_ACT_SHOT;
 }
 
@@ -487,7 +496,7 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 
 	e = bpf_ringbuf_reserve(&tra_held, sizeof(*e), 0);
 	if (!e) {
-		count(TRA_QUEUE_FULL, skb->len);
+		count_out(TRA_QUEUE_FULL, skb->len);
 		return TC_ACT_SHOT;
 	}
 	__builtin_memset(e, 0, __builtin_offsetof(struct tra_event, data));
@@ -497,11 +506,11 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 	e->len = n;
 	if (!n || p->len > TRA_HELD_MAX || bpf_skb_load_bytes(skb, ETH_LEN, e->data, n)) {
 		bpf_ringbuf_discard(e, 0);
-		count(TRA_QUEUE_FULL, skb->len);
+		count_out(TRA_QUEUE_FULL, skb->len);
 		return TC_ACT_SHOT;
 	}
 	bpf_ringbuf_submit(e, 0);
-	count(TRA_NO_PATH, skb->len);
+	count_out(TRA_NO_PATH, skb->len);
 	return TC_ACT_SHOT;
 }
 
@@ -589,7 +598,7 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 	if (bpf_skb_store_bytes(skb, at & 0xff, &new, 2, 0))
 		return;
 	bpf_l4_csum_replace(skb, ETH_LEN + IP6_LEN + 16, old, new, 2);
-	count(TRA_MSS_CLAMPED, 0);
+	count_out(TRA_MSS_CLAMPED, 0);
 }
 
 /* The L4 checksum moves from IPv6's pseudo-header to SCION's: addresses
@@ -607,7 +616,7 @@ static __always_inline int move_l4_csum_out(struct __sk_buff *skb, const struct 
 	if (p->proto == IPPROTO_UDP)
 		flags |= BPF_F_MARK_MANGLED_0;
 	if (bpf_l4_csum_replace(skb, ETH_LEN + p->l4_csum_off, 0, csum_sub_add(sub, add), flags)) {
-		count(TRA_PARSE_ERROR, skb->len);
+		count_out(TRA_PARSE_ERROR, skb->len);
 		return TC_ACT_SHOT;
 	}
 	return CONTINUE;
@@ -622,7 +631,7 @@ static __always_inline int check_path_mtu(struct __sk_buff *skb, struct tra_out_
 	if (!p->path || p->scion_len + p->l4_len <= p->path->mtu)
 		return CONTINUE;
 	mtu = p->path->mtu - p->scion_len + IP6_LEN;
-	count(TRA_PTB, skb->len);
+	count_out(TRA_PTB, skb->len);
 	return reply(p, ICMPV6_PKT_TOOBIG, 0, mtu < 1280 ? 1280 : mtu);
 }
 
@@ -733,7 +742,7 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 	}
 	return CONTINUE;
 fail:
-	count(TRA_PARSE_ERROR, skb->len);
+	count_out(TRA_PARSE_ERROR, skb->len);
 	return TC_ACT_SHOT;
 }
 
@@ -747,10 +756,10 @@ static __always_inline int send_to_as(struct __sk_buff *skb, struct tra_out_pkt 
 	long ret = bpf_redirect_neigh(p->cfg->underlay_ifindex, NULL, 0, 0);
 
 	if (ret != TC_ACT_REDIRECT) {
-		count(TRA_TX_FAILED, skb->len);
+		count_out(TRA_TX_FAILED, skb->len);
 		return TC_ACT_SHOT;
 	}
-	count(TRA_OUT, skb->len);
+	count_out(TRA_OUT, skb->len);
 	return ret;
 }
 
@@ -815,7 +824,7 @@ static __always_inline int send_icmp6_error(struct __sk_buff *skb, struct tra_ou
 	*(__u16 *)(icmp + 2) = ~csum_fold32(sum);
 	return bpf_redirect(p->cfg->host_ifindex, 0);
 fail:
-	count(TRA_PARSE_ERROR, skb->len);
+	count_out(TRA_PARSE_ERROR, skb->len);
 	return TC_ACT_SHOT;
 }
 
@@ -855,8 +864,10 @@ int tra_out(struct __sk_buff *skb)
 	int ret;
 
 	p.cfg = bpf_map_lookup_elem(&tra_conf, &zero);
-	if (!p.cfg || !p.cfg->underlay_ifindex)
+	if (!p.cfg || !p.cfg->underlay_ifindex) {
+		count_out(TRA_UNSUPPORTED, skb->len); /* not configured yet */
 		return TC_ACT_SHOT;
+	}
 	ret = tra_out_steps(skb, &p);
 	if (ret == REPLY)
 		return send_icmp6_error(skb, &p);
@@ -932,7 +943,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	if (c[0] >> 4 != 0)
 		return XDP_PASS;
 	if (*(__u64 *)(c + SCION_CMN_LEN) != p->cfg->local_ia) {
-		count(TRA_NOT_OURS, end - data);
+		count_in(TRA_NOT_OURS, end - data);
 		return XDP_PASS;
 	}
 	p->qos = (c[0] << 4) | (c[1] >> 4);
@@ -944,11 +955,11 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	dt = c[9] >> 4;
 	st = c[9] & 0xf;
 	if ((dt != SCION_ADDR_IP4 && dt != SCION_ADDR_IP6) || (st != SCION_ADDR_IP4 && st != SCION_ADDR_IP6)) {
-		count(TRA_NOT_OURS, end - data);
+		count_in(TRA_NOT_OURS, end - data);
 		return XDP_PASS;
 	}
 	if (p->path_type != SCION_PATH_SCION && p->path_type != SCION_PATH_EMPTY) {
-		count(TRA_UNSUPPORTED, end - data);
+		count_in(TRA_UNSUPPORTED, end - data);
 		return XDP_DROP;
 	}
 	p->dst_host_len = dt == SCION_ADDR_IP6 ? 16 : 4;
@@ -957,7 +968,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	/* This host: its IPv4 address, or its SM-IP address. */
 	if (p->dst_host_len == 4) {
 		if (!p->cfg->host_is4 || *(__u32 *)dst != p->cfg->host_ip4) {
-			count(TRA_NOT_OURS, end - data);
+			count_in(TRA_NOT_OURS, end - data);
 			return XDP_PASS;
 		}
 		src = dst + 4;
@@ -966,7 +977,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 			goto short_pkt;
 		if (((__u64 *)dst)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
 		    ((__u64 *)dst)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
-			count(TRA_NOT_OURS, end - data);
+			count_in(TRA_NOT_OURS, end - data);
 			return XDP_PASS;
 		}
 		src = dst + 16;
@@ -985,12 +996,12 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	    (void *)c + p->hdr_len + p->l4_len > end)
 		goto short_pkt;
 	if (p->next_hdr != IPPROTO_TCP && p->next_hdr != IPPROTO_UDP && p->next_hdr != SCION_PROTO_SCMP) {
-		count(TRA_UNSUPPORTED, end - data);
+		count_in(TRA_UNSUPPORTED, end - data);
 		return XDP_DROP;
 	}
 	return CONTINUE;
 short_pkt:
-	count(TRA_PARSE_ERROR, end - data);
+	count_in(TRA_PARSE_ERROR, end - data);
 	return XDP_DROP;
 }
 
@@ -1008,14 +1019,14 @@ static __always_inline int check_sender(struct xdp_md *ctx, struct tra_in_pkt *p
 		   *(__u32 *)p->src_host == p->from.addr) {
 		return CONTINUE;
 	}
-	count(TRA_SPOOFED, ctx->data_end - ctx->data);
+	count_in(TRA_SPOOFED, ctx->data_end - ctx->data);
 	return XDP_DROP;
 }
 
 static __always_inline int map_source(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	if (scion_to_smip(p->src_ia, p->src_host, p->src_host_len, p->src_smip)) {
-		count(TRA_UNMAPPABLE, ctx->data_end - ctx->data);
+		count_in(TRA_UNMAPPABLE, ctx->data_end - ctx->data);
 		return XDP_DROP;
 	}
 	return CONTINUE;
@@ -1032,7 +1043,7 @@ static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt 
 		return XDP_DROP;
 	e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
 	if (!e) {
-		count(TRA_QUEUE_FULL, end - data);
+		count_in(TRA_QUEUE_FULL, end - data);
 		return XDP_DROP;
 	}
 	/* The message is the SCION payload; what trails it is not. */
@@ -1048,11 +1059,11 @@ static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt 
 	e->len = n;
 	if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n)) {
 		bpf_ringbuf_discard(e, 0);
-		count(TRA_PARSE_ERROR, end - data);
+		count_in(TRA_PARSE_ERROR, end - data);
 		return XDP_DROP;
 	}
 	bpf_ringbuf_submit(e, 0);
-	count(verdict, end - data);
+	count_in(verdict, end - data);
 	return XDP_DROP;
 }
 
@@ -1069,13 +1080,13 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	__u64 sub, add, s;
 
 	if (!PKT_HAS(l4, 8, end) || p->l4_len < 8) {
-		count(TRA_PARSE_ERROR, end - data);
+		count_in(TRA_PARSE_ERROR, end - data);
 		return XDP_DROP;
 	}
 	switch (p->next_hdr) {
 	case IPPROTO_TCP:
 		if (!PKT_HAS(l4, 20, end) || p->l4_len < 20) {
-			count(TRA_PARSE_ERROR, end - data);
+			count_in(TRA_PARSE_ERROR, end - data);
 			return XDP_DROP;
 		}
 		csum = (__u16 *)(l4 + 16);
@@ -1092,7 +1103,7 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 		/* Informational types other than echo (traceroute requests):
 		 * nothing the host would understand. */
 		if (l4[0] != SCMP_ECHO_REQUEST && l4[0] != SCMP_ECHO_REPLY) {
-			count(TRA_UNSUPPORTED, end - data);
+			count_in(TRA_UNSUPPORTED, end - data);
 			return XDP_DROP;
 		}
 	}
@@ -1134,7 +1145,7 @@ static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
 	struct ipv6hdr *ip6;
 
 	if (bpf_xdp_adjust_head(ctx, delta)) {
-		count(TRA_PARSE_ERROR, ctx->data_end - ctx->data);
+		count_in(TRA_PARSE_ERROR, ctx->data_end - ctx->data);
 		return XDP_DROP;
 	}
 	data = (void *)(long)ctx->data;
@@ -1163,7 +1174,7 @@ static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
 		if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
 			return XDP_DROP;
 	}
-	count(TRA_IN, ctx->data_end - ctx->data);
+	count_in(TRA_IN, ctx->data_end - ctx->data);
 	return bpf_redirect_map(&tra_host_port, 0, 0);
 }
 
@@ -1178,7 +1189,7 @@ static __always_inline int check_single_buffer(struct xdp_md *ctx)
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 
 	if (len != linear) {
-		count(TRA_MULTI_BUFFER, len);
+		count_in(TRA_MULTI_BUFFER, len);
 		return XDP_PASS;
 	}
 	return CONTINUE;
@@ -1242,9 +1253,9 @@ static __always_inline void charge_tx_failure(const struct net_device *from, __u
 	if (!cfg || from->nd_net.net->ns.inum != cfg->netns_ino || from->ifindex != cfg->underlay_ifindex ||
 	    (to_ifindex && to_ifindex != cfg->host_ifindex))
 		return;
-	key = TRA_IN;
+	key = TRA_DIR_IN * TRA_VERDICT_MAX + TRA_IN;
 	in = bpf_map_lookup_elem(&tra_counters, &key);
-	key = TRA_TX_FAILED;
+	key = TRA_DIR_IN * TRA_VERDICT_MAX + TRA_TX_FAILED;
 	failed = bpf_map_lookup_elem(&tra_counters, &key);
 	if (!in || !failed)
 		return;

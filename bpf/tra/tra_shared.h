@@ -46,6 +46,11 @@ enum tra_verdict {
 	TRA_VERDICT_MAX,
 };
 
+/* Which program counted: tra_counters holds TRA_VERDICT_MAX counters for
+ * each, tra_out's first. */
+#define TRA_DIR_OUT 0
+#define TRA_DIR_IN 1
+
 /* The translator's configuration, the single entry of tra_conf. */
 struct tra_config {
 	__u64 local_ia;     /* network byte order, as in the SCION header */
@@ -153,6 +158,8 @@ enum tra_daemon_counter {
 	TRA_D_HELD_NOW,          /* gauge: packets held now */
 	TRA_D_LOOKUPS_NOW,       /* gauge: lookups in flight or queued */
 	TRA_D_SHUNNED_NOW,       /* gauge: interfaces shunned now */
+	TRA_D_GOROUTINES,        /* gauge: the daemon's goroutines */
+	TRA_D_RSS_KB,            /* gauge: the daemon's resident memory, KiB */
 	TRA_D_MAX,
 };
 

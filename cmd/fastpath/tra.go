@@ -240,7 +240,7 @@ func traStatsCmd() *cobra.Command {
 				return err
 			}
 			defer p.Close()
-			c, err := p.Counts()
+			out, in, err := p.DirCounts()
 			if err != nil {
 				return err
 			}
@@ -252,13 +252,17 @@ func traStatsCmd() *cobra.Command {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(struct {
-					Verdicts tra.Counts        `json:"verdicts"`
-					Daemon   map[string]uint64 `json:"daemon"`
-				}{c, dc})
+					Out    tra.Counts        `json:"out"`
+					In     tra.Counts        `json:"in"`
+					Daemon map[string]uint64 `json:"daemon"`
+				}{out, in, dc})
 			}
-			fmt.Printf("%-20s %14s %16s\n", "verdict", "packets", "bytes")
-			for _, v := range slices.Sorted(maps.Keys(c)) {
-				fmt.Printf("%-20s %14d %16d\n", v, c[v].Packets, c[v].Bytes)
+			fmt.Printf("%-20s %14s %16s %14s %16s\n", "verdict", "out packets", "out bytes", "in packets", "in bytes")
+			for _, v := range slices.Sorted(maps.Keys(out)) {
+				if out[v].Packets == 0 && in[v].Packets == 0 {
+					continue
+				}
+				fmt.Printf("%-20s %14d %16d %14d %16d\n", v, out[v].Packets, out[v].Bytes, in[v].Packets, in[v].Bytes)
 			}
 			fmt.Printf("\n%-20s %14s\n", "daemon", "count")
 			for _, v := range slices.Sorted(maps.Keys(dc)) {

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +73,8 @@ const (
 	statHeldNow            = int(translatorTraDaemonCounterTRA_D_HELD_NOW)
 	statLookupsNow         = int(translatorTraDaemonCounterTRA_D_LOOKUPS_NOW)
 	statShunnedNow         = int(translatorTraDaemonCounterTRA_D_SHUNNED_NOW)
+	statGoroutines         = int(translatorTraDaemonCounterTRA_D_GOROUTINES)
+	statRSS                = int(translatorTraDaemonCounterTRA_D_RSS_KB)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -82,6 +88,7 @@ var daemonCounterNames = [statCount]string{
 	statProbeReplies: "probe_replies", statPathDead: "path_dead", statOffloadFixed: "offload_fixed",
 	statReattached: "reattached", statPanics: "panics", statDests: "destinations",
 	statHeldNow: "held_now", statLookupsNow: "lookups_now", statShunnedNow: "shunned_now",
+	statGoroutines: "goroutines", statRSS: "rss_kib",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.
@@ -741,6 +748,8 @@ func (d *pathDaemon) housekeep(now time.Time) {
 	d.stats.set(statHeldNow, uint64(d.heldNow))
 	d.stats.set(statLookupsNow, uint64(d.inflight+len(d.urgentQ)+len(d.newQ)))
 	d.stats.set(statShunnedNow, uint64(len(d.down)+len(d.dead)))
+	d.stats.set(statGoroutines, uint64(runtime.NumGoroutine()))
+	d.stats.set(statRSS, residentKiB())
 	d.dispatch()
 }
 
@@ -789,6 +798,21 @@ func (d *pathDaemon) expire(x *dest, now time.Time) {
 		d.logf("paths to %s expired", x.ia)
 	}
 	d.want(x, true)
+}
+
+// residentKiB is this process's resident memory (VmRSS), 0 if unknown.
+func residentKiB() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			v, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return v
+		}
+	}
+	return 0
 }
 
 // flushStats writes the counters to tra_daemon.

@@ -295,24 +295,40 @@ func setRouters(m *ebpf.Map, routers []netip.AddrPort) error {
 type Counts map[string]struct{ Packets, Bytes uint64 }
 
 func readCounts(m *ebpf.Map) (Counts, error) {
-	ncpu, err := ebpf.PossibleCPU()
+	out, in, err := readDirCounts(m)
 	if err != nil {
 		return nil, err
 	}
-	out := Counts{}
-	for v := 0; v < VerdictCount; v++ {
-		vals := make([]translatorTraCounter, ncpu)
-		if err := m.Lookup(uint32(v), vals); err != nil {
-			return nil, fmt.Errorf("read counters: %w", err)
-		}
-		var c struct{ Packets, Bytes uint64 }
-		for _, x := range vals {
-			c.Packets += x.Packets
-			c.Bytes += x.Bytes
-		}
-		out[VerdictName(Verdict(v))] = c
+	sum := Counts{}
+	for name, o := range out {
+		i := in[name]
+		sum[name] = struct{ Packets, Bytes uint64 }{o.Packets + i.Packets, o.Bytes + i.Bytes}
 	}
-	return out, nil
+	return sum, nil
+}
+
+// readDirCounts reads tra_out's counters and tra_in's apart.
+func readDirCounts(m *ebpf.Map) (out, in Counts, err error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, in = Counts{}, Counts{}
+	for dir, into := range []Counts{out, in} {
+		for v := 0; v < VerdictCount; v++ {
+			vals := make([]translatorTraCounter, ncpu)
+			if err := m.Lookup(uint32(dir*VerdictCount+v), vals); err != nil {
+				return nil, nil, fmt.Errorf("read counters: %w", err)
+			}
+			var c struct{ Packets, Bytes uint64 }
+			for _, x := range vals {
+				c.Packets += x.Packets
+				c.Bytes += x.Bytes
+			}
+			into[VerdictName(Verdict(v))] = c
+		}
+	}
+	return out, in, nil
 }
 
 // Counts reads the counters.
@@ -562,6 +578,11 @@ func (p *Pinned) Close() {
 
 // Counts reads the counters.
 func (p *Pinned) Counts() (Counts, error) { return readCounts(p.counters) }
+
+// DirCounts reads tra_out's counters (out) and tra_in's (in) apart: each
+// program's add up to the packets it was handed (mss_clamped aside, which
+// also counts a packet translated).
+func (p *Pinned) DirCounts() (out, in Counts, err error) { return readDirCounts(p.counters) }
 
 // DaemonCounts reads the daemon's counters (tra_daemon), by name.
 func (p *Pinned) DaemonCounts() (map[string]uint64, error) {
