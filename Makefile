@@ -11,7 +11,7 @@ BPF_PKGS := $(patsubst %/bpf.go,%,$(wildcard internal/*/bpf.go))
 BPF_STAMPS := $(BPF_PKGS:%=%/.bpf-stamp)
 BPF_INCLUDE := $(wildcard bpf/include/*.h)
 
-.PHONY: all build deps test demo clean bench lab-down
+.PHONY: all build deps test demo soak clean bench lab-down
 all: build
 
 deps:
@@ -44,6 +44,13 @@ demo: deps build
 	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
 	./$(BIN) lab tra ip tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
 	@echo "results: results/bench.{json,md,png} results/tra.{json,md,png}"
+
+# The translator over 30 minutes: steady UDP, TCP and ping6 between two
+# translated hosts while links flap every minute and scionproto's daemons and
+# control services restart every five (docs/tra.md, Long runs).
+soak: deps build
+	./$(BIN) lab tra-soak --duration 30m --flap-every 60s --flap-for 10s --restart-every 5m \
+		--json results/soak.json --md results/soak.md --log-dir results/soak-logs
 
 lab-down: build
 	./$(BIN) lab down

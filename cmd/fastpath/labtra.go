@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -69,5 +71,101 @@ See docs/scion-lab.md.`,
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
 	f.BoolVar(&list, "list", false, "list the rows and exit")
+	return cmd
+}
+
+// labTraSoakCmd is `fastpath lab tra-soak`: two translated hosts talk for
+// a long time while links flap and services restart (make soak).
+func labTraSoakCmd(prefix *string) *cobra.Command {
+	o := tralab.SoakOptions{}
+	var dir, jsonOut, mdOut string
+	cmd := &cobra.Command{
+		Use:   "tra-soak",
+		Short: "the translator over time: steady UDP, TCP and ping6 between two translated hosts while links flap, services restart and paths expire",
+		Long: `On the lab's SCION network (two links from each leaf to the core, fastpath's
+routers in hybrid mode), the first and the last leaf's hosts run fastpath's
+translator and talk for --duration: UDP datagrams at --udp-rate (each echoed
+back), a TCP stream at --tcp-rate, ping6. Every --flap-every the link a flow
+uses goes down for --flap-for (the client's first hop and the server's last,
+in turn); every --restart-every scionproto's daemon or control service of an
+AS restarts (in turn); --hop-expiry makes paths expire in minutes. Every
+--sample it records both daemons' memory, goroutines and tables, the paths
+map, and the packets the host sent that no verdict counted; at the end, what
+the flows lost and their longest gaps. See docs/tra.md (Long runs).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Net = scionlab.Network{Prefix: *prefix, Dir: dir}
+			o.Command, o.Log = "fastpath "+strings.Join(os.Args[1:], " "), os.Stderr
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			rep, err := tralab.Soak(cmd.Context(), o)
+			if rep != nil {
+				fmt.Print(rep.Markdown())
+				if jsonOut != "" {
+					err = errors.Join(err, rep.WriteJSON(jsonOut))
+				}
+				if mdOut != "" {
+					err = errors.Join(err, os.WriteFile(mdOut, []byte(rep.Markdown()), 0o644))
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
+	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
+	f.DurationVar(&o.Duration, "duration", 30*time.Minute, "how long the hosts talk")
+	f.DurationVar(&o.Sample, "sample", 10*time.Second, "how often the daemons and maps are sampled")
+	f.DurationVar(&o.FlapEvery, "flap-every", time.Minute, "take a used link down this often (0: never)")
+	f.DurationVar(&o.FlapFor, "flap-for", 10*time.Second, "how long a flapped link stays down")
+	f.DurationVar(&o.RestartEvery, "restart-every", 5*time.Minute, "restart a scionproto daemon or control service this often (0: never)")
+	f.DurationVar(&o.HopExpiry, "hop-expiry", 0, "hop fields' lifetime (0: scionproto's 6 h; 337.5s is the shortest)")
+	f.IntVar(&o.UDPRate, "udp-rate", 100, "UDP datagrams a second")
+	f.IntVar(&o.UDPLen, "udp-len", 200, "UDP payload bytes")
+	f.Uint64Var(&o.TCPRate, "tcp-rate", 20e6, "TCP stream's rate, bit/s")
+	f.StringVar(&jsonOut, "json", "", "write the report (with every sample) as JSON")
+	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
+	f.StringVar(&o.LogDir, "log-dir", "", "copy both tra run logs here at the end")
+	return cmd
+}
+
+// labTraFloodCmd is `fastpath lab tra-flood`: a host sends to a great
+// many destinations; the daemon stays bounded, a steady flow unaffected.
+func labTraFloodCmd(prefix *string) *cobra.Command {
+	o := tralab.FloodOptions{}
+	var dir, jsonOut, mdOut string
+	cmd := &cobra.Command{
+		Use:   "tra-flood",
+		Short: "a translated host sends to --destinations distinct SM-IP destinations in random ASes: the daemon's memory, goroutines and maps stay bounded, a steady flow goes on",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Net = scionlab.Network{Prefix: *prefix, Dir: dir}
+			o.Command, o.Log = "fastpath "+strings.Join(os.Args[1:], " "), os.Stderr
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			rep, err := tralab.Flood(cmd.Context(), o)
+			if rep != nil {
+				fmt.Print(rep.Markdown())
+				if jsonOut != "" {
+					err = errors.Join(err, rep.WriteJSON(jsonOut))
+				}
+				if mdOut != "" {
+					err = errors.Join(err, os.WriteFile(mdOut, []byte(rep.Markdown()), 0o644))
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
+	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
+	f.IntVar(&o.Destinations, "destinations", 1_000_000, "distinct SM-IP destinations to send to")
+	f.DurationVar(&o.Duration, "duration", time.Minute, "how long the flood lasts")
+	f.DurationVar(&o.Quiet, "quiet", 10*time.Second, "how long the steady flow is measured alone first")
+	f.IntVar(&o.UDPRate, "udp-rate", 200, "the steady flow's datagrams a second")
+	f.StringVar(&jsonOut, "json", "", "write the report (with every sample) as JSON")
+	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	return cmd
 }

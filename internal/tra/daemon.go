@@ -50,6 +50,7 @@ type Limits struct {
 	Held           int           // packets held in all
 	Lookups        int           // lookups in flight at once
 	Queued         int           // lookups of new destinations waiting for their turn
+	NewPerSecond   int           // new destinations looked up a second (more are answered unreachable)
 	Dests          int           // destinations tracked (pending and installed)
 	Shunned        int           // interfaces shunned after an SCMP interface down
 	NoPath         int           // destinations remembered as without a path
@@ -68,7 +69,7 @@ type Limits struct {
 
 // DefaultLimits are what `tra run` uses.
 var DefaultLimits = Limits{
-	HeldPerDest: 64, Held: 4096, Lookups: 8, Queued: 256, Dests: MaxDests, Shunned: 1024, NoPath: 4096,
+	HeldPerDest: 64, Held: 4096, Lookups: 8, Queued: 256, NewPerSecond: 100, Dests: MaxDests, Shunned: 1024, NoPath: 4096,
 	Unreachable: 1000, LookupTime: 5 * time.Second, Idle: 5 * time.Minute, MinLife: 30 * time.Second,
 	NoPathFor: 5 * time.Second, ProbeEvery: 150 * time.Millisecond, ProbeDead: 500 * time.Millisecond,
 	ProbedDests: 64, ShunFor: 30 * time.Second, HealthEvery: time.Second, HousekeepEvery: time.Second,
@@ -90,6 +91,7 @@ func (l Limits) withDefaults() Limits {
 	set(&l.Held, d.Held)
 	set(&l.Lookups, d.Lookups)
 	set(&l.Queued, d.Queued)
+	set(&l.NewPerSecond, d.NewPerSecond)
 	set(&l.Dests, d.Dests)
 	set(&l.Shunned, d.Shunned)
 	set(&l.NoPath, d.NoPath)
@@ -260,6 +262,7 @@ func (d *pathDaemon) safely(what string, f func()) {
 // tick runs what is due: probes, housekeeping, the health check.
 func (d *pathDaemon) tick() {
 	now := d.now()
+	d.wantStale(now)
 	if d.lim.ProbeEvery > 0 && now.Sub(d.lastProbe) >= d.lim.ProbeEvery {
 		d.lastProbe = now
 		d.probeTick(now)

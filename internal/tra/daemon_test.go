@@ -376,7 +376,7 @@ func TestInterfaceDownChecked(t *testing.T) {
 	// At most one lookup a second for a destination.
 	td.settle(t)
 	td.advance(time.Second)
-	td.housekeep(td.clock)
+	td.tick()
 	td.settle(t)
 	if n := td.src.calls - before; n != 1 {
 		t.Fatalf("%d lookups for 1000 interface-down messages, want 1", n)
@@ -646,5 +646,52 @@ func TestHeldPacketsCompleted(t *testing.T) {
 	binary.BigEndian.PutUint16(in[46:], 0x1234) // the pseudo-header's sum, say
 	if got := completeL4Checksum(in); string(got) != string(want) {
 		t.Fatalf("checksum %#x, want %#x", binary.BigEndian.Uint16(got[46:]), binary.BigEndian.Uint16(want[46:]))
+	}
+}
+
+// A host that sends to a great many ASes at once gets as many lookups a
+// second as the limit says; the rest of the new destinations are answered
+// unreachable at once.
+func TestNewDestinationRate(t *testing.T) {
+	td := newTestDaemon(t, 1, Limits{NewPerSecond: 10, Queued: 1000, Lookups: 1000})
+	for i := 0; i < 50; i++ {
+		td.onHeld(heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i)))
+	}
+	td.settle(t)
+	if td.src.calls != 10 || td.stats.get(statLookupRefused) != 40 || len(td.host.toHst) != 50 {
+		t.Fatalf("%d lookups, %d refused, %d unreachable: want 10, 40, 50 (the 10 found no path either)", td.src.calls, td.stats.get(statLookupRefused), len(td.host.toHst))
+	}
+	td.advance(time.Second)
+	for i := 50; i < 100; i++ {
+		td.onHeld(heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i)))
+	}
+	td.settle(t)
+	if td.src.calls != 20 {
+		t.Fatalf("%d lookups after another second, want 20", td.src.calls)
+	}
+}
+
+// Every path condemned (both of the host's links reported down) and the
+// host sending on: its packets wait for the next lookup, a second later, not
+// one lookup per packet (a router's errors and the host's packets kept the
+// daemon looking up every few milliseconds).
+func TestNoLookupStorm(t *testing.T) {
+	td := newTestDaemon(t, 1, Limits{})
+	p1, p2 := installTwo(t, td)
+	before := td.src.calls
+	td.onEvent(ifDown(localIA, localIA, 1, quoteOf(t, p1, hostIP4)))
+	td.onEvent(ifDown(localIA, localIA, 2, quoteOf(t, p2, hostIP4)))
+	for i := 0; i < 100; i++ {
+		td.onHeld(heldUDP(t, remoteIA))
+		td.settle(t)
+		if d := td.dests[remoteIA]; d != nil && len(d.dp) > 0 {
+			td.onEvent(ifDown(localIA, localIA, 1, quoteOf(t, p1, hostIP4)))
+			td.onEvent(ifDown(localIA, localIA, 2, quoteOf(t, p2, hostIP4)))
+		}
+		td.advance(5 * time.Millisecond)
+		td.tick()
+	}
+	if n := td.src.calls - before; n > 1 {
+		t.Fatalf("%d lookups in half a second", n)
 	}
 }

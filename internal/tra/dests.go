@@ -167,8 +167,10 @@ type pathDaemon struct {
 	// Lookups waiting: urgent ones (refreshes, failovers of destinations
 	// in use) before new destinations'.
 	urgentQ, newQ []addr.IA
-	inflight      int
-	results       chan lookupResult
+	// staleQ are destinations whose lookup waits for its next time.
+	staleQ   []addr.IA
+	inflight int
+	results  chan lookupResult
 	// down are interfaces an SCMP error about a path of ours said are
 	// down, until when paths through them are avoided; dead are paths
 	// whose probes went unanswered, by signature.
@@ -180,6 +182,8 @@ type pathDaemon struct {
 	stats         daemonStats
 	unreachTokens float64
 	unreachAt     time.Time
+	newTokens     float64
+	newAt         time.Time
 	logTokens     float64
 	logAt         time.Time
 	lastProbe     time.Time
@@ -331,9 +335,20 @@ func (d *pathDaemon) hold(ia addr.IA, h heldPacket) {
 }
 
 // track starts tracking a new destination, if the bounds allow: room among
-// the destinations (an idle one may make way) and in the lookup queue.
+// the destinations (an idle one may make way) and in the lookup queue, and
+// a lookup within the rate of new destinations — a host that sends to a
+// great many ASes (a scan, a broken application) must not load
+// scionproto's daemon and control services, which the host's other flows
+// need as well.
 func (d *pathDaemon) track(ia addr.IA) *dest {
 	if len(d.newQ) >= d.lim.Queued {
+		return nil
+	}
+	now := d.now()
+	rate := float64(d.lim.NewPerSecond)
+	d.newTokens = min(rate, d.newTokens+now.Sub(d.newAt).Seconds()*rate)
+	d.newAt = now
+	if d.newTokens < 1 {
 		return nil
 	}
 	if len(d.dests) >= d.lim.Dests && !d.evictOldest() {
@@ -342,7 +357,8 @@ func (d *pathDaemon) track(ia addr.IA) *dest {
 	if len(d.free) == 0 {
 		return nil
 	}
-	x := &dest{ia: ia, slot: d.takeSlot(), used: d.now()}
+	d.newTokens--
+	x := &dest{ia: ia, slot: d.takeSlot(), used: now}
 	d.dests[ia] = x
 	return x
 }
@@ -396,14 +412,19 @@ func without(q []addr.IA, ia addr.IA) []addr.IA {
 }
 
 // want queues a lookup for x unless one is queued or running; an urgent
-// one (for a destination in use) goes before new destinations', but not
-// sooner than x.next.
+// one (for a destination in use) goes before new destinations'. Whatever
+// asks, a destination is looked up at most once a second (less often after
+// failures: x.next): a destination whose every path an error condemns gets
+// its packets held and its lookup a moment later, not one per packet.
 func (d *pathDaemon) want(x *dest, urgent bool) {
 	if x.queued || x.inFlight {
 		return
 	}
-	if urgent && d.now().Before(x.next) {
-		x.stale = true // housekeep asks once next has come
+	if d.now().Before(x.next) {
+		if !x.stale {
+			x.stale = true
+			d.staleQ = append(d.staleQ, x.ia)
+		}
 		return
 	}
 	x.queued, x.stale = true, false
@@ -412,6 +433,24 @@ func (d *pathDaemon) want(x *dest, urgent bool) {
 	} else {
 		d.newQ = append(d.newQ, x.ia)
 	}
+}
+
+// wantStale queues the lookups deferred by want whose time has come.
+func (d *pathDaemon) wantStale(now time.Time) {
+	kept := d.staleQ[:0]
+	for _, ia := range d.staleQ {
+		x := d.dests[ia]
+		switch {
+		case x == nil || !x.stale:
+		case now.Before(x.next):
+			kept = append(kept, ia)
+		default:
+			x.stale = false
+			d.want(x, len(x.dp) > 0 || len(x.held) > 0)
+		}
+	}
+	d.staleQ = kept
+	d.dispatch()
 }
 
 // dispatch starts queued lookups while fewer than the limit run.
@@ -724,7 +763,7 @@ func (d *pathDaemon) housekeep(now time.Time) {
 			continue
 		}
 		inUse := idle <= 2*d.refresh
-		if x.stale || inUse && (now.Sub(x.fetched) >= d.refresh || (!x.expires.IsZero() && x.expires.Sub(now) < d.refresh)) {
+		if inUse && (now.Sub(x.fetched) >= d.refresh || (!x.expires.IsZero() && x.expires.Sub(now) < d.refresh)) {
 			d.want(x, true)
 		}
 	}

@@ -42,6 +42,7 @@ func FastpathBinary() (string, error) {
 // running.
 type translated struct {
 	name, dir string
+	pair      string // the translator's device pair (PAIR0, PAIR1)
 	smip      netip.Addr
 	daemon    *exec.Cmd
 	exited    chan struct{} // closed when the daemon has exited
@@ -94,7 +95,7 @@ func translate(bin string, a scionlab.AS, log io.Writer) (h *translated, err err
 	if h.name, err = tra.Attach(cfg, tra.AttachOptions{Netns: a.HostNetns, Warn: log}); err != nil {
 		return h, err
 	}
-	h.smip = cfg.SMIP
+	h.smip, h.pair = cfg.SMIP, cfg.Pair
 	if h.log, err = os.Create(filepath.Join(h.dir, "daemon.log")); err != nil {
 		return h, err
 	}

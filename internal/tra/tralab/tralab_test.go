@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -144,5 +145,94 @@ func TestRowsProduceFigures(t *testing.T) {
 	}
 	if err := rep.WritePNG(&png); err != nil || png.Len() == 0 {
 		t.Fatalf("PNG: %v", err)
+	}
+}
+
+// longRunNetwork is a SCION network for the long runs (two links a leaf),
+// taken down when the test ends.
+func longRunNetwork(t *testing.T) scionlab.Network {
+	t.Helper()
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	if os.Getenv("FASTPATH_BIN") == "" {
+		bin := filepath.Join(t.TempDir(), "fastpath")
+		if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/fastpath").CombinedOutput(); err != nil {
+			t.Fatalf("go build fastpath: %v\n%s", err, out)
+		}
+		t.Setenv("FASTPATH_BIN", bin)
+	}
+	b := make([]byte, 2)
+	rand.Read(b)
+	n := scionlab.Network{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Dir: filepath.Join(t.TempDir(), "scion")}
+	t.Cleanup(func() {
+		if err := n.Down(io.Discard); err != nil {
+			t.Error(err)
+		}
+	})
+	return n
+}
+
+// A short soak: a flap and a restart under steady UDP, TCP and ping6. The
+// flows come through, every packet the hosts sent has a verdict, the
+// daemons live on without panics, nothing grows.
+func TestSoakBriefly(t *testing.T) {
+	n := longRunNetwork(t)
+	var log strings.Builder
+	logs := t.TempDir()
+	rep, err := Soak(context.Background(), SoakOptions{
+		Net: n, Keep: true, Duration: 30 * time.Second, Sample: 5 * time.Second, FlapEvery: 10 * time.Second, FlapFor: 4 * time.Second,
+		RestartEvery: 25 * time.Second, UDPRate: 100, UDPLen: 200, TCPRate: 10e6, Log: &log, LogDir: logs,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Logf("\n%s", rep.Markdown())
+	t.Cleanup(func() {
+		if t.Failed() {
+			ents, _ := os.ReadDir(logs)
+			for _, e := range ents {
+				b, _ := os.ReadFile(filepath.Join(logs, e.Name()))
+				t.Logf("%s:\n%s", e.Name(), b)
+			}
+		}
+	})
+	s := rep.Summary
+	if !s.DaemonsAlive || s.Panics != [2]uint64{} || s.TCPError != "" {
+		t.Fatalf("daemons alive %v, panics %v, TCP %q", s.DaemonsAlive, s.Panics, s.TCPError)
+	}
+	if s.UnaccountedMax > 5 {
+		t.Fatalf("%d packets the hosts sent have no verdict", s.UnaccountedMax)
+	}
+	// A flow may pause while a link it uses is down (4 s) and until the
+	// daemon moves it (about a second); longer, it was stuck.
+	if s.UDPSent < 2000 || s.UDPLongestGap > 4 || s.TCPLongestStall > 4 || s.PingReceived < s.PingSent*8/10 {
+		t.Fatalf("flows: UDP %d lost of %d, longest gap %.1f s, TCP stall %.1f s, ping6 %d of %d", s.UDPLost, s.UDPSent, s.UDPLongestGap, s.TCPLongestStall, s.PingReceived, s.PingSent)
+	}
+	for h := 0; h < 2; h++ {
+		if s.RSSMax[h] > 200<<10 || s.DestsMax[h] > 4 || s.GoroutinesMax[h] > 50 {
+			t.Fatalf("host %d: RSS %d KiB, paths map %d, goroutines %d", h, s.RSSMax[h], s.DestsMax[h], s.GoroutinesMax[h])
+		}
+	}
+	if !strings.Contains(log.String(), "down for") || !strings.Contains(log.String(), "restarted") {
+		t.Fatalf("no flap or no restart happened:\n%s", log.String())
+	}
+}
+
+// A short flood of destinations: the daemon stays bounded, the steady flow
+// goes on.
+func TestFloodBriefly(t *testing.T) {
+	n := longRunNetwork(t)
+	var log strings.Builder
+	rep, err := Flood(context.Background(), FloodOptions{Net: n, Keep: true, Destinations: 20000, Duration: 5 * time.Second, Quiet: 3 * time.Second, UDPRate: 200, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Logf("\n%s", rep.Markdown())
+	if rep.Sent < 19000 || rep.RSSMaxKiB > 200<<10 || rep.Goroutines > 60 || rep.MapMax > 4 || rep.HeldMax > uint64(tra.DefaultLimits.Held) {
+		t.Fatalf("sent %d: RSS %d KiB, goroutines %d, paths map %d, held %d", rep.Sent, rep.RSSMaxKiB, rep.Goroutines, rep.MapMax, rep.HeldMax)
+	}
+	if rep.During.Sent == 0 || rep.During.Lost > rep.During.Sent/50 {
+		t.Fatalf("the steady flow lost %d of %d during the flood", rep.During.Lost, rep.During.Sent)
 	}
 }
