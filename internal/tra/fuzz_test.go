@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
@@ -1697,4 +1698,387 @@ func fzTally(m map[string]int) string {
 // its header, which BPF_PROG_TEST_RUN of a TC program refuses (EINVAL).
 func fzShortL3(f []byte) bool {
 	return len(f) >= 14 && ((fzBe16(f[12:]) == 0x86dd && len(f) < 54) || (fzBe16(f[12:]) == 0x0800 && len(f) < 34))
+}
+
+// ---- The daemon's decoders and error builders (Go native fuzzing) -----------
+//
+// Seeded from the captures and the shapes the other tests use; `go test`
+// runs the seeds, `go test -run '^$' -fuzz FuzzXxx ./internal/tra/`
+// searches further. None may panic on any input; where what comes out has
+// a property (it decodes, its checksum is right), it is checked.
+
+// fzSCION is the SCION part of a captured frame (nil for another).
+func fzSCION(f []byte) []byte {
+	if len(f) < 42 || fzBe16(f[12:]) != 0x0800 || f[14+9] != 17 {
+		return nil
+	}
+	return f[fzLayoutIn(f).sc:]
+}
+
+// fzSeedSCMP are SCMP messages with their senders: those the lab's host
+// received, and an error of each type quoting a packet of the captures.
+func fzSeedSCMP(tb testing.TB) (msgs [][]byte, ias []addr.IA, froms []netip.Addr) {
+	var quotes [][]byte
+	for _, f := range fzReadSeeds(tb, fzSeedsIn) {
+		sc := fzSCION(f)
+		var s slayers.SCION
+		if sc == nil || s.DecodeFromBytes(sc, gopacket.NilDecodeFeedback) != nil {
+			continue
+		}
+		quotes = append(quotes, sc)
+		if s.NextHdr == slayers.L4SCMP {
+			src, _ := s.SrcAddr()
+			msgs, ias, froms = append(msgs, s.Payload), append(ias, s.SrcIA), append(froms, src.IP())
+		}
+	}
+	bodies := []gopacket.SerializableLayer{
+		&slayers.SCMPDestinationUnreachable{}, &slayers.SCMPPacketTooBig{MTU: 1300}, &slayers.SCMPParameterProblem{Pointer: 6},
+		&slayers.SCMPExternalInterfaceDown{IA: remoteIA, IfID: 2}, &slayers.SCMPInternalConnectivityDown{IA: remoteIA, Ingress: 1, Egress: 2},
+	}
+	types := []slayers.SCMPType{1, 2, 4, 5, 6}
+	for i, body := range bodies {
+		b := gopacket.NewSerializeBuffer()
+		q := quotes[i%len(quotes)]
+		err := gopacket.SerializeLayers(b, gopacket.SerializeOptions{}, &slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(types[i], 4)}, body, gopacket.Payload(q))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		msgs, ias, froms = append(msgs, b.Bytes()), append(ias, remoteIA), append(froms, netip.MustParseAddr("10.255.2.1"))
+	}
+	return msgs, ias, froms
+}
+
+func FuzzSCMPToICMPv6(f *testing.F) {
+	msgs, ias, froms := fzSeedSCMP(f)
+	for i := range msgs {
+		f.Add(msgs[i], uint64(ias[i]), froms[i].AsSlice())
+	}
+	f.Fuzz(func(t *testing.T, msg []byte, ia uint64, from []byte) {
+		sender, _ := netip.AddrFromSlice(from)
+		pkt, err := scmpToICMPv6(msg, addr.IA(ia), sender, hostSMIP)
+		if err != nil || pkt == nil {
+			return
+		}
+		if fd := fzValidICMPv6Error(pkt, hostSMIP); fd != nil {
+			t.Fatalf("%s: %s\n%x", fd.kind, fd.detail, pkt)
+		}
+		if typ := pkt[40]; typ != icmp6DestinationUnreachable && typ != icmp6PacketTooBig && typ != icmp6ParameterProblem {
+			t.Fatalf("ICMPv6 type %d for SCMP type %d", typ, msg[0])
+		}
+		if len(pkt) > 48 && pkt[48]>>4 != 6 {
+			t.Fatalf("the quote is not an IPv6 packet: %x", pkt[48:])
+		}
+	})
+}
+
+// fzValidICMPv6Error checks an IPv6 packet with an ICMPv6 error to dst: it
+// decodes, fits IPv6's minimum MTU, and its checksum is right.
+func fzValidICMPv6Error(pkt []byte, dst netip.Addr) *fzFinding {
+	p := gopacket.NewPacket(pkt, layers.LayerTypeIPv6, gopacket.DecodeOptions{NoCopy: true, SkipDecodeRecovery: true})
+	ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	icmp, _ := p.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
+	if ip == nil || icmp == nil || len(pkt) < 48 {
+		return fzFindf("ICMPv6 decode", "gopacket does not decode IPv6/ICMPv6: %v", p.ErrorLayer())
+	}
+	if len(pkt) > minIPv6MTU || int(ip.Length) != len(pkt)-40 || ip.NextHeader != layers.IPProtocolICMPv6 {
+		return fzFindf("ICMPv6 header", "%d bytes, payload length %d, next header %d", len(pkt), ip.Length, ip.NextHeader)
+	}
+	if d, _ := netip.AddrFromSlice(ip.DstIP); d != dst {
+		return fzFindf("ICMPv6 destination", "to %s, want %s", ip.DstIP, dst)
+	}
+	if pkt[40] >= 128 {
+		return fzFindf("ICMPv6 type", "type %d is no error", pkt[40])
+	}
+	if checksum.Fold(checksum.Sum(pkt[40:], fzIpv6Pseudo(pkt[8:24], pkt[24:40], len(pkt)-40, 58))) != 0xffff {
+		return fzFindf("ICMPv6 checksum", "checksum wrong")
+	}
+	return nil
+}
+
+// fzSeedICMPv6 are ICMPv6 errors as the host sends them: those captured,
+// and one of each type quoting what the host received (a captured packet
+// the other way round).
+func fzSeedICMPv6(tb testing.TB) [][]byte {
+	var out [][]byte
+	for _, f := range fzReadSeeds(tb, fzSeedsOut) {
+		if len(f) < 62 || fzBe16(f[12:]) != 0x86dd {
+			continue
+		}
+		ip := f[14:]
+		if ip[6] == 58 && ip[40] < 128 {
+			out = append(out, ip)
+			continue
+		}
+		if len(out) > 24 {
+			continue
+		}
+		rcvd := append([]byte(nil), ip...)
+		copy(rcvd[8:24], ip[24:40])
+		copy(rcvd[24:40], ip[8:24])
+		for _, tc := range [][2]uint8{{1, 4}, {2, 0}, {4, 1}, {3, 0}} {
+			out = append(out, icmpv6Packet(hostSMIP, netip.AddrFrom16([16]byte(ip[24:40])), tc[0], tc[1], 1300, rcvd))
+		}
+	}
+	return out
+}
+
+// fzSeedPaths are raw paths: those the captured SCION packets carry.
+func fzSeedPaths(tb testing.TB) [][]byte {
+	seen := map[string]bool{}
+	var out [][]byte
+	for _, f := range fzReadSeeds(tb, fzSeedsIn) {
+		sc := fzSCION(f)
+		var s slayers.SCION
+		if sc == nil || s.DecodeFromBytes(sc, gopacket.NilDecodeFeedback) != nil {
+			continue
+		}
+		if raw, ok := s.Path.(*scion.Raw); ok && !seen[string(raw.Raw)] {
+			seen[string(raw.Raw)] = true
+			out = append(out, raw.Raw)
+		}
+	}
+	return out
+}
+
+func FuzzICMPv6ToSCMP(f *testing.F) {
+	paths := fzSeedPaths(f)
+	for i, pkt := range fzSeedICMPv6(f) {
+		f.Add(pkt, paths[i%len(paths)], uint16(1472))
+		f.Add(pkt, []byte(nil), uint16(0))
+	}
+	// A packet too big with an MTU below what SCION's header and IPv6's
+	// differ by, to a host of this AS (the empty path).
+	local := fzMustSMIP(localIA, fzLocal4)
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: local.AsSlice(), DstIP: hostSMIP.AsSlice()}
+	udp := &layers.UDP{SrcPort: 31000, DstPort: 40000}
+	udp.SetNetworkLayerForChecksum(ip)
+	b := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(b, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip, udp, gopacket.Payload("too big")); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(icmpv6Packet(hostSMIP, local, icmp6PacketTooBig, 0, 0, b.Bytes()), []byte(nil), uint16(0))
+	f.Fuzz(func(t *testing.T, pkt, raw []byte, mtu uint16) {
+		// Apart: the fuzzing engine may hand in slices of one buffer, and
+		// serializing a scion.Raw path writes its meta header back into
+		// the path's bytes.
+		pkt, raw = bytes.Clone(pkt), bytes.Clone(raw)
+		// The daemon's paths are path headers whole (snet's dataplane
+		// paths): one that decodes is cut to its length, one that does
+		// not is kept, for the error it must give.
+		var rp scion.Raw
+		if rp.DecodeFromBytes(raw) == nil {
+			raw = raw[:rp.Len()]
+		}
+		path := Path{Raw: raw, MTU: mtu, NextHop: routerAddr}
+		in := append([]byte(nil), pkt...)
+		b, err := icmpv6ToSCMP(pkt, localIA, addr.HostIP(hostIP4), path)
+		if !bytes.Equal(in, pkt) {
+			t.Fatal("icmpv6ToSCMP changed the packet it was given")
+		}
+		if err != nil || b == nil {
+			return
+		}
+		var s slayers.SCION
+		if err := s.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatalf("scionproto's decoder refuses the SCMP packet: %v\n%x", err, b)
+		}
+		var scmp slayers.SCMP
+		if err := scmp.DecodeFromBytes(s.Payload, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatalf("scionproto's decoder refuses the SCMP message: %v\n%x", err, s.Payload)
+		}
+		if s.NextHdr != slayers.L4SCMP || s.SrcIA != localIA || int(s.PayloadLen) != len(s.Payload) {
+			t.Fatalf("SCION %s → %s next %s length %d (%d)", s.SrcIA, s.DstIA, s.NextHdr, s.PayloadLen, len(s.Payload))
+		}
+		if m, err := ToSCION(netip.AddrFrom16([16]byte(pkt[24:40]))); err != nil || s.DstIA != m.IA {
+			t.Fatalf("to %s, the ICMPv6 error was to %s", s.DstIA, netip.AddrFrom16([16]byte(pkt[24:40])))
+		}
+		if checksum.Fold(checksum.Sum(s.Payload, scionPseudoSum(&s, len(s.Payload), 202))) != 0xffff {
+			t.Fatalf("SCMP checksum wrong for SCION's pseudo-header\n%x", b)
+		}
+		limit := minIPv6MTU
+		if mtu > 0 {
+			limit = int(mtu)
+		}
+		if hdr := int(s.HdrLen) * 4; len(b) > max(limit, hdr+8) {
+			t.Fatalf("%d bytes of SCMP on a path of MTU %d", len(b), limit)
+		}
+		if scmp.TypeCode.Type() == slayers.SCMPTypePacketTooBig {
+			// The remote may send what the host's MTU takes, with SCION's
+			// header in IPv6's place: never more.
+			hostMTU := int(binary.BigEndian.Uint32(pkt[44:48]))
+			if got := int(binary.BigEndian.Uint16(s.Payload[6:8])); got > hostMTU-40+int(s.HdrLen)*4 {
+				t.Fatalf("SCMP packet too big says %d for a host whose IPv6 MTU is %d (SCION header %d)", got, hostMTU, int(s.HdrLen)*4)
+			}
+		}
+	})
+}
+
+func FuzzParseSCMPError(f *testing.F) {
+	msgs, _, _ := fzSeedSCMP(f)
+	for _, m := range msgs {
+		f.Add(m)
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		e, err := parseSCMPError(msg)
+		if err != nil {
+			return
+		}
+		if e.typ != msg[0] || e.code != msg[1] {
+			t.Fatalf("type %d/%d read as %d/%d", msg[0], msg[1], e.typ, e.code)
+		}
+		if want := map[uint8]int{scmpExternalInterfaceDown: 1, scmpInternalConnectivityDown: 2}[e.typ]; len(e.ifids) != want {
+			t.Fatalf("type %d names %d interfaces, want %d", e.typ, len(e.ifids), want)
+		}
+	})
+}
+
+// fzEvent is a record of tra_events or tra_held as a program writes it.
+func fzEvent(kind EventKind, ia addr.IA, typ, code uint8, src netip.Addr, data []byte) []byte {
+	raw := make([]byte, unsafe.Sizeof(translatorTraEvent{}))
+	binary.NativeEndian.PutUint32(raw[evKind:], uint32(kind))
+	binary.NativeEndian.PutUint32(raw[evLen:], uint32(len(data)))
+	binary.BigEndian.PutUint64(raw[evIA:], uint64(ia))
+	raw[evSCMPType], raw[evSCMPCode] = typ, code
+	if src.IsValid() {
+		raw[evSrcHostLen] = byte(len(src.AsSlice()))
+		copy(raw[evSrcHost:], src.AsSlice())
+	}
+	copy(raw[evData:], data)
+	return raw
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	msgs, ias, froms := fzSeedSCMP(f)
+	for i := range msgs {
+		f.Add(fzEvent(EventSCMP, ias[i], msgs[i][0], msgs[i][1], froms[i], msgs[i][:min(len(msgs[i]), 1536)]))
+	}
+	for _, pkt := range fzSeedICMPv6(f)[:4] {
+		f.Add(fzEvent(EventICMP, remoteIA, 0, 0, netip.Addr{}, pkt))
+	}
+	for _, fr := range fzReadSeeds(f, fzSeedsOut)[:8] {
+		f.Add(fzEvent(EventNoPath, remoteIA, 0, 0, netip.Addr{}, fr[14:]))
+	}
+	f.Add(fzEvent(EventProbe, remoteIA, 131, 0, remote6, make([]byte, 24)))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ev, err := decodeEvent(raw)
+		if err != nil {
+			return
+		}
+		n := int(binary.NativeEndian.Uint32(raw[evLen:]))
+		if len(ev.Data) != n || n > len(translatorTraEvent{}.Data) || !bytes.Equal(ev.Data, raw[evData:evData+n]) {
+			t.Fatalf("%d bytes of data for a record that says %d", len(ev.Data), n)
+		}
+		if hl := raw[evSrcHostLen]; ev.SrcHost.IsValid() != (hl == 4 || hl == 16) {
+			t.Fatalf("source host %v for a length of %d", ev.SrcHost, hl)
+		}
+	})
+}
+
+func FuzzCompleteL4Checksum(f *testing.F) {
+	for _, fr := range fzReadSeeds(f, fzSeedsOut) {
+		if len(fr) > 14 {
+			pkt := append([]byte(nil), fr[14:]...)
+			f.Add(pkt)
+			// As a held packet may be: the checksum pending (zero here).
+			if len(pkt) >= 48 {
+				at := 40 + l4ChecksumAt(pkt[6])
+				if at+2 <= len(pkt) {
+					p2 := append([]byte(nil), pkt...)
+					p2[at], p2[at+1] = 0, 0
+					f.Add(p2)
+				}
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		in := append([]byte(nil), pkt...)
+		out := completeL4Checksum(pkt)
+		if len(out) != len(in) {
+			t.Fatalf("%d bytes in, %d out", len(in), len(out))
+		}
+		proto := byte(0)
+		if len(in) >= 48 {
+			proto = in[6]
+		}
+		well := len(in) >= 48 && in[0]>>4 == 6 && int(fzBe16(in[4:]))+40 == len(in) && (proto == 6 || proto == 17 || proto == 58) &&
+			40+l4ChecksumAt(proto)+2 <= len(in)
+		if !well {
+			if !bytes.Equal(in, out) {
+				t.Fatal("a packet it does not know was changed")
+			}
+			return
+		}
+		at := 40 + l4ChecksumAt(proto)
+		if !bytes.Equal(in[:at], out[:at]) || !bytes.Equal(in[at+2:], out[at+2:]) {
+			t.Fatal("bytes besides the checksum changed")
+		}
+		if checksum.Fold(checksum.Sum(out[40:], fzIpv6Pseudo(out[8:24], out[24:40], len(out)-40, proto))) != 0xffff {
+			t.Fatalf("checksum wrong\n%x", out)
+		}
+		if proto == 17 && fzBe16(out[at:]) == 0 {
+			t.Fatal("a UDP checksum of zero")
+		}
+	})
+}
+
+func FuzzUnreachableFor(f *testing.F) {
+	for _, fr := range fzReadSeeds(f, fzSeedsOut) {
+		if len(fr) > 14 {
+			f.Add(fr[14:])
+		}
+	}
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		out, err := unreachableFor(pkt)
+		if err != nil {
+			return
+		}
+		src := netip.AddrFrom16([16]byte(pkt[8:24]))
+		if fd := fzValidICMPv6Error(out, src); fd != nil {
+			t.Fatalf("%s: %s\n%x", fd.kind, fd.detail, out)
+		}
+		if q := out[48:]; !bytes.Equal(q, pkt[:len(q)]) {
+			t.Fatal("the quote is not the packet's start")
+		}
+	})
+}
+
+func FuzzPathSignature(f *testing.F) {
+	for _, raw := range fzSeedPaths(f) {
+		f.Add(raw, uint16(1), uint16(1))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, id, seq uint16) {
+		in := append([]byte(nil), raw...)
+		if pathSignature(raw) != pathSignature(in) {
+			t.Fatal("a path's signature changes")
+		}
+		b, err := probePacket(localIA, hostIP4, remoteIA, raw, id, seq)
+		if !bytes.Equal(in, raw) {
+			t.Fatal("probePacket changed the path it was given")
+		}
+		if err != nil {
+			return
+		}
+		var s slayers.SCION
+		if err := s.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatalf("scionproto's decoder refuses the probe: %v\n%x", err, b)
+		}
+		var scmp slayers.SCMP
+		var tr slayers.SCMPTraceroute
+		if err := scmp.DecodeFromBytes(s.Payload, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatalf("the probe's SCMP: %v", err)
+		}
+		if err := tr.DecodeFromBytes(scmp.Payload, gopacket.NilDecodeFeedback); err != nil || scmp.TypeCode.Type() != slayers.SCMPTypeTracerouteRequest || tr.Identifier != id || tr.Sequence != seq {
+			t.Fatalf("probe %s id %d seq %d (%v), want a traceroute request %d/%d", scmp.TypeCode, tr.Identifier, tr.Sequence, err, id, seq)
+		}
+		if checksum.Fold(checksum.Sum(s.Payload, scionPseudoSum(&s, len(s.Payload), 202))) != 0xffff {
+			t.Fatal("the probe's SCMP checksum is wrong")
+		}
+		var dec scion.Decoded
+		if err := dec.DecodeFromBytes(raw); err != nil {
+			t.Fatalf("a probe on a path that does not decode: %v", err)
+		}
+		if pathSignature(raw) == "raw:"+string(raw) {
+			t.Fatal("a path that decodes signed by its bytes")
+		}
+	})
 }
