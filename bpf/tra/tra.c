@@ -204,6 +204,9 @@ static __always_inline int scion_to_smip(__u64 ia_be, const __u8 *host, int host
 	__u64 ia = bpf_be64_to_cpu(ia_be);
 	__u64 isd = ia >> 48, as = ia & 0xffffffffffffULL, hi;
 
+	/* ISD 0 and AS 0 are wildcards, no AS's address. */
+	if (isd == 0 || as == 0)
+		return -1;
 	if (host_len == 16) {
 		if (smip_ia(host) != ia_be)
 			return -1;
@@ -260,6 +263,7 @@ struct tra_out_pkt {
 	__u8 err_code;
 	__u32 err_param;
 	__u8 err_from_gw;
+	__u8 no_reply; /* an ICMPv6 error: no error answers one (RFC 4443 2.4 e) */
 };
 
 #define ETH_LEN 14
@@ -268,10 +272,28 @@ struct tra_out_pkt {
 
 static __always_inline int reply(struct tra_out_pkt *p, __u8 type, __u8 code, __u32 param)
 {
+	if (p->no_reply)
+		return TC_ACT_SHOT;
 	p->err_type = type;
 	p->err_code = code;
 	p->err_param = param;
 	return REPLY;
+}
+
+/* Whether the packet is an ICMPv6 error, seen through a first fragment's
+ * header: the errors the translator sends the host must not answer one. */
+static __always_inline int is_icmp6_error(const struct ipv6hdr *ip6, const void *end)
+{
+	const __u8 *l4 = (const __u8 *)(ip6 + 1);
+	__u8 nh = ip6->nexthdr;
+
+	if (nh == IPPROTO_FRAGMENT_) {
+		if (!PKT_HAS(l4, 9, end) || (*(const __u16 *)(l4 + 2) & bpf_htons(0xfff8)))
+			return 0;
+		nh = l4[0];
+		l4 += 8;
+	}
+	return nh == IPPROTO_ICMPV6_ && PKT_HAS(l4, 1, end) && l4[0] < 128;
 }
 
 static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_pkt *p)
@@ -287,7 +309,7 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	end = (void *)(long)skb->data_end;
 	eth = data;
 	ip6 = data + ETH_LEN;
-	if (!PKT_HAS(ip6, IP6_LEN, end) || eth->h_proto != bpf_htons(ETH_P_IPV6)) {
+	if (!PKT_HAS(ip6, IP6_LEN, end) || eth->h_proto != bpf_htons(ETH_P_IPV6) || ip6->version != 6) {
 		/* ARP, IPv4: nothing the host should send here. */
 		count_out(TRA_NOT_SMIP, skb->len);
 		return TC_ACT_SHOT;
@@ -305,6 +327,7 @@ static __always_inline int parse_ipv6_out(struct __sk_buff *skb, struct tra_out_
 	p->tclass = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	p->flow = ((ip6->flow_lbl[0] & 0xf) << 16) | (ip6->flow_lbl[1] << 8) | ip6->flow_lbl[2];
 	p->hop_limit = ip6->hop_limit;
+	p->no_reply = is_icmp6_error(ip6, end);
 	__builtin_memcpy(p->src, &ip6->saddr, 16);
 	__builtin_memcpy(p->dst, &ip6->daddr, 16);
 	if (IP6_LEN + p->l4_len != p->len) {
@@ -570,9 +593,12 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 		return;
 	max = p->path->mtu - p->scion_len - sizeof(*tcp);
 	opt = (__u8 *)(tcp + 1);
-	/* Options up to 40 bytes; the MSS option is usually first. */
+	/* Options up to 40 bytes; the MSS option is usually first. An option
+	 * is read only if it lies whole within the header. */
 	for (int i = 0; i < 10; i++) {
 		if (!PKT_HAS(opt, 4, end) || opt >= (__u8 *)tcp + tcp->doff * 4)
+			return;
+		if (opt[0] > 1 && opt + 4 > (__u8 *)tcp + tcp->doff * 4)
 			return;
 		if (opt[0] == 0)
 			return;
@@ -597,8 +623,41 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 		return;
 	if (bpf_skb_store_bytes(skb, at & 0xff, &new, 2, 0))
 		return;
+	/* At an odd offset from the TCP header the two bytes fall into two
+	 * 16-bit words of the checksum, each in the other half: the sum sees
+	 * them swapped. */
+	if ((at - ETH_LEN - IP6_LEN) & 1) {
+		old = (old >> 8) | (old << 8);
+		new = (new >> 8) | (new << 8);
+	}
 	bpf_l4_csum_replace(skb, ETH_LEN + IP6_LEN + 16, old, new, 2);
 	count_out(TRA_MSS_CLAMPED, 0);
+}
+
+/* A UDP datagram without a checksum (0: a tunnel's socket may send one so
+ * over IPv6) gets one: SCION's UDP always has one, and an incremental move
+ * leaves a zero field as it is. */
+static __always_inline int complete_udp_csum(struct __sk_buff *skb, const struct tra_out_pkt *p)
+{
+	__u16 c;
+	__u64 sum;
+
+	if (bpf_skb_load_bytes(skb, ETH_LEN + IP6_LEN + 6, &c, 2) || c != 0)
+		return 0;
+	if (bpf_skb_pull_data(skb, skb->len))
+		goto fail;
+	sum = sum_bytes16(p->src) + sum_bytes16(p->dst) + bpf_htonl(p->l4_len) + bpf_htonl(IPPROTO_UDP);
+	if (csum_skb(skb, ETH_LEN + IP6_LEN, p->l4_len, &sum))
+		goto fail;
+	c = ~csum_fold32(sum);
+	if (c == 0)
+		c = 0xffff;
+	if (bpf_skb_store_bytes(skb, ETH_LEN + IP6_LEN + 6, &c, 2, 0))
+		goto fail;
+	return 0;
+fail:
+	count_out(TRA_PARSE_ERROR, skb->len);
+	return -1;
 }
 
 /* The L4 checksum moves from IPv6's pseudo-header to SCION's: addresses
@@ -607,14 +666,19 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 static __always_inline int move_l4_csum_out(struct __sk_buff *skb, const struct tra_out_pkt *p)
 {
 	__u64 sub = sum_bytes16(p->src) + sum_bytes16(p->dst) + bpf_htons(p->proto);
-	__u64 add = (__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) +
+	/* Each half widened before the sum: in 32 bits it wraps for about one
+	 * AS in 256, and the checksum comes out one off. */
+	__u64 add = (__u64)(__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) +
 		    (__u32)p->dst_ia + (__u32)(p->dst_ia >> 32) + bpf_htons(p->scion_proto);
 	__u64 flags = BPF_F_PSEUDO_HDR;
 
 	add += p->src_host_len == 4 ? p->cfg->host_ip4 : sum_bytes16(p->src);
 	add += p->dst_host_len == 4 ? ((const __u32 *)p->dst)[3] : sum_bytes16(p->dst);
-	if (p->proto == IPPROTO_UDP)
+	if (p->proto == IPPROTO_UDP) {
+		if (complete_udp_csum(skb, p))
+			return TC_ACT_SHOT;
 		flags |= BPF_F_MARK_MANGLED_0;
+	}
 	if (bpf_l4_csum_replace(skb, ETH_LEN + p->l4_csum_off, 0, csum_sub_add(sub, add), flags)) {
 		count_out(TRA_PARSE_ERROR, skb->len);
 		return TC_ACT_SHOT;
@@ -879,6 +943,7 @@ int tra_out(struct __sk_buff *skb)
 struct tra_in_pkt {
 	struct tra_config *cfg;
 	__u16 udp_off;
+	__u16 udp_end;     /* the UDP datagram's end: its length, not the frame's */
 	__u16 scion_off;
 	__u16 hdr_len;     /* SCION header */
 	__u16 l4_len;
@@ -895,6 +960,24 @@ struct tra_in_pkt {
 	__u8 src_host[16] __attribute__((aligned(8)));
 };
 
+/* Whether an IPv4 header (ihl bytes, options and all) sums right. Any
+ * SCION datagram is longer than the longest header, so the 60 bytes are
+ * checked at once, and the loop needs no check of its own. */
+static __always_inline int ipv4_header_ok(const struct iphdr *ip, const void *end, __u32 ihl)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u64 sum = 0;
+
+	if (!PKT_HAS(ip, 60, end))
+		return 0;
+	for (int i = 0; i < 30; i++) {
+		if (i >= ihl / 2)
+			break;
+		sum += w[i];
+	}
+	return csum_fold32(sum) == 0xffff;
+}
+
 static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -903,7 +986,7 @@ static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_p
 	struct udphdr *udp;
 	__u32 ihl;
 
-	if (!PKT_HAS(ip, sizeof(*ip), end) || eth->h_proto != bpf_htons(ETH_P_IP))
+	if (!PKT_HAS(ip, sizeof(*ip), end) || eth->h_proto != bpf_htons(ETH_P_IP) || ip->version != 4)
 		return XDP_PASS;
 	if (ip->protocol != IPPROTO_UDP || ip->daddr != p->cfg->host_ip4 || ipv4_is_fragment(ip))
 		return XDP_PASS;
@@ -925,6 +1008,28 @@ static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_p
 	p->from.addr = ip->saddr;
 	p->from.port = udp->source;
 	p->scion_off = p->udp_off + sizeof(*udp);
+	return CONTINUE;
+}
+
+/* What the kernel would drop (a bad header checksum, lengths that do not
+ * fit) it gets to drop, and count: the translator takes only a datagram the
+ * host's stack would have taken. */
+static __always_inline int check_underlay_in(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct iphdr *ip = data + ETH_LEN;
+	struct udphdr *udp = data + (p->udp_off & 0x7f);
+	__u32 ihl, ip_len, udp_len;
+
+	if (!PKT_HAS(ip, sizeof(*ip), end) || !PKT_HAS(udp, sizeof(*udp), end))
+		return XDP_PASS;
+	ihl = ip->ihl * 4;
+	ip_len = bpf_ntohs(ip->tot_len);
+	udp_len = bpf_ntohs(udp->len);
+	if (ip_len < ihl + sizeof(*udp) || ETH_LEN + ip_len > (__u32)(end - data) ||
+	    udp_len < sizeof(*udp) || udp_len > ip_len - ihl || !ipv4_header_ok(ip, end, ihl))
+		return XDP_PASS;
+	p->udp_end = p->udp_off + udp_len;
 	return CONTINUE;
 }
 
@@ -993,7 +1098,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	}
 	p->src_ia = *(__u64 *)(c + SCION_CMN_LEN + SCION_IA_LEN);
 	if (p->hdr_len < SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len ||
-	    (void *)c + p->hdr_len + p->l4_len > end)
+	    (__u32)p->scion_off + p->hdr_len + p->l4_len > p->udp_end)
 		goto short_pkt;
 	if (p->next_hdr != IPPROTO_TCP && p->next_hdr != IPPROTO_UDP && p->next_hdr != SCION_PROTO_SCMP) {
 		count_in(TRA_UNSUPPORTED, end - data);
@@ -1110,7 +1215,7 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	{
 		const __u8 *dst = data + ((p->scion_off + SCION_CMN_LEN + 2 * SCION_IA_LEN) & 0xff);
 
-		sub = (__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) + (__u32)p->src_ia +
+		sub = (__u64)(__u32)p->cfg->local_ia + (__u32)(p->cfg->local_ia >> 32) + (__u32)p->src_ia +
 		      (__u32)(p->src_ia >> 32) + bpf_htons(p->next_hdr);
 		if (p->dst_host_len == 4) {
 			if (!PKT_HAS(dst, 4, end))
@@ -1208,6 +1313,8 @@ int tra_in(struct xdp_md *ctx)
 	if ((ret = parse_underlay_in(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = check_single_buffer(ctx)) != CONTINUE)
+		return ret;
+	if ((ret = check_underlay_in(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = parse_scion_in(ctx, &p)) != CONTINUE)
 		return ret;

@@ -1102,6 +1102,14 @@ func fzRefIn(f []byte) fzInRef {
 	if p := fzBe16(f[l.udp+2:]); p != 30041 && (p < 31000 || p > 32767) {
 		return pass("not the host's SCION ports")
 	}
+	// What the kernel drops (a bad header checksum, lengths that do not
+	// fit) is passed to it.
+	ipLen, udpLen := int(fzBe16(f[16:])), int(fzBe16(f[l.udp+4:]))
+	if ipLen < ihl+8 || 14+ipLen > len(f) || udpLen < 8 || udpLen > ipLen-ihl ||
+		checksum.Fold(checksum.Sum(f[14:14+ihl], 0)) != 0xffff {
+		return pass("IPv4 or UDP header the kernel drops")
+	}
+	udpEnd := l.udp + udpLen
 	c := l.sc
 	if len(f) < c+36 {
 		return pass("too short for SCION")
@@ -1136,8 +1144,8 @@ func fzRefIn(f []byte) fzInRef {
 		return drop("short")
 	}
 	hdr, plen := int(f[c+5])*4, int(fzBe16(f[c+6:]))
-	if hdr < 28+l.dl+l.sl || c+hdr+plen > len(f) {
-		return drop("HdrLen or PayloadLen beyond the frame")
+	if hdr < 28+l.dl+l.sl || c+hdr+plen > udpEnd {
+		return drop("HdrLen or PayloadLen beyond the datagram")
 	}
 	nh := f[c+4]
 	if nh != 6 && nh != 17 && nh != 202 {
@@ -1161,8 +1169,8 @@ func fzRefIn(f []byte) fzInRef {
 	// another form (an IPv4-mapped address too) has none: a reply to the
 	// IPv4 host it would map to would not go to the same SCION address.
 	smip, err := FromSCION(srcIA, src)
-	if err != nil || (l.sl == 16 && src.Is4In6()) {
-		return drop("no SM-IP address for the source")
+	if err != nil || (l.sl == 16 && src.Is4In6()) || srcIA.ISD() == 0 || srcIA.AS() == 0 {
+		return drop("no SM-IP address for the source (ISD 0 and AS 0 are wildcards)")
 	}
 	l4 := c + hdr
 	if plen < 8 || (nh == 6 && plen < 20) {
@@ -1464,6 +1472,8 @@ func fzCheckSCIONOut(f, out []byte, r fzOutRef) *fzFinding {
 		return fzFindf("tra_out L4 bytes", "the L4 bytes besides the checksum changed at %v", diff)
 	}
 	validIn := checksum.Fold(checksum.Sum(in4, fzIpv6Pseudo(ip6[8:24], ip6[24:40], plen, nh))) == 0xffff
+	// A UDP datagram without a checksum gets one: SCION's UDP always has.
+	validIn = validIn || (nh == 17 && fzBe16(in4[6:]) == 0)
 	validOut := checksum.Fold(checksum.Sum(out4, scionPseudoSum(&s, plen, scionNH))) == 0xffff
 	if validIn != validOut {
 		kind := "tra_out L4 checksum"
@@ -1905,7 +1915,8 @@ func FuzzICMPv6ToSCMP(f *testing.F) {
 		if scmp.TypeCode.Type() == slayers.SCMPTypePacketTooBig {
 			// The remote may send what the host's MTU takes, with SCION's
 			// header in IPv6's place: never more.
-			hostMTU := int(binary.BigEndian.Uint32(pkt[44:48]))
+			// IPv6's least MTU is the host's whatever it says.
+			hostMTU := max(int(binary.BigEndian.Uint32(pkt[44:48])), minIPv6MTU)
 			if got := int(binary.BigEndian.Uint16(s.Payload[6:8])); got > hostMTU-40+int(s.HdrLen)*4 {
 				t.Fatalf("SCMP packet too big says %d for a host whose IPv6 MTU is %d (SCION header %d)", got, hostMTU, int(s.HdrLen)*4)
 			}

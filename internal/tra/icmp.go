@@ -269,9 +269,10 @@ func icmpv6ToSCMP(pkt []byte, local addr.IA, self addr.Host, path Path) ([]byte,
 		body = &slayers.SCMPDestinationUnreachable{}
 	case icmp6PacketTooBig:
 		scmp.TypeCode = slayers.CreateSCMPTypeCode(scmpPacketTooBig, 0)
-		// The host's MTU is IPv6's; SCION's header takes IPv6's place.
+		// The host's MTU is IPv6's (never below its minimum); SCION's
+		// header takes IPv6's place.
 		hdr := scionHeaderLen(self, dstHost, path)
-		body = &slayers.SCMPPacketTooBig{MTU: uint16(min(int(param)-40+hdr, 0xffff))}
+		body = &slayers.SCMPPacketTooBig{MTU: uint16(min(max(int(param), minIPv6MTU)-40+hdr, 0xffff))}
 	case icmp6ParameterProblem:
 		scmp.TypeCode = slayers.CreateSCMPTypeCode(scmpParameterProblem, 0)
 		body = &slayers.SCMPParameterProblem{}
@@ -316,8 +317,10 @@ func icmpv6ToSCMP(pkt []byte, local addr.IA, self addr.Host, path Path) ([]byte,
 	if len(path.Raw) == 0 {
 		s.PathType, s.Path = empty.PathType, empty.Path{}
 	} else {
+		// A copy: serializing writes into the bytes the path holds, which
+		// are the daemon's installed path.
 		var raw scion.Raw
-		if err := raw.DecodeFromBytes(path.Raw); err != nil {
+		if err := raw.DecodeFromBytes(append([]byte(nil), path.Raw...)); err != nil {
 			return nil, fmt.Errorf("the path to %s: %w", dstIA, err)
 		}
 		s.PathType, s.Path = scion.PathType, &raw
