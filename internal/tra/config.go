@@ -180,6 +180,20 @@ func LoadConfig(path string) (*Config, error) {
 	for name, br := range topo.BR {
 		c.Routers[name] = br.InternalAddr
 	}
+	// The translator's underlay is IPv4: the host reaches, and takes SCION
+	// from, routers with IPv4 internal addresses only.
+	v4 := 0
+	for _, r := range c.Routers {
+		if r.Addr().Unmap().Is4() {
+			v4++
+		}
+	}
+	if v4 == 0 {
+		return nil, errorf(path, "topology", "%s: no border router has an IPv4 internal_addr; the translator's underlay is IPv4 (give the AS's routers IPv4 internal addresses)", c.Topology)
+	}
+	if len(c.Routers) > MaxRouters {
+		return nil, errorf(path, "topology", "%s: %d border routers; the translator takes at most %d", c.Topology, len(c.Routers), MaxRouters)
+	}
 	if topo.DispatchedPortStart > 0 {
 		c.DispatchedPortStart, c.DispatchedPortEnd = uint16(topo.DispatchedPortStart), uint16(topo.DispatchedPortEnd)
 	}

@@ -93,6 +93,9 @@ func TestConfigExample(t *testing.T) {
 func TestConfigRefusals(t *testing.T) {
 	base := "topology = \"topology.json\"\ndaemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\n"
 	cases := map[string]struct{ ia, toml, want string }{
+		"bad probe_interval":    {"1-64513", base + "probe_interval = \"1ms\"\n", "probe_interval: \"1ms\": a duration from 10ms"},
+		"bad idle_timeout":      {"1-64513", base + "idle_timeout = \"soon\"\n", "idle_timeout: \"soon\""},
+		"IPv6 routers only":     {"v6", base, "no border router has an IPv4 internal_addr"},
 		"unknown key":           {"1-64513", base + "polcy = \"latency\"\n", "polcy: unknown key"},
 		"syntax":                {"1-64513", base + "pair = \n", "line 4"},
 		"no topology":           {"1-64513", "daemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\n", "topology: missing"},
@@ -115,7 +118,14 @@ func TestConfigRefusals(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			if c.ia != "" {
+			switch c.ia {
+			case "":
+			case "v6":
+				topo := strings.Replace(topologyJSON("1-64513"), `"10.101.0.1:30042"`, `"[fd00::1]:30042"`, 1)
+				if err := os.WriteFile(filepath.Join(dir, "topology.json"), []byte(topo), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			default:
 				dir = configDir(t, c.ia)
 			}
 			p := writeConfig(t, dir, c.toml)

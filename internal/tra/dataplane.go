@@ -20,6 +20,10 @@ import (
 // Load checks that the object agrees).
 const MaxDests = 4096
 
+// MaxRouters is how many border routers an AS may have for the translator
+// (TRA_MAX_ROUTERS).
+const MaxRouters = 64
+
 // pathMaps are the maps the daemon keeps paths in.
 type pathMaps struct {
 	paths *ebpf.Map // tra_paths (hash of maps)

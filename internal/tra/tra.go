@@ -144,6 +144,9 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 	if m := spec.Maps["tra_used"]; m == nil || int(m.MaxEntries) != MaxDests {
 		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
 	}
+	if m := spec.Maps["tra_routers"]; m == nil || int(m.MaxEntries) != MaxRouters {
+		return nil, fmt.Errorf("the translator's object holds another number of routers than this program (%d)", MaxRouters)
+	}
 	var opts ebpf.CollectionOptions
 	if dir != "" {
 		for _, m := range spec.Maps {
