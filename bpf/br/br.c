@@ -1555,21 +1555,7 @@ int br_spread(struct xdp_md *ctx)
 
 /* ---- Transmit failures --------------------------------------------------- */
 
-/* What the tracepoints need of the kernel's types, relocated by CO-RE. */
-struct ns_common {
-	unsigned int inum;
-} __attribute__((preserve_access_index));
-
-struct net {
-	struct ns_common ns;
-} __attribute__((preserve_access_index));
-
-struct net_device {
-	int ifindex;
-	struct {
-		struct net *net;
-	} nd_net;
-} __attribute__((preserve_access_index));
+#include "kern.h"
 
 /* A device dropped frames the router handed it: a veth whose peer stopped
  * taking XDP frames, a device gone down, a full ring. They were counted

@@ -1329,21 +1329,7 @@ int tra_in(struct xdp_md *ctx)
 
 /* ---- Transmit failures into the host --------------------------------------- */
 
-/* What the tracepoints need of the kernel's types, relocated by CO-RE. */
-struct ns_common {
-	unsigned int inum;
-} __attribute__((preserve_access_index));
-
-struct net {
-	struct ns_common ns;
-} __attribute__((preserve_access_index));
-
-struct net_device {
-	int ifindex;
-	struct {
-		struct net *net;
-	} nd_net;
-} __attribute__((preserve_access_index));
+#include "kern.h"
 
 /* Frames tra_in handed the pair that it did not take (its host end lost
  * GRO, the pair went down): counted translated_in when handed over, they

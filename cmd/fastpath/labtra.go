@@ -101,13 +101,7 @@ the flows lost and their longest gaps. See docs/tra.md (Long runs).`,
 			}
 			rep, err := tralab.Soak(cmd.Context(), o)
 			if rep != nil {
-				fmt.Print(rep.Markdown())
-				if jsonOut != "" {
-					err = errors.Join(err, rep.WriteJSON(jsonOut))
-				}
-				if mdOut != "" {
-					err = errors.Join(err, os.WriteFile(mdOut, []byte(rep.Markdown()), 0o644))
-				}
+				err = errors.Join(err, writeLongRun(rep, jsonOut, mdOut))
 			}
 			return err
 		},
@@ -147,13 +141,7 @@ func labTraFloodCmd(prefix *string) *cobra.Command {
 			}
 			rep, err := tralab.Flood(cmd.Context(), o)
 			if rep != nil {
-				fmt.Print(rep.Markdown())
-				if jsonOut != "" {
-					err = errors.Join(err, rep.WriteJSON(jsonOut))
-				}
-				if mdOut != "" {
-					err = errors.Join(err, os.WriteFile(mdOut, []byte(rep.Markdown()), 0o644))
-				}
+				err = errors.Join(err, writeLongRun(rep, jsonOut, mdOut))
 			}
 			return err
 		},
@@ -168,4 +156,24 @@ func labTraFloodCmd(prefix *string) *cobra.Command {
 	f.StringVar(&jsonOut, "json", "", "write the report (with every sample) as JSON")
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	return cmd
+}
+
+// longRunReport is what tra-soak and tra-flood report.
+type longRunReport interface {
+	Markdown() string
+	WriteJSON(path string) error
+}
+
+// writeLongRun prints a long run's report and writes it where asked.
+func writeLongRun(rep longRunReport, jsonOut, mdOut string) error {
+	md := rep.Markdown()
+	fmt.Print(md)
+	var err error
+	if jsonOut != "" {
+		err = rep.WriteJSON(jsonOut)
+	}
+	if mdOut != "" {
+		err = errors.Join(err, os.WriteFile(mdOut, []byte(md), 0o644))
+	}
+	return err
 }

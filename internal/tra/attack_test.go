@@ -17,7 +17,6 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/slayers"
-	"github.com/scionproto/scion/pkg/slayers/path/empty"
 	"github.com/scionproto/scion/pkg/slayers/path/scion"
 	"golang.org/x/sys/unix"
 
@@ -84,33 +83,14 @@ func (w wire) send(t *testing.T, from, to netip.AddrPort, scionBytes ...[]byte) 
 // scionPacket serializes a SCION packet with the given hosts, path and L4.
 func scionPacket(t *testing.T, srcIA, dstIA addr.IA, src, dst addr.Host, raw []byte, l4 ...gopacket.SerializableLayer) []byte {
 	t.Helper()
-	s := &slayers.SCION{Version: 0, SrcIA: srcIA, DstIA: dstIA, PathType: empty.PathType, Path: empty.Path{}}
-	if raw != nil {
-		var p scion.Raw
-		if err := p.DecodeFromBytes(raw); err != nil {
-			t.Fatal(err)
-		}
-		s.PathType, s.Path = scion.PathType, &p
-	}
+	s := &slayers.SCION{Version: 0, SrcIA: srcIA, DstIA: dstIA}
 	if err := s.SetSrcAddr(src); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetDstAddr(dst); err != nil {
 		t.Fatal(err)
 	}
-	switch l := l4[0].(type) {
-	case *slayers.UDP:
-		s.NextHdr = slayers.L4UDP
-		l.SetNetworkLayerForChecksum(s)
-	case *slayers.SCMP:
-		s.NextHdr = slayers.L4SCMP
-		l.SetNetworkLayerForChecksum(s)
-	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, append([]gopacket.SerializableLayer{s}, l4...)...); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return serializeSCION(t, s, raw, l4...)
 }
 
 func (h *host) alive(t *testing.T) bool {

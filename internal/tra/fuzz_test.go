@@ -270,54 +270,7 @@ type fzSeedIn struct {
 
 func (o fzSeedIn) build(t *testing.T) []byte {
 	t.Helper()
-	s := &slayers.SCION{TrafficClass: 0xb8, FlowID: 0x12345, SrcIA: o.srcIA, DstIA: localIA}
-	if err := s.SetDstAddr(addr.HostIP(o.dst)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetSrcAddr(addr.HostIP(o.src)); err != nil {
-		t.Fatal(err)
-	}
-	if o.raw == nil {
-		s.PathType, s.Path = empty.PathType, empty.Path{}
-	} else {
-		var p scion.Raw
-		if err := p.DecodeFromBytes(o.raw); err != nil {
-			t.Fatal(err)
-		}
-		s.PathType, s.Path = scion.PathType, &p
-	}
-	l4 := o.l4
-	switch l := l4[0].(type) {
-	case *slayers.UDP:
-		s.NextHdr = slayers.L4UDP
-		l.SetNetworkLayerForChecksum(s)
-	case *slayers.SCMP:
-		s.NextHdr = slayers.L4SCMP
-		l.SetNetworkLayerForChecksum(s)
-	case *layers.TCP:
-		s.NextHdr = slayers.L4TCP
-		seg := gopacket.NewSerializeBuffer()
-		if err := gopacket.SerializeLayers(seg, gopacket.SerializeOptions{FixLengths: true}, l4...); err != nil {
-			t.Fatal(err)
-		}
-		b := seg.Bytes()
-		binary.BigEndian.PutUint16(b[16:], ^checksum.Fold(checksum.Sum(b, scionPseudoSum(s, len(b), 6))))
-		l4 = []gopacket.SerializableLayer{gopacket.Payload(b)}
-	}
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	inner := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(inner, opts, append([]gopacket.SerializableLayer{s}, l4...)...); err != nil {
-		t.Fatal(err)
-	}
-	eth := &layers.Ethernet{SrcMAC: routerMAC, DstMAC: []byte{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: o.from.Addr().AsSlice(), DstIP: hostIP4.AsSlice()}
-	u := &layers.UDP{SrcPort: layers.UDPPort(o.from.Port()), DstPort: layers.UDPPort(o.port)}
-	u.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, opts, eth, ip, u, gopacket.Payload(inner.Bytes())); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return inFrame{from: o.from, port: o.port, srcIA: o.srcIA, srcHost: o.src, dstHost: o.dst, path: o.raw, emptyRaw: o.raw == nil, l4: o.l4}.build(t)
 }
 
 // fzFitIn makes a captured SCION frame one for the fixture's host: to its

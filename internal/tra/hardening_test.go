@@ -33,58 +33,38 @@ type inFrame struct {
 	port     uint16         // underlay destination port
 	srcIA    addr.IA
 	srcHost  netip.Addr
-	emptyRaw bool // the empty path (a host of this AS)
+	dstHost  netip.Addr // zero: the host's IPv4 address
+	path     []byte     // the standard path; nil: testPath
+	emptyRaw bool       // the empty path (a host of this AS)
 	l4       []gopacket.SerializableLayer
 }
 
 // build makes the frame: IPv4/UDP from from to the host, SCION to the host.
-func (f inFrame) build(t *testing.T) []byte {
+func (f inFrame) build(t testing.TB) []byte {
 	t.Helper()
 	s := &slayers.SCION{Version: 0, TrafficClass: 0xb8, FlowID: 0x12345, SrcIA: f.srcIA, DstIA: localIA}
-	if err := s.SetDstAddr(addr.HostIP(hostIP4)); err != nil {
+	dst := f.dstHost
+	if !dst.IsValid() {
+		dst = hostIP4
+	}
+	if err := s.SetDstAddr(addr.HostIP(dst)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetSrcAddr(addr.HostIP(f.srcHost)); err != nil {
 		t.Fatal(err)
 	}
-	if f.emptyRaw {
-		s.PathType, s.Path = empty.PathType, empty.Path{}
-	} else {
-		var p scion.Raw
-		if err := p.DecodeFromBytes(testPath(t)); err != nil {
-			t.Fatal(err)
-		}
-		s.PathType, s.Path = scion.PathType, &p
+	raw := f.path
+	if raw == nil && !f.emptyRaw {
+		raw = testPath(t)
 	}
-	l4 := f.l4
-	switch l := l4[0].(type) {
-	case *slayers.UDP:
-		s.NextHdr = slayers.L4UDP
-		l.SetNetworkLayerForChecksum(s)
-	case *slayers.SCMP:
-		s.NextHdr = slayers.L4SCMP
-		l.SetNetworkLayerForChecksum(s)
-	case *layers.TCP:
-		s.NextHdr = slayers.L4TCP
-		seg := gopacket.NewSerializeBuffer()
-		if err := gopacket.SerializeLayers(seg, gopacket.SerializeOptions{FixLengths: true}, l4...); err != nil {
-			t.Fatal(err)
-		}
-		b := seg.Bytes()
-		binary.BigEndian.PutUint16(b[16:], ^checksum.Fold(checksum.Sum(b, scionPseudoSum(s, len(b), 6))))
-		l4 = []gopacket.SerializableLayer{gopacket.Payload(b)}
-	}
+	inner := serializeSCION(t, s, raw, f.l4...)
 	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	inner := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(inner, opts, append([]gopacket.SerializableLayer{s}, l4...)...); err != nil {
-		t.Fatal(err)
-	}
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: f.from.Addr().AsSlice(), DstIP: hostIP4.AsSlice()}
 	u := &layers.UDP{SrcPort: layers.UDPPort(f.from.Port()), DstPort: layers.UDPPort(f.port)}
 	u.SetNetworkLayerForChecksum(ip)
 	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, opts, eth, ip, u, gopacket.Payload(inner.Bytes())); err != nil {
+	if err := gopacket.SerializeLayers(buf, opts, eth, ip, u, gopacket.Payload(inner)); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()

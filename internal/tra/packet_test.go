@@ -15,6 +15,7 @@ import (
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/slayers"
 	"github.com/scionproto/scion/pkg/slayers/path"
+	"github.com/scionproto/scion/pkg/slayers/path/empty"
 	"github.com/scionproto/scion/pkg/slayers/path/scion"
 	"github.com/vishvananda/netlink"
 
@@ -41,7 +42,7 @@ var (
 
 // testPath is a two-segment path header (up, down) as a daemon would give
 // it: its bytes are opaque to the translator.
-func testPath(t *testing.T) []byte {
+func testPath(t testing.TB) []byte {
 	t.Helper()
 	d := scion.Decoded{
 		Base:       scion.Base{PathMeta: scion.MetaHdr{SegLen: [3]uint8{2, 2, 0}}, NumINF: 2, NumHops: 4},
@@ -243,4 +244,43 @@ func decodeSCION(t *testing.T, f []byte) (*layers.IPv4, *layers.UDP, *slayers.SC
 		t.Fatalf("PayloadLen %d, payload %d bytes", s.PayloadLen, len(s.Payload))
 	}
 	return ip, udp, &s, s.Payload
+}
+
+// serializeSCION serializes a SCION header (its addresses set) on a path
+// (raw; nil: the empty path) with its L4, the next header taken from the
+// L4's first layer; a TCP segment's checksum is made here for SCION's
+// pseudo-header, scionproto having no TCP layer.
+func serializeSCION(t testing.TB, s *slayers.SCION, raw []byte, l4 ...gopacket.SerializableLayer) []byte {
+	t.Helper()
+	if raw == nil {
+		s.PathType, s.Path = empty.PathType, empty.Path{}
+	} else {
+		var p scion.Raw
+		if err := p.DecodeFromBytes(raw); err != nil {
+			t.Fatal(err)
+		}
+		s.PathType, s.Path = scion.PathType, &p
+	}
+	switch l := l4[0].(type) {
+	case *slayers.UDP:
+		s.NextHdr = slayers.L4UDP
+		l.SetNetworkLayerForChecksum(s)
+	case *slayers.SCMP:
+		s.NextHdr = slayers.L4SCMP
+		l.SetNetworkLayerForChecksum(s)
+	case *layers.TCP:
+		s.NextHdr = slayers.L4TCP
+		seg := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(seg, gopacket.SerializeOptions{FixLengths: true}, l4...); err != nil {
+			t.Fatal(err)
+		}
+		b := seg.Bytes()
+		binary.BigEndian.PutUint16(b[16:], ^checksum.Fold(checksum.Sum(b, scionPseudoSum(s, len(b), 6))))
+		l4 = []gopacket.SerializableLayer{gopacket.Payload(b)}
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, append([]gopacket.SerializableLayer{s}, l4...)...); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

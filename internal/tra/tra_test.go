@@ -3,7 +3,6 @@ package tra
 import (
 	"bytes"
 	"encoding/binary"
-	"net"
 	"net/netip"
 	"testing"
 
@@ -226,51 +225,7 @@ func TestEgressRefuses(t *testing.T) {
 // IPv4/UDP to the host's port, SCION with L4 from remote to this host.
 func scionFrame(t *testing.T, srcIA addr.IA, srcHost netip.Addr, port uint16, l4 ...gopacket.SerializableLayer) []byte {
 	t.Helper()
-	s := &slayers.SCION{Version: 0, TrafficClass: 0xb8, FlowID: 0x12345, SrcIA: srcIA, DstIA: localIA, PathType: scion.PathType}
-	if err := s.SetDstAddr(addr.HostIP(hostIP4)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetSrcAddr(addr.HostIP(srcHost)); err != nil {
-		t.Fatal(err)
-	}
-	var p scion.Raw
-	if err := p.DecodeFromBytes(testPath(t)); err != nil {
-		t.Fatal(err)
-	}
-	s.Path = &p
-	switch l := l4[0].(type) {
-	case *slayers.UDP:
-		s.NextHdr = slayers.L4UDP
-		l.SetNetworkLayerForChecksum(s)
-	case *layers.TCP:
-		// scionproto has no TCP layer: the segment with its checksum over
-		// SCION's pseudo-header, made here.
-		s.NextHdr = slayers.L4TCP
-		seg := gopacket.NewSerializeBuffer()
-		if err := gopacket.SerializeLayers(seg, gopacket.SerializeOptions{FixLengths: true}, l4...); err != nil {
-			t.Fatal(err)
-		}
-		b := seg.Bytes()
-		binary.BigEndian.PutUint16(b[16:], ^checksum.Fold(checksum.Sum(b, scionPseudoSum(s, len(b), 6))))
-		l4 = []gopacket.SerializableLayer{gopacket.Payload(b)}
-	case *slayers.SCMP:
-		s.NextHdr = slayers.L4SCMP
-		l.SetNetworkLayerForChecksum(s)
-	}
-	inner := gopacket.NewSerializeBuffer()
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	if err := gopacket.SerializeLayers(inner, opts, append([]gopacket.SerializableLayer{s}, l4...)...); err != nil {
-		t.Fatal(err)
-	}
-	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: routerAddr.Addr().AsSlice(), DstIP: hostIP4.AsSlice()}
-	u := &layers.UDP{SrcPort: 30042, DstPort: layers.UDPPort(port)}
-	u.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, opts, eth, ip, u, gopacket.Payload(inner.Bytes())); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return inFrame{from: routerAddr, port: port, srcIA: srcIA, srcHost: srcHost, l4: l4}.build(t)
 }
 
 // SCION packets for the host arrive as IPv6 from the sender's SM-IP address

@@ -50,31 +50,7 @@ func TestLookup(t *testing.T) {
 // ratios are to ip, the system's ping6 crosses every row, and each row
 // leaves the network's namespaces as it found them.
 func TestRowsProduceFigures(t *testing.T) {
-	if err := preflight.BPF(); err != nil {
-		t.Fatalf("kernel test: %v", err)
-	}
-	if os.Getenv("FASTPATH_BIN") == "" {
-		// The tra row runs `fastpath tra run` as a user would.
-		bin := filepath.Join(t.TempDir(), "fastpath")
-		if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/fastpath").CombinedOutput(); err != nil {
-			t.Fatalf("go build fastpath: %v\n%s", err, out)
-		}
-		t.Setenv("FASTPATH_BIN", bin)
-	}
-	b := make([]byte, 2)
-	rand.Read(b)
-	n := scionlab.Network{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Dir: filepath.Join(t.TempDir(), "scion")}
-	t.Cleanup(func() {
-		if err := n.Down(io.Discard); err != nil {
-			t.Error(err)
-		}
-		all, _ := netns.List()
-		for _, ns := range all {
-			if strings.HasPrefix(ns, n.Prefix) {
-				t.Errorf("namespace %s left behind", ns)
-			}
-		}
-	})
+	n := testNetwork(t)
 	var log strings.Builder
 	rep, err := Bench(context.Background(), Options{
 		Rows: []string{"ip", "ip-notso", "tra"}, Runs: 1, Seconds: 1, Pings: 20, UDPLen: DefaultUDPLen,
@@ -148,9 +124,11 @@ func TestRowsProduceFigures(t *testing.T) {
 	}
 }
 
-// longRunNetwork is a SCION network for the long runs (two links a leaf),
-// taken down when the test ends.
-func longRunNetwork(t *testing.T) scionlab.Network {
+// testNetwork is a SCION network of the test's own, brought up by what
+// runs on it and taken down when the test ends, with nothing left behind;
+// the tra row and the long runs run `fastpath tra run` as a user would, so
+// fastpath is built for them.
+func testNetwork(t *testing.T) scionlab.Network {
 	t.Helper()
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
@@ -169,6 +147,12 @@ func longRunNetwork(t *testing.T) scionlab.Network {
 		if err := n.Down(io.Discard); err != nil {
 			t.Error(err)
 		}
+		all, _ := netns.List()
+		for _, ns := range all {
+			if strings.HasPrefix(ns, n.Prefix) {
+				t.Errorf("namespace %s left behind", ns)
+			}
+		}
 	})
 	return n
 }
@@ -177,7 +161,7 @@ func longRunNetwork(t *testing.T) scionlab.Network {
 // flows come through, every packet the hosts sent has a verdict, the
 // daemons live on without panics, nothing grows.
 func TestSoakBriefly(t *testing.T) {
-	n := longRunNetwork(t)
+	n := testNetwork(t)
 	var log strings.Builder
 	logs := t.TempDir()
 	rep, err := Soak(context.Background(), SoakOptions{
@@ -222,7 +206,7 @@ func TestSoakBriefly(t *testing.T) {
 // A short flood of destinations: the daemon stays bounded, the steady flow
 // goes on.
 func TestFloodBriefly(t *testing.T) {
-	n := longRunNetwork(t)
+	n := testNetwork(t)
 	var log strings.Builder
 	rep, err := Flood(context.Background(), FloodOptions{Net: n, Keep: true, Destinations: 20000, Duration: 5 * time.Second, Quiet: 3 * time.Second, UDPRate: 200, Log: &log})
 	if err != nil {
