@@ -73,9 +73,12 @@ type SoakSample struct {
 	RSSKiB     [2]uint64 `json:"rss_kib"`
 	Goroutines [2]uint64 `json:"goroutines"`
 	Dests      [2]int    `json:"paths_map_entries"`
-	Tracked    [2]uint64 `json:"destinations_tracked"`
-	HeldNow    [2]uint64 `json:"held_now"`
-	Shunned    [2]uint64 `json:"shunned_now"`
+	// ExpiresIn is how long the first installed path has left: renewed
+	// paths show as a saw, never reaching 0.
+	ExpiresIn [2]float64 `json:"first_expiry_in_s"`
+	Tracked   [2]uint64  `json:"destinations_tracked"`
+	HeldNow   [2]uint64  `json:"held_now"`
+	Shunned   [2]uint64  `json:"shunned_now"`
 	// Unaccounted are packets the host sent into the pair that no verdict
 	// of tra_out counted (packets in flight at the moment aside).
 	Unaccounted [2]int64 `json:"unaccounted_out"`
@@ -107,7 +110,11 @@ type SoakSummary struct {
 	DestsMax        [2]int    `json:"paths_map_entries_max"`
 	UnaccountedMax  int64     `json:"unaccounted_out_max"`
 	Panics          [2]uint64 `json:"daemon_panics"`
-	DaemonsAlive    bool      `json:"daemons_alive"`
+	// Daemon are both daemons' counters at the end.
+	Daemon [2]map[string]uint64 `json:"daemon_counters"`
+	// ExpiresInMin is the least time a path had left at any sample.
+	ExpiresInMin float64 `json:"first_expiry_in_min_s"`
+	DaemonsAlive bool    `json:"daemons_alive"`
 }
 
 // longRun is what Soak and Flood share: the network, the two translated
@@ -209,6 +216,17 @@ func (lr *longRun) sample(s *SoakSample) error {
 		}
 		if d, err := p.Dests(); err == nil {
 			s.Dests[i] = len(d)
+			var first time.Time
+			for _, dp := range d {
+				for _, x := range dp.Paths {
+					if e := time.Unix(int64(x.Expiry), 0); x.Expiry != 0 && (first.IsZero() || e.Before(first)) {
+						first = e
+					}
+				}
+			}
+			if !first.IsZero() {
+				s.ExpiresIn[i] = time.Until(first).Seconds()
+			}
 		}
 		out, _, err := p.DirCounts()
 		p.Close()
@@ -434,7 +452,7 @@ loop:
 		}
 		if p, perr := tra.OpenPinned(h.name); perr == nil {
 			if dc, derr := p.DaemonCounts(); derr == nil {
-				sum.Panics[i] = dc["panics"]
+				sum.Panics[i], sum.Daemon[i] = dc["panics"], dc
 			}
 			p.Close()
 		}
@@ -449,6 +467,9 @@ loop:
 			sum.GoroutinesMax[h] = max(sum.GoroutinesMax[h], s.Goroutines[h])
 			sum.DestsMax[h] = max(sum.DestsMax[h], s.Dests[h])
 			sum.UnaccountedMax = max(sum.UnaccountedMax, abs64(s.Unaccounted[h]))
+			if s.ExpiresIn[h] != 0 && (sum.ExpiresInMin == 0 || s.ExpiresIn[h] < sum.ExpiresInMin) {
+				sum.ExpiresInMin = s.ExpiresIn[h]
+			}
 		}
 	}
 	rep.Seconds = stopAt.Sub(lr.start).Seconds()
@@ -497,8 +518,12 @@ func (r *SoakReport) Markdown() string {
 	fmt.Fprintf(&b, "| goroutines, max | %d / %d |\n", s.GoroutinesMax[0], s.GoroutinesMax[1])
 	fmt.Fprintf(&b, "| paths map entries, max | %d / %d |\n", s.DestsMax[0], s.DestsMax[1])
 	fmt.Fprintf(&b, "| packets without a verdict, max | %d |\n", s.UnaccountedMax)
-	fmt.Fprintf(&b, "| daemons alive, panics | %v, %d / %d |\n\n", s.DaemonsAlive, s.Panics[0], s.Panics[1])
-	fmt.Fprintf(&b, "| s | RSS KiB | goroutines | map | UDP lost/sent | TCP Mbit/s | events |\n|---:|---|---|---|---|---:|---|\n")
+	fmt.Fprintf(&b, "| daemons alive, panics | %v, %d / %d |\n", s.DaemonsAlive, s.Panics[0], s.Panics[1])
+	fmt.Fprintf(&b, "| paths installed, expired, evicted | %d, %d, %d / %d, %d, %d |\n", s.Daemon[0]["installed"], s.Daemon[0]["expired"], s.Daemon[0]["evicted"],
+		s.Daemon[1]["installed"], s.Daemon[1]["expired"], s.Daemon[1]["evicted"])
+	fmt.Fprintf(&b, "| failovers: interface down, silent path | %d, %d / %d, %d |\n", s.Daemon[0]["interface_down"], s.Daemon[0]["path_dead"], s.Daemon[1]["interface_down"], s.Daemon[1]["path_dead"])
+	fmt.Fprintf(&b, "| least time a path had left | %.0f s |\n\n", s.ExpiresInMin)
+	fmt.Fprintf(&b, "| s | RSS KiB | goroutines | map | first expiry in (s) | UDP lost/sent | TCP Mbit/s | events |\n|---:|---|---|---|---|---|---:|---|\n")
 	every := 1
 	if len(r.Samples) > 40 {
 		every = len(r.Samples) / 30
@@ -513,8 +538,8 @@ func (r *SoakReport) Markdown() string {
 		if i%every != 0 && len(evs) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "| %.0f | %d / %d | %d / %d | %d / %d | %d/%d | %.1f | %s |\n", x.At, x.RSSKiB[0], x.RSSKiB[1], x.Goroutines[0], x.Goroutines[1],
-			x.Dests[0], x.Dests[1], x.UDPLost, x.UDPSent, x.TCPMbps, strings.Join(evs, "; "))
+		fmt.Fprintf(&b, "| %.0f | %d / %d | %d / %d | %d / %d | %.0f / %.0f | %d/%d | %.1f | %s |\n", x.At, x.RSSKiB[0], x.RSSKiB[1], x.Goroutines[0], x.Goroutines[1],
+			x.Dests[0], x.Dests[1], x.ExpiresIn[0], x.ExpiresIn[1], x.UDPLost, x.UDPSent, x.TCPMbps, strings.Join(evs, "; "))
 	}
 	return b.String()
 }
