@@ -220,7 +220,10 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 		case <-tick.C:
 			d.safely("tick", d.tick)
 			if d.health != nil && d.health.gone {
-				return fmt.Errorf("translator %s: %w (detached while the daemon ran)", o.Name, ErrNotAttached)
+				// An operator's tra detach: the daemon ends as asked, not
+				// as a failure a service manager would restart.
+				fmt.Fprintf(o.Log, "translator %s was detached: the daemon ends\n", o.Name)
+				return nil
 			}
 		}
 	}

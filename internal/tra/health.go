@@ -2,7 +2,6 @@ package tra
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -44,9 +43,6 @@ func newHealth(cfg *Config, name string, p *Pinned, inj *injector, log io.Writer
 // check looks at the pair, the underlay link and topology.json.
 func (h *health) check(d *pathDaemon) {
 	if _, err := os.Stat(PinDir(h.name)); err != nil {
-		if !h.gone {
-			fmt.Fprintf(h.log, "translator %s was detached: nothing left to keep\n", h.name)
-		}
 		h.gone = true
 		return
 	}
