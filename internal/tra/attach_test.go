@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -95,7 +96,7 @@ func attachHost(t *testing.T, daemonAddr string) *attachedHost {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := Detach(a.name); err != nil {
+		if err := Detach(a.name); err != nil && !errors.Is(err, ErrNotAttached) {
 			t.Error(err)
 		}
 		if _, err := os.Stat(PinDir(a.name)); err == nil {
@@ -457,6 +458,8 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 		eventually(t, 3*time.Second, "reattached counted", func() bool { return a.daemonCounts(t)["reattached"] > 0 })
 	})
 
+	var daemon2 *exec.Cmd
+	outer := t // the new daemon outlives the subtest
 	t.Run("killed and started again", func(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
@@ -468,7 +471,7 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 		eventually(t, 2*time.Second, "packets translated without a daemon", func() bool {
 			return a.counts(t)["translated_out"].Packets >= before+10
 		})
-		_, log2 := a.runDaemonIn(t)
+		cmd2, log2 := a.runDaemonIn(outer)
 		eventually(t, 5*time.Second, "the new daemon's first line", func() bool { return strings.Contains(log2.String(), "paths from") })
 		if !strings.Contains(log2.String(), "1 destinations adopted") {
 			t.Fatalf("not adopted:\n%s", log2)
@@ -478,6 +481,28 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 			if all, _ := p.Paths(); len(all[remoteIA]) != 1 {
 				t.Fatal("the installed path went")
 			}
+		}
+		daemon2 = cmd2
+	})
+
+	// An operator detaches the translator: the daemon ends by itself, with
+	// status 0, so that a service manager leaves it so.
+	t.Run("detached under it", func(t *testing.T) {
+		if daemon2 == nil {
+			t.Skip("no daemon running")
+		}
+		if err := Detach(a.name); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- daemon2.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("tra run ended with %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("tra run still runs 5 s after the translator was detached")
 		}
 	})
 }
