@@ -108,8 +108,12 @@ type SoakSummary struct {
 	RSSMax          [2]uint64 `json:"rss_max_kib"`
 	GoroutinesMax   [2]uint64 `json:"goroutines_max"`
 	DestsMax        [2]int    `json:"paths_map_entries_max"`
-	UnaccountedMax  int64     `json:"unaccounted_out_max"`
-	Panics          [2]uint64 `json:"daemon_panics"`
+	// UnaccountedMax is the most seen at a sample, while packets flow (the
+	// counters and the device's statistics are read a moment apart);
+	// UnaccountedEnd what is left once the traffic has stopped.
+	UnaccountedMax int64     `json:"unaccounted_out_max"`
+	UnaccountedEnd [2]int64  `json:"unaccounted_out_end"`
+	Panics         [2]uint64 `json:"daemon_panics"`
 	// Daemon are both daemons' counters at the end.
 	Daemon [2]map[string]uint64 `json:"daemon_counters"`
 	// ExpiresInMin is the least time a path had left at any sample.
@@ -443,6 +447,11 @@ loop:
 		sum.TCPError = terr.Error()
 	}
 	sum.PingSent, sum.PingReceived = lr.steady.close()
+	time.Sleep(time.Second)
+	var last SoakSample
+	if serr := lr.sample(&last); serr == nil {
+		sum.UnaccountedEnd = last.Unaccounted
+	}
 	sum.DaemonsAlive = true
 	for i, h := range lr.hosts {
 		select {
@@ -517,7 +526,7 @@ func (r *SoakReport) Markdown() string {
 	fmt.Fprintf(&b, "| daemons' RSS (KiB) | first %d / %d, last %d / %d, max %d / %d |\n", s.RSSFirst[0], s.RSSFirst[1], s.RSSLast[0], s.RSSLast[1], s.RSSMax[0], s.RSSMax[1])
 	fmt.Fprintf(&b, "| goroutines, max | %d / %d |\n", s.GoroutinesMax[0], s.GoroutinesMax[1])
 	fmt.Fprintf(&b, "| paths map entries, max | %d / %d |\n", s.DestsMax[0], s.DestsMax[1])
-	fmt.Fprintf(&b, "| packets without a verdict, max | %d |\n", s.UnaccountedMax)
+	fmt.Fprintf(&b, "| packets without a verdict: at the end / most at a sample | %d, %d / %d |\n", s.UnaccountedEnd[0], s.UnaccountedEnd[1], s.UnaccountedMax)
 	fmt.Fprintf(&b, "| daemons alive, panics | %v, %d / %d |\n", s.DaemonsAlive, s.Panics[0], s.Panics[1])
 	fmt.Fprintf(&b, "| paths installed, expired, evicted | %d, %d, %d / %d, %d, %d |\n", s.Daemon[0]["installed"], s.Daemon[0]["expired"], s.Daemon[0]["evicted"],
 		s.Daemon[1]["installed"], s.Daemon[1]["expired"], s.Daemon[1]["evicted"])
