@@ -78,7 +78,9 @@ struct tra_path {
 	__u8 pad;
 	__u16 next_port;   /* first hop's underlay port, network order */
 	__u32 next_hop;    /* first hop's underlay IPv4 (a router's internal_addr) */
-	__u32 pad2;
+	__u32 gateway;     /* the neighbour that takes what goes to next_hop: next_hop
+			    * on the device's link, or its route's gateway (the daemon
+			    * keeps it); 0: the kernel routes each packet */
 	__u64 expiry;      /* Unix seconds */
 	__u8 raw[TRA_PATH_MAX];
 };

@@ -226,24 +226,36 @@ func scionTo(f capture.Frame) bool {
 }
 
 // Defect 5: a router on another subnet is reached through the gateway the
-// host's routes name, not looked for on the host's own link.
+// host's routes name, not looked for on the host's own link: routed by the
+// kernel a packet (a path without a gateway yet), or to the gateway the
+// daemon wrote into the path.
 func TestRouterBehindGateway(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
-	tap, err := capture.Open(xdp.Iface{Netns: a.net, Name: "gw0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tap.Close()
-	c := a.dialUDP(t, netip.AddrPortFrom(remote4SMIP, 31000))
-	if _, err := c.Write([]byte("to a router behind the gateway")); err != nil {
-		t.Fatal(err)
-	}
-	got := waitFrames(t, tap, 3*time.Second, scionTo)
-	if len(got) == 0 {
-		t.Fatalf("no SCION frame to %s reached the gateway; counters %v", farRouter, a.counts(t))
-	}
-	if !bytes.Equal(got[0].Data[:6], a.gwMAC) {
-		t.Fatalf("frame to MAC %s, want the gateway's %s", net.HardwareAddr(got[0].Data[:6]), a.gwMAC)
+	for name, gw := range map[string]netip.Addr{"routed by the kernel": {}, "the path's gateway": netip.MustParseAddr("10.101.0.254")} {
+		t.Run(name, func(t *testing.T) {
+			p := a.pinned(t)
+			err := p.SetPaths(remoteIA, 7, []Path{{Raw: testPath(t), MTU: 1472, NextHop: farRouter, Expiry: uint64(time.Now().Add(time.Hour).Unix()), Gateway: gw}})
+			p.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tap, err := capture.Open(xdp.Iface{Netns: a.net, Name: "gw0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tap.Close()
+			c := a.dialUDP(t, netip.AddrPortFrom(remote4SMIP, 31000))
+			if _, err := c.Write([]byte("to a router behind the gateway")); err != nil {
+				t.Fatal(err)
+			}
+			got := waitFrames(t, tap, 3*time.Second, scionTo)
+			if len(got) == 0 {
+				t.Fatalf("no SCION frame to %s reached the gateway; counters %v", farRouter, a.counts(t))
+			}
+			if !bytes.Equal(got[0].Data[:6], a.gwMAC) {
+				t.Fatalf("frame to MAC %s, want the gateway's %s", net.HardwareAddr(got[0].Data[:6]), a.gwMAC)
+			}
+		})
 	}
 }
 
@@ -344,14 +356,13 @@ func (a *attachedHost) scionIn(t *testing.T, payload string) []byte {
 		l4: []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 31000}, gopacket.Payload(payload)}}.build(t)
 }
 
-// Defect 15 (tx_failed): frames tra_in hands the pair that the pair does
-// not take (its host end lost GRO) are counted, not passed off as
-// translated.
+// Defect 15 (tx_failed): frames tra_in hands the pair that the kernel
+// refuses (the pair down) are counted, not passed off as translated.
 func TestTxFailedCounted(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
-	setFeatures(t, a.host, a.cfg.Pair+"0", map[string]bool{"rx-gro": false})
+	ipIn(t, a.host, "link", "set", a.cfg.Pair+"1", "down")
 	for i := 0; i < 5; i++ {
-		a.injectSCION(t, a.scionIn(t, "into a pair that takes nothing"))
+		a.injectSCION(t, a.scionIn(t, "into a pair that is down"))
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for a.counts(t)["tx_failed"].Packets < 5 {
@@ -361,7 +372,7 @@ func TestTxFailedCounted(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if c := a.counts(t); c["translated_in"].Packets != 0 {
-		t.Fatalf("counters %v: frames the pair dropped counted translated", c)
+		t.Fatalf("counters %v: frames the kernel refused counted translated", c)
 	}
 }
 
@@ -419,6 +430,13 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 	if !strings.Contains(log.String(), "1 destinations adopted") {
 		t.Fatalf("the installed destination was not adopted:\n%s", log)
 	}
+	// The adopted path gets its first hop's gateway from the host's routes.
+	eventually(t, 3*time.Second, "the gateway in the path", func() bool {
+		p := a.pinned(t)
+		defer p.Close()
+		all, _ := p.Paths()
+		return len(all[remoteIA]) == 1 && all[remoteIA][0].Gateway == netip.MustParseAddr("10.101.0.254")
+	})
 
 	t.Run("scionproto's daemon down", func(t *testing.T) {
 		c := a.dialUDP(t, netip.AddrPortFrom(netip.MustParseAddr("fc00:10fc:500::ffff:a66:2"), 31000))

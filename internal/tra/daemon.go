@@ -180,6 +180,7 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 
 	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
 	d.health = newHealth(cfg, o.Name, p, inj, o.Log)
+	d.gateway = newGateways(cfg.Device).of
 	if err := d.adopt(); err != nil {
 		fmt.Fprintf(o.Log, "adopt the installed paths: %v\n", err)
 	}

@@ -695,3 +695,20 @@ func TestNoLookupStorm(t *testing.T) {
 		t.Fatalf("%d lookups in half a second", n)
 	}
 }
+
+// Each installed path carries its first hop's gateway as the host's routes
+// say, and is installed again when a route changes.
+func TestPathsCarryTheirGateway(t *testing.T) {
+	td := newTestDaemon(t, 1, Limits{})
+	gw := netip.MustParseAddr("10.101.0.254")
+	td.gateway = func(nh netip.Addr, _ time.Time) netip.Addr { return gw }
+	installTwo(t, td)
+	if got := td.plane.paths(remoteIA)[0].Gateway; got != gw {
+		t.Fatalf("gateway %s, want %s", got, gw)
+	}
+	gw = netip.MustParseAddr("10.101.0.253")
+	td.housekeep(td.clock)
+	if got := td.plane.paths(remoteIA)[0].Gateway; got != gw {
+		t.Fatalf("gateway %s after the route changed, want %s", got, gw)
+	}
+}

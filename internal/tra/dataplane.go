@@ -102,6 +102,10 @@ func (p Path) dataPlane(ia addr.IA) (translatorTraPath, error) {
 	nh := p.NextHop.Addr().Unmap().As4()
 	v.NextHop = binary.NativeEndian.Uint32(nh[:])
 	v.Expiry = p.Expiry
+	if g := p.Gateway.Unmap(); g.Is4() {
+		b := g.As4()
+		v.Gateway = binary.NativeEndian.Uint32(b[:])
+	}
 	copy(v.Raw[:], p.Raw)
 	return v, nil
 }
@@ -125,12 +129,17 @@ func (m *pathMaps) list() (map[addr.IA]DestPaths, error) {
 		dp := DestPaths{Slot: d.Slot}
 		for i := 0; i < int(d.N) && i < MaxPaths; i++ {
 			v := d.Paths[i]
-			var nh [4]byte
+			var nh, gw [4]byte
 			binary.NativeEndian.PutUint32(nh[:], v.NextHop)
-			dp.Paths = append(dp.Paths, Path{
+			binary.NativeEndian.PutUint32(gw[:], v.Gateway)
+			path := Path{
 				Raw: append([]byte(nil), v.Raw[:min(int(v.Len), PathMax)]...), MTU: v.Mtu, Expiry: v.Expiry,
 				NextHop: netip.AddrPortFrom(netip.AddrFrom4(nh), htons(v.NextPort)),
-			})
+			}
+			if v.Gateway != 0 {
+				path.Gateway = netip.AddrFrom4(gw)
+			}
+			dp.Paths = append(dp.Paths, path)
 		}
 		out[ia] = dp
 	}

@@ -160,6 +160,9 @@ type pathDaemon struct {
 	now     func() time.Time
 	usedNow func() uint32
 	health  *health
+	// gateway gives each first hop's neighbour (gateways.of); nil: the
+	// kernel routes each packet.
+	gateway func(nh netip.Addr, now time.Time) netip.Addr
 
 	dests   map[addr.IA]*dest
 	free    []uint32 // slots of tra_used not taken
@@ -538,7 +541,7 @@ func (d *pathDaemon) onResult(r lookupResult) {
 func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 	now := d.now()
 	fresh := len(x.dp) == 0
-	if err := d.dp.SetPaths(x.ia, x.slot, dp); err != nil {
+	if err := d.setPaths(x, dp); err != nil {
 		d.logf("install paths to %s: %v", x.ia, err)
 		return
 	}
@@ -549,7 +552,7 @@ func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 		d.dp.MarkUsed(x.slot, d.usedNow())
 		d.logf("paths to %s: %d installed", x.ia, len(dp))
 	}
-	x.dp, x.paths, x.spare = dp, inst, spare
+	x.paths, x.spare = inst, spare
 	x.expires = earliestExpiry(dp)
 	d.remember(x, inst, dp, now)
 	for _, h := range x.held {
@@ -557,6 +560,45 @@ func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 	}
 	d.heldNow -= len(x.held)
 	x.held = nil
+}
+
+// setPaths installs x's paths with each first hop's gateway, and keeps
+// them as installed.
+func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
+	now := d.now()
+	withGW := make([]Path, len(paths))
+	for i, p := range paths {
+		withGW[i] = p
+		if d.gateway != nil {
+			withGW[i].Gateway = d.gateway(p.NextHop.Addr(), now)
+		}
+	}
+	if err := d.dp.SetPaths(x.ia, x.slot, withGW); err != nil {
+		return err
+	}
+	x.dp = withGW
+	return nil
+}
+
+// refreshGateways installs again the paths whose first hop's gateway
+// changed (a route of the host changed).
+func (d *pathDaemon) refreshGateways(now time.Time) {
+	if d.gateway == nil {
+		return
+	}
+	for _, x := range d.dests {
+		changed := false
+		for _, p := range x.dp {
+			if d.gateway(p.NextHop.Addr(), now) != p.Gateway {
+				changed = true
+			}
+		}
+		if changed {
+			if err := d.setPaths(x, x.dp); err != nil {
+				d.logf("paths to %s with their gateways: %v", x.ia, err)
+			}
+		}
+	}
 }
 
 // remember notes the signatures of installed paths for a minute.
@@ -783,6 +825,7 @@ func (d *pathDaemon) housekeep(now time.Time) {
 		}
 	}
 	d.probes.prune(now)
+	d.refreshGateways(now)
 	d.stats.set(statDests, uint64(len(d.dests)))
 	d.stats.set(statHeldNow, uint64(d.heldNow))
 	d.stats.set(statLookupsNow, uint64(d.inflight+len(d.urgentQ)+len(d.newQ)))
@@ -824,10 +867,9 @@ func (d *pathDaemon) expire(x *dest, now time.Time) {
 			}
 		}
 	}
-	if err := d.dp.SetPaths(x.ia, x.slot, keep); err != nil {
+	if err := d.setPaths(x, keep); err != nil {
 		d.logf("remove expired paths to %s: %v", x.ia, err)
 	}
-	x.dp = keep
 	x.paths = nil
 	if withMD {
 		x.paths = keepMD

@@ -78,7 +78,7 @@ var (
 )
 
 // underlayNetns makes the test's namespace, removed when the test ends.
-func underlayNetns(t *testing.T) (string, int) {
+func underlayNetns(t testing.TB) (string, int) {
 	t.Helper()
 	b := make([]byte, 2)
 	rand.Read(b)
@@ -130,7 +130,7 @@ func underlayNetns(t *testing.T) (string, int) {
 // loadTest loads the programs unpinned, configured for the test host in a
 // namespace of its own, with lo standing in for the pair (a test run sends
 // nothing).
-func loadTest(t *testing.T) *Translator {
+func loadTest(t testing.TB) *Translator {
 	t.Helper()
 	labtest.RequireKernel(t)
 	ns, ifindex := underlayNetns(t)
@@ -178,7 +178,7 @@ func (tr *Translator) run(t *testing.T, prog *ebpf.Program, frame []byte, tc boo
 func skbCtx(int) []byte { return make([]byte, 192) }
 
 // ipv6Frame builds an Ethernet/IPv6 frame the host sends into the pair.
-func ipv6Frame(t *testing.T, src, dst netip.Addr, l4 ...gopacket.SerializableLayer) []byte {
+func ipv6Frame(t testing.TB, src, dst netip.Addr, l4 ...gopacket.SerializableLayer) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: hostMAC, DstMAC: pairMAC, EthernetType: layers.EthernetTypeIPv6}
 	ip := &layers.IPv6{Version: 6, HopLimit: 64, SrcIP: src.AsSlice(), DstIP: dst.AsSlice(), TrafficClass: 0x28}

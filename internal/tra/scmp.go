@@ -264,10 +264,10 @@ func (d *pathDaemon) dropPaths(x *dest, gone func(i int) bool, now time.Time) in
 		}
 		spare = append(spare, s)
 	}
-	if err := d.dp.SetPaths(x.ia, x.slot, keep); err != nil {
+	if err := d.setPaths(x, keep); err != nil {
 		d.logf("paths to %s: %v", x.ia, err)
 	}
-	x.dp, x.spare = keep, spare
+	x.spare = spare
 	x.paths = nil
 	if withMD {
 		x.paths = keepMD

@@ -120,6 +120,9 @@ type Path struct {
 	MTU     uint16         // the largest SCION packet it takes
 	NextHop netip.AddrPort // the first router's underlay address (IPv4)
 	Expiry  uint64         // Unix seconds
+	// Gateway is the neighbour that takes what goes to NextHop (NextHop
+	// itself on the device's link); invalid: the kernel routes each packet.
+	Gateway netip.Addr
 }
 
 // Translator is a loaded translator: its programs and maps.
@@ -440,13 +443,18 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 // Pins of the transmit tracepoints' links.
 var tracepointPins = map[string]func(*Translator) *ebpf.Program{
 	"tp_redirect_err": func(t *Translator) *ebpf.Program { return t.objs.TraTxRedirectErr },
-	"tp_devmap_xmit":  func(t *Translator) *ebpf.Program { return t.objs.TraTxDevmap },
 }
+
+// Tracepoint links of earlier versions, removed when met.
+var oldTracepointPins = []string{"tp_devmap_xmit"}
 
 // attachTracepoints attaches the programs that count frames the pair did
 // not take. Tracing links cannot swap programs: a new link is pinned over
 // the old one, which goes with its pin.
 func attachTracepoints(dir string, t *Translator) error {
+	for _, pin := range oldTracepointPins {
+		os.Remove(filepath.Join(dir, pin))
+	}
 	for pin, prog := range tracepointPins {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog(t)})
 		if err != nil {
