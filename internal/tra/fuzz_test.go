@@ -21,7 +21,6 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/slayers"
-	"github.com/scionproto/scion/pkg/slayers/path"
 	"github.com/scionproto/scion/pkg/slayers/path/empty"
 	"github.com/scionproto/scion/pkg/slayers/path/scion"
 
@@ -135,24 +134,7 @@ func fzOtherMACs(t *testing.T, raw []byte, salt byte) []byte {
 }
 
 // fzLongestPath is a path of TRA_PATH_MAX bytes: meta, 3 info fields, 19 hops.
-func fzLongestPath(t *testing.T) []byte {
-	t.Helper()
-	d := scion.Decoded{
-		Base:       scion.Base{PathMeta: scion.MetaHdr{SegLen: [3]uint8{7, 6, 6}}, NumINF: 3, NumHops: 19},
-		InfoFields: []path.InfoField{{SegID: 7, Timestamp: 1700000000}, {SegID: 8, Timestamp: 1700000000}, {ConsDir: true, SegID: 9, Timestamp: 1700000000}},
-	}
-	for i := 0; i < 19; i++ {
-		d.HopFields = append(d.HopFields, path.HopField{ExpTime: 63, ConsIngress: uint16(i), ConsEgress: uint16(i + 1), Mac: [6]byte{byte(i), 7, 7, 7, 7, 7}})
-	}
-	raw := make([]byte, d.Len())
-	if err := d.SerializeTo(raw); err != nil {
-		t.Fatal(err)
-	}
-	if len(raw) != PathMax {
-		t.Fatalf("the longest path is %d bytes, want %d", len(raw), PathMax)
-	}
-	return raw
-}
+func fzLongestPath(t *testing.T) []byte { return pathOfSegments(t, [3]uint8{7, 6, 6}, 7) }
 
 func fzMustSMIP(ia addr.IA, host netip.Addr) netip.Addr {
 	a, err := FromSCION(ia, host)

@@ -16,7 +16,6 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/slayers"
-	"github.com/scionproto/scion/pkg/slayers/path"
 	"github.com/scionproto/scion/pkg/slayers/path/empty"
 	"github.com/scionproto/scion/pkg/slayers/path/scion"
 
@@ -407,18 +406,4 @@ func TestPathUpdatesAreAtomic(t *testing.T) {
 }
 
 // threeSegmentPath is a path of three segments, longer than testPath.
-func threeSegmentPath(t *testing.T) []byte {
-	t.Helper()
-	d := scion.Decoded{
-		Base:       scion.Base{PathMeta: scion.MetaHdr{SegLen: [3]uint8{2, 2, 2}}, NumINF: 3, NumHops: 6},
-		InfoFields: []path.InfoField{{SegID: 1, Timestamp: 1700000000}, {SegID: 2, Timestamp: 1700000000}, {ConsDir: true, SegID: 3, Timestamp: 1700000000}},
-	}
-	for i := 0; i < 6; i++ {
-		d.HopFields = append(d.HopFields, path.HopField{ExpTime: 63, ConsIngress: uint16(i), ConsEgress: uint16(i + 1), Mac: [6]byte{byte(i), 9, 9, 9, 9, 9}})
-	}
-	raw := make([]byte, d.Len())
-	if err := d.SerializeTo(raw); err != nil {
-		t.Fatal(err)
-	}
-	return raw
-}
+func threeSegmentPath(t *testing.T) []byte { return pathOfSegments(t, [3]uint8{2, 2, 2}, 9) }

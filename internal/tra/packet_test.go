@@ -284,3 +284,29 @@ func serializeSCION(t testing.TB, s *slayers.SCION, raw []byte, l4 ...gopacket.S
 	}
 	return buf.Bytes()
 }
+
+// pathOfSegments is a path of up to three segments with the given numbers of
+// hop fields (the last segment in construction direction), MACs made from
+// mac: its bytes are opaque to the translator, their length is what counts.
+func pathOfSegments(t testing.TB, segs [3]uint8, mac byte) []byte {
+	t.Helper()
+	var d scion.Decoded
+	d.PathMeta.SegLen = segs
+	for i, n := range segs {
+		if n == 0 {
+			break
+		}
+		d.NumINF++
+		d.NumHops += int(n)
+		d.InfoFields = append(d.InfoFields, path.InfoField{SegID: uint16(i + 1), Timestamp: 1700000000})
+	}
+	d.InfoFields[d.NumINF-1].ConsDir = true
+	for i := 0; i < d.NumHops; i++ {
+		d.HopFields = append(d.HopFields, path.HopField{ExpTime: 63, ConsIngress: uint16(i), ConsEgress: uint16(i + 1), Mac: [6]byte{byte(i), mac, mac, mac, mac, mac}})
+	}
+	raw := make([]byte, d.Len())
+	if err := d.SerializeTo(raw); err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
