@@ -58,6 +58,18 @@ __u64 gen_last = 0;
 __u64 gen_first_ns = 0;
 __u64 gen_last_ns = 0;
 
+/* The run number from which nothing is sent (0: no end), set with
+ * gen_first and gen_last: a test run a signal interrupts is run again whole
+ * (cilium/ebpf retries on EINTR), and the frames it already sent must not
+ * go out twice — under load a bench sent a batch more than it was asked
+ * for. */
+__u64 gen_end = 0;
+
+static __always_inline int past_last(__u64 run)
+{
+	return gen_end && run >= gen_end;
+}
+
 static __always_inline void note_time(__u64 run)
 {
 	if (run == gen_first)
@@ -210,6 +222,8 @@ int lab_gen(struct xdp_md *ctx)
 	__u64 run = gen_runs;
 	__u32 len, cur;
 
+	if (past_last(run))
+		return XDP_DROP;
 	gen_next = idx + 1 < gen_count ? idx + 1 : 0;
 	gen_runs = run + 1;
 	note_time(run);
@@ -247,6 +261,8 @@ int lab_gen_fixed(struct xdp_md *ctx)
 {
 	__u64 run = gen_runs;
 
+	if (past_last(run))
+		return XDP_DROP;
 	gen_runs = run + 1;
 	note_time(run);
 	return XDP_TX;

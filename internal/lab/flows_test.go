@@ -178,3 +178,28 @@ func TestGenFixedSendsTheInputAsItIs(t *testing.T) {
 		t.Fatalf("action %d, frame changed: %x", ret, out)
 	}
 }
+
+// A test run retried after a signal sends nothing past its last packet:
+// runs beyond the marked end are dropped and not counted.
+func TestGenStopsAtTheRunsEnd(t *testing.T) {
+	tb := testTestbed(t, LayoutVeth)
+	pkt := floodTemplate(t, 4, layers.IPProtocolUDP)
+	for _, fixed := range []bool{false, true} {
+		g, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: [][]byte{pkt}, CPU: -1, Fixed: fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.markRun(0, 1); err != nil {
+			t.Fatal(err)
+		}
+		for run, want := range []uint32{3, 3, 1, 1} { // XDP_TX twice, then XDP_DROP
+			if ret, _ := runXDP(t, g.prog, append([]byte(nil), pkt...)); ret != want {
+				t.Fatalf("fixed %v, run %d: action %d, want %d", fixed, run, ret, want)
+			}
+		}
+		if n, _ := g.runs(); n != 2 {
+			t.Fatalf("fixed %v: %d runs counted, want 2", fixed, n)
+		}
+		g.Close()
+	}
+}

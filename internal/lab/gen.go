@@ -372,7 +372,7 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 // markRun tells the program which runs are the next test run's first and
 // last packet, and clears their times.
 func (g *Generator) markRun(first, last uint64) error {
-	return errors.Join(g.objs.GenFirst.Set(first), g.objs.GenLast.Set(last),
+	return errors.Join(g.objs.GenFirst.Set(first), g.objs.GenLast.Set(last), g.objs.GenEnd.Set(last+1),
 		g.objs.GenFirstNs.Set(uint64(0)), g.objs.GenLastNs.Set(uint64(0)))
 }
 
