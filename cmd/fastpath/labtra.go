@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
@@ -78,7 +79,7 @@ See docs/scion-lab.md.`,
 // a long time while links flap and services restart (make soak).
 func labTraSoakCmd(prefix *string) *cobra.Command {
 	o := tralab.SoakOptions{}
-	var dir, jsonOut, mdOut string
+	var lr longRun
 	cmd := &cobra.Command{
 		Use:   "tra-soak",
 		Short: "the translator over time: steady UDP, TCP and ping6 between two translated hosts while links flap, services restart and paths expire",
@@ -94,21 +95,18 @@ map, and the packets the host sent that no verdict counted; at the end, what
 the flows lost and their longest gaps. See docs/tra.md (Long runs).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Net = scionlab.Network{Prefix: *prefix, Dir: dir}
-			o.Command, o.Log = "fastpath "+strings.Join(os.Args[1:], " "), os.Stderr
-			if err := preflight.BPF(); err != nil {
-				return err
-			}
-			rep, err := tralab.Soak(cmd.Context(), o)
-			if rep != nil {
-				err = errors.Join(err, writeLongRun(rep, jsonOut, mdOut))
-			}
-			return err
+			o.Net, o.Command, o.Log = lr.network(*prefix), lr.command(), os.Stderr
+			return lr.run(func() (longRunReport, error) {
+				rep, err := tralab.Soak(cmd.Context(), o)
+				if rep == nil {
+					return nil, err
+				}
+				return rep, err
+			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
-	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
+	lr.flags(f, &o.Keep)
 	f.DurationVar(&o.Duration, "duration", 30*time.Minute, "how long the hosts talk")
 	f.DurationVar(&o.Sample, "sample", 10*time.Second, "how often the daemons and maps are sampled")
 	f.DurationVar(&o.FlapEvery, "flap-every", time.Minute, "take a used link down this often (0: never)")
@@ -118,8 +116,6 @@ the flows lost and their longest gaps. See docs/tra.md (Long runs).`,
 	f.IntVar(&o.UDPRate, "udp-rate", 100, "UDP datagrams a second")
 	f.IntVar(&o.UDPLen, "udp-len", 200, "UDP payload bytes")
 	f.Uint64Var(&o.TCPRate, "tcp-rate", 20e6, "TCP stream's rate, bit/s")
-	f.StringVar(&jsonOut, "json", "", "write the report (with every sample) as JSON")
-	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	f.StringVar(&o.LogDir, "log-dir", "", "copy both tra run logs here at the end")
 	return cmd
 }
@@ -128,33 +124,28 @@ the flows lost and their longest gaps. See docs/tra.md (Long runs).`,
 // many destinations; the daemon stays bounded, a steady flow unaffected.
 func labTraFloodCmd(prefix *string) *cobra.Command {
 	o := tralab.FloodOptions{}
-	var dir, jsonOut, mdOut string
+	var lr longRun
 	cmd := &cobra.Command{
 		Use:   "tra-flood",
 		Short: "a translated host sends to --destinations distinct SM-IP destinations in random ASes: the daemon's memory, goroutines and maps stay bounded, a steady flow goes on",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Net = scionlab.Network{Prefix: *prefix, Dir: dir}
-			o.Command, o.Log = "fastpath "+strings.Join(os.Args[1:], " "), os.Stderr
-			if err := preflight.BPF(); err != nil {
-				return err
-			}
-			rep, err := tralab.Flood(cmd.Context(), o)
-			if rep != nil {
-				err = errors.Join(err, writeLongRun(rep, jsonOut, mdOut))
-			}
-			return err
+			o.Net, o.Command, o.Log = lr.network(*prefix), lr.command(), os.Stderr
+			return lr.run(func() (longRunReport, error) {
+				rep, err := tralab.Flood(cmd.Context(), o)
+				if rep == nil {
+					return nil, err
+				}
+				return rep, err
+			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
-	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
+	lr.flags(f, &o.Keep)
 	f.IntVar(&o.Destinations, "destinations", 1_000_000, "distinct SM-IP destinations to send to")
 	f.DurationVar(&o.Duration, "duration", time.Minute, "how long the flood lasts")
 	f.DurationVar(&o.Quiet, "quiet", 10*time.Second, "how long the steady flow is measured alone first")
 	f.IntVar(&o.UDPRate, "udp-rate", 200, "the steady flow's datagrams a second")
-	f.StringVar(&jsonOut, "json", "", "write the report (with every sample) as JSON")
-	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	return cmd
 }
 
@@ -164,16 +155,41 @@ type longRunReport interface {
 	WriteJSON(path string) error
 }
 
-// writeLongRun prints a long run's report and writes it where asked.
-func writeLongRun(rep longRunReport, jsonOut, mdOut string) error {
+// longRun holds what tra-soak and tra-flood share: where the network
+// lives and where the report goes.
+type longRun struct{ dir, jsonOut, mdOut string }
+
+func (lr *longRun) flags(f *pflag.FlagSet, keep *bool) {
+	f.StringVar(&lr.dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
+	f.BoolVar(keep, "keep", false, "leave the network up at the end")
+	f.StringVar(&lr.jsonOut, "json", "", "write the report (with every sample) as JSON")
+	f.StringVar(&lr.mdOut, "md", "", "write the report as Markdown")
+}
+
+func (lr *longRun) network(prefix string) scionlab.Network {
+	return scionlab.Network{Prefix: prefix, Dir: lr.dir}
+}
+
+// command is the command line the report quotes, so that a reader can run it again.
+func (lr *longRun) command() string { return "fastpath " + strings.Join(os.Args[1:], " ") }
+
+// run runs a long run and writes whatever report it made, also when it
+// failed part-way: a soak that broke after an hour still says what it saw.
+func (lr *longRun) run(do func() (longRunReport, error)) error {
+	if err := preflight.BPF(); err != nil {
+		return err
+	}
+	rep, err := do()
+	if rep == nil {
+		return err
+	}
 	md := rep.Markdown()
 	fmt.Print(md)
-	var err error
-	if jsonOut != "" {
-		err = rep.WriteJSON(jsonOut)
+	if lr.jsonOut != "" {
+		err = errors.Join(err, rep.WriteJSON(lr.jsonOut))
 	}
-	if mdOut != "" {
-		err = errors.Join(err, os.WriteFile(mdOut, []byte(md), 0o644))
+	if lr.mdOut != "" {
+		err = errors.Join(err, os.WriteFile(lr.mdOut, []byte(md), 0o644))
 	}
 	return err
 }
