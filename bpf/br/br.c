@@ -190,6 +190,12 @@ volatile const __u32 br_cpu_ids[64] = {};
 /* Offline runs (`br run --no-fib`) skip the FIB: next-hop MACs stay zero and
  * the frame leaves with XDP_TX. */
 volatile const __u32 br_skip_fib = 0;
+/* 1: every datagram's UDP checksum is summed and checked on arrival, as the
+ * kernel would before the reference router's socket saw it (`udp_checksum =
+ * "verify"`). 0: a complete checksum is updated by what the router changes
+ * (RFC 1624), without reading the datagram: a right one leaves right and a
+ * wrong one leaves exactly as wrong, for the next host's kernel to drop. */
+volatile const __u32 br_verify_udp_csum = 0;
 /* 1 in the copy attached in generic mode, which runs on skbs: what it sends
  * stays an skb, whose pending checksum (CHECKSUM_PARTIAL) the device still
  * completes, so a pending checksum must stay pending. */
@@ -201,6 +207,9 @@ struct br_pkt {
 	void *data_end;
 	struct br_config *cfg;
 	__u32 ingress_ifindex;
+	/* The whole frame: more than data_end - data when it came in several
+	 * buffers (a jumbo frame), whose first holds every header. */
+	__u32 frame_len;
 
 	/* Underlay */
 	__u8 family;   /* 4 or 6 */
@@ -214,10 +223,11 @@ struct br_pkt {
 	__u8 ul_dst[16] __attribute__((aligned(8)));
 	__u16 ul_sport;
 	__u16 ul_dport;
-	/* The datagram after its UDP header, summed, and what the checksum
-	 * field holds (enum udp_csum_kind). */
+	/* The datagram after its UDP header, summed when the checksum needs it
+	 * (body_summed), and what the checksum field holds (enum udp_csum_kind). */
 	__u64 body_sum;
 	__u8 csum_kind;
+	__u8 body_summed;
 
 	__u16 ingress; /* interface ID the packet came in on; 0: internal */
 	__u16 slot;
@@ -269,7 +279,7 @@ static __always_inline void count(const struct br_pkt *p, __u32 verdict)
 	c = bpf_map_lookup_elem(&br_counters, &key);
 	if (c) {
 		c->packets++;
-		c->bytes += p->data_end - p->data;
+		c->bytes += p->frame_len;
 	}
 }
 
@@ -325,7 +335,7 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 			return verdict(p, BR_NOT_SCION, XDP_PASS);
 		/* A header the kernel would refuse never reaches the reference
 		 * router; the kernel may have it. (Ours is rebuilt on output.) */
-		if (!ipv4_hdr_csum_ok(ip, p->data_end, ip->ihl))
+		if (!ipv4_hdr_ok(ip, p->data_end, ip->ihl))
 			return verdict(p, BR_NOT_SCION, XDP_PASS);
 		l3_payload = bpf_ntohs(ip->tot_len) - ihl;
 		p->family = 4;
@@ -359,7 +369,7 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 	/* The kernel drops datagrams whose UDP length exceeds the IP payload or
 	 * the frame, and trims the rest to the UDP length; so do we. */
 	if (p->udp_len < sizeof(*udp) || p->udp_len > l3_payload ||
-	    p->udp_off + p->udp_len > (__u32)(p->data_end - p->data))
+	    p->udp_off + p->udp_len > p->frame_len)
 		return verdict(p, BR_NOT_SCION, XDP_PASS);
 	return CONTINUE;
 }
@@ -459,24 +469,54 @@ static __always_inline __u64 pseudo_sum(const __u8 *src, const __u8 *dst, __u8 f
 	return addr_sum(src, family) + addr_sum(dst, family) + bpf_htons(IPPROTO_UDP) + bpf_htons(udp_len);
 }
 
+/* Sums the datagram after its UDP header into p->body_sum: the linear
+ * part in place, what lies in further buffers through copies. */
+static __always_inline int sum_body(struct xdp_md *ctx, struct br_pkt *p)
+{
+	__u32 off = p->udp_off + sizeof(struct udphdr);
+	__u32 len = p->udp_len - sizeof(struct udphdr);
+	__u32 linear = (__u32)(p->data_end - p->data) - off;
+
+	p->body_summed = 1;
+	if (len <= linear)
+		return csum_xdp(ctx, off, len, &p->body_sum);
+	/* An even share in place keeps the 16-bit words paired in the rest. */
+	linear &= ~1U;
+	if (csum_xdp(ctx, off, linear, &p->body_sum))
+		return -1;
+	return csum_xdp_frags(ctx, off + linear, len - linear, &p->body_sum);
+}
+
 /* The kernel checks a datagram's checksum before any socket sees it: a
  * wrong one never reaches the reference router, and a forwarded one must
- * leave with a right one whatever the arriving field held. The body's sum
- * is kept for the new checksum. */
+ * leave with a right one whatever the arriving field held. A field that
+ * may be pending must be completed, which takes the datagram's sum; a
+ * complete one is updated on the way out (or, with br_verify_udp_csum,
+ * checked here first). */
 static __always_inline int validate_udp_checksum(struct xdp_md *ctx, struct br_pkt *p)
 {
 	__u64 pseudo = pseudo_sum(p->ul_src, p->ul_dst, p->family, p->udp_len);
 	__u16 field = p->udp_csum;
 	int full, pending;
 
-	if (csum_xdp(ctx, p->udp_off + sizeof(struct udphdr), p->udp_len - sizeof(struct udphdr), &p->body_sum))
-		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
 	if (field == 0 && p->family == 4) {
 		p->csum_kind = CSUM_NONE;
+		/* What leaves gets a complete checksum, as the reference's socket sends. */
+		if (sum_body(ctx, p))
+			return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
 		return CONTINUE;
 	}
-	full = csum_fold32(pseudo + p->ul_sport + p->ul_dport + bpf_htons(p->udp_len) + field + p->body_sum) == 0xffff;
 	pending = field == csum_fold32(pseudo);
+	if (!pending && !br_verify_udp_csum) {
+		/* IPv6 forbids "no checksum": zero is never right there. */
+		if (field == 0)
+			return verdict(p, BR_BAD_CHECKSUM, XDP_DROP);
+		p->csum_kind = CSUM_FULL;
+		return CONTINUE;
+	}
+	if (sum_body(ctx, p))
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	full = csum_fold32(pseudo + p->ul_sport + p->ul_dport + bpf_htons(p->udp_len) + field + p->body_sum) == 0xffff;
 	if (full && pending)
 		p->csum_kind = CSUM_EITHER;
 	else if (full)
@@ -518,6 +558,12 @@ static __always_inline int parse_scion(struct br_pkt *p)
 	if (p->hdr_bytes < SCION_CMN_LEN + addr_len || p->hdr_bytes > datagram)
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 	p->path_off = p->scion_off + SCION_CMN_LEN + addr_len;
+	/* A frame in several buffers is forwarded whole when its first buffer
+	 * holds every header the router reads (SCION's, and the L4 header's
+	 * first 8 bytes for local delivery); else the kernel takes it. */
+	if (p->frame_len > (__u32)(p->data_end - p->data) &&
+	    p->scion_off + p->hdr_bytes + 8 > (__u32)(p->data_end - p->data))
+		return verdict(p, BR_MULTI_BUFFER, XDP_PASS);
 	return CONTINUE;
 }
 
@@ -1120,35 +1166,52 @@ static __always_inline int is_local_addr(struct br_addr *a)
 
 #define LOOPBACK_IFINDEX 1
 
+/* The FIB request, per CPU: the pipeline's stack frame leaves no room for
+ * its 64 bytes. Bytes to the map (Go has no type for its unions). */
+struct br_fib_req {
+	__u8 raw[sizeof(struct bpf_fib_lookup)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct br_fib_req);
+} br_fib_req SEC(".maps");
+
 /* Next-hop MAC and device from the kernel's FIB, looked up as the
  * reference router's socket sends: from lo (the kernel's input device for
  * what the host itself sends), from src to the next hop. The kernel answers
  * FWD_DISABLED unless forwarding is on for the device a lookup names;
  * naming lo asks for nothing but lo's flag, which makes the host forward
- * nothing it did not before. `br attach` says so when it is off. */
-static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct bpf_fib_lookup *fib)
+ * nothing it did not before. `br attach` says so when it is off.
+ * The answer is br_nh_cache's entry for the egress interface, or, for a
+ * next hop that is not cached (a local host), its slot 0, which no
+ * interface ID uses. */
+static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct br_nh **out)
 {
-	struct br_nh *nh = NULL;
+	struct bpf_fib_lookup *fib;
+	struct br_nh *nh;
+	__u32 key = p->nh_cache_key;
 	int rc;
 
-	/* forward() reads only ifindex and the MACs: a cache hit fills just those. */
+	nh = bpf_map_lookup_elem(&br_nh_cache, &key);
+	if (!nh)
+		return verdict(p, BR_FIB_PASS, XDP_PASS);
+	*out = nh;
 	if (br_skip_fib) {
-		fib->ifindex = p->ingress_ifindex;
-		__builtin_memset(fib->smac, 0, ETH_ALEN);
-		__builtin_memset(fib->dmac, 0, ETH_ALEN);
+		nh->expires = 0;
+		nh->ifindex = p->ingress_ifindex;
+		__builtin_memset(nh->smac, 0, ETH_ALEN);
+		__builtin_memset(nh->dmac, 0, ETH_ALEN);
 		return CONTINUE;
 	}
-	if (p->nh_cache_key) {
-		__u32 key = p->nh_cache_key;
-
-		nh = bpf_map_lookup_elem(&br_nh_cache, &key);
-		if (nh && nh->expires > p->now) {
-			fib->ifindex = nh->ifindex;
-			__builtin_memcpy(fib->smac, nh->smac, ETH_ALEN);
-			__builtin_memcpy(fib->dmac, nh->dmac, ETH_ALEN);
-			return CONTINUE;
-		}
-	}
+	if (key && nh->expires > p->now)
+		return CONTINUE;
+	key = 0;
+	fib = (struct bpf_fib_lookup *)bpf_map_lookup_elem(&br_fib_req, &key);
+	if (!fib)
+		return verdict(p, BR_FIB_PASS, XDP_PASS);
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->ifindex = LOOPBACK_IFINDEX;
 	fib->l4_protocol = IPPROTO_UDP;
@@ -1191,12 +1254,10 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 	 * socket sends it instead. */
 	if (!bpf_map_lookup_elem(&br_egress, &fib->ifindex))
 		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
-	if (nh) {
-		nh->expires = p->now + BR_NH_CACHE_NS;
-		nh->ifindex = fib->ifindex;
-		__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
-		__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
-	}
+	nh->expires = p->nh_cache_key ? p->now + BR_NH_CACHE_NS : 0;
+	nh->ifindex = fib->ifindex;
+	__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+	__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
 	return CONTINUE;
 }
 
@@ -1247,17 +1308,28 @@ static __always_inline int write_path(struct br_pkt *p, __u64 *add, __u64 *sub)
 	return 0;
 }
 
-/* The checksum the packet leaves with: complete, from the body's sum as
- * the path rewrite left it, or in generic mode still pending if it came
- * pending (the device completes it). */
-static __always_inline __u16 udp_checksum_out(const struct br_pkt *p, __u64 body)
+/* The checksum the packet leaves with, given the words the path rewrite
+ * added and removed: complete, from the datagram's sum when it was taken,
+ * else the arriving complete checksum updated by every word that changed
+ * (addresses, ports, path; RFC 1624: HC' = ~(~HC + ~m + m')); or, in
+ * generic mode, still pending if it came pending (the device completes it). */
+static __always_inline __u16 udp_checksum_out(const struct br_pkt *p, __u64 add, __u64 sub)
 {
-	__u64 pseudo = pseudo_sum(p->src->addr, p->next_hop.addr, p->next_hop.family, p->udp_len);
+	__u8 fam = p->next_hop.family;
+	__u64 sum;
 	__u16 c;
 
 	if (br_generic && p->csum_kind == CSUM_PENDING)
-		return csum_fold32(pseudo);
-	c = ~csum_fold32(pseudo + p->src->port + p->next_hop.port + bpf_htons(p->udp_len) + body);
+		return csum_fold32(pseudo_sum(p->src->addr, p->next_hop.addr, fam, p->udp_len));
+	if (p->body_summed) {
+		sum = pseudo_sum(p->src->addr, p->next_hop.addr, fam, p->udp_len) + p->src->port +
+		      p->next_hop.port + bpf_htons(p->udp_len) + p->body_sum + add + (__u16)~csum_fold32(sub);
+	} else {
+		sub += addr_sum(p->ul_src, p->family) + addr_sum(p->ul_dst, p->family) + p->ul_sport + p->ul_dport;
+		add += addr_sum(p->src->addr, fam) + addr_sum(p->next_hop.addr, fam) + p->src->port + p->next_hop.port;
+		sum = (__u16)~p->udp_csum + add + (__u16)~csum_fold32(sub);
+	}
+	c = ~csum_fold32(sum);
 	/* Zero means "no checksum": RFC 768 sends all ones instead. */
 	return c ? c : 0xffff;
 }
@@ -1272,7 +1344,7 @@ static __always_inline void note_tx(const struct br_pkt *p, __u32 ifindex)
 	if (t) {
 		t->ifindex = ifindex;
 		t->slot = p->slot;
-		t->len = p->data_end - p->data;
+		t->len = p->frame_len;
 	}
 }
 
@@ -1282,9 +1354,9 @@ static __always_inline void note_tx(const struct br_pkt *p, __u32 ifindex)
  * pipeline's. */
 static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 {
-	struct bpf_fib_lookup fib;
+	struct br_nh *nh = NULL;
 	__u32 old_hdr = p->scion_off, new_hdr;
-	__u64 add = 0, sub = 0, body;
+	__u64 add = 0, sub = 0;
 	__u16 udp_csum;
 	int ret, delta;
 
@@ -1294,17 +1366,14 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 	 * happens to look the same; the reference router can. */
 	if (br_generic && p->csum_kind == CSUM_EITHER)
 		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
-	ret = fib_next_hop(ctx, p, &fib);
+	ret = fib_next_hop(ctx, p, &nh);
 	if (ret != CONTINUE)
 		return ret;
 
 	/* The SCION header first, while the offsets still hold. */
 	if (write_path(p, &add, &sub))
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-	/* body' = body - old words + new words, in ones' complement. */
-	body = (__u16)~csum_fold32(sub);
-	body += p->body_sum + add;
-	udp_csum = udp_checksum_out(p, body);
+	udp_csum = udp_checksum_out(p, add, sub);
 
 	new_hdr = p->next_hop.family == 4 ? sizeof(struct br_underlay_v4) : sizeof(struct br_underlay_v6);
 	delta = (int)old_hdr - (int)new_hdr;
@@ -1318,8 +1387,8 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 
 		if (!PKT_HAS(u, sizeof(*u), p->data_end))
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-		__builtin_memcpy(u->eth.h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(u->eth.h_source, fib.smac, ETH_ALEN);
+		__builtin_memcpy(u->eth.h_dest, nh->dmac, ETH_ALEN);
+		__builtin_memcpy(u->eth.h_source, nh->smac, ETH_ALEN);
 		u->eth.h_proto = bpf_htons(ETH_P_IP);
 		u->ip.version = 4;
 		u->ip.ihl = 5;
@@ -1330,10 +1399,12 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 		u->ip.frag_off = bpf_htons(0x4000);
 		u->ip.ttl = 64;
 		u->ip.protocol = IPPROTO_UDP;
-		u->ip.check = 0;
 		__builtin_memcpy(&u->ip.saddr, p->src->addr, 4);
 		__builtin_memcpy(&u->ip.daddr, p->next_hop.addr, 4);
-		u->ip.check = ipv4_hdr_csum(&u->ip);
+		/* From the values, not the header just written: reading back
+		 * bytes stored a moment ago stalls on store forwarding. */
+		u->ip.check = ipv4_udp_hdr_csum(p->udp_len + sizeof(struct iphdr), 0x4000, 64,
+						*(const __u32 *)p->src->addr, *(const __u32 *)p->next_hop.addr);
 		u->udp.source = p->src->port;
 		u->udp.dest = p->next_hop.port;
 		u->udp.len = bpf_htons(p->udp_len);
@@ -1343,8 +1414,8 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 
 		if (!PKT_HAS(u, sizeof(*u), p->data_end))
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-		__builtin_memcpy(u->eth.h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(u->eth.h_source, fib.smac, ETH_ALEN);
+		__builtin_memcpy(u->eth.h_dest, nh->dmac, ETH_ALEN);
+		__builtin_memcpy(u->eth.h_source, nh->smac, ETH_ALEN);
 		u->eth.h_proto = bpf_htons(ETH_P_IPV6);
 		u->ip.version = 6;
 		u->ip.priority = 0;
@@ -1362,21 +1433,24 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 	/* Frames longer than the datagram (Ethernet padding, trailing bytes) end
 	 * where the datagram ends. */
 	{
-		int excess = (int)(p->data_end - p->data) - (int)(new_hdr + p->udp_len - sizeof(struct udphdr));
+		int excess = (int)(p->frame_len - delta) - (int)(new_hdr + p->udp_len - sizeof(struct udphdr));
 
-		if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
-			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-		p->data = (void *)(long)ctx->data;
-		p->data_end = (void *)(long)ctx->data_end;
+		if (excess > 0) {
+			if (bpf_xdp_adjust_tail(ctx, -excess))
+				return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+			p->data = (void *)(long)ctx->data;
+			p->data_end = (void *)(long)ctx->data_end;
+		}
+		p->frame_len = p->frame_len - delta - (excess > 0 ? excess : 0);
 	}
 
 	count(p, BR_FORWARDED);
 	if (br_skip_fib)
 		return XDP_TX;
-	note_tx(p, fib.ifindex);
-	if (fib.ifindex == p->ingress_ifindex)
+	note_tx(p, nh->ifindex);
+	if (nh->ifindex == p->ingress_ifindex)
 		return XDP_TX;
-	return bpf_redirect_map(&br_tx_ports, fib.ifindex, 0);
+	return bpf_redirect_map(&br_tx_ports, nh->ifindex, 0);
 }
 
 /* ---- The pipeline ------------------------------------------------------- */
@@ -1450,16 +1524,11 @@ static __always_inline int process(struct xdp_md *ctx, struct br_pkt *p)
 }
 
 /* A frame in several buffers (a jumbo frame, a GRO'd skb on a veth) shows
- * only its first buffer between data and data_end. The program is
- * frags-aware so that it attaches where such frames arrive (the kernel
- * refuses other programs on a veth whose peer's MTU exceeds a page); the
- * frames themselves go whole to the kernel's stack and the reference
- * router. */
-static __always_inline int check_single_buffer(struct xdp_md *ctx, const struct br_pkt *p)
+ * only its first buffer between data and data_end; the rest is reached
+ * through helpers. */
+static __always_inline void note_frame_len(struct xdp_md *ctx, struct br_pkt *p)
 {
-	if (bpf_xdp_get_buff_len(ctx) != (__u64)(p->data_end - p->data))
-		return verdict(p, BR_MULTI_BUFFER, XDP_PASS);
-	return CONTINUE;
+	p->frame_len = bpf_xdp_get_buff_len(ctx);
 }
 
 static __always_inline int router_main(struct xdp_md *ctx)
@@ -1479,8 +1548,7 @@ static __always_inline int router_main(struct xdp_md *ctx)
 	 * hop expiry has a granularity of 337.5 s. */
 	p.now = bpf_ktime_get_coarse_ns() + p.cfg->mono_to_unix_ns;
 
-	if ((ret = check_single_buffer(ctx, &p)) != CONTINUE)
-		return ret;
+	note_frame_len(ctx, &p);
 	if ((ret = parse_underlay(&p)) != CONTINUE)
 		return ret;
 	if ((ret = lookup_socket(&p)) != CONTINUE)

@@ -43,6 +43,19 @@ const (
 	XDPModeGeneric = "generic" // the kernel runs it after the skb is built (XDP_FLAGS_SKB_MODE)
 )
 
+// Values of Config.UDPChecksum.
+const (
+	// UDPChecksumUpdate updates a complete checksum by the words the router
+	// rewrites (RFC 1624): a right one leaves right, a wrong one leaves
+	// exactly as wrong and the next host's kernel drops it. Only a checksum
+	// that may be pending (the pseudo-header's sum) is completed from the
+	// datagram's sum. The cost does not grow with the datagram.
+	UDPChecksumUpdate = "update"
+	// UDPChecksumVerify sums every datagram and drops a wrong one on
+	// arrival, where the kernel in front of the reference router would.
+	UDPChecksumVerify = "verify"
+)
+
 // ErrInvalidConfig is matched by errors.Is for every error LoadConfig and Validate return.
 var ErrInvalidConfig = errors.New("invalid border router configuration")
 
@@ -62,6 +75,11 @@ type Config struct {
 	// and packets for it go to the reference router, which answers with SCMP. "0s" turns it off.
 	LinkTimeout time.Duration
 	XDPMode     string // toml "xdp_mode": XDPModeNative (default) or XDPModeGeneric
+	// UDPChecksum (toml "udp_checksum"): UDPChecksumUpdate (default) updates a
+	// complete checksum by what the router changes, without reading the
+	// datagram; UDPChecksumVerify sums every datagram and drops a wrong one
+	// on arrival, as the kernel does before the reference router's socket.
+	UDPChecksum string
 
 	// Resolved from the topology and keys:
 	IA                                     addr.IA
@@ -119,6 +137,7 @@ type tomlFile struct {
 	SCMP               string   `toml:"scmp"`
 	KeyRollover        bool     `toml:"key_rollover"`
 	XDPMode            string   `toml:"xdp_mode"`
+	UDPChecksum        string   `toml:"udp_checksum"`
 	LinkTimeout        string   `toml:"link_timeout"`
 }
 
@@ -199,7 +218,7 @@ func (c *Config) decodeTOML() error {
 	if err != nil {
 		return errorf(c.Path, "", err, "%s; give the path of the router's TOML file", ioProblem(err))
 	}
-	raw := tomlFile{MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative, LinkTimeout: DefaultLinkTimeout.String()}
+	raw := tomlFile{MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative, UDPChecksum: UDPChecksumUpdate, LinkTimeout: DefaultLinkTimeout.String()}
 	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
 		var pe toml.ParseError
@@ -254,6 +273,7 @@ func (c *Config) decodeTOML() error {
 	c.SCMP = raw.SCMP
 	c.KeyRollover = raw.KeyRollover
 	c.XDPMode = raw.XDPMode
+	c.UDPChecksum = raw.UDPChecksum
 	d, err := time.ParseDuration(raw.LinkTimeout)
 	if err != nil || d < 0 {
 		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)
@@ -560,6 +580,10 @@ func (c *Config) validateSettings() error {
 	if c.XDPMode != XDPModeNative && c.XDPMode != XDPModeGeneric {
 		return errorf(c.Path, "xdp_mode", nil, "%q is not valid; use %q (default) or %q",
 			c.XDPMode, XDPModeNative, XDPModeGeneric)
+	}
+	if c.UDPChecksum != UDPChecksumUpdate && c.UDPChecksum != UDPChecksumVerify {
+		return errorf(c.Path, "udp_checksum", nil, "%q is not valid; use %q (default) or %q",
+			c.UDPChecksum, UDPChecksumUpdate, UDPChecksumVerify)
 	}
 	ncpu := runtime.NumCPU()
 	seenCPU := map[int]bool{}

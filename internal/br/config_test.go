@@ -105,6 +105,7 @@ func TestConfigTestdata(t *testing.T) {
 		MACCheck:            true,
 		SCMP:                SCMPPass,
 		XDPMode:             XDPModeNative,
+		UDPChecksum:         UDPChecksumUpdate,
 		LinkTimeout:         DefaultLinkTimeout,
 		IA:                  addr.MustParseIA("1-ff00:0:110"),
 		MTU:                 1472,
@@ -165,11 +166,13 @@ func TestConfigExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ex.CPUs) != 0 || ex.MACCheck != def.MACCheck || ex.SCMP != def.SCMP ||
-		ex.KeyRollover != def.KeyRollover || ex.XDPMode != def.XDPMode || ex.LinkTimeout != def.LinkTimeout {
+		ex.KeyRollover != def.KeyRollover || ex.XDPMode != def.XDPMode || ex.LinkTimeout != def.LinkTimeout ||
+		ex.UDPChecksum != def.UDPChecksum || def.UDPChecksum != UDPChecksumUpdate {
 		t.Errorf("example shows cpus=%v mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q; "+
 			"defaults are cpus=[] mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q",
 			ex.CPUs, ex.MACCheck, ex.SCMP, ex.KeyRollover, ex.XDPMode,
 			def.MACCheck, def.SCMP, def.KeyRollover, def.XDPMode)
+		t.Errorf("example shows udp_checksum=%q; default is %q", ex.UDPChecksum, def.UDPChecksum)
 	}
 }
 
@@ -257,11 +260,13 @@ func TestConfigGood(t *testing.T) {
 	tests := map[string]configCase{
 		"settings": {
 			toml: "internal_interfaces = [\"eth1\", \"eth2\"]\ncpus = [0]\nmac_check = false\n" +
-				"scmp = \"drop\"\nkey_rollover = true\nxdp_mode = \"generic\"\nlink_timeout = \"1.5s\"\n",
+				"scmp = \"drop\"\nkey_rollover = true\nxdp_mode = \"generic\"\nlink_timeout = \"1.5s\"\n" +
+				"udp_checksum = \"verify\"\n",
 			check: func(t *testing.T, c *Config) {
 				if !reflect.DeepEqual(c.InternalInterfaces, []string{"eth1", "eth2"}) ||
 					!reflect.DeepEqual(c.CPUs, []int{0}) || c.MACCheck || c.SCMP != SCMPDrop ||
-					!c.KeyRollover || c.XDPMode != XDPModeGeneric || c.LinkTimeout != 1500*time.Millisecond {
+					!c.KeyRollover || c.XDPMode != XDPModeGeneric || c.LinkTimeout != 1500*time.Millisecond ||
+					c.UDPChecksum != UDPChecksumVerify {
 					t.Errorf("settings not taken: %+v", c)
 				}
 			},
@@ -340,6 +345,7 @@ func TestConfigErrors(t *testing.T) {
 		"cpus duplicated":      {toml: "cpus = [0, 0]\n", want: []string{tomlFile + "cpus: CPU 0 is listed twice"}},
 		"scmp invalid":         {toml: "scmp = \"reject\"\n", want: []string{tomlFile + `scmp: "reject" is not valid`}},
 		"xdp_mode invalid":     {toml: "xdp_mode = \"skb\"\n", want: []string{tomlFile + `xdp_mode: "skb" is not valid`}},
+		"udp_checksum invalid": {toml: "udp_checksum = \"off\"\n", want: []string{tomlFile + `udp_checksum: "off" is not valid`}},
 		"link_timeout invalid": {toml: "link_timeout = \"600\"\n", want: []string{tomlFile + `link_timeout: "600" is not a duration`}},
 		"internal_interfaces invalid": {toml: "internal_interfaces = [\"eth/0\"]\n",
 			want: []string{tomlFile + `internal_interfaces: "eth/0"`}},

@@ -218,7 +218,13 @@ func verdicts(t *testing.T, name string) map[string]uint64 {
 // socket sends them.
 func (b *hostBed) transit(t *testing.T, n int) [][]byte {
 	t.Helper()
-	frames, err := TransitPackets(b.cfg, TransitOptions{Count: n, Size: 200, SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6)})
+	return b.transitOfSize(t, n, 200)
+}
+
+// transitOfSize are transit datagrams in frames of size bytes.
+func (b *hostBed) transitOfSize(t *testing.T, n, size int) [][]byte {
+	t.Helper()
+	frames, err := TransitPackets(b.cfg, TransitOptions{Count: n, Size: size, SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,16 +505,24 @@ func makeEither(f []byte) {
 	binary.BigEndian.PutUint16(f[w:], need)
 }
 
+// udpResidual is what a frame's datagram sums to with its pseudo-header:
+// 0xffff when the checksum is right, another value by as much as it is off.
+func udpResidual(f []byte) uint16 {
+	off, end, pseudo, _ := udpSpan(f)
+	return checksum.Fold(checksum.Sum(f[off:end], pseudo))
+}
+
 // The arriving checksum field decides what leaves: a complete checksum
 // always from the native program; from the generic copy, the new
 // pseudo-header's sum when the field came pending (the device completes
-// it), and the slow path when the field could be either.
+// it), and the slow path when the field could be either. A wrong checksum
+// leaves exactly as wrong (udp_checksum = "update", the default: the next
+// host's kernel drops it) or is dropped here ("verify", where the kernel in
+// front of the reference router drops it).
 func TestChecksumKinds(t *testing.T) {
-	r := loadTestRouter(t, testConfig())
-	generic, err := r.GenericProgram()
-	if err != nil {
-		t.Fatal(err)
-	}
+	verifying := testConfig()
+	verifying.UDPChecksum = UDPChecksumVerify
+	routers := map[bool]*Router{false: loadTestRouter(t, testConfig()), true: loadTestRouter(t, verifying)}
 	good := transitFrame(t)
 	off, _, _, _ := udpSpan(good)
 	variant := func(edit func(f []byte)) []byte {
@@ -523,54 +537,76 @@ func TestChecksumKinds(t *testing.T) {
 	if !udpChecksumOK(either) {
 		t.Fatal("makeEither made a wrong checksum")
 	}
-	cases := map[string]struct {
+	type kase struct {
 		frame   []byte
 		generic bool
 		verdict string
-		out     string // "complete" or "pending"
-	}{
+		out     string // "complete", "pending" or "as wrong"
+	}
+	cases := map[string]kase{
 		"complete in, native":       {good, false, "forwarded", "complete"},
 		"complete in, generic":      {good, true, "forwarded", "complete"},
 		"pending in, native":        {pending, false, "forwarded", "complete"},
 		"pending in, generic":       {pending, true, "forwarded", "pending"},
 		"none (IPv4 zero), native":  {none, false, "forwarded", "complete"},
 		"none (IPv4 zero), generic": {none, true, "forwarded", "complete"},
-		"wrong, native":             {bad, false, "bad_checksum", ""},
-		"wrong, generic":            {bad, true, "bad_checksum", ""},
 		"either, native":            {either, false, "forwarded", "complete"},
 		"either, generic":           {either, true, "not_implemented", ""},
 	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			prog := r.objs.Router
-			if c.generic {
-				prog = generic
-			}
-			res := r.runWith(t, prog, c.frame)
-			if res.verdict != c.verdict {
-				t.Fatalf("verdict %s, want %s", res.verdict, c.verdict)
-			}
-			switch c.out {
-			case "complete":
-				if !udpChecksumOK(res.out) {
-					t.Fatalf("checksum of what leaves is wrong:\n%x", res.out)
+	for _, verify := range []bool{false, true} {
+		mode := "update"
+		wrong := kase{bad, false, "forwarded", "as wrong"}
+		if verify {
+			mode = "verify"
+			wrong = kase{bad, false, "bad_checksum", ""}
+		}
+		all := map[string]kase{"wrong, native": wrong}
+		wrong.generic = true
+		all["wrong, generic"] = wrong
+		for name, c := range cases {
+			all[name] = c
+		}
+		for name, c := range all {
+			name += ", " + mode
+			r := routers[verify]
+			t.Run(name, func(t *testing.T) {
+				prog := r.objs.Router
+				if c.generic {
+					var err error
+					if prog, err = r.GenericProgram(); err != nil {
+						t.Fatal(err)
+					}
 				}
-			case "pending":
-				o, _, pseudo, _ := udpSpan(res.out)
-				if got := binary.BigEndian.Uint16(res.out[o+6:]); got != checksum.Fold(pseudo) {
-					t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, checksum.Fold(pseudo))
+				res := r.runWith(t, prog, c.frame)
+				if res.verdict != c.verdict {
+					t.Fatalf("verdict %s, want %s", res.verdict, c.verdict)
 				}
-			}
-		})
+				switch c.out {
+				case "complete":
+					if !udpChecksumOK(res.out) {
+						t.Fatalf("checksum of what leaves is wrong:\n%x", res.out)
+					}
+				case "pending":
+					o, _, pseudo, _ := udpSpan(res.out)
+					if got := binary.BigEndian.Uint16(res.out[o+6:]); got != checksum.Fold(pseudo) {
+						t.Fatalf("field %#04x, want the new pseudo-header's sum %#04x", got, checksum.Fold(pseudo))
+					}
+				case "as wrong":
+					if in, out := udpResidual(c.frame), udpResidual(res.out); out != in || out == 0xffff {
+						t.Fatalf("what leaves sums to %#04x, want %#04x: as wrong as what came", out, in)
+					}
+				}
+			})
+		}
 	}
 }
 
 // A veth's XDP program that cannot take frames in several buffers limits
 // its peer's MTU to about a page, and attaching it to a veth whose peer has
 // a jumbo MTU fails. The router's programs are frags-aware: they attach
-// there, and a frame larger than a page (a jumbo datagram, a TCP segment
-// of a 9000-byte MTU) goes whole to the stack (multi_buffer) and arrives
-// intact.
+// there, and what is not SCION in a frame larger than a page (a jumbo
+// datagram to a socket of the host, a TCP segment of a 9000-byte MTU) goes
+// whole to the stack and arrives intact.
 func TestJumboNeighbour(t *testing.T) {
 	b := newHostBed(t, false)
 	b.ip(t, b.a, "link", "set", "a0", "mtu", "9000")
@@ -624,7 +660,46 @@ func TestJumboNeighbour(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the transfer did not finish in 10 s")
 	}
-	if v := verdicts(t, name); v["multi_buffer"] < 2 {
-		t.Fatalf("verdicts %v; want the jumbo datagram and TCP segments counted multi_buffer", v)
+	if v := verdicts(t, name); v["not_scion"] < 2 || v["forwarded"] != 0 || v["parse_error"] != 0 {
+		t.Fatalf("verdicts %v; want the jumbo datagram and TCP segments passed as not_scion", v)
+	}
+}
+
+// SCION datagrams of a jumbo MTU arrive in frames of several buffers, sent
+// by a socket that leaves the checksum to the device: the router forwards
+// them in XDP, whole, with the checksum completed over every buffer, in
+// both families.
+func TestJumboFramesAreForwarded(t *testing.T) {
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		t.Run(fam, func(t *testing.T) {
+			b := newHostBed(t, fam == "ipv6")
+			for _, e := range [][2]string{{b.a, "a0"}, {b.dut, "d0"}, {b.dut, "d1"}, {b.b, "b0"}} {
+				b.ip(t, e[0], "link", "set", e[1], "mtu", "9000")
+			}
+			name, _ := b.attach(t, XDPModeNative)
+			to := netip.AddrPortFrom(b.bAddr, 50000)
+			got := listen(t, b.b, to)
+			errsBefore := udpInCsumErrors(t, b.b)
+			const n = 10
+			var want []int
+			dgrams := b.transitOfSize(t, n, 8000)
+			for _, d := range dgrams {
+				want = append(want, len(d))
+			}
+			send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), dgrams)
+			arrived := got.await(n)
+			v := verdicts(t, name)
+			if len(arrived) != n || v["forwarded"] != n {
+				t.Fatalf("%d of %d datagrams arrived; verdicts %v; UdpInCsumErrors +%d", len(arrived), n, v, udpInCsumErrors(t, b.b)-errsBefore)
+			}
+			for i, d := range arrived {
+				if len(d) != want[i] {
+					t.Fatalf("datagram %d: %d bytes arrived, %d sent", i, len(d), want[i])
+				}
+			}
+			if e := udpInCsumErrors(t, b.b) - errsBefore; e != 0 {
+				t.Fatalf("B's kernel dropped %d datagrams for their checksum", e)
+			}
+		})
 	}
 }

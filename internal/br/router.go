@@ -198,6 +198,9 @@ func routerSpec(cfg *Config, opts LoadOptions, generic bool) (*ebpf.CollectionSp
 	if generic {
 		set["br_generic"] = uint32(1)
 	}
+	if cfg.UDPChecksum == UDPChecksumVerify {
+		set["br_verify_udp_csum"] = uint32(1)
+	}
 	if n := len(cfg.CPUs); n > 0 {
 		var ids [64]uint32
 		for i, c := range cfg.CPUs {

@@ -72,7 +72,7 @@ func testConfig() *Config {
 		extLocal[f.ID], extRemote[f.ID] = f.Local, f.Remote
 	}
 	return &Config{
-		Path: "test.toml", RouterID: "br1", MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative,
+		Path: "test.toml", RouterID: "br1", MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative, UDPChecksum: UDPChecksumUpdate,
 		IA: localIA, MTU: 1472, Internal: internal,
 		DispatchedPortStart: 31000, DispatchedPortEnd: 32767,
 		Interfaces: ifs, Keys: [2][]byte{testKey, nil},

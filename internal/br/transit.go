@@ -47,8 +47,9 @@ func TransitPackets(cfg *Config, o TransitOptions) ([][]byte, error) {
 	if !in.Local.Addr().Is4() {
 		headers += 20 // an IPv6 underlay
 	}
-	if o.Size < headers+4 || o.Size > 1514 {
-		return nil, fmt.Errorf("packet size %d out of range: SCION transit packets here are %d to 1514 bytes", o.Size, headers+4)
+	// Up to a jumbo frame: 9,000 bytes of MTU and the Ethernet header.
+	if o.Size < headers+4 || o.Size > 9014 {
+		return nil, fmt.Errorf("packet size %d out of range: SCION transit packets here are %d to 9014 bytes", o.Size, headers+4)
 	}
 	if o.Count < 1 || o.Count > 1<<16 {
 		return nil, fmt.Errorf("packet count %d out of range: 1 to 65536", o.Count)
