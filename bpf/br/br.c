@@ -297,6 +297,21 @@ static __always_inline int slow_path(const struct br_pkt *p, __u32 v)
 	return p->cfg->scmp_action == BR_SCMP_DROP ? XDP_DROP : XDP_PASS;
 }
 
+/* Big-endian words from the packet, where a word may be read unaligned (the
+ * verifier allows it on hosts with cheap unaligned loads, as x86-64): one
+ * load and a byte swap instead of two or four loads. */
+static __always_inline __u16 pkt_be16(const __u8 *b)
+{
+	return bpf_ntohs(*(const __u16 *)b);
+}
+
+static __always_inline __u32 pkt_be32(const __u8 *b)
+{
+	return bpf_ntohl(*(const __u32 *)b);
+}
+
+#ifndef BR_NO_MAC
+/* Big-endian words of the stack (the MAC check's copy of a hop field). */
 static __always_inline __u16 load_be16(const __u8 *b)
 {
 	return ((__u16)b[0] << 8) | b[1];
@@ -306,6 +321,7 @@ static __always_inline __u32 load_be32(const __u8 *b)
 {
 	return ((__u32)b[0] << 24) | ((__u32)b[1] << 16) | ((__u32)b[2] << 8) | b[3];
 }
+#endif
 
 /* ---- Underlay ---------------------------------------------------------- */
 
@@ -541,7 +557,7 @@ static __always_inline int parse_scion(struct br_pkt *p)
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 	p->next_hdr = c[4];
 	p->hdr_bytes = c[5] * SCION_LINE;
-	p->payload_len = load_be16(c + 6);
+	p->payload_len = pkt_be16(c + 6);
 	p->path_type = c[8];
 	p->dst_type = c[9] >> 4;
 	p->src_type = c[9] & 0xf;
@@ -637,8 +653,8 @@ static __always_inline int load_inf(const struct br_pkt *p, __u32 idx, struct sc
 	if (!f)
 		return -1;
 	inf->flags = f[0];
-	inf->seg_id = load_be16(f + 2);
-	inf->timestamp = load_be32(f + 4);
+	inf->seg_id = pkt_be16(f + 2);
+	inf->timestamp = pkt_be32(f + 4);
 	return 0;
 }
 
@@ -650,8 +666,8 @@ static __always_inline int load_hf(const struct br_pkt *p, __u32 idx, struct sci
 		return -1;
 	hf->flags = f[0];
 	hf->exp_time = f[1];
-	hf->cons_ingress = load_be16(f + 2);
-	hf->cons_egress = load_be16(f + 4);
+	hf->cons_ingress = pkt_be16(f + 2);
+	hf->cons_egress = pkt_be16(f + 4);
 	__builtin_memcpy(hf->mac, f + 6, SCION_MAC_LEN);
 	return 0;
 }
@@ -705,7 +721,7 @@ static __always_inline int parse_path(struct br_pkt *p)
 
 	if (!PKT_HAS(m, SCION_META_LEN, p->data_end))
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-	p->meta_word = load_be32(m);
+	p->meta_word = pkt_be32(m);
 	p->meta = scion_decode_meta(p->meta_word);
 	/* Segments fill from the first: a zero length after a non-zero one is malformed. */
 	if (p->meta.seg_len[2] > 0) {
@@ -1008,7 +1024,7 @@ static __always_inline int resolve_inbound(struct br_pkt *p)
 	case SCION_PROTO_UDP:
 		if (l4_len < 8 || !PKT_HAS(l4, 8, p->data_end))
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-		port = load_be16(l4 + 2);
+		port = pkt_be16(l4 + 2);
 		break;
 	case SCION_PROTO_SCMP:
 		if (l4_len < 4 || !PKT_HAS(l4, 8, p->data_end))
@@ -1022,7 +1038,7 @@ static __always_inline int resolve_inbound(struct br_pkt *p)
 		case SCMP_TRACEROUTE_REPLY:
 			if (l4_len < 8)
 				return verdict(p, BR_PARSE_ERROR, XDP_DROP);
-			port = load_be16(l4 + 4); /* Identifier */
+			port = pkt_be16(l4 + 4); /* Identifier */
 			break;
 		default:
 			/* Errors are delivered by the quoted packet's port: slow path. */
@@ -1271,7 +1287,7 @@ static __always_inline int write_seg_id(struct br_pkt *p, __u8 idx, __u16 val, _
 	if (!f)
 		return -1;
 	flags = f[0] & (SCION_INF_CONSDIR | SCION_INF_PEER);
-	*sub += bpf_htons(load_be16(f)) + bpf_htons(load_be16(f + 2));
+	*sub += *(const __u16 *)f + *(const __u16 *)(f + 2);
 	*add += bpf_htons((__u16)flags << 8) + bpf_htons(val);
 	f[0] = flags;
 	f[1] = 0;

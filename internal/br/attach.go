@@ -41,6 +41,9 @@ type AttachOptions struct {
 	Warn io.Writer
 	// Name is the pin directory's name; the router ID if empty.
 	Name string
+	// NoMACCache computes every hop-field MAC (the lab's br-cold row: the
+	// worst case, a new flow on every packet).
+	NoMACCache bool
 }
 
 // Attach loads the router for cfg and attaches it to the devices, pinning
@@ -99,7 +102,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
 	}
-	r, err := Load(cfg, LoadOptions{PinPath: dir})
+	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache})
 	if err != nil {
 		xdp.RemoveIfEmpty(dir)
 		return err
