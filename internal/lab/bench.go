@@ -246,7 +246,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	}
 	defer gen.Close()
 
-	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Note: s.Note}
+	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Anchor: s.Anchor, Note: s.Note}
 	// One short warm-up run fills the bridge's FDB, the neighbour caches and
 	// the page pools before anything is measured.
 	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000), Duration: time.Second}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,7 +61,24 @@ func (r *Report) Finish() {
 		} else if base, ok := r.onlyBaseline(); ok {
 			row.Ratio, row.RatioOtherSize = row.MedianMpps/base, true
 		}
+		// An anchor is only ever taken at the row's own size: a ratio
+		// across sizes would move with the size mix rather than with
+		// the code.
+		row.AnchorMpps, row.AnchorRatio = 0, 0
+		if a, ok := r.find(row.Anchor, row.Size); ok && row.Anchor != "" && a.MedianMpps > 0 {
+			row.AnchorMpps, row.AnchorRatio = a.MedianMpps, row.MedianMpps/a.MedianMpps
+		}
 	}
+}
+
+// find returns the row of a scenario at a frame size.
+func (r *Report) find(scenario string, size int) (Row, bool) {
+	for _, row := range r.Rows {
+		if row.Scenario == scenario && row.Size == size {
+			return row, true
+		}
+	}
+	return Row{}, false
 }
 
 // onlyBaseline is the baseline's median when it ran at one frame size only.
@@ -113,42 +131,88 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// columns heads both the terminal and the Markdown table; rightAligned marks
-// the numeric ones.
-var (
-	columns      = []string{"scenario", "size (B)", "Mpps", "min–max", "ns/pkt", "ratio", "loss", "note"}
-	rightAligned = []bool{false, true, true, true, true, true, true, false}
-)
+// column is one column of the terminal and the Markdown table.
+type column struct {
+	head  string
+	right bool // numeric: aligned right
+	cell  func(r *Report, row Row) string
+}
 
-// cells formats one row in the order of columns.
-func (r *Report) cells(row Row) []string {
-	ratio := "—"
-	if r.Baseline != "" && row.Ratio != 0 {
-		ratio = fmt.Sprintf("%.2f×", row.Ratio)
-		if row.RatioOtherSize {
-			ratio += "*"
+// columns are the table's columns, the anchor's only when a row has one.
+func (r *Report) columns() []column {
+	cols := []column{
+		{"scenario", false, func(_ *Report, row Row) string { return row.Scenario }},
+		{"size (B)", true, func(_ *Report, row Row) string { return fmt.Sprint(row.Size) }},
+		{"Mpps", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.2f", row.MedianMpps) }},
+		{"min–max", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.2f–%.2f", row.MinMpps, row.MaxMpps) }},
+		{"ns/pkt", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.1f", row.NsPerPacket) }},
+		{"ratio", true, (*Report).ratioCell},
+	}
+	if r.anchored() {
+		cols = append(cols, column{"to anchor", false, func(_ *Report, row Row) string { return anchorCell(row) }})
+	}
+	return append(cols,
+		column{"loss", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.1f%%", row.Loss*100) }},
+		column{"note", false, func(_ *Report, row Row) string { return row.Note }},
+	)
+}
+
+func (r *Report) ratioCell(row Row) string {
+	if r.Baseline == "" || row.Ratio == 0 {
+		return "—"
+	}
+	s := fmt.Sprintf("%.2f×", row.Ratio)
+	if row.RatioOtherSize {
+		s += "*"
+	}
+	return s
+}
+
+// anchorCell is e.g. "0.49× xdp-redirect"; it names the anchor also when
+// the anchor did not run at the row's size.
+func anchorCell(row Row) string {
+	switch {
+	case row.Anchor == "":
+		return "—"
+	case row.AnchorMpps == 0:
+		return row.Anchor + " not run"
+	}
+	return figure(row.AnchorRatio) + "× " + row.Anchor
+}
+
+// figure prints a ratio or a rate with two decimals, or two significant
+// digits below 0.1, where two decimals would round iptables' 0.0072× to 0.01.
+func figure(v float64) string {
+	if math.Abs(v) < 0.095 && v != 0 {
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// table is the header and the cells of every row.
+func (r *Report) table() (lines [][]string, right []bool) {
+	cols := r.columns()
+	head := make([]string, len(cols))
+	right = make([]bool, len(cols))
+	for i, c := range cols {
+		head[i], right[i] = c.head, c.right
+	}
+	lines = [][]string{head}
+	for _, row := range r.Rows {
+		cells := make([]string, len(cols))
+		for i, c := range cols {
+			cells[i] = c.cell(r, row)
 		}
+		lines = append(lines, cells)
 	}
-	return []string{
-		row.Scenario,
-		fmt.Sprint(row.Size),
-		fmt.Sprintf("%.2f", row.MedianMpps),
-		fmt.Sprintf("%.2f–%.2f", row.MinMpps, row.MaxMpps),
-		fmt.Sprintf("%.1f", row.NsPerPacket),
-		ratio,
-		fmt.Sprintf("%.1f%%", row.Loss*100),
-		row.Note,
-	}
+	return lines, right
 }
 
 // Table renders the report as a fixed-width table for a terminal.
 func (r *Report) Table() string {
-	lines := [][]string{columns}
-	for _, row := range r.Rows {
-		lines = append(lines, r.cells(row))
-	}
+	lines, right := r.table()
 	var b strings.Builder
-	b.WriteString(TextTable(lines, rightAligned))
+	b.WriteString(TextTable(lines, right))
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
 	}
@@ -156,11 +220,21 @@ func (r *Report) Table() string {
 	if r.otherSizes() {
 		fmt.Fprintf(&b, "*: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
 	}
+	if r.anchored() {
+		b.WriteString(anchorLine + "\n")
+	}
 	if line := r.ceilingLine(); line != "" {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
 }
+
+// anchored says a row has an anchor, and the table its column.
+func (r *Report) anchored() bool {
+	return slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Anchor != "" })
+}
+
+const anchorLine = "to anchor: Mpps / Mpps of the row's own comparison (its function's, e.g. xdp-redirect for the border router) at the same size in the same run"
 
 func (r *Report) otherSizes() bool {
 	for _, row := range r.Rows {
@@ -197,6 +271,9 @@ func (r *Report) Markdown() string {
 	if r.otherSizes() {
 		fmt.Fprintf(&b, "- *: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
 	}
+	if r.anchored() {
+		b.WriteString("- " + anchorLine + "\n")
+	}
 	if r.Restore {
 		b.WriteString("- generator: every packet written whole on each run (a DUT rewrites frames)\n")
 	} else {
@@ -208,16 +285,17 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\n")
 
-	mdRow(&b, columns)
-	for _, right := range rightAligned {
+	lines, right := r.table()
+	mdRow(&b, lines[0])
+	for _, right := range right {
 		b.WriteString("|---")
 		if right {
 			b.WriteString(":")
 		}
 	}
 	b.WriteString("|\n")
-	for _, row := range r.Rows {
-		mdRow(&b, r.cells(row))
+	for _, cells := range lines[1:] {
+		mdRow(&b, cells)
 	}
 
 	if len(r.Rows) > 0 {

@@ -46,6 +46,12 @@ type Row struct {
 	// not run at (a real path's packets are as long as the path makes
 	// them), so Ratio is to the baseline at the one size it ran.
 	RatioOtherSize bool `json:"ratio_other_size,omitempty"`
+	// Anchor is the scenario's own comparison (Scenario.Anchor). AnchorMpps
+	// is the anchor row's median at the same frame size in the same run, 0
+	// when it did not run there, and AnchorRatio MedianMpps over it.
+	Anchor      string  `json:"anchor,omitempty"`
+	AnchorMpps  float64 `json:"anchor_mpps,omitempty"`
+	AnchorRatio float64 `json:"anchor_ratio,omitempty"`
 	// Loss is the fraction of sent packets the sink did not count (median).
 	Loss float64 `json:"loss"`
 	// Note says what limits the figure, e.g. that the path lost packets.
