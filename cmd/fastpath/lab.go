@@ -404,15 +404,16 @@ interface to the next. Their hop fields are valid for 24 hours from now.`,
 
 func labBenchCmd(prefix *string) *cobra.Command {
 	var (
-		runs, size, cpu int
-		packets         uint64
-		maxSeconds      float64
-		jsonOut, mdOut  string
-		plotOut         string
-		list            bool
-		interleave      bool
-		noCeiling       bool
-		flood           floodFlags
+		runs, cpu      int
+		size           string
+		packets        uint64
+		maxSeconds     float64
+		jsonOut, mdOut string
+		plotOut        string
+		list           bool
+		interleave     bool
+		noCeiling      bool
+		flood          floodFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [SCENARIO...]",
@@ -431,8 +432,12 @@ func labBenchCmd(prefix *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sizes, err := lab.ParseSizes(size)
+			if err != nil {
+				return err
+			}
 			o := lab.BenchOptions{
-				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Size: size, Prefix: *prefix, CPU: cpu, Interleave: interleave,
+				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Sizes: sizes, Prefix: *prefix, CPU: cpu, Interleave: interleave,
 				Flows: flood.flows, FlowSrc: src, NoCeiling: noCeiling,
 				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr,
 			}
@@ -454,7 +459,7 @@ func labBenchCmd(prefix *string) *cobra.Command {
 	f.IntVar(&runs, "runs", 5, "runs per scenario")
 	f.Uint64Var(&packets, "packets", 2_000_000, "packets per run")
 	f.Float64Var(&maxSeconds, "max-seconds", 10, "end a run after this long even if not all packets are sent (slow scenarios)")
-	f.IntVar(&size, "size", 138, "frame length in bytes")
+	f.StringVar(&size, "size", "138", "frame length in bytes, or several separated by commas (138,576,1500): every scenario runs at each")
 	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the generator and the whole path run on")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")

@@ -42,15 +42,8 @@ func (r *Report) Finish() {
 		row.Loss = median(loss)
 	}
 	r.CeilingMpps, r.VethOfCeiling = 0, 0
-	for _, row := range r.Rows {
-		if row.Scenario == CeilingScenario {
-			r.CeilingMpps = row.MedianMpps
-		}
-	}
-	for _, row := range r.Rows {
-		if row.Scenario == "veth" && r.CeilingMpps > 0 {
-			r.VethOfCeiling = row.MedianMpps / r.CeilingMpps
-		}
+	if sizes := r.sizes(); len(sizes) > 0 {
+		r.CeilingMpps, r.VethOfCeiling = r.ceilingAt(sizes[0])
 	}
 	for i := range r.Rows {
 		row := &r.Rows[i]
@@ -79,6 +72,30 @@ func (r *Report) find(scenario string, size int) (Row, bool) {
 		}
 	}
 	return Row{}, false
+}
+
+// sizes are the frame sizes of the rows, in the order they first appear.
+func (r *Report) sizes() []int {
+	var out []int
+	for _, row := range r.Rows {
+		if !slices.Contains(out, row.Size) {
+			out = append(out, row.Size)
+		}
+	}
+	return out
+}
+
+// ceilingAt is the ceiling row's median at a frame size and the veth row's
+// share of it there; zeros for a missing row.
+func (r *Report) ceilingAt(size int) (mpps, vethShare float64) {
+	c, ok := r.find(CeilingScenario, size)
+	if !ok || c.MedianMpps == 0 {
+		return 0, 0
+	}
+	if v, ok := r.find("veth", size); ok {
+		return c.MedianMpps, v.MedianMpps / c.MedianMpps
+	}
+	return c.MedianMpps, 0
 }
 
 // onlyBaseline is the baseline's median when it ran at one frame size only.
@@ -214,7 +231,7 @@ func (r *Report) Table() string {
 	var b strings.Builder
 	b.WriteString(TextTable(lines, right))
 	if r.Baseline != "" {
-		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
+		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s at the same size in the same run; ", r.Baseline)
 	}
 	b.WriteString("ns/pkt: whole path on one core\n")
 	if r.otherSizes() {
@@ -223,7 +240,7 @@ func (r *Report) Table() string {
 	if r.anchored() {
 		b.WriteString(anchorLine + "\n")
 	}
-	if line := r.ceilingLine(); line != "" {
+	for _, line := range r.ceilingLines() {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
@@ -245,16 +262,27 @@ func (r *Report) otherSizes() bool {
 	return false
 }
 
-// ceilingLine says how close the generator's veth row comes to the
-// generator alone; "" without both rows.
-func (r *Report) ceilingLine() string {
-	if r.CeilingMpps == 0 {
-		return ""
+// ceilingLines say, at each size, how close the generator's veth row comes
+// to the generator alone; none without a ceiling row.
+func (r *Report) ceilingLines() []string {
+	sizes := r.sizes()
+	var lines []string
+	for _, size := range sizes {
+		mpps, share := r.ceilingAt(size)
+		if mpps == 0 {
+			continue
+		}
+		at := ""
+		if len(sizes) > 1 {
+			at = fmt.Sprintf(" at %d B", size)
+		}
+		line := fmt.Sprintf("generator ceiling (one fixed frame, nothing written)%s: %.2f Mpps", at, mpps)
+		if share > 0 {
+			line += fmt.Sprintf("; the veth row reaches %.2f of it", share)
+		}
+		lines = append(lines, line)
 	}
-	if r.VethOfCeiling == 0 {
-		return fmt.Sprintf("generator ceiling (one fixed frame, nothing written): %.2f Mpps", r.CeilingMpps)
-	}
-	return fmt.Sprintf("generator ceiling (one fixed frame, nothing written): %.2f Mpps; the veth row reaches %.2f of it", r.CeilingMpps, r.VethOfCeiling)
+	return lines
 }
 
 // Markdown renders the report as a Markdown document for docs and PRs.
@@ -266,7 +294,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "- kernel: %s\n", r.Kernel)
 	fmt.Fprintf(&b, "- CPU: %s (%d CPUs)\n", r.CPUModel, r.CPUs)
 	if r.Baseline != "" {
-		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s in the same run\n", r.Baseline)
+		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s at the same size in the same run\n", r.Baseline)
 	}
 	if r.otherSizes() {
 		fmt.Fprintf(&b, "- *: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
@@ -280,7 +308,7 @@ func (r *Report) Markdown() string {
 		b.WriteString("- generator: only the bytes where the packets differ written on each run\n")
 	}
 	b.WriteString("- one core runs generator, DUT and sink: ns/pkt is the whole path's cost\n")
-	if line := r.ceilingLine(); line != "" {
+	for _, line := range r.ceilingLines() {
 		b.WriteString("- " + line + "\n")
 	}
 	b.WriteString("\n")
@@ -341,8 +369,13 @@ var (
 // min–max whisker and writes it as PNG. The baseline's bar is grey.
 func (r *Report) WritePNG(w io.Writer) error {
 	bars := make([]chartBar, len(r.Rows))
+	several := len(r.sizes()) > 1
 	for i, row := range r.Rows {
-		bars[i] = chartBar{row.Scenario, row.MedianMpps, row.MinMpps, row.MaxMpps, row.Scenario == r.Baseline}
+		name := row.Scenario
+		if several {
+			name = fmt.Sprintf("%s %d B", row.Scenario, row.Size)
+		}
+		bars[i] = chartBar{name, row.MedianMpps, row.MinMpps, row.MaxMpps, row.Scenario == r.Baseline}
 	}
 	return writeChart(w, r.title(), "Mpps delivered at the sink (bar: median, whisker: min-max)", bars)
 }

@@ -161,7 +161,7 @@ func TestTable(t *testing.T) {
 				"scenario", "size (B)", "ns/pkt",
 				"veth", "10.00", "9.80–10.20", "100.0", "1.00×", "0.0%",
 				"br-scion", "4.80", "4.61–4.93", "208.3", "0.48×", "1.2%", "sink saturated",
-				"ratio: Mpps / Mpps of veth in the same run; ns/pkt: whole path on one core",
+				"ratio: Mpps / Mpps of veth at the same size in the same run; ns/pkt: whole path on one core",
 			},
 		},
 		"without baseline": {
@@ -306,6 +306,27 @@ func TestFinishAnchors(t *testing.T) {
 	}
 	if r.CeilingMpps != 0 {
 		t.Errorf("ceiling %v without a ceiling row", r.CeilingMpps)
+	}
+}
+
+func TestCeilingAtEachSize(t *testing.T) {
+	r := Report{Baseline: "veth", Rows: []Row{
+		{Scenario: CeilingScenario, Size: 138, Runs: runsAt(20)},
+		{Scenario: "veth", Size: 138, Runs: runsAt(15)},
+		{Scenario: CeilingScenario, Size: 1500, Runs: runsAt(10)},
+		{Scenario: "veth", Size: 1500, Runs: runsAt(4)},
+	}}
+	r.Finish()
+	// The report's own fields are the first size's.
+	if !near(r.CeilingMpps, 20) || !near(r.VethOfCeiling, 0.75) {
+		t.Errorf("ceiling %v, veth of it %v; want 20 and 0.75", r.CeilingMpps, r.VethOfCeiling)
+	}
+	table := r.Table()
+	for _, w := range []string{"ceiling (one fixed frame, nothing written) at 138 B: 20.00 Mpps; the veth row reaches 0.75 of it",
+		"at 1500 B: 10.00 Mpps; the veth row reaches 0.40 of it"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
 	}
 }
 

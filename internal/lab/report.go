@@ -20,7 +20,8 @@ type Report struct {
 	Rows    []Row `json:"rows"`
 	// CeilingMpps is the generator alone (the ceiling row), and VethOfCeiling
 	// the veth row's share of it: what the generator's per-packet work
-	// leaves of the testbed's capacity. 0 when a row is missing.
+	// leaves of the testbed's capacity. 0 when a row is missing. With
+	// several frame sizes, these are the first size's; the rows have all.
 	CeilingMpps   float64 `json:"ceiling_mpps"`
 	VethOfCeiling float64 `json:"veth_of_ceiling"`
 }
