@@ -201,7 +201,7 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 		fixturesUp[name] = teardown
 		return nil
 	}
-	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
+	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs()}
 	for _, s := range scs {
 		if s.Name == "veth" {
 			rep.Baseline = "veth"
@@ -387,6 +387,39 @@ func kernelRelease() string {
 		return "unknown"
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// onlineCPUs is how many CPUs the machine has online, whatever this
+// process's affinity: under `taskset -c 0` runtime.NumCPU says 1, and a
+// report would describe a one-CPU machine.
+func onlineCPUs() int {
+	data, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	n, err := countCPUList(strings.TrimSpace(string(data)))
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	return n
+}
+
+// countCPUList counts the CPUs of a kernel CPU list such as "0-3,8,10-11".
+func countCPUList(list string) (int, error) {
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || a < 0 || b < a {
+			return 0, fmt.Errorf("CPU list %q: %q is not a CPU or a range of them", list, part)
+		}
+		n += b - a + 1
+	}
+	return n, nil
 }
 
 func cpuModel() string {

@@ -71,3 +71,26 @@ func TestDryRunPackets(t *testing.T) {
 		})
 	}
 }
+
+func TestCountCPUList(t *testing.T) {
+	tests := map[string]struct {
+		list string
+		want int
+		err  bool
+	}{
+		"one":         {list: "0", want: 1},
+		"range":       {list: "0-1", want: 2},
+		"mixed":       {list: "0-3,8,10-11", want: 7},
+		"empty":       {list: "", err: true},
+		"backwards":   {list: "3-1", err: true},
+		"not a range": {list: "0-x", err: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := countCPUList(tc.list)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Errorf("countCPUList(%q) = %d, %v; want %d, error %v", tc.list, got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
