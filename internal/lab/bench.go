@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,7 +202,7 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 		fixturesUp[name] = teardown
 		return nil
 	}
-	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs()}
+	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Commit: buildCommit(), Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs()}
 	for _, s := range scs {
 		if s.Name == "veth" {
 			rep.Baseline = "veth"
@@ -379,6 +380,33 @@ func settle(s *Sink) (SinkCounters, error) {
 		last = cur
 	}
 	return last, err
+}
+
+// buildCommit is the revision this binary was built from, with "-dirty"
+// when the tree had uncommitted changes; "" when the build did not stamp it
+// (go test, go run).
+func buildCommit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev string
+	var dirty bool
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" && dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 func kernelRelease() string {

@@ -54,9 +54,9 @@ func (r *Report) Finish() {
 		} else if base, ok := r.onlyBaseline(); ok {
 			row.Ratio, row.RatioOtherSize = row.MedianMpps/base, true
 		}
-		// An anchor is only ever taken at the row's own size: a ratio
-		// across sizes would move with the size mix rather than with
-		// the code.
+		// An anchor is only ever taken at the row's own size: the
+		// anchor ratio is what the record compares, and a ratio across
+		// sizes would move with the size mix rather than with the code.
 		row.AnchorMpps, row.AnchorRatio = 0, 0
 		if a, ok := r.find(row.Anchor, row.Size); ok && row.Anchor != "" && a.MedianMpps > 0 {
 			row.AnchorMpps, row.AnchorRatio = a.MedianMpps, row.MedianMpps/a.MedianMpps
@@ -126,6 +126,12 @@ func (r *Report) baselineMpps(size int) float64 {
 	return 0
 }
 
+// hasRatio says the row's Ratio was taken (to a baseline that ran and
+// moved packets), even if the row's own rate, and so the ratio, is 0.
+func (r *Report) hasRatio(row Row) bool {
+	return r.baselineMpps(row.Size) > 0 || row.RatioOtherSize
+}
+
 // lossOf is the fraction of sent packets the sink did not count. A sink that
 // counted more than was sent (stray traffic) is not negative loss.
 func lossOf(run Run) float64 {
@@ -155,7 +161,8 @@ type column struct {
 	cell  func(r *Report, row Row) string
 }
 
-// columns are the table's columns, the anchor's only when a row has one.
+// columns are the table's columns: the anchor's only when a row has one,
+// the record's only when the report was compared with one.
 func (r *Report) columns() []column {
 	cols := []column{
 		{"scenario", false, func(_ *Report, row Row) string { return row.Scenario }},
@@ -167,6 +174,9 @@ func (r *Report) columns() []column {
 	}
 	if r.anchored() {
 		cols = append(cols, column{"to anchor", false, func(_ *Report, row Row) string { return anchorCell(row) }})
+	}
+	if r.Record != nil {
+		cols = append(cols, column{"vs record", false, func(_ *Report, row Row) string { return row.VsRecord.String() }})
 	}
 	return append(cols,
 		column{"loss", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.1f%%", row.Loss*100) }},
@@ -243,6 +253,9 @@ func (r *Report) Table() string {
 	for _, line := range r.ceilingLines() {
 		b.WriteString(line + "\n")
 	}
+	if line := r.Record.String(); line != "" {
+		b.WriteString(line + "\n")
+	}
 	return b.String()
 }
 
@@ -293,6 +306,9 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "- command: `%s`\n", r.Command)
 	fmt.Fprintf(&b, "- kernel: %s\n", r.Kernel)
 	fmt.Fprintf(&b, "- CPU: %s (%d CPUs)\n", r.CPUModel, r.CPUs)
+	if r.Commit != "" {
+		fmt.Fprintf(&b, "- commit: %s\n", r.Commit)
+	}
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s at the same size in the same run\n", r.Baseline)
 	}
@@ -309,6 +325,9 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("- one core runs generator, DUT and sink: ns/pkt is the whole path's cost\n")
 	for _, line := range r.ceilingLines() {
+		b.WriteString("- " + line + "\n")
+	}
+	if line := r.Record.String(); line != "" {
 		b.WriteString("- " + line + "\n")
 	}
 	b.WriteString("\n")

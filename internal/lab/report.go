@@ -5,11 +5,14 @@ import "time"
 // Report is everything one `lab bench` run measured. The table, the Markdown
 // and the plot are all printed from it, and it is what --json writes.
 type Report struct {
-	Started  time.Time `json:"started"`
-	Command  string    `json:"command"`
-	Kernel   string    `json:"kernel"`
-	CPUModel string    `json:"cpu_model"`
-	CPUs     int       `json:"cpus"`
+	Started time.Time `json:"started"`
+	Command string    `json:"command"`
+	// Commit is the revision the binary was built from ("-dirty" with
+	// uncommitted changes), or "" when the build did not record it.
+	Commit   string `json:"commit,omitempty"`
+	Kernel   string `json:"kernel"`
+	CPUModel string `json:"cpu_model"`
+	CPUs     int    `json:"cpus"`
 	// Baseline is the scenario every ratio is taken to ("veth"), or "" when it
 	// was not part of the run.
 	Baseline string `json:"baseline"`
@@ -24,6 +27,9 @@ type Report struct {
 	// several frame sizes, these are the first size's; the rows have all.
 	CeilingMpps   float64 `json:"ceiling_mpps"`
 	VethOfCeiling float64 `json:"veth_of_ceiling"`
+	// Record is what the rows were compared with (CompareRecord), nil when
+	// they were not.
+	Record *RecordSummary `json:"record,omitempty"`
 }
 
 // Row is one scenario's figures over all its runs.
@@ -57,6 +63,9 @@ type Row struct {
 	Loss float64 `json:"loss"`
 	// Note says what limits the figure, e.g. that the path lost packets.
 	Note string `json:"note,omitempty"`
+	// VsRecord is the row against the machine kind's record, nil when the
+	// report was not compared with one.
+	VsRecord *Comparison `json:"vs_record,omitempty"`
 }
 
 // Run is one generation of a fixed number of packets through a scenario.
