@@ -467,6 +467,9 @@ A row that fell by more than 10% is flagged; the exit status stays 0 unless --fa
 			if err != nil {
 				return err
 			}
+			if rep.Commit == "" {
+				rep.Commit = lab.CheckoutCommit(wd)
+			}
 			rep.CompareRecord(rf.Record, rf.From)
 			fmt.Println(strings.TrimRight(rep.Table(), "\n"))
 			if err := writeReport(rep, jsonOut, mdOut, plotOut); err != nil {

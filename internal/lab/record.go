@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -342,6 +343,31 @@ func checkoutRoot(dir string) string {
 		dir = parent
 	}
 	return ""
+}
+
+// CheckoutCommit is the HEAD of the fastpath checkout that holds dir, with
+// "-dirty" when tracked files differ from it; "" outside a checkout or
+// without git. It stands in for the binary's own revision when the build
+// did not stamp one: go build does not under GOFLAGS=-buildvcs=false, nor
+// in a git worktree, whose .git is a file.
+func CheckoutCommit(dir string) string {
+	root := checkoutRoot(dir)
+	if root == "" {
+		return ""
+	}
+	head, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	commit := strings.TrimSpace(string(head))
+	changed, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output()
+	if err != nil {
+		return ""
+	}
+	if len(bytes.TrimSpace(changed)) > 0 {
+		commit += "-dirty"
+	}
+	return commit
 }
 
 // The figures a row is compared by, steadiest first.

@@ -3,6 +3,7 @@ package lab
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -372,5 +373,47 @@ func TestFindRecord(t *testing.T) {
 				t.Errorf("an empty record of machine %+v, want %+v", rf.Record.Machine, tc.m)
 			}
 		})
+	}
+}
+
+func TestCheckoutCommit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatalf("git is needed: %v", err)
+	}
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.org"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := CheckoutCommit(dir); got != "" {
+		t.Fatalf("outside a checkout: %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module github.com/fastpath-dev/fastpath\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("init", "-q")
+	git("add", "go.mod")
+	git("commit", "-q", "-m", "x")
+	head := git("rev-parse", "--short=12", "HEAD")
+	sub := filepath.Join(dir, "internal")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An untracked file is not a change to what was built.
+	if err := os.WriteFile(filepath.Join(sub, "new"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := CheckoutCommit(sub); got != head {
+		t.Errorf("clean checkout: %q, want %q", got, head)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module github.com/fastpath-dev/fastpath\n\ngo 1.25\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := CheckoutCommit(sub); got != head+"-dirty" {
+		t.Errorf("changed checkout: %q, want %q", got, head+"-dirty")
 	}
 }

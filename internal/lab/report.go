@@ -8,7 +8,8 @@ type Report struct {
 	Started time.Time `json:"started"`
 	Command string    `json:"command"`
 	// Commit is the revision the binary was built from ("-dirty" with
-	// uncommitted changes), or "" when the build did not record it.
+	// uncommitted changes); lab bench puts the checkout's HEAD there when
+	// the build did not record it (CheckoutCommit); "" when neither is known.
 	Commit   string `json:"commit,omitempty"`
 	Kernel   string `json:"kernel"`
 	CPUModel string `json:"cpu_model"`
