@@ -404,19 +404,26 @@ interface to the next. Their hop fields are valid for 24 hours from now.`,
 
 func labBenchCmd(prefix *string) *cobra.Command {
 	var (
-		runs, size, cpu int
-		packets         uint64
-		maxSeconds      float64
-		jsonOut, mdOut  string
-		plotOut         string
-		list            bool
-		interleave      bool
-		noCeiling       bool
-		flood           floodFlags
+		runs, cpu        int
+		size             string
+		packets          uint64
+		maxSeconds       float64
+		jsonOut, mdOut   string
+		plotOut          string
+		list             bool
+		interleave       bool
+		noCeiling        bool
+		flood            floodFlags
+		record           string
+		updateRecord     bool
+		failOnRegression bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [SCENARIO...]",
 		Short: "run scenarios on fresh testbeds and print one table",
+		Long: `Run scenarios on fresh testbeds and print one table, each row beside its figure in the
+record of this machine kind (internal/lab/record/KIND.json, built into the binary too; docs/lab.md).
+A row that fell by more than 10% is flagged; the exit status stays 0 unless --fail-on-regression.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if list {
 				for _, s := range lab.Scenarios() {
@@ -431,12 +438,26 @@ func labBenchCmd(prefix *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sizes, err := lab.ParseSizes(size)
+			if err != nil {
+				return err
+			}
 			o := lab.BenchOptions{
-				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Size: size, Prefix: *prefix, CPU: cpu, Interleave: interleave,
+				Scenarios: args, Runs: runs, Packets: packets, MaxSeconds: maxSeconds, Sizes: sizes, Prefix: *prefix, CPU: cpu, Interleave: interleave,
 				Flows: flood.flows, FlowSrc: src, NoCeiling: noCeiling,
 				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr,
 			}
 			if _, err := o.Validate(); err != nil {
+				return err
+			}
+			// The record is found before the bench: a bench of an hour
+			// must not end in "nowhere to write the record".
+			wd, err := os.Getwd()
+			if err != nil {
+				return err
+			}
+			rf, err := lab.FindRecord(record, wd, lab.ThisMachine(), updateRecord)
+			if err != nil {
 				return err
 			}
 			if err := preflight.BPF(); err != nil {
@@ -446,15 +467,33 @@ func labBenchCmd(prefix *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if rep.Commit == "" {
+				rep.Commit = lab.CheckoutCommit(wd)
+			}
+			rep.CompareRecord(rf.Record, rf.From)
 			fmt.Println(strings.TrimRight(rep.Table(), "\n"))
-			return writeReport(rep, jsonOut, mdOut, plotOut)
+			if err := writeReport(rep, jsonOut, mdOut, plotOut); err != nil {
+				return err
+			}
+			if updateRecord {
+				if err := writeRecord(rf, rep); err != nil {
+					return err
+				}
+			}
+			if failOnRegression && len(rep.Record.Fell) > 0 {
+				return fmt.Errorf("--fail-on-regression: fell by more than %.0f%% against the record: %s", lab.FallThreshold*100, strings.Join(rep.Record.Fell, ", "))
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&runs, "runs", 5, "runs per scenario")
 	f.Uint64Var(&packets, "packets", 2_000_000, "packets per run")
 	f.Float64Var(&maxSeconds, "max-seconds", 10, "end a run after this long even if not all packets are sent (slow scenarios)")
-	f.IntVar(&size, "size", 138, "frame length in bytes")
+	f.StringVar(&size, "size", "138", "frame length in bytes, or several separated by commas (138,576,1500): every scenario runs at each")
+	f.StringVar(&record, "record", "", "record file to compare with (and --update-record) instead of this machine kind's")
+	f.BoolVar(&updateRecord, "update-record", false, "write this run's figures into the record (rows not run keep theirs); commit it when the figures are reported")
+	f.BoolVar(&failOnRegression, "fail-on-regression", false, "exit with an error when a row fell by more than 10% against the record")
 	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the generator and the whole path run on")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
@@ -542,6 +581,29 @@ func writeReport(rep report, jsonOut, mdOut, plotOut string) error {
 		return err
 	}
 	return write(plotOut, func(f *os.File) error { return rep.WritePNG(f) })
+}
+
+// writeRecord merges a bench's rows into its record file and says what it
+// wrote.
+func writeRecord(rf lab.RecordFile, rep *lab.Report) error {
+	before := len(rf.Record.Rows)
+	skipped := rf.Record.Merge(rep)
+	data, err := rf.Record.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(rf.Path), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(rf.Path, data, 0o644); err != nil {
+		return fmt.Errorf("--update-record: %w", err)
+	}
+	fmt.Printf("record: wrote %d rows of this run to %s (%d rows in all, %d before); commit it with the report of these figures\n",
+		len(rep.Rows)-len(skipped), rf.Path, len(rf.Record.Rows), before)
+	if len(skipped) > 0 {
+		fmt.Printf("record: not written, no packet reached the sink: %s\n", strings.Join(skipped, ", "))
+	}
+	return nil
 }
 
 func writeSCIONPackets(t lab.Testbed, out, config string, size, count int) error {

@@ -22,36 +22,49 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(badRules, []byte("default = \"drop\"\n\n[[rule]]\naction = \"drop\"\nsrc = \"10.0.0.300/8\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	otherKind := filepath.Join(dir, "other.json")
+	if err := os.WriteFile(otherKind, []byte(`{"machine": {"kernel": "6.1.0", "cpu_model": "Other CPU", "cpus": 64}, "rows": []}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badRecord := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(badRecord, []byte(`{"machine": {"kernel": "6.1.0", "cpu_model": "Other CPU", "cpus": 64}, "rows": [{"scenario": "br", "mpps": 1}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		args []string
 		want string
 	}{
-		"fw bad rules file":        {[]string{"fw", "check", badRules}, "bad.toml:5: bad prefix \"10.0.0.300/8\""},
-		"fw attach bad file":       {[]string{"fw", "attach", "--rules", badRules, "eth0"}, "bad.toml:5"},
-		"fw not attached":          {[]string{"fw", "list", "--name", "fp-tcli-none"}, "not attached"},
-		"fw add no action":         {[]string{"fw", "add", "--src", "10.0.0.0/8"}, "--action drop or --action pass is required"},
-		"fw add bad port":          {[]string{"fw", "add", "--action", "drop", "--proto", "tcp", "--dport", "9-1"}, "runs backwards"},
-		"fw block no proto":        {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "192.0.2.2"}, "--proto is required"},
-		"fw block mixed":           {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "2001:db8::1", "--proto", "udp"}, "mixes IPv4 and IPv6"},
-		"fw bad name":              {[]string{"fw", "attach", "--name", "../x", "eth0"}, "instance name"},
-		"unknown scenario":         {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
-		"unknown layout":           {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
-		"missing pcap":             {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},
-		"empty pcap":               {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "1"}, "holds no packets"},
-		"no limit":                 {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty}, "give --count N or --duration D"},
-		"two limits":               {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "5", "--duration", "1s"}, "not both"},
-		"unknown iface":            {[]string{"lab", "sink", "--dev", "fp-nosuch0", "--prefix", "fp-tcli-"}, "interface fp-nosuch0 not found"},
-		"bad xdp mode":             {[]string{"lab", "sink", "--dev", "fp-veth2", "--mode", "turbo"}, `unknown XDP mode "turbo"`},
-		"packet too small":         {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--size", "20"}, "packet size 20"},
-		"bad mac":                  {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--dst-mac", "zz"}, `--dst-mac "zz"`},
-		"long prefix":              {[]string{"lab", "up", "--prefix", "fp-much-too-long-"}, "too long"},
-		"br no config":             {[]string{"br", "attach", "eth0"}, "--config is required"},
-		"br missing config":        {[]string{"br", "attach", "--config", filepath.Join(dir, "none.toml")}, "none.toml"},
-		"br bad key slot":          {[]string{"br", "key", "add", "br1", "2", "AAAAAAAAAAAAAAAAAAAAAA=="}, `key index "2": use 0 or 1`},
-		"br bad key":               {[]string{"br", "key", "add", "br1", "0", "short"}, "base64 of 16 bytes"},
-		"br unknown router":        {[]string{"br", "watch", "fp-no-such-router"}, "not attached"},
-		"br run no input":          {[]string{"br", "run", "--config", "x.toml"}, "--config and --in are required"},
-		"scion packets bad config": {[]string{"lab", "packets", "--scion", "--config", filepath.Join(dir, "none.toml"), "--out", filepath.Join(dir, "s.pcap")}, "none.toml"},
+		"bench bad size":                  {[]string{"lab", "bench", "veth", "--size", "138,5x6", "--prefix", "fp-tcli-"}, `--size "138,5x6": want frame lengths in bytes`},
+		"bench size over the MTU":         {[]string{"lab", "bench", "veth", "--size", "138,1600", "--prefix", "fp-tcli-"}, "--size 1600: longer than the lab's veths take"},
+		"bench br packets too short":      {[]string{"lab", "bench", "br", "--size", "138,64", "--prefix", "fp-tcli-"}, "scenario br at --size 64: packet size 64 out of range"},
+		"bench record of another machine": {[]string{"lab", "bench", "veth", "--record", otherKind, "--update-record", "--prefix", "fp-tcli-"}, "holds the figures of machine kind 64cpu-other-linux6.1"},
+		"bench bad record":                {[]string{"lab", "bench", "veth", "--record", badRecord, "--prefix", "fp-tcli-"}, `record ` + badRecord + `: json: unknown field "mpps"`},
+		"fw bad rules file":               {[]string{"fw", "check", badRules}, "bad.toml:5: bad prefix \"10.0.0.300/8\""},
+		"fw attach bad file":              {[]string{"fw", "attach", "--rules", badRules, "eth0"}, "bad.toml:5"},
+		"fw not attached":                 {[]string{"fw", "list", "--name", "fp-tcli-none"}, "not attached"},
+		"fw add no action":                {[]string{"fw", "add", "--src", "10.0.0.0/8"}, "--action drop or --action pass is required"},
+		"fw add bad port":                 {[]string{"fw", "add", "--action", "drop", "--proto", "tcp", "--dport", "9-1"}, "runs backwards"},
+		"fw block no proto":               {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "192.0.2.2"}, "--proto is required"},
+		"fw block mixed":                  {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "2001:db8::1", "--proto", "udp"}, "mixes IPv4 and IPv6"},
+		"fw bad name":                     {[]string{"fw", "attach", "--name", "../x", "eth0"}, "instance name"},
+		"unknown scenario":                {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
+		"unknown layout":                  {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
+		"missing pcap":                    {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},
+		"empty pcap":                      {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "1"}, "holds no packets"},
+		"no limit":                        {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty}, "give --count N or --duration D"},
+		"two limits":                      {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "5", "--duration", "1s"}, "not both"},
+		"unknown iface":                   {[]string{"lab", "sink", "--dev", "fp-nosuch0", "--prefix", "fp-tcli-"}, "interface fp-nosuch0 not found"},
+		"bad xdp mode":                    {[]string{"lab", "sink", "--dev", "fp-veth2", "--mode", "turbo"}, `unknown XDP mode "turbo"`},
+		"packet too small":                {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--size", "20"}, "packet size 20"},
+		"bad mac":                         {[]string{"lab", "packets", "--out", filepath.Join(dir, "x.pcap"), "--dst-mac", "zz"}, `--dst-mac "zz"`},
+		"long prefix":                     {[]string{"lab", "up", "--prefix", "fp-much-too-long-"}, "too long"},
+		"br no config":                    {[]string{"br", "attach", "eth0"}, "--config is required"},
+		"br missing config":               {[]string{"br", "attach", "--config", filepath.Join(dir, "none.toml")}, "none.toml"},
+		"br bad key slot":                 {[]string{"br", "key", "add", "br1", "2", "AAAAAAAAAAAAAAAAAAAAAA=="}, `key index "2": use 0 or 1`},
+		"br bad key":                      {[]string{"br", "key", "add", "br1", "0", "short"}, "base64 of 16 bytes"},
+		"br unknown router":               {[]string{"br", "watch", "fp-no-such-router"}, "not attached"},
+		"br run no input":                 {[]string{"br", "run", "--config", "x.toml"}, "--config and --in are required"},
+		"scion packets bad config":        {[]string{"lab", "packets", "--scion", "--config", filepath.Join(dir, "none.toml"), "--out", filepath.Join(dir, "s.pcap")}, "none.toml"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

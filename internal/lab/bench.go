@@ -9,7 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,15 +26,18 @@ type BenchOptions struct {
 	Runs      int
 	// Packets sent per run.
 	Packets uint64
-	// Interleave runs the scenarios in turns, one run each, rebuilding each
-	// scenario every turn: the machine's drift then spreads over all rows
-	// alike instead of favouring the ones that ran in a quiet minute.
+	// Interleave runs the scenarios in turns, one run each at each size,
+	// rebuilding each scenario every turn: the machine's drift then spreads
+	// over all rows alike instead of favouring the ones that ran in a quiet
+	// minute.
 	Interleave bool
 	// MaxSeconds ends a run early, for scenarios so slow that Packets would
 	// take minutes (0: no limit).
 	MaxSeconds float64
-	// Size of the default UDP frames.
-	Size int
+	// Sizes are the frame lengths every scenario runs at, each size a row
+	// of its own (ParseSizes reads them from --size). Scenarios with their
+	// own packets build them at each size.
+	Sizes []int
 	// Flows > 0 floods every row that has no flood of its own with this
 	// many distinct random flows (GenOptions.Flows); FlowSrc as there.
 	Flows   uint32
@@ -79,13 +84,78 @@ func (o *BenchOptions) Validate() ([]Scenario, error) {
 	if err := (Testbed{Prefix: o.Prefix, Layout: LayoutDUT}).Validate(); err != nil {
 		return nil, err
 	}
-	if o.Size > labMTU+14 {
-		return nil, fmt.Errorf("--size %d: longer than the lab's veths take (MTU %d, %d-byte frames)", o.Size, labMTU, labMTU+14)
-	}
-	if _, err := UDPPackets(UDPOptions{Size: o.Size, Count: 1, SrcMAC: make([]byte, 6), DstMAC: make([]byte, 6), Src: Testbed{}.Gen().Addr.Addr(), Dst: Testbed{}.Sink().Addr.Addr()}); err != nil {
+	if err := o.validateSizes(scs); err != nil {
 		return nil, err
 	}
 	return scs, nil
+}
+
+// validateSizes checks that every scenario's packets can be made at every
+// size and fit the lab's veths, so that a bench does not fail at its last
+// size after an hour of the others.
+func (o *BenchOptions) validateSizes(scs []Scenario) error {
+	if len(o.Sizes) == 0 {
+		return errors.New("no frame size given (--size 138, or several: --size 138,576,1500)")
+	}
+	for i, size := range o.Sizes {
+		if slices.Contains(o.Sizes[:i], size) {
+			return fmt.Errorf("--size %d given twice", size)
+		}
+		if size > maxLabFrame {
+			return fmt.Errorf("--size %d: longer than the lab's veths take (MTU %d, %d-byte frames)", size, labMTU, maxLabFrame)
+		}
+		if _, err := UDPPackets(UDPOptions{Size: size, Count: 1, SrcMAC: make([]byte, 6), DstMAC: make([]byte, 6), Src: Testbed{}.Gen().Addr.Addr(), Dst: Testbed{}.Sink().Addr.Addr()}); err != nil {
+			return fmt.Errorf("--size %d: %w", size, err)
+		}
+		for _, s := range scs {
+			if err := dryRunPackets(s, Testbed{Prefix: o.Prefix, Layout: s.Layout}, size); err != nil {
+				return fmt.Errorf("scenario %s at --size %d: %w", s.Name, size, err)
+			}
+		}
+	}
+	return nil
+}
+
+// maxLabFrame is the longest frame, without FCS, the lab's veths pass: the
+// MTU and an Ethernet header.
+const maxLabFrame = labMTU + 14
+
+// dryRunPackets builds a scenario's own packets once, without a testbed,
+// and checks their length. Scenarios on a fixture's network make theirs
+// from traffic of that network, which does not exist yet: they are left to
+// fail when their turn comes.
+func dryRunPackets(s Scenario, tb Testbed, size int) error {
+	if s.Packets == nil || s.Layout == LayoutNone || s.Fixture != "" {
+		return nil
+	}
+	pkts, err := s.Packets(tb, size)
+	if err != nil {
+		return err
+	}
+	if len(pkts) == 0 {
+		return errors.New("its packet builder made no packets")
+	}
+	for _, p := range pkts {
+		if len(p) > maxLabFrame {
+			return fmt.Errorf("its frames are %d bytes at this size, longer than the lab's veths take (MTU %d, %d-byte frames)", len(p), labMTU, maxLabFrame)
+		}
+	}
+	return nil
+}
+
+// ParseSizes reads --size: one frame length in bytes, or several separated
+// by commas ("138,576,1500").
+func ParseSizes(s string) ([]int, error) {
+	var sizes []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--size %q: want frame lengths in bytes, one (138) or several separated by commas (138,576,1500)", s)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
 }
 
 // resolveRuns checks what every bench asks first: scenarios that exist
@@ -132,7 +202,7 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 		fixturesUp[name] = teardown
 		return nil
 	}
-	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
+	rep = &Report{Started: time.Now().UTC(), Command: o.Command, Commit: buildCommit(), Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs()}
 	for _, s := range scs {
 		if s.Name == "veth" {
 			rep.Baseline = "veth"
@@ -149,7 +219,21 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 	if o.Interleave {
 		turns, per = o.Runs, 1
 	}
-	rep.Rows = make([]Row, len(scs))
+	// A row is a scenario at a size. Each size's rows run together, so
+	// that a row and its baseline and anchor, which are divided by each
+	// other, are measured close in time; with --interleave every turn
+	// runs every row once, at every size.
+	type cell struct {
+		s    Scenario
+		size int
+	}
+	var cells []cell
+	for _, size := range o.Sizes {
+		for _, s := range scs {
+			cells = append(cells, cell{s, size})
+		}
+	}
+	rep.Rows = make([]Row, len(cells))
 	// What ran so far, when a run stops early.
 	partial := func() *Report {
 		var done []Row
@@ -163,16 +247,17 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 		return rep
 	}
 	for turn := 0; turn < turns; turn++ {
-		for i, s := range scs {
+		for i, c := range cells {
+			s := c.s
 			if ctx.Err() != nil {
 				return partial(), ctx.Err()
 			}
 			if err := needFixture(s.Fixture); err != nil {
 				return partial(), fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
-			row, err := benchScenario(ctx, s, o, rep.Restore, turn*per, per)
+			row, err := benchScenario(ctx, s, c.size, o, rep.Restore, turn*per, per)
 			if err != nil {
-				return partial(), fmt.Errorf("scenario %s: %w", s.Name, err)
+				return partial(), fmt.Errorf("scenario %s at --size %d: %w", s.Name, c.size, err)
 			}
 			row.Runs = append(rep.Rows[i].Runs, row.Runs...)
 			if rep.Rows[i].Note != "" && row.Note == "" {
@@ -194,9 +279,9 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 	return rep, nil
 }
 
-// benchScenario sets a scenario up and measures runs of it, numbered from
-// first+1 of o.Runs in the log.
-func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool, first, runs int) (row Row, err error) {
+// benchScenario sets a scenario up and measures runs of it at one size,
+// numbered from first+1 of o.Runs in the log.
+func benchScenario(ctx context.Context, s Scenario, size int, o BenchOptions, restore bool, first, runs int) (row Row, err error) {
 	tb := Testbed{Prefix: o.Prefix, Layout: s.Layout}
 	if s.Layout != LayoutNone {
 		if err := tb.Up(); err != nil {
@@ -212,10 +297,10 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 
 	var pkts [][]byte
 	if s.Packets != nil {
-		pkts, err = s.Packets(tb, o.Size)
+		pkts, err = s.Packets(tb, size)
 	} else {
 		u := tb.DefaultUDP()
-		u.Size = o.Size
+		u.Size = size
 		pkts, err = UDPPackets(u)
 	}
 	if err != nil {
@@ -246,7 +331,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 	}
 	defer gen.Close()
 
-	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Note: s.Note}
+	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Anchor: s.Anchor, Note: s.Note}
 	// One short warm-up run fills the bridge's FDB, the neighbour caches and
 	// the page pools before anything is measured.
 	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000), Duration: time.Second}); err != nil {
@@ -270,7 +355,7 @@ func benchScenario(ctx context.Context, s Scenario, o BenchOptions, restore bool
 			r.Mpps = float64(r.Received) / r.Seconds / 1e6
 		}
 		row.Runs = append(row.Runs, r)
-		fmt.Fprintf(o.Log, "%-14s run %d/%d: sent %d, sink %d, %.3f Mpps\n", s.Name, i+1, o.Runs, r.Sent, r.Received, r.Mpps)
+		fmt.Fprintf(o.Log, "%-14s %4d B run %d/%d: sent %d, sink %d, %.3f Mpps\n", s.Name, row.Size, i+1, o.Runs, r.Sent, r.Received, r.Mpps)
 		if st.Vanished > 0 {
 			row.Note = fmt.Sprintf("%d frames vanished at the generator's veth", st.Vanished)
 		}
@@ -297,12 +382,72 @@ func settle(s *Sink) (SinkCounters, error) {
 	return last, err
 }
 
+// buildCommit is the revision this binary was built from, with "-dirty"
+// when the tree had uncommitted changes; "" when the build did not stamp it
+// (go test, go run).
+func buildCommit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev string
+	var dirty bool
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" && dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
+
 func kernelRelease() string {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return "unknown"
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// onlineCPUs is how many CPUs the machine has online, whatever this
+// process's affinity: under `taskset -c 0` runtime.NumCPU says 1, and a
+// report would describe a one-CPU machine.
+func onlineCPUs() int {
+	data, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	n, err := countCPUList(strings.TrimSpace(string(data)))
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	return n
+}
+
+// countCPUList counts the CPUs of a kernel CPU list such as "0-3,8,10-11".
+func countCPUList(list string) (int, error) {
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || a < 0 || b < a {
+			return 0, fmt.Errorf("CPU list %q: %q is not a CPU or a range of them", list, part)
+		}
+		n += b - a + 1
+	}
+	return n, nil
 }
 
 func cpuModel() string {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/netip"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -108,7 +107,7 @@ type Machine struct {
 
 // ThisMachine describes the machine this runs on.
 func ThisMachine() Machine {
-	return Machine{Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
+	return Machine{Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs()}
 }
 
 // Median of xs without reordering them; 0 for none.

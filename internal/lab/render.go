@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,15 +42,8 @@ func (r *Report) Finish() {
 		row.Loss = median(loss)
 	}
 	r.CeilingMpps, r.VethOfCeiling = 0, 0
-	for _, row := range r.Rows {
-		if row.Scenario == CeilingScenario {
-			r.CeilingMpps = row.MedianMpps
-		}
-	}
-	for _, row := range r.Rows {
-		if row.Scenario == "veth" && r.CeilingMpps > 0 {
-			r.VethOfCeiling = row.MedianMpps / r.CeilingMpps
-		}
+	if sizes := r.sizes(); len(sizes) > 0 {
+		r.CeilingMpps, r.VethOfCeiling = r.ceilingAt(sizes[0])
 	}
 	for i := range r.Rows {
 		row := &r.Rows[i]
@@ -60,7 +54,48 @@ func (r *Report) Finish() {
 		} else if base, ok := r.onlyBaseline(); ok {
 			row.Ratio, row.RatioOtherSize = row.MedianMpps/base, true
 		}
+		// An anchor is only ever taken at the row's own size: the
+		// anchor ratio is what the record compares, and a ratio across
+		// sizes would move with the size mix rather than with the code.
+		row.AnchorMpps, row.AnchorRatio = 0, 0
+		if a, ok := r.find(row.Anchor, row.Size); ok && row.Anchor != "" && a.MedianMpps > 0 {
+			row.AnchorMpps, row.AnchorRatio = a.MedianMpps, row.MedianMpps/a.MedianMpps
+		}
 	}
+}
+
+// find returns the row of a scenario at a frame size.
+func (r *Report) find(scenario string, size int) (Row, bool) {
+	for _, row := range r.Rows {
+		if row.Scenario == scenario && row.Size == size {
+			return row, true
+		}
+	}
+	return Row{}, false
+}
+
+// sizes are the frame sizes of the rows, in the order they first appear.
+func (r *Report) sizes() []int {
+	var out []int
+	for _, row := range r.Rows {
+		if !slices.Contains(out, row.Size) {
+			out = append(out, row.Size)
+		}
+	}
+	return out
+}
+
+// ceilingAt is the ceiling row's median at a frame size and the veth row's
+// share of it there; zeros for a missing row.
+func (r *Report) ceilingAt(size int) (mpps, vethShare float64) {
+	c, ok := r.find(CeilingScenario, size)
+	if !ok || c.MedianMpps == 0 {
+		return 0, 0
+	}
+	if v, ok := r.find("veth", size); ok {
+		return c.MedianMpps, v.MedianMpps / c.MedianMpps
+	}
+	return c.MedianMpps, 0
 }
 
 // onlyBaseline is the baseline's median when it ran at one frame size only.
@@ -91,6 +126,12 @@ func (r *Report) baselineMpps(size int) float64 {
 	return 0
 }
 
+// hasRatio says the row's Ratio was taken (to a baseline that ran and
+// moved packets), even if the row's own rate, and so the ratio, is 0.
+func (r *Report) hasRatio(row Row) bool {
+	return r.baselineMpps(row.Size) > 0 || row.RatioOtherSize
+}
+
 // lossOf is the fraction of sent packets the sink did not count. A sink that
 // counted more than was sent (stray traffic) is not negative loss.
 func lossOf(run Run) float64 {
@@ -113,54 +154,117 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// columns heads both the terminal and the Markdown table; rightAligned marks
-// the numeric ones.
-var (
-	columns      = []string{"scenario", "size (B)", "Mpps", "min–max", "ns/pkt", "ratio", "loss", "note"}
-	rightAligned = []bool{false, true, true, true, true, true, true, false}
-)
+// column is one column of the terminal and the Markdown table.
+type column struct {
+	head  string
+	right bool // numeric: aligned right
+	cell  func(r *Report, row Row) string
+}
 
-// cells formats one row in the order of columns.
-func (r *Report) cells(row Row) []string {
-	ratio := "—"
-	if r.Baseline != "" && row.Ratio != 0 {
-		ratio = fmt.Sprintf("%.2f×", row.Ratio)
-		if row.RatioOtherSize {
-			ratio += "*"
+// columns are the table's columns: the anchor's only when a row has one,
+// the record's only when the report was compared with one.
+func (r *Report) columns() []column {
+	cols := []column{
+		{"scenario", false, func(_ *Report, row Row) string { return row.Scenario }},
+		{"size (B)", true, func(_ *Report, row Row) string { return fmt.Sprint(row.Size) }},
+		{"Mpps", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.2f", row.MedianMpps) }},
+		{"min–max", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.2f–%.2f", row.MinMpps, row.MaxMpps) }},
+		{"ns/pkt", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.1f", row.NsPerPacket) }},
+		{"ratio", true, (*Report).ratioCell},
+	}
+	if r.anchored() {
+		cols = append(cols, column{"to anchor", false, func(_ *Report, row Row) string { return anchorCell(row) }})
+	}
+	if r.Record != nil {
+		cols = append(cols, column{"vs record", false, func(_ *Report, row Row) string { return row.VsRecord.String() }})
+	}
+	return append(cols,
+		column{"loss", true, func(_ *Report, row Row) string { return fmt.Sprintf("%.1f%%", row.Loss*100) }},
+		column{"note", false, func(_ *Report, row Row) string { return row.Note }},
+	)
+}
+
+func (r *Report) ratioCell(row Row) string {
+	if r.Baseline == "" || row.Ratio == 0 {
+		return "—"
+	}
+	s := fmt.Sprintf("%.2f×", row.Ratio)
+	if row.RatioOtherSize {
+		s += "*"
+	}
+	return s
+}
+
+// anchorCell is e.g. "0.49× xdp-redirect"; it names the anchor also when
+// the anchor did not run at the row's size.
+func anchorCell(row Row) string {
+	switch {
+	case row.Anchor == "":
+		return "—"
+	case row.AnchorMpps == 0:
+		return row.Anchor + " not run"
+	}
+	return figure(row.AnchorRatio) + "× " + row.Anchor
+}
+
+// figure prints a ratio or a rate with two decimals, or two significant
+// digits below 0.1, where two decimals would round iptables' 0.0072× to 0.01.
+func figure(v float64) string {
+	if math.Abs(v) < 0.095 && v != 0 {
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// table is the header and the cells of every row.
+func (r *Report) table() (lines [][]string, right []bool) {
+	cols := r.columns()
+	head := make([]string, len(cols))
+	right = make([]bool, len(cols))
+	for i, c := range cols {
+		head[i], right[i] = c.head, c.right
+	}
+	lines = [][]string{head}
+	for _, row := range r.Rows {
+		cells := make([]string, len(cols))
+		for i, c := range cols {
+			cells[i] = c.cell(r, row)
 		}
+		lines = append(lines, cells)
 	}
-	return []string{
-		row.Scenario,
-		fmt.Sprint(row.Size),
-		fmt.Sprintf("%.2f", row.MedianMpps),
-		fmt.Sprintf("%.2f–%.2f", row.MinMpps, row.MaxMpps),
-		fmt.Sprintf("%.1f", row.NsPerPacket),
-		ratio,
-		fmt.Sprintf("%.1f%%", row.Loss*100),
-		row.Note,
-	}
+	return lines, right
 }
 
 // Table renders the report as a fixed-width table for a terminal.
 func (r *Report) Table() string {
-	lines := [][]string{columns}
-	for _, row := range r.Rows {
-		lines = append(lines, r.cells(row))
-	}
+	lines, right := r.table()
 	var b strings.Builder
-	b.WriteString(TextTable(lines, rightAligned))
+	b.WriteString(TextTable(lines, right))
 	if r.Baseline != "" {
-		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s in the same run; ", r.Baseline)
+		fmt.Fprintf(&b, "ratio: Mpps / Mpps of %s at the same size in the same run; ", r.Baseline)
 	}
 	b.WriteString("ns/pkt: whole path on one core\n")
 	if r.otherSizes() {
 		fmt.Fprintf(&b, "*: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
 	}
-	if line := r.ceilingLine(); line != "" {
+	if r.anchored() {
+		b.WriteString(anchorLine + "\n")
+	}
+	for _, line := range r.ceilingLines() {
+		b.WriteString(line + "\n")
+	}
+	if line := r.Record.String(); line != "" {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
 }
+
+// anchored says a row has an anchor, and the table its column.
+func (r *Report) anchored() bool {
+	return slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Anchor != "" })
+}
+
+const anchorLine = "to anchor: Mpps / Mpps of the row's own comparison (its function's, e.g. xdp-redirect for the border router) at the same size in the same run"
 
 func (r *Report) otherSizes() bool {
 	for _, row := range r.Rows {
@@ -171,16 +275,27 @@ func (r *Report) otherSizes() bool {
 	return false
 }
 
-// ceilingLine says how close the generator's veth row comes to the
-// generator alone; "" without both rows.
-func (r *Report) ceilingLine() string {
-	if r.CeilingMpps == 0 {
-		return ""
+// ceilingLines say, at each size, how close the generator's veth row comes
+// to the generator alone; none without a ceiling row.
+func (r *Report) ceilingLines() []string {
+	sizes := r.sizes()
+	var lines []string
+	for _, size := range sizes {
+		mpps, share := r.ceilingAt(size)
+		if mpps == 0 {
+			continue
+		}
+		at := ""
+		if len(sizes) > 1 {
+			at = fmt.Sprintf(" at %d B", size)
+		}
+		line := fmt.Sprintf("generator ceiling (one fixed frame, nothing written)%s: %.2f Mpps", at, mpps)
+		if share > 0 {
+			line += fmt.Sprintf("; the veth row reaches %.2f of it", share)
+		}
+		lines = append(lines, line)
 	}
-	if r.VethOfCeiling == 0 {
-		return fmt.Sprintf("generator ceiling (one fixed frame, nothing written): %.2f Mpps", r.CeilingMpps)
-	}
-	return fmt.Sprintf("generator ceiling (one fixed frame, nothing written): %.2f Mpps; the veth row reaches %.2f of it", r.CeilingMpps, r.VethOfCeiling)
+	return lines
 }
 
 // Markdown renders the report as a Markdown document for docs and PRs.
@@ -191,11 +306,17 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "- command: `%s`\n", r.Command)
 	fmt.Fprintf(&b, "- kernel: %s\n", r.Kernel)
 	fmt.Fprintf(&b, "- CPU: %s (%d CPUs)\n", r.CPUModel, r.CPUs)
+	if r.Commit != "" {
+		fmt.Fprintf(&b, "- commit: %s\n", r.Commit)
+	}
 	if r.Baseline != "" {
-		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s in the same run\n", r.Baseline)
+		fmt.Fprintf(&b, "- ratio: Mpps / Mpps of %s at the same size in the same run\n", r.Baseline)
 	}
 	if r.otherSizes() {
 		fmt.Fprintf(&b, "- *: frames of another size than %s's, divided by its rate all the same\n", r.Baseline)
+	}
+	if r.anchored() {
+		b.WriteString("- " + anchorLine + "\n")
 	}
 	if r.Restore {
 		b.WriteString("- generator: every packet written whole on each run (a DUT rewrites frames)\n")
@@ -203,21 +324,25 @@ func (r *Report) Markdown() string {
 		b.WriteString("- generator: only the bytes where the packets differ written on each run\n")
 	}
 	b.WriteString("- one core runs generator, DUT and sink: ns/pkt is the whole path's cost\n")
-	if line := r.ceilingLine(); line != "" {
+	for _, line := range r.ceilingLines() {
+		b.WriteString("- " + line + "\n")
+	}
+	if line := r.Record.String(); line != "" {
 		b.WriteString("- " + line + "\n")
 	}
 	b.WriteString("\n")
 
-	mdRow(&b, columns)
-	for _, right := range rightAligned {
+	lines, right := r.table()
+	mdRow(&b, lines[0])
+	for _, right := range right {
 		b.WriteString("|---")
 		if right {
 			b.WriteString(":")
 		}
 	}
 	b.WriteString("|\n")
-	for _, row := range r.Rows {
-		mdRow(&b, r.cells(row))
+	for _, cells := range lines[1:] {
+		mdRow(&b, cells)
 	}
 
 	if len(r.Rows) > 0 {
@@ -263,8 +388,13 @@ var (
 // min–max whisker and writes it as PNG. The baseline's bar is grey.
 func (r *Report) WritePNG(w io.Writer) error {
 	bars := make([]chartBar, len(r.Rows))
+	several := len(r.sizes()) > 1
 	for i, row := range r.Rows {
-		bars[i] = chartBar{row.Scenario, row.MedianMpps, row.MinMpps, row.MaxMpps, row.Scenario == r.Baseline}
+		name := row.Scenario
+		if several {
+			name = fmt.Sprintf("%s %d B", row.Scenario, row.Size)
+		}
+		bars[i] = chartBar{name, row.MedianMpps, row.MinMpps, row.MaxMpps, row.Scenario == r.Baseline}
 	}
 	return writeChart(w, r.title(), "Mpps delivered at the sink (bar: median, whisker: min-max)", bars)
 }

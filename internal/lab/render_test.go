@@ -161,7 +161,7 @@ func TestTable(t *testing.T) {
 				"scenario", "size (B)", "ns/pkt",
 				"veth", "10.00", "9.80–10.20", "100.0", "1.00×", "0.0%",
 				"br-scion", "4.80", "4.61–4.93", "208.3", "0.48×", "1.2%", "sink saturated",
-				"ratio: Mpps / Mpps of veth in the same run; ns/pkt: whole path on one core",
+				"ratio: Mpps / Mpps of veth at the same size in the same run; ns/pkt: whole path on one core",
 			},
 		},
 		"without baseline": {
@@ -274,5 +274,78 @@ func TestWritePNG(t *testing.T) {
 				t.Errorf("%d bar pixels, rows with traffic: %v", bars, hasTraffic)
 			}
 		})
+	}
+}
+
+func TestFinishAnchors(t *testing.T) {
+	r := Report{Baseline: "veth", Rows: []Row{
+		{Scenario: "veth", Size: 138, Runs: runsAt(10)},
+		{Scenario: "xdp-redirect", Size: 138, Runs: runsAt(8)},
+		{Scenario: "br", Size: 138, Anchor: "xdp-redirect", Runs: runsAt(4)},
+		{Scenario: "veth", Size: 1500, Runs: runsAt(5)},
+		{Scenario: "xdp-redirect", Size: 1500, Runs: runsAt(2)},
+		{Scenario: "br", Size: 1500, Anchor: "xdp-redirect", Runs: runsAt(1.5)},
+		// The anchor did not run at this size: no ratio, however close
+		// another size is.
+		{Scenario: "br", Size: 576, Anchor: "xdp-redirect", Runs: runsAt(3)},
+		// An anchor that moved nothing divides nothing.
+		{Scenario: "dead", Size: 138, Runs: runsAt(0)},
+		{Scenario: "fw", Size: 138, Anchor: "dead", Runs: runsAt(1)},
+	}}
+	r.Finish()
+	want := []struct{ anchorMpps, anchorRatio, ratio float64 }{
+		{0, 0, 1}, {0, 0, 0.8}, {8, 0.5, 0.4},
+		{0, 0, 1}, {0, 0, 0.4}, {2, 0.75, 0.3},
+		{0, 0, 0}, {0, 0, 0}, {0, 0, 0.1},
+	}
+	for i, w := range want {
+		row := r.Rows[i]
+		if !near(row.AnchorMpps, w.anchorMpps) || !near(row.AnchorRatio, w.anchorRatio) || !near(row.Ratio, w.ratio) {
+			t.Errorf("row %d (%s %d B): anchor %v Mpps, anchor ratio %v, ratio %v; want %+v", i, row.Scenario, row.Size, row.AnchorMpps, row.AnchorRatio, row.Ratio, w)
+		}
+	}
+	if r.CeilingMpps != 0 {
+		t.Errorf("ceiling %v without a ceiling row", r.CeilingMpps)
+	}
+}
+
+func TestCeilingAtEachSize(t *testing.T) {
+	r := Report{Baseline: "veth", Rows: []Row{
+		{Scenario: CeilingScenario, Size: 138, Runs: runsAt(20)},
+		{Scenario: "veth", Size: 138, Runs: runsAt(15)},
+		{Scenario: CeilingScenario, Size: 1500, Runs: runsAt(10)},
+		{Scenario: "veth", Size: 1500, Runs: runsAt(4)},
+	}}
+	r.Finish()
+	// The report's own fields are the first size's.
+	if !near(r.CeilingMpps, 20) || !near(r.VethOfCeiling, 0.75) {
+		t.Errorf("ceiling %v, veth of it %v; want 20 and 0.75", r.CeilingMpps, r.VethOfCeiling)
+	}
+	table := r.Table()
+	for _, w := range []string{"ceiling (one fixed frame, nothing written) at 138 B: 20.00 Mpps; the veth row reaches 0.75 of it",
+		"at 1500 B: 10.00 Mpps; the veth row reaches 0.40 of it"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
+	}
+}
+
+func TestTableAnchorColumn(t *testing.T) {
+	r := &Report{Baseline: "veth", Rows: []Row{
+		{Scenario: "veth", Size: 138, Runs: runsAt(10)},
+		{Scenario: "xdp-redirect", Size: 138, Runs: runsAt(8)},
+		{Scenario: "br", Size: 138, Anchor: "xdp-redirect", Runs: runsAt(3.92)},
+		{Scenario: "fw-0", Size: 138, Anchor: "routed", Runs: runsAt(3)},
+	}}
+	r.Finish()
+	table := r.Table()
+	for _, w := range []string{"to anchor", "0.49× xdp-redirect", "routed not run", "to anchor: Mpps / Mpps of the row's own comparison"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
+	}
+	// Without anchors and without a record, the table is as it was.
+	if plain := sampleReport().Table(); strings.Contains(plain, "to anchor") || strings.Contains(plain, "vs record") {
+		t.Errorf("columns of nothing:\n%s", plain)
 	}
 }

@@ -5,11 +5,15 @@ import "time"
 // Report is everything one `lab bench` run measured. The table, the Markdown
 // and the plot are all printed from it, and it is what --json writes.
 type Report struct {
-	Started  time.Time `json:"started"`
-	Command  string    `json:"command"`
-	Kernel   string    `json:"kernel"`
-	CPUModel string    `json:"cpu_model"`
-	CPUs     int       `json:"cpus"`
+	Started time.Time `json:"started"`
+	Command string    `json:"command"`
+	// Commit is the revision the binary was built from ("-dirty" with
+	// uncommitted changes); lab bench puts the checkout's HEAD there when
+	// the build did not record it (CheckoutCommit); "" when neither is known.
+	Commit   string `json:"commit,omitempty"`
+	Kernel   string `json:"kernel"`
+	CPUModel string `json:"cpu_model"`
+	CPUs     int    `json:"cpus"`
 	// Baseline is the scenario every ratio is taken to ("veth"), or "" when it
 	// was not part of the run.
 	Baseline string `json:"baseline"`
@@ -20,9 +24,13 @@ type Report struct {
 	Rows    []Row `json:"rows"`
 	// CeilingMpps is the generator alone (the ceiling row), and VethOfCeiling
 	// the veth row's share of it: what the generator's per-packet work
-	// leaves of the testbed's capacity. 0 when a row is missing.
+	// leaves of the testbed's capacity. 0 when a row is missing. With
+	// several frame sizes, these are the first size's; the rows have all.
 	CeilingMpps   float64 `json:"ceiling_mpps"`
 	VethOfCeiling float64 `json:"veth_of_ceiling"`
+	// Record is what the rows were compared with (CompareRecord), nil when
+	// they were not.
+	Record *RecordSummary `json:"record,omitempty"`
 }
 
 // Row is one scenario's figures over all its runs.
@@ -46,10 +54,19 @@ type Row struct {
 	// not run at (a real path's packets are as long as the path makes
 	// them), so Ratio is to the baseline at the one size it ran.
 	RatioOtherSize bool `json:"ratio_other_size,omitempty"`
+	// Anchor is the scenario's own comparison (Scenario.Anchor). AnchorMpps
+	// is the anchor row's median at the same frame size in the same run, 0
+	// when it did not run there, and AnchorRatio MedianMpps over it.
+	Anchor      string  `json:"anchor,omitempty"`
+	AnchorMpps  float64 `json:"anchor_mpps,omitempty"`
+	AnchorRatio float64 `json:"anchor_ratio,omitempty"`
 	// Loss is the fraction of sent packets the sink did not count (median).
 	Loss float64 `json:"loss"`
 	// Note says what limits the figure, e.g. that the path lost packets.
 	Note string `json:"note,omitempty"`
+	// VsRecord is the row against the machine kind's record, nil when the
+	// report was not compared with one.
+	VsRecord *Comparison `json:"vs_record,omitempty"`
 }
 
 // Run is one generation of a fixed number of packets through a scenario.

@@ -24,6 +24,13 @@ type Scenario struct {
 	Layout      Layout
 	// Order sorts the rows of a report: baselines first.
 	Order int
+	// Anchor names the scenario this one is judged against: its network
+	// function's natural comparison on the same testbed (the border router's
+	// is xdp-redirect, the firewall's routed). A row's Mpps over its
+	// anchor's, at the same frame size in the same run, is steadier than
+	// its ratio to veth: the generator's own speed cancels out of it.
+	// Empty for rows that are themselves a comparison.
+	Anchor string
 	// Rewrites says the DUT changes frames in place (MACs, TTL, path fields),
 	// so the generator must restore every packet whole on each run. A bench
 	// run restores for all its rows if any row needs it, to keep the ratios fair.
@@ -200,6 +207,7 @@ func init() {
 		Description: "routed DUT with an XDP program that passes everything on its ingress",
 		Layout:      LayoutDUT,
 		Order:       16,
+		Anchor:      "routed",
 		Rewrites:    true,
 		Routed:      true,
 		Setup:       setupPass,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,7 +86,7 @@ func TCPBench(ctx context.Context, o TCPOptions) (*TCPReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &TCPReport{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: runtime.NumCPU(), Seconds: o.Seconds}
+	rep := &TCPReport{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs(), Seconds: o.Seconds}
 	for _, s := range scs {
 		if s.Name == "routed" {
 			rep.Baseline = "routed"

@@ -3,6 +3,8 @@ package lab
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -251,10 +253,14 @@ func TestBenchRejectsBeforeSetup(t *testing.T) {
 		opts BenchOptions
 		want string
 	}{
-		"unknown scenario": {BenchOptions{Scenarios: []string{"veth", "warp-drive"}, Runs: 1, Packets: 1e6, Size: 138}, `unknown scenario "warp-drive": known are ceiling, veth, bridge, routed, xdp-pass, xdp-redirect`},
-		"no runs":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 0, Packets: 1e6, Size: 138}, "--runs 0"},
-		"tiny size":        {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Size: 20}, "packet size 20"},
-		"over the MTU":     {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Size: 1515}, "--size 1515: longer than the lab's veths take"},
+		"unknown scenario": {BenchOptions{Scenarios: []string{"veth", "warp-drive"}, Runs: 1, Packets: 1e6, Sizes: []int{138}}, `unknown scenario "warp-drive": known are ceiling, veth, bridge, routed, xdp-pass, xdp-redirect`},
+		"no runs":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 0, Packets: 1e6, Sizes: []int{138}}, "--runs 0"},
+		"no size":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6}, "no frame size given"},
+		"tiny size":        {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{20}}, "--size 20: packet size 20"},
+		"over the MTU":     {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{1515}}, "--size 1515: longer than the lab's veths take"},
+		// The last size is wrong: nothing of the first may run.
+		"last of several over the MTU": {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 1500, 1515}}, "--size 1515: longer than the lab's veths take"},
+		"size twice":                   {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 576, 138}}, "--size 138 given twice"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -272,4 +278,65 @@ func TestBenchRejectsBeforeSetup(t *testing.T) {
 
 func bridgeLink(name string) *netlink.Bridge {
 	return &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
+}
+
+// A bench at two sizes makes a row of every scenario at each, in turns with
+// --interleave, frames of 1,500 bytes through the generator and a routed
+// DUT included, and divides each row by its baseline and anchor at its own
+// size.
+func TestBenchAtTwoSizes(t *testing.T) {
+	requireKernel(t)
+	b := make([]byte, 2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "fp-t" + hex.EncodeToString(b) + "-"
+	var log bytes.Buffer
+	rep, err := Bench(context.Background(), BenchOptions{
+		Scenarios: []string{"veth", "routed", "xdp-pass"}, Runs: 2, Interleave: true, Packets: 1000,
+		Sizes: []int{138, 1500}, NoCeiling: true, Prefix: prefix, CPU: -1, Log: &log,
+	})
+	for _, l := range []Layout{LayoutVeth, LayoutDUT} {
+		for _, ns := range (Testbed{Prefix: prefix, Layout: l}).allNamespaces() {
+			if netns.Exists(ns) {
+				t.Errorf("namespace %s left behind", ns)
+			}
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		scenario string
+		size     int
+	}{{"veth", 138}, {"routed", 138}, {"xdp-pass", 138}, {"veth", 1500}, {"routed", 1500}, {"xdp-pass", 1500}}
+	if len(rep.Rows) != len(want) {
+		t.Fatalf("%d rows, want %d:\n%s", len(rep.Rows), len(want), rep.Table())
+	}
+	for i, w := range want {
+		row := rep.Rows[i]
+		if row.Scenario != w.scenario || row.Size != w.size {
+			t.Errorf("row %d is %s at %d B, want %s at %d B", i, row.Scenario, row.Size, w.scenario, w.size)
+			continue
+		}
+		if len(row.Runs) != 2 {
+			t.Errorf("%s %d B: %d runs, want 2", row.Scenario, row.Size, len(row.Runs))
+		}
+		for _, run := range row.Runs {
+			if run.Sent < 1000 || run.Received == 0 {
+				t.Errorf("%s %d B: a run sent %d, the sink counted %d", row.Scenario, row.Size, run.Sent, run.Received)
+			}
+		}
+		veth, routed := rep.Rows[i-i%3], rep.Rows[i-i%3+1]
+		if !near(row.Ratio, row.MedianMpps/veth.MedianMpps) || row.RatioOtherSize {
+			t.Errorf("%s %d B: ratio %v, want %v over veth at its size", row.Scenario, row.Size, row.Ratio, row.MedianMpps/veth.MedianMpps)
+		}
+		if row.Scenario == "xdp-pass" && (row.Anchor != "routed" || row.AnchorMpps != routed.MedianMpps) {
+			t.Errorf("xdp-pass %d B: anchor %s at %v Mpps, want routed at %v", row.Size, row.Anchor, row.AnchorMpps, routed.MedianMpps)
+		}
+	}
+	// Interleaved: every row's first run before any row's second.
+	if first, second := strings.Index(log.String(), "run 1/2"), strings.LastIndex(log.String(), "run 1/2"); first < 0 || second > strings.Index(log.String(), "run 2/2") {
+		t.Errorf("runs not in turns:\n%s", log.String())
+	}
 }

@@ -36,7 +36,7 @@ func init() {
 		v := v
 		lab.Register(lab.Scenario{
 			Name: v.name, Description: v.desc, Layout: lab.LayoutDUT, Order: v.order,
-			Rewrites: true,
+			Rewrites: true, Anchor: "xdp-redirect",
 			Setup: func(tb lab.Testbed) (func() error, error) {
 				cfg, cleanup, err := br.LabConfig()
 				if err != nil {
@@ -70,7 +70,7 @@ func labTransitPackets(tb lab.Testbed, size int) ([][]byte, error) {
 func registerReference() {
 	lab.Register(lab.Scenario{
 		Name: "ref-router", Description: "scionproto " + br.ReferenceVersion + "'s router (UDP sockets) in the DUT namespace",
-		Layout: lab.LayoutDUT, Order: 32, Rewrites: true,
+		Layout: lab.LayoutDUT, Order: 32, Rewrites: true, Anchor: "xdp-redirect",
 		Note: "a userspace router on both cores, beside the generator",
 		Setup: func(tb lab.Testbed) (func() error, error) {
 			dir, err := os.MkdirTemp("", "fastpath-ref-")

@@ -62,16 +62,16 @@ func init() {
 		},
 	})
 	for _, v := range []struct {
-		name, desc string
-		hybrid     bool
-		order      int
+		name, desc, anchor string
+		hybrid             bool
+		order              int
 	}{
-		{"scion-ref", "SCION network: the core AS's scionproto router alone, transit on a real path", false, 33},
-		{"scion-hybrid", "SCION network: fastpath in front of the core AS's scionproto router, transit on a real path", true, 34},
+		{"scion-ref", "SCION network: the core AS's scionproto router alone, transit on a real path", "", false, 33},
+		{"scion-hybrid", "SCION network: fastpath in front of the core AS's scionproto router, transit on a real path", "scion-ref", true, 34},
 	} {
 		v := v
 		lab.Register(lab.Scenario{
-			Name: v.name, Description: v.desc, Layout: lab.LayoutNone, Order: v.order,
+			Name: v.name, Description: v.desc, Layout: lab.LayoutNone, Order: v.order, Anchor: v.anchor,
 			Fixture: scionFixture, Rewrites: true, SCIONSink: true,
 			Note: "echo requests captured from scion ping on a real path of 3 ASes of scionproto v0.12.0",
 			Setup: func(lab.Testbed) (func() error, error) {

@@ -218,7 +218,7 @@ func init() {
 	})
 	register := func(name, desc string, order int, setup func(lab.Testbed) (func() error, error)) {
 		lab.Register(lab.Scenario{
-			Name: name, Description: desc, Layout: lab.LayoutDUT, Order: order,
+			Name: name, Description: desc, Layout: lab.LayoutDUT, Order: order, Anchor: "routed",
 			Rewrites: true, Routed: true, Setup: setup, Packets: lab.RoutedUDP,
 		})
 	}
@@ -234,7 +234,7 @@ func init() {
 	// and evicts another flow.
 	lab.Register(lab.Scenario{
 		Name: "fw-100k-churn", Description: fmt.Sprintf("fastpath fw, 100,000 rules + 1; %d flows cycling through a %d-entry flow table: every packet classified", churnFlows, churnTable),
-		Layout: lab.LayoutDUT, Order: 45, Rewrites: true, Routed: true,
+		Layout: lab.LayoutDUT, Order: 45, Rewrites: true, Routed: true, Anchor: "routed",
 		Setup: setupFirewall(100000, false, churnTable),
 		Packets: func(tb lab.Testbed, size int) ([][]byte, error) {
 			u := tb.DefaultUDP()
@@ -285,7 +285,7 @@ func registerFloods(nft, xf []string) {
 			lab.Register(lab.Scenario{
 				Name:        name,
 				Description: fmt.Sprintf("fastpath fw, ClassBench-like %s set of %d rules + 1 pass rule; %d new flows", kind, c.n, floodFlows),
-				Layout:      lab.LayoutDUT, Order: order, Rewrites: true, Routed: true,
+				Layout:      lab.LayoutDUT, Order: order, Rewrites: true, Routed: true, Anchor: "routed",
 				Setup: setupClassBench(kind, c.n), Packets: lab.RoutedUDP,
 				Flows: floodFlows, FlowSrc: genNet,
 			})
@@ -296,7 +296,7 @@ func registerFloods(nft, xf []string) {
 		lab.Register(lab.Scenario{
 			Name:        name,
 			Description: fmt.Sprintf("fastpath fw, ClassBench-like %s set of 100,000 rules + 1; %d flows cycling, all cached", kind, cachedFlows),
-			Layout:      lab.LayoutDUT, Order: 80 + len(cached), Rewrites: true, Routed: true,
+			Layout:      lab.LayoutDUT, Order: 80 + len(cached), Rewrites: true, Routed: true, Anchor: "routed",
 			Setup: setupClassBench(kind, 100000), Packets: lab.RoutedUDP,
 			Flows: cachedFlows, FlowSrc: genNet,
 		})

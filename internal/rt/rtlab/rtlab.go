@@ -32,6 +32,7 @@ func init() {
 		Description: "fastpath-rt forwarding over AF_XDP with no program (the same rings and mode as rt-*), veth1 → veth3",
 		Layout:      lab.LayoutDUT,
 		Order:       69,
+		Anchor:      "xdp-redirect",
 		Setup:       func(tb lab.Testbed) (func() error, error) { return startRuntime(tb, "") },
 	})
 	for i, engine := range []string{"interp", "jit"} {
@@ -41,6 +42,7 @@ func init() {
 			Description: "the xdp-redirect program in fastpath-rt (" + engine + ") over AF_XDP, veth1 → veth3",
 			Layout:      lab.LayoutDUT,
 			Order:       70 + i,
+			Anchor:      "afxdp-fwd",
 			Setup:       func(tb lab.Testbed) (func() error, error) { return startRuntime(tb, engine) },
 		})
 	}
