@@ -39,8 +39,11 @@ test: deps build
 	@bash scripts/test.sh
 
 demo: deps build
-	./$(BIN) lab bench veth bridge xdp-redirect afxdp-fwd rt-jit br br-nomac ref-router scion-ref scion-hybrid routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
+	./$(BIN) lab bench veth bridge xdp-redirect afxdp-fwd rt-jit br br-cold br-nomac ref-router scion-ref scion-hybrid routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
 		--json results/bench.json --md results/bench.md --plot results/bench.png
+	@# The border router at Anapaya's IMIX sizes (136/570/1518 B; 138/576/1500 here) against its anchor.
+	./$(BIN) lab bench xdp-redirect br br-cold --size 138,576,1500 --runs 3 --interleave \
+		--json results/br-sizes.json --md results/br-sizes.md
 	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
 	./$(BIN) lab tra ip tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
 	@echo "results: results/bench.{json,md,png} results/tra.{json,md,png}"

@@ -306,6 +306,7 @@ func TestBuiltInRecords(t *testing.T) {
 func TestFindRecord(t *testing.T) {
 	amd := Machine{CPUModel: "AMD EPYC", CPUs: 2, Kernel: "6.18.44-fc-v669"}
 	other := Machine{CPUModel: "Other CPU", CPUs: 4, Kernel: "6.1.0"}
+	intel := Machine{CPUModel: "Intel(R) Xeon(R) Processor", CPUs: 2, Kernel: "6.18.44-fc-v669"}
 
 	checkout := t.TempDir()
 	if err := os.WriteFile(filepath.Join(checkout, "go.mod"), []byte("module github.com/fastpath-dev/fastpath\n\ngo 1.25.0\n"), 0o644); err != nil {
@@ -345,7 +346,7 @@ func TestFindRecord(t *testing.T) {
 	}{
 		"checkout, from a subdirectory": {dir: deep, m: amd, from: inCheckout, path: inCheckout, rows: 1},
 		"checkout, no record yet":       {dir: checkout, m: other, path: filepath.Join(checkout, RecordDir, other.Kind()+".json")},
-		"outside: the built-in copy":    {dir: outside, m: amd, from: "built in: record/2cpu-amd-epyc-linux6.18.json", rows: 17},
+		"outside: the built-in copy":    {dir: outside, m: intel, from: "built in: record/2cpu-intel-xeon-linux6.18.json", rows: 17},
 		"outside, unknown kind":         {dir: outside, m: other},
 		"outside, update":               {dir: outside, m: amd, update: true, err: "is not inside a fastpath checkout"},
 		"named":                         {named: named, dir: outside, m: amd, from: named, path: named, rows: 1},

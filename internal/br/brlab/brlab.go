@@ -18,7 +18,7 @@ func init() {
 	// A bench run that dies leaves the router's pins; lab down removes them.
 	lab.RegisterCleanup(func(tb lab.Testbed) error {
 		var errs []error
-		for _, n := range []string{"br", "br-nomac"} {
+		for _, n := range []string{"br", "br-cold", "br-nomac"} {
 			if _, err := os.Stat(br.PinDir(tb.Prefix + n)); err == nil {
 				errs = append(errs, br.Detach(tb.Prefix+n, nil))
 			}
@@ -27,11 +27,13 @@ func init() {
 	})
 	for _, v := range []struct {
 		name, desc string
-		mac        bool
+		mac, cold  bool
 		order      int
 	}{
-		{"br", "SCION border router in XDP, hop-field MAC checks on", true, 30},
-		{"br-nomac", "SCION border router in XDP, MAC checks off", false, 31},
+		{"br", "SCION border router in XDP, hop-field MAC checks on", true, false, 30},
+		// Every packet's MAC computed: a flood of new flows, the worst case.
+		{"br-cold", "SCION border router in XDP, every hop-field MAC computed (MAC cache off)", true, true, 30},
+		{"br-nomac", "SCION border router in XDP, MAC checks off", false, false, 31},
 	} {
 		v := v
 		lab.Register(lab.Scenario{
@@ -46,7 +48,7 @@ func init() {
 				cfg.MACCheck = v.mac
 				name := tb.Prefix + v.name
 				devs := []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}
-				if err := br.Attach(cfg, br.AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
+				if err := br.Attach(cfg, br.AttachOptions{Devices: devs, Name: name, NoFallback: true, NoMACCache: v.cold}); err != nil {
 					return nil, err
 				}
 				return func() error { return br.Detach(name, nil) }, nil
