@@ -43,9 +43,10 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		timeout   time.Duration
 		links     int
 		hopExpiry time.Duration
+		mtu       int
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION]",
+		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,7 +67,10 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 					return err
 				}
 			}
-			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, HopExpiry: hopExpiry, Timeout: timeout, Log: os.Stderr}); err != nil {
+			if err := scionlab.CheckMTU(mtu); err != nil {
+				return err
+			}
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Log: os.Stderr}); err != nil {
 				return err
 			}
 			if sig {
@@ -91,6 +95,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "attach fastpath's border router in front of every AS's reference router")
 	up.Flags().BoolVar(&sig, "sig", false, "also run scionproto's SCION-IP gateway on the end hosts of the first and last leaf AS (addresses 10.(200+i).0.1 and fd00:5c:i::1 behind them, i the AS's index)")
 	up.Flags().DurationVar(&hopExpiry, "hop-expiry", 0, "how long the hop fields of every path live, rounded up to a multiple of 337.5s (337.5s to 24h; 0: scionproto's default, 6h)")
+	up.Flags().IntVar(&mtu, "mtu", scionlab.DefaultMTU, fmt.Sprintf("MTU of every link (inter-AS, internal networks, end hosts), %d to %d; the topology files say %d less (the IPv4/UDP underlay)", scionlab.MinMTU, scionlab.MaxMTU, scionlab.UnderlayOverhead))
 	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path (and for the SIG to carry traffic)")
 
 	var asJSON bool

@@ -16,6 +16,8 @@ func TestScionBadInput(t *testing.T) {
 	}{
 		"hop expiry too short":     {[]string{"up", "--hop-expiry", "5m"}, "--hop-expiry 5m0s: a hop field lives from 5m37.5s (ExpTime 0) to 24h0m0s"},
 		"hop expiry too long":      {[]string{"up", "--hop-expiry", "25h"}, "--hop-expiry 25h0m0s"},
+		"MTU too small":            {[]string{"up", "--mtu", "1000"}, "--mtu 1000: the links' MTU must be 1308 to 9028 bytes"},
+		"MTU too large":            {[]string{"up", "--mtu", "9100"}, "--mtu 9100: the links' MTU must be 1308 to 9028 bytes"},
 		"unknown service":          {[]string{"restart", "1-64513", "dispatcher"}, `service "dispatcher": restart one of router, control, daemon`},
 		"restart one arg":          {[]string{"restart", "1-64513"}, "accepts 2 arg(s)"},
 		"interface not a number":   {[]string{"link", "1-64513", "if1", "down"}, `interface "if1": give the AS's SCION interface ID`},

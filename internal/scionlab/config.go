@@ -59,6 +59,10 @@ func (n Network) generate(pki string, as []AS, links []Link, o genOptions) error
 // genOptions are what up's options change in the generated files.
 type genOptions struct {
 	bfd bool
+	// mtu is the links' MTU; the topology files give the SCION MTU it
+	// leaves (SCIONMTU), which the control services put in every path's
+	// metadata.
+	mtu int
 	// hopExpTime, if set, caps the ExpTime of the hop fields every control
 	// service adds (beaconing policies); nil leaves scionproto's default.
 	hopExpTime *uint8
@@ -88,7 +92,7 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 			return err
 		}
 	}
-	b, err := json.MarshalIndent(topology(a, as, links), "", "  ")
+	b, err := json.MarshalIndent(topology(a, as, links, o.mtu), "", "  ")
 	if err != nil {
 		return err
 	}
@@ -136,8 +140,10 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 	return nil
 }
 
-// topology is an AS's topology.json, as scionproto's generator writes it.
-func topology(a AS, as []AS, links []Link) map[string]any {
+// topology is an AS's topology.json, as scionproto's generator writes it,
+// for links of the given MTU: the AS's MTU (its internal network) and each
+// interface's are the SCION MTU they leave.
+func topology(a AS, as []AS, links []Link, mtu int) map[string]any {
 	attrs := []string{}
 	if a.Core {
 		attrs = append(attrs, "core")
@@ -160,14 +166,14 @@ func topology(a AS, as []AS, links []Link) map[string]any {
 			"underlay": map[string]string{"local": local, "remote": remote},
 			"isd_as":   other.IA.String(),
 			"link_to":  linkTo,
-			"mtu":      MTU,
+			"mtu":      SCIONMTU(mtu),
 		}
 	}
 	cs := map[string]any{a.ControlID(): map[string]string{"addr": fmt.Sprintf("%s:%d", a.Internal, ControlPort)}}
 	return map[string]any{
 		"attributes":        attrs,
 		"isd_as":            a.IA.String(),
-		"mtu":               MTU,
+		"mtu":               SCIONMTU(mtu),
 		"dispatched_ports":  DispatchedPorts,
 		"control_service":   cs,
 		"discovery_service": cs,

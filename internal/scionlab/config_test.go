@@ -1,6 +1,7 @@
 package scionlab
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -118,6 +119,88 @@ func TestBeaconPolicies(t *testing.T) {
 					if !slices.Contains(lines, want) {
 						t.Fatalf("%s:\n%s\nhas no line %q", file, b, want)
 					}
+				}
+			}
+		})
+	}
+}
+
+// The links' MTU is checked before anything is made, and what the topology
+// files say is the SCION MTU it leaves, for the AS and for every one of its
+// interfaces.
+func TestMTU(t *testing.T) {
+	cases := map[string]struct {
+		mtu     int
+		wantErr bool
+	}{
+		"Ethernet":           {mtu: DefaultMTU},
+		"jumbo":              {mtu: 9000},
+		"least":              {mtu: 1308},
+		"most":               {mtu: 9028},
+		"below SCION's 1280": {mtu: 1307, wantErr: true},
+		"above the router's": {mtu: 9029, wantErr: true},
+		"veth's largest":     {mtu: 65535, wantErr: true},
+		"zero":               {mtu: 0, wantErr: true},
+		"negative":           {mtu: -1500, wantErr: true},
+	}
+	as, links, err := Network{Prefix: "fp-tmtu-", Dir: t.TempDir()}.PlanLinks(3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := CheckMTU(c.mtu)
+			if c.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "--mtu") || !strings.Contains(err.Error(), "1308 to 9028") {
+					t.Fatalf("CheckMTU(%d) = %v; want an error naming --mtu and the range", c.mtu, err)
+				}
+				if c.mtu == 0 {
+					return // to Up, 0 is DefaultMTU
+				}
+				// Up refuses it before it looks at or makes anything.
+				n := Network{Prefix: "fp-tmtu-", Dir: filepath.Join(t.TempDir(), "scion")}
+				if _, err := n.Up(t.Context(), UpOptions{ASes: 3, MTU: c.mtu}); err == nil || !strings.Contains(err.Error(), "--mtu") {
+					t.Fatalf("Up with MTU %d: %v; want the --mtu error", c.mtu, err)
+				}
+				if _, err := os.Stat(n.Dir); !os.IsNotExist(err) {
+					t.Fatalf("Up with MTU %d made %s", c.mtu, n.Dir)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := float64(c.mtu - 28)
+			for _, a := range as {
+				b, err := json.Marshal(topology(a, as, links, c.mtu))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var topo struct {
+					MTU     float64 `json:"mtu"`
+					Routers map[string]struct {
+						Interfaces map[string]struct {
+							MTU float64 `json:"mtu"`
+						} `json:"interfaces"`
+					} `json:"border_routers"`
+				}
+				if err := json.Unmarshal(b, &topo); err != nil {
+					t.Fatal(err)
+				}
+				if topo.MTU != want {
+					t.Fatalf("%s: the AS's mtu is %v, want %v", a.IA, topo.MTU, want)
+				}
+				ifs := 0
+				for _, r := range topo.Routers {
+					for id, i := range r.Interfaces {
+						ifs++
+						if i.MTU != want {
+							t.Fatalf("%s: interface %s's mtu is %v, want %v", a.IA, id, i.MTU, want)
+						}
+					}
+				}
+				if wantIfs := map[bool]int{true: 4, false: 2}[a.Core]; ifs != wantIfs {
+					t.Fatalf("%s: %d interfaces in topology.json, want %d", a.IA, ifs, wantIfs)
 				}
 			}
 		})

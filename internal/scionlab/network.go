@@ -41,6 +41,10 @@ type UpOptions struct {
 	// HopExpTime); 0 leaves scionproto's default (ExpTime 63, 6 h). Short
 	// ones show how paths are refreshed before they expire.
 	HopExpiry time.Duration
+	// MTU is every link's MTU (DefaultMTU if 0, MinMTU to MaxMTU): the
+	// veths of the inter-AS links, of the internal networks and the end
+	// hosts' devices, and what the topology files say (less the underlay).
+	MTU int
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -74,11 +78,17 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		o.Timeout = 90 * time.Second
 	}
 	o.Links = max(o.Links, 1)
+	if o.MTU == 0 {
+		o.MTU = DefaultMTU
+	}
+	if err := CheckMTU(o.MTU); err != nil {
+		return nil, err
+	}
 	as, links, err := n.PlanLinks(o.ASes, o.Links)
 	if err != nil {
 		return nil, err
 	}
-	gen := genOptions{bfd: !o.NoBFD}
+	gen := genOptions{bfd: !o.NoBFD, mtu: o.MTU}
 	if o.HopExpiry != 0 {
 		e, err := HopExpTime(o.HopExpiry)
 		if err != nil {
@@ -107,7 +117,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry}
+	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU}
 	if err := n.writeState(st); err != nil {
 		return st, err
 	}
@@ -115,7 +125,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := n.generate(bins["scion-pki"], as, links, gen); err != nil {
 		return st, err
 	}
-	if err := n.build(as, links); err != nil {
+	if err := n.build(as, links, o.MTU); err != nil {
 		return st, err
 	}
 	st.Started = time.Now()
@@ -178,7 +188,8 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 // sameShape says whether the recorded network is the one o asks for.
 func (s *State) sameShape(n Network, o UpOptions) bool {
 	return s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
-		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry
+		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
+		s.mtu() == o.MTU
 }
 
 func allAlive(s *State) bool {
@@ -217,8 +228,9 @@ func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
 // HybridName is the pin name of fastpath's router in front of an AS's.
 func HybridName(a AS) string { return a.Netns + "-br" }
 
-// build makes the namespaces, links and internal networks.
-func (n Network) build(as []AS, links []Link) error {
+// build makes the namespaces, links and internal networks, every veth of
+// the given MTU.
+func (n Network) build(as []AS, links []Link, mtu int) error {
 	for _, ns := range Namespaces(as) {
 		if err := netns.Create(ns); err != nil {
 			return err
@@ -239,7 +251,7 @@ func (n Network) build(as []AS, links []Link) error {
 		}
 	}
 	for _, a := range as {
-		if err := vethPair(a.Netns, InternalDev, netip.PrefixFrom(a.Internal, a.Subnet.Bits()), a.HostNetns, HostDev, netip.PrefixFrom(a.Host, a.Subnet.Bits())); err != nil {
+		if err := vethPair(a.Netns, InternalDev, netip.PrefixFrom(a.Internal, a.Subnet.Bits()), a.HostNetns, HostDev, netip.PrefixFrom(a.Host, a.Subnet.Bits()), mtu); err != nil {
 			return err
 		}
 		// The end host's other traffic (SCION-IP translation later) goes by
@@ -259,17 +271,17 @@ func (n Network) build(as []AS, links []Link) error {
 	}
 	for _, l := range links {
 		p, c := as[l.Parent], as[l.Child]
-		if err := vethPair(p.Netns, l.ParentDev, netip.PrefixFrom(l.ParentAddr.Addr(), 30), c.Netns, l.ChildDev, netip.PrefixFrom(l.ChildAddr.Addr(), 30)); err != nil {
+		if err := vethPair(p.Netns, l.ParentDev, netip.PrefixFrom(l.ParentAddr.Addr(), 30), c.Netns, l.ChildDev, netip.PrefixFrom(l.ChildAddr.Addr(), 30), mtu); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// vethPair joins two namespaces, each end with an address, up, and with GRO
-// on: a veth hands frames redirected by XDP to its peer only if the peer
-// runs XDP or GRO, and fastpath's router may run on either side.
-func vethPair(nsA, devA string, addrA netip.Prefix, nsB, devB string, addrB netip.Prefix) error {
+// vethPair joins two namespaces, each end with an address and the MTU, up,
+// and with GRO on: a veth hands frames redirected by XDP to its peer only if
+// the peer runs XDP or GRO, and fastpath's router may run on either side.
+func vethPair(nsA, devA string, addrA netip.Prefix, nsB, devB string, addrB netip.Prefix, mtu int) error {
 	if err := netns.Veth(nsA, devA, nsB, devB); err != nil {
 		return err
 	}
@@ -277,14 +289,14 @@ func vethPair(nsA, devA string, addrA netip.Prefix, nsB, devB string, addrB neti
 		ns, dev string
 		a       netip.Prefix
 	}{{nsA, devA, addrA}, {nsB, devB, addrB}} {
-		if err := configure(e.ns, e.dev, e.a); err != nil {
+		if err := configure(e.ns, e.dev, e.a, mtu); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func configure(ns, dev string, a netip.Prefix) error {
+func configure(ns, dev string, a netip.Prefix, mtu int) error {
 	h, err := netns.Handle(ns)
 	if err != nil {
 		return err
@@ -293,6 +305,9 @@ func configure(ns, dev string, a netip.Prefix) error {
 	l, err := h.LinkByName(dev)
 	if err != nil {
 		return fmt.Errorf("%s in %s: %w", dev, ns, err)
+	}
+	if err := h.LinkSetMTU(l, mtu); err != nil {
+		return fmt.Errorf("MTU %d on %s/%s: %w", mtu, ns, dev, err)
 	}
 	if err := h.AddrReplace(l, &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), 32)}}); err != nil {
 		return fmt.Errorf("address %s on %s/%s: %w", a, ns, dev, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,10 +12,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/capture"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // testNetwork brings up a network of three ASes under names no other test
@@ -200,5 +207,98 @@ func TestDownAfterACrash(t *testing.T) {
 	}
 	if _, err := os.Stat(n.Dir); !os.IsNotExist(err) {
 		t.Fatalf("down left %s", n.Dir)
+	}
+}
+
+// A SCION packet of 8,000 bytes crosses the network through scionproto's
+// routers at --mtu 9000 in one frame per link: every device takes it, and
+// the topology files give paths a SCION MTU of 8972. At the default MTU the
+// same ping crosses too, but only in IP fragments, and paths say 1472.
+func TestJumboPing(t *testing.T) {
+	cases := map[string]struct {
+		mtu, pathMTU int
+		whole        bool
+	}{
+		"jumbo":   {mtu: 9000, pathMTU: 8972, whole: true},
+		"default": {mtu: 0, pathMTU: 1472, whole: false},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			n, as := testNetwork(t, UpOptions{MTU: c.mtu})
+			src, dst := as[1], as[len(as)-1]
+			linkMTU := max(c.mtu, DefaultMTU)
+			_, links, err := n.ASes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := []xdp.Iface{}
+			for _, a := range as {
+				devs = append(devs, xdp.Iface{Netns: a.Netns, Name: InternalDev}, xdp.Iface{Netns: a.HostNetns, Name: HostDev})
+			}
+			for _, l := range links {
+				devs = append(devs, xdp.Iface{Netns: as[l.Parent].Netns, Name: l.ParentDev}, xdp.Iface{Netns: as[l.Child].Netns, Name: l.ChildDev})
+			}
+			for _, d := range devs {
+				attrs, err := xdp.Lookup(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if attrs.MTU != linkMTU {
+					t.Fatalf("%s has MTU %d, want %d", d, attrs.MTU, linkMTU)
+				}
+			}
+			out, err := n.Scion(context.Background(), src, "showpaths", dst.IA.String(), "--format", "json", "--timeout", "5s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sp struct {
+				Paths []struct {
+					MTU int `json:"mtu"`
+				} `json:"paths"`
+			}
+			if err := json.Unmarshal([]byte(out), &sp); err != nil || len(sp.Paths) == 0 {
+				t.Fatalf("showpaths: %v\n%s", err, out)
+			}
+			for _, p := range sp.Paths {
+				if p.MTU != c.pathMTU {
+					t.Fatalf("a path of MTU %d, want %d:\n%s", p.MTU, c.pathMTU, out)
+				}
+			}
+
+			// The first leaf's link to the core (PlanLinks puts it first),
+			// where its router sends.
+			up := links[0]
+			tap, err := capture.Open(xdp.Iface{Netns: src.Netns, Name: up.ChildDev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tap.Close()
+			const count = 5
+			out, err = n.Scion(context.Background(), src, "ping", dst.IA.String()+","+dst.Host.String(), "-c", strconv.Itoa(count), "-s", "8000", "--interval", "50ms", "--timeout", "1s")
+			if m := lossRE.FindStringSubmatch(out); m == nil || m[2] != strconv.Itoa(count) {
+				t.Fatalf("scion ping -s 8000: %v\n%s", err, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+			whole, fragments := 0, 0
+			for _, f := range tap.Frames() {
+				p := gopacket.NewPacket(f.Data, layers.LayerTypeEthernet, gopacket.Default)
+				ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+				if !f.Outgoing || ip == nil || !ip.DstIP.Equal(up.ParentAddr.Addr().AsSlice()) {
+					continue
+				}
+				switch {
+				case ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0:
+					fragments++
+				case len(f.Data) > 8000:
+					whole++
+				}
+			}
+			if c.whole && (whole != count || fragments != 0) {
+				t.Fatalf("%d echo requests left for the core in one frame each and %d IP fragments; want %d and none", whole, fragments, count)
+			}
+			if !c.whole && (whole != 0 || fragments < 6*count) {
+				t.Fatalf("%d echo requests left for the core in one frame each and %d IP fragments; want none and at least %d", whole, fragments, 6*count)
+			}
+		})
 	}
 }

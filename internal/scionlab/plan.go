@@ -38,9 +38,37 @@ const (
 	// service takes its QUIC ports from it, and the router delivers SCION/UDP
 	// there straight to the host's port (elsewhere to 30041).
 	DispatchedPorts = "31000-32767"
-	// MTU is the SCION MTU: the veths' 1500 less an IPv4/UDP underlay.
-	MTU = 1472
 )
+
+// The links' MTU: every veth of the network (inter-AS links, internal
+// networks, the end hosts' devices) has the one up is given.
+const (
+	// DefaultMTU is Ethernet's.
+	DefaultMTU = 1500
+	// MinMTU leaves a SCION MTU of 1280, the least scionproto allows a
+	// path (MinMTU in its pkg/private/common).
+	MinMTU = 1280 + UnderlayOverhead
+	// MaxMTU is the largest link MTU whose SCION packets reach scionproto
+	// v0.12.0's router whole: it reads each datagram into a 9000-byte
+	// buffer (bufSize in router/dataplane.go) and would see a longer one
+	// cut short.
+	MaxMTU = 9000 + UnderlayOverhead
+	// UnderlayOverhead is what the IPv4/UDP underlay takes of a link's MTU.
+	UnderlayOverhead = 20 + 8
+)
+
+// SCIONMTU is the SCION MTU of a link of the given (IP) MTU: what the
+// topology files say, for the AS and each interface.
+func SCIONMTU(linkMTU int) int { return linkMTU - UnderlayOverhead }
+
+// CheckMTU refuses an MTU the network cannot run with.
+func CheckMTU(mtu int) error {
+	if mtu < MinMTU || mtu > MaxMTU {
+		return fmt.Errorf("--mtu %d: the links' MTU must be %d to %d bytes (9000 for jumbo frames): a SCION MTU of 1280, scionproto's least, to 9000, the most its router reads whole, plus the %d-byte IPv4/UDP underlay",
+			mtu, MinMTU, MaxMTU, UnderlayOverhead)
+	}
+	return nil
+}
 
 // Device names inside the namespaces (they are per namespace, so they need
 // no prefix).

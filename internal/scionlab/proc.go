@@ -49,9 +49,18 @@ type State struct {
 	Links int `json:"links,omitempty"`
 	// HopExpiry is up's HopExpiry: 0 for scionproto's default.
 	HopExpiry time.Duration `json:"hop_expiry_ns,omitempty"`
+	// MTU is the links' MTU (0 in a record of before --mtu: DefaultMTU).
+	MTU int `json:"mtu,omitempty"`
 }
 
 func (s *State) links() int { return max(s.Links, 1) }
+
+func (s *State) mtu() int {
+	if s.MTU == 0 {
+		return DefaultMTU
+	}
+	return s.MTU
+}
 
 func (n Network) statePath() string { return filepath.Join(n.Dir, "state.json") }
 

@@ -27,6 +27,10 @@ type Status struct {
 	Logs       string        `json:"logs"`
 	// Hops is how long the control services make hop fields live.
 	Hops HopExpiry `json:"hop_expiry"`
+	// MTU is every link's MTU, and SCIONMTU what the topology files say:
+	// the largest SCION packet a path of the network carries.
+	MTU      int `json:"mtu"`
+	SCIONMTU int `json:"scion_mtu"`
 }
 
 // HopExpiry is the network's hop-field lifetime: what up was asked for
@@ -105,7 +109,8 @@ func (n Network) Status() (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir(), Hops: hopExpiry(st.HopExpiry)}
+	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir(), Hops: hopExpiry(st.HopExpiry),
+		MTU: st.mtu(), SCIONMTU: SCIONMTU(st.mtu())}
 	hybrid := map[string]bool{}
 	for _, h := range st.Hybrid {
 		hybrid[h] = hybridAttached(h)
@@ -134,7 +139,7 @@ func (s *Status) Write(w io.Writer) {
 	if s.PathsAfter > 0 {
 		fmt.Fprintf(w, ", first path after %.1f s", s.PathsAfter.Seconds())
 	}
-	fmt.Fprintf(w, "\n%s\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", s.Hops, "AS", "core", "namespace", "host ns", "internal", "host", "processes")
+	fmt.Fprintf(w, "\n%s; links of MTU %d (SCION MTU %d)\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", s.Hops, s.MTU, s.SCIONMTU, "AS", "core", "namespace", "host ns", "internal", "host", "processes")
 	for _, a := range s.ASes {
 		var ps []string
 		for _, p := range a.Procs {
