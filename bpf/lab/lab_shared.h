@@ -22,10 +22,12 @@ struct gen_packet {
 	__u8 data[GEN_MAX_FRAME];
 };
 
-/* What the sink counts, per CPU. */
+/* What the sink counts, per CPU: multi_buf are the frames that came in
+ * several buffers (longer than a veth's first page takes). */
 struct sink_counters {
 	__u64 packets;
 	__u64 bytes;
+	__u64 multi_buf;
 };
 
 #endif

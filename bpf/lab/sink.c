@@ -1,4 +1,9 @@
-/* Traffic sink: counts every frame per CPU, then drops it. */
+/* Traffic sink: counts every frame per CPU, then drops it.
+ *
+ * Both programs are frags-aware: the kernel refuses any other on a veth
+ * whose peer's MTU exceeds a page ("Peer MTU is too large to set XDP"),
+ * and a jumbo frame arrives there in several buffers, of which only the
+ * first lies between data and data_end. Headers are always in the first. */
 #include "common.h"
 #include "lab_shared.h"
 
@@ -12,18 +17,21 @@ struct {
 
 static __always_inline int count_and_drop(struct xdp_md *ctx)
 {
+	__u64 len = bpf_xdp_get_buff_len(ctx);
 	struct sink_counters *c;
 	__u32 key = 0;
 
 	c = bpf_map_lookup_elem(&sink_stats, &key);
 	if (c) {
 		c->packets++;
-		c->bytes += ctx->data_end - ctx->data;
+		c->bytes += len;
+		if (len > (__u64)(ctx->data_end - ctx->data))
+			c->multi_buf++;
 	}
 	return XDP_DROP;
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int lab_sink(struct xdp_md *ctx)
 {
 	return count_and_drop(ctx);
@@ -34,7 +42,7 @@ int lab_sink(struct xdp_md *ctx)
  * ping) and passes everything else up, BFD (empty path), beacons (one-hop
  * path) and the control services' requests included, so that the router
  * behind keeps its sessions. */
-SEC("xdp")
+SEC("xdp.frags")
 int lab_sink_scion(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;

@@ -72,6 +72,7 @@ func (s *Sink) Total() (SinkCounters, error) {
 	for _, c := range per {
 		t.Packets += c.Packets
 		t.Bytes += c.Bytes
+		t.MultiBuf += c.MultiBuf
 	}
 	return t, err
 }

@@ -89,6 +89,13 @@ func Attach(i Iface, prog *ebpf.Program, mode Mode) (link.Link, error) {
 		if mode == Native && (errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EOPNOTSUPP)) {
 			return nil, fmt.Errorf("attach XDP to %s: %w; use generic mode instead", i, ErrNativeUnsupported)
 		}
+		// What a veth says when its peer's MTU allows frames longer than a
+		// page (they come in several buffers) and the program cannot take
+		// them ("Peer MTU is too large to set XDP", in the extack the link
+		// API does not return).
+		if mode == Native && errors.Is(err, unix.ERANGE) {
+			return nil, fmt.Errorf("attach XDP to %s: %w: the MTU of its peer allows frames longer than a page, and only a frags-aware program (SEC(\"xdp.frags\")) takes those: lower the MTU or load such a program", i, err)
+		}
 		return nil, fmt.Errorf("attach XDP (%s mode) to %s: %w", mode, i, err)
 	}
 	return l, nil
