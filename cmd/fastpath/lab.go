@@ -42,7 +42,10 @@ func labCmd() *cobra.Command {
 }
 
 func labUpCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
-	var layout string
+	var (
+		layout string
+		mtu    int
+	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "build the testbed (idempotent)",
@@ -50,6 +53,10 @@ func labUpCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, err := tb(layout)
 			if err != nil {
+				return err
+			}
+			t.MTU = mtu
+			if err := t.Validate(); err != nil {
 				return err
 			}
 			if err := preflight.Root(); err != nil {
@@ -65,6 +72,7 @@ func labUpCmd(tb func(string) (lab.Testbed, error)) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&layout, "layout", string(lab.LayoutDUT), "veth (generator ↔ sink) or dut (generator ↔ DUT ↔ sink)")
+	cmd.Flags().IntVar(&mtu, "mtu", lab.DefaultMTU, fmt.Sprintf("MTU of every veth (up to %d: jumbo frames, which XDP programs there then see in several buffers)", lab.JumboMTU))
 	return cmd
 }
 
@@ -125,7 +133,7 @@ func labGenCmd(prefix *string) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "gen --dev IFACE --pcap FILE [--count N | --duration D]",
-		Short: "replay a capture at top speed from an interface with live frames",
+		Short: "replay a capture at top speed from an interface with live frames (frames over 1536 B: from an AF_PACKET socket)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if capture == "" {
@@ -152,11 +160,14 @@ func labGenCmd(prefix *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			g, err := lab.NewGenerator(lab.GenOptions{Iface: iface, Packets: pkts, CPU: cpu, BatchSize: batch, Window: window, Flows: flood.flows, FlowSrc: src, Fixed: fixed})
+			g, err := lab.NewSender(lab.GenOptions{Iface: iface, Packets: pkts, CPU: cpu, BatchSize: batch, Window: window, Flows: flood.flows, FlowSrc: src, Fixed: fixed})
 			if err != nil {
 				return err
 			}
 			defer g.Close()
+			if g.Method() != lab.MethodLiveFrames {
+				fmt.Printf("frames over %d bytes: sending from an AF_PACKET socket (%s); --batch and --window do not apply\n", lab.LiveMaxFrame, g.Method())
+			}
 			switch {
 			case fixed:
 				fmt.Printf("sending the first packet of %d, as it is, from %s\n", len(pkts), iface)

@@ -35,7 +35,7 @@ func TestBadInput(t *testing.T) {
 		want string
 	}{
 		"bench bad size":                  {[]string{"lab", "bench", "veth", "--size", "138,5x6", "--prefix", "fp-tcli-"}, `--size "138,5x6": want frame lengths in bytes`},
-		"bench size over the MTU":         {[]string{"lab", "bench", "veth", "--size", "138,1600", "--prefix", "fp-tcli-"}, "--size 1600: longer than the lab's veths take"},
+		"bench size over the MTU":         {[]string{"lab", "bench", "veth", "--size", "138,9100", "--prefix", "fp-tcli-"}, "--size 9100: longer than the lab's jumbo veths take"},
 		"bench br packets too short":      {[]string{"lab", "bench", "br", "--size", "138,64", "--prefix", "fp-tcli-"}, "scenario br at --size 64: packet size 64 out of range"},
 		"bench record of another machine": {[]string{"lab", "bench", "veth", "--record", otherKind, "--update-record", "--prefix", "fp-tcli-"}, "holds the figures of machine kind 64cpu-other-linux6.1"},
 		"bench bad record":                {[]string{"lab", "bench", "veth", "--record", badRecord, "--prefix", "fp-tcli-"}, `record ` + badRecord + `: json: unknown field "mpps"`},

@@ -102,7 +102,10 @@ func (o *BenchOptions) validateSizes(scs []Scenario) error {
 			return fmt.Errorf("--size %d given twice", size)
 		}
 		if size > maxLabFrame {
-			return fmt.Errorf("--size %d: longer than the lab's veths take (MTU %d, %d-byte frames)", size, labMTU, maxLabFrame)
+			return fmt.Errorf("--size %d: longer than the lab's jumbo veths take (MTU %d, %d-byte frames)", size, JumboMTU, maxLabFrame)
+		}
+		if size > LiveMaxFrame && o.Flows > 0 {
+			return fmt.Errorf("--flows with --size %d: flood mode is the live-frames generator's, which sends frames of up to %d bytes", size, LiveMaxFrame)
 		}
 		if _, err := UDPPackets(UDPOptions{Size: size, Count: 1, SrcMAC: make([]byte, 6), DstMAC: make([]byte, 6), Src: Testbed{}.Gen().Addr.Addr(), Dst: Testbed{}.Sink().Addr.Addr()}); err != nil {
 			return fmt.Errorf("--size %d: %w", size, err)
@@ -116,9 +119,10 @@ func (o *BenchOptions) validateSizes(scs []Scenario) error {
 	return nil
 }
 
-// maxLabFrame is the longest frame, without FCS, the lab's veths pass: the
-// MTU and an Ethernet header.
-const maxLabFrame = labMTU + 14
+// maxLabFrame is the longest frame, without FCS, the lab's veths pass: a
+// jumbo MTU (the bench's testbeds have it for frames over 1514 bytes) and
+// an Ethernet header.
+const maxLabFrame = JumboMTU + 14
 
 // dryRunPackets builds a scenario's own packets once, without a testbed,
 // and checks their length. Scenarios on a fixture's network make theirs
@@ -136,8 +140,8 @@ func dryRunPackets(s Scenario, tb Testbed, size int) error {
 		return errors.New("its packet builder made no packets")
 	}
 	for _, p := range pkts {
-		if len(p) > maxLabFrame {
-			return fmt.Errorf("its frames are %d bytes at this size, longer than the lab's veths take (MTU %d, %d-byte frames)", len(p), labMTU, maxLabFrame)
+		if mtu := BenchMTU(size); len(p) > mtu+14 {
+			return fmt.Errorf("its frames are %d bytes at this size, longer than the lab's veths take at it (MTU %d, %d-byte frames)", len(p), mtu, mtu+14)
 		}
 	}
 	return nil
@@ -195,7 +199,8 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 		if name == "" || fixturesUp[name] != nil {
 			return nil
 		}
-		teardown, err := fixtures[name].Up(o.Prefix, o.Log)
+		// Up once for the whole bench: links for its longest frames.
+		teardown, err := fixtures[name].Up(FixtureOptions{Prefix: o.Prefix, MTU: BenchMTU(slices.Max(o.Sizes)), Log: o.Log})
 		if err != nil {
 			return fmt.Errorf("fixture %s: %w", name, err)
 		}
@@ -279,10 +284,21 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 	return rep, nil
 }
 
+// joinNotes joins the non-empty notes of a row with "; ".
+func joinNotes(notes ...string) string {
+	var out []string
+	for _, n := range notes {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // benchScenario sets a scenario up and measures runs of it at one size,
 // numbered from first+1 of o.Runs in the log.
 func benchScenario(ctx context.Context, s Scenario, size int, o BenchOptions, restore bool, first, runs int) (row Row, err error) {
-	tb := Testbed{Prefix: o.Prefix, Layout: s.Layout}
+	tb := Testbed{Prefix: o.Prefix, Layout: s.Layout, MTU: BenchMTU(size)}
 	if s.Layout != LayoutNone {
 		if err := tb.Up(); err != nil {
 			return row, err
@@ -325,13 +341,16 @@ func benchScenario(ctx context.Context, s Scenario, size int, o BenchOptions, re
 	if flows == 0 && !s.Fixed {
 		flows, flowSrc = o.Flows, o.FlowSrc
 	}
-	gen, err := NewGenerator(GenOptions{Iface: genIf, Packets: pkts, CPU: o.CPU, Window: !restore, Flows: flows, FlowSrc: flowSrc, Fixed: s.Fixed})
+	gen, err := NewSender(GenOptions{Iface: genIf, Packets: pkts, CPU: o.CPU, Window: !restore, Flows: flows, FlowSrc: flowSrc, Fixed: s.Fixed})
 	if err != nil {
 		return row, err
 	}
 	defer gen.Close()
 
-	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Anchor: s.Anchor, Note: s.Note}
+	row = Row{Scenario: s.Name, Description: s.Description, Size: len(pkts[0]), Anchor: s.Anchor, Note: s.Note, Generator: gen.Method()}
+	if gen.Method() != MethodLiveFrames {
+		row.Note = joinNotes(fmt.Sprintf("sent from an AF_PACKET socket (frames over %d B)", LiveMaxFrame), row.Note)
+	}
 	// One short warm-up run fills the bridge's FDB, the neighbour caches and
 	// the page pools before anything is measured.
 	if _, err := gen.Send(ctx, SendOptions{Count: min(o.Packets, 100_000), Duration: time.Second}); err != nil {

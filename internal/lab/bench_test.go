@@ -44,21 +44,29 @@ func TestDryRunPackets(t *testing.T) {
 		return func(Testbed, int) ([][]byte, error) { return [][]byte{make([]byte, 60), make([]byte, n)}, nil }
 	}
 	tests := map[string]struct {
-		s   Scenario
-		err string
+		s    Scenario
+		size int // 1500 if 0
+		err  string
 	}{
-		"default packets":     {Scenario{Layout: LayoutDUT}, ""},
-		"own packets fit":     {Scenario{Layout: LayoutDUT, Packets: frames(1514)}, ""},
-		"own packets too big": {Scenario{Layout: LayoutDUT, Packets: frames(1515)}, "its frames are 1515 bytes at this size, longer than the lab's veths take"},
-		"builder fails":       {Scenario{Layout: LayoutDUT, Packets: func(Testbed, int) ([][]byte, error) { return nil, errors.New("no such path") }}, "no such path"},
-		"builder makes none":  {Scenario{Layout: LayoutDUT, Packets: func(Testbed, int) ([][]byte, error) { return nil, nil }}, "made no packets"},
+		"default packets":     {Scenario{Layout: LayoutDUT}, 0, ""},
+		"own packets fit":     {Scenario{Layout: LayoutDUT, Packets: frames(1514)}, 0, ""},
+		"own packets too big": {Scenario{Layout: LayoutDUT, Packets: frames(1515)}, 0, "its frames are 1515 bytes at this size, longer than the lab's veths take"},
+		"builder fails":       {Scenario{Layout: LayoutDUT, Packets: func(Testbed, int) ([][]byte, error) { return nil, errors.New("no such path") }}, 0, "no such path"},
+		"builder makes none":  {Scenario{Layout: LayoutDUT, Packets: func(Testbed, int) ([][]byte, error) { return nil, nil }}, 0, "made no packets"},
 		// Packets of a fixture's network cannot be made before it exists.
-		"fixture left alone":   {Scenario{Layout: LayoutNone, Fixture: "net", Packets: frames(9000)}, ""},
-		"routed at 1500 bytes": {Scenario{Layout: LayoutDUT, Packets: RoutedUDP}, ""},
+		"fixture left alone":   {Scenario{Layout: LayoutNone, Fixture: "net", Packets: frames(9000)}, 0, ""},
+		"routed at 1500 bytes": {Scenario{Layout: LayoutDUT, Packets: RoutedUDP}, 0, ""},
+		// Over 1514 bytes the testbed has a jumbo MTU.
+		"jumbo fits":    {Scenario{Layout: LayoutDUT, Packets: frames(9014)}, 8000, ""},
+		"jumbo too big": {Scenario{Layout: LayoutDUT, Packets: frames(9015)}, 8000, "its frames are 9015 bytes at this size, longer than the lab's veths take at it (MTU 9000"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := dryRunPackets(tc.s, Testbed{Prefix: "fp-", Layout: tc.s.Layout}, 1500)
+			size := tc.size
+			if size == 0 {
+				size = 1500
+			}
+			err := dryRunPackets(tc.s, Testbed{Prefix: "fp-", Layout: tc.s.Layout}, size)
 			if tc.err == "" {
 				if err != nil {
 					t.Fatal(err)

@@ -39,8 +39,8 @@ func (t Testbed) DefaultUDP() UDPOptions {
 func (o UDPOptions) Validate() error {
 	// 60 bytes is Ethernet's minimum frame without FCS; it also leaves room
 	// for the 8-byte sequence number in the payload.
-	if o.Size < 60 || o.Size > GenMaxFrame {
-		return fmt.Errorf("packet size %d out of range: UDP/IPv4 test packets are 60 to %d bytes", o.Size, GenMaxFrame)
+	if o.Size < 60 || o.Size > PacketMaxFrame {
+		return fmt.Errorf("packet size %d out of range: UDP/IPv4 test packets are 60 to %d bytes (a jumbo frame)", o.Size, PacketMaxFrame)
 	}
 	if o.Count < 1 || o.Count > 1<<16 {
 		return fmt.Errorf("packet count %d out of range: 1 to 65536", o.Count)

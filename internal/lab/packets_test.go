@@ -77,7 +77,7 @@ func TestUDPPacketsRejects(t *testing.T) {
 		want string
 	}{
 		"too small":  {func(o *UDPOptions) { o.Size = 59 }, "packet size 59"},
-		"too large":  {func(o *UDPOptions) { o.Size = GenMaxFrame + 1 }, "out of range"},
+		"too large":  {func(o *UDPOptions) { o.Size = PacketMaxFrame + 1 }, "out of range"},
 		"no packets": {func(o *UDPOptions) { o.Count = 0 }, "packet count 0"},
 		"ipv6":       {func(o *UDPOptions) { o.Dst = netip.MustParseAddr("2001:2::1") }, "IPv4"},
 		"no mac":     {func(o *UDPOptions) { o.DstMAC = nil }, "MAC"},

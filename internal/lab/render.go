@@ -256,6 +256,9 @@ func (r *Report) Table() string {
 	if line := r.Record.String(); line != "" {
 		b.WriteString(line + "\n")
 	}
+	if line := r.generatorLine(); line != "" {
+		b.WriteString(line + "\n")
+	}
 	return b.String()
 }
 
@@ -265,6 +268,21 @@ func (r *Report) anchored() bool {
 }
 
 const anchorLine = "to anchor: Mpps / Mpps of the row's own comparison (its function's, e.g. xdp-redirect for the border router) at the same size in the same run"
+
+// generatorLine says at which sizes the frames did not come as live
+// frames; "" when all did.
+func (r *Report) generatorLine() string {
+	var sizes []string
+	for _, row := range r.Rows {
+		if s := fmt.Sprintf("%d B", row.Size); row.Generator != "" && row.Generator != MethodLiveFrames && !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	if len(sizes) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("generator at %s: an AF_PACKET socket on one core, for frames over the %d B live frames take: skbs, so its ceiling is lower", strings.Join(sizes, ", "), LiveMaxFrame)
+}
 
 func (r *Report) otherSizes() bool {
 	for _, row := range r.Rows {
@@ -328,6 +346,9 @@ func (r *Report) Markdown() string {
 		b.WriteString("- " + line + "\n")
 	}
 	if line := r.Record.String(); line != "" {
+		b.WriteString("- " + line + "\n")
+	}
+	if line := r.generatorLine(); line != "" {
 		b.WriteString("- " + line + "\n")
 	}
 	b.WriteString("\n")

@@ -349,3 +349,25 @@ func TestTableAnchorColumn(t *testing.T) {
 		t.Errorf("columns of nothing:\n%s", plain)
 	}
 }
+
+// The table says at which sizes frames came from the packet socket, once
+// per size, and says nothing when all came as live frames.
+func TestGeneratorLine(t *testing.T) {
+	r := &Report{Rows: []Row{
+		{Scenario: "ceiling", Size: 138, Generator: MethodLiveFrames},
+		{Scenario: "ceiling", Size: 8000, Generator: MethodPacket},
+		{Scenario: "veth", Size: 8000, Generator: MethodPacket},
+	}}
+	r.Finish()
+	want := "generator at 8000 B: an AF_PACKET socket on one core"
+	if got := r.Table(); strings.Count(got, want) != 1 {
+		t.Fatalf("table:\n%s\nwant one line with %q", got, want)
+	}
+	if got := r.Markdown(); !strings.Contains(got, "- "+want) {
+		t.Fatalf("markdown:\n%s\nwant a line with %q", got, want)
+	}
+	r.Rows = r.Rows[:1]
+	if got := r.Table(); strings.Contains(got, "AF_PACKET") {
+		t.Fatalf("all live frames, yet the table says:\n%s", got)
+	}
+}

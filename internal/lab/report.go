@@ -67,6 +67,9 @@ type Row struct {
 	// VsRecord is the row against the machine kind's record, nil when the
 	// report was not compared with one.
 	VsRecord *Comparison `json:"vs_record,omitempty"`
+	// Generator is how the frames were sent: MethodLiveFrames, or
+	// MethodPacket for frames longer than live frames take.
+	Generator string `json:"generator,omitempty"`
 }
 
 // Run is one generation of a fixed number of packets through a scenario.

@@ -72,9 +72,18 @@ type Scenario struct {
 // its own in the making.
 type Fixture struct {
 	Name string
-	// Up makes the fixture for a bench of the given prefix and returns what
-	// undoes it.
-	Up func(prefix string, log io.Writer) (teardown func() error, err error)
+	// Up makes the fixture for a bench and returns what undoes it.
+	Up func(o FixtureOptions) (teardown func() error, err error)
+}
+
+// FixtureOptions are what a fixture takes from the bench it is made for.
+type FixtureOptions struct {
+	// Prefix starts the name of everything it makes.
+	Prefix string
+	// MTU is what the bench's frames need of every link on their way
+	// (BenchMTU of --size): a fixture of Ethernet's MTU cannot carry them.
+	MTU int
+	Log io.Writer
 }
 
 var fixtures = map[string]Fixture{}

@@ -38,8 +38,21 @@ func ParseLayout(s string) (Layout, error) {
 	return "", fmt.Errorf("unknown layout %q: use veth or dut", s)
 }
 
-// labMTU is the MTU of every lab veth.
-const labMTU = 1500
+// The MTU of every lab veth: Ethernet's, or a jumbo MTU for frames longer
+// than Ethernet's (BenchMTU).
+const (
+	DefaultMTU = 1500
+	JumboMTU   = 9000
+)
+
+// BenchMTU is the testbed MTU that frames of the given length need:
+// Ethernet's up to 1514 bytes, else JumboMTU.
+func BenchMTU(frameLen int) int {
+	if frameLen <= DefaultMTU+14 {
+		return DefaultMTU
+	}
+	return JumboMTU
+}
 
 // DefaultPrefix starts the name of everything the lab creates.
 const DefaultPrefix = "fp-"
@@ -49,6 +62,18 @@ const DefaultPrefix = "fp-"
 type Testbed struct {
 	Prefix string
 	Layout Layout
+	// MTU of every veth: DefaultMTU if 0, at most JumboMTU. A veth's XDP
+	// program must be frags-aware when the veth's peer has an MTU above
+	// about a page (the kernel refuses others), and frames longer than a
+	// page reach it in several buffers.
+	MTU int
+}
+
+func (t Testbed) mtu() int {
+	if t.MTU == 0 {
+		return DefaultMTU
+	}
+	return t.MTU
 }
 
 // Endpoint is one veth of the testbed with its fixed addresses.
@@ -131,6 +156,9 @@ func (t Testbed) Validate() error {
 	if n := len(t.Prefix) + len("veth0"); n >= 16 {
 		return fmt.Errorf("testbed prefix %q too long: interface names would have %d characters, the kernel allows 15", t.Prefix, n)
 	}
+	if t.MTU != 0 && (t.MTU < 68 || t.MTU > JumboMTU) {
+		return fmt.Errorf("testbed MTU %d: give 68 (IPv4's least) to %d", t.MTU, JumboMTU)
+	}
 	return nil
 }
 
@@ -149,9 +177,9 @@ func (t Testbed) IsUp() bool {
 		if err != nil {
 			return false
 		}
-		_, err = h.LinkByName(ep.Dev)
+		l, err := h.LinkByName(ep.Dev)
 		h.Close()
-		if err != nil {
+		if err != nil || l.Attrs().MTU != t.mtu() {
 			return false
 		}
 	}
@@ -159,15 +187,15 @@ func (t Testbed) IsUp() bool {
 }
 
 // Up builds the testbed, or completes one that is partly there. If a testbed
-// with the other layout is up, it is taken down first. On failure nothing of
+// with the other layout or MTU is up, it is taken down first. On failure nothing of
 // the testbed is left behind.
 func (t Testbed) Up() (err error) {
 	if err := t.Validate(); err != nil {
 		return err
 	}
 	if !t.IsUp() {
-		// A partial or other-layout testbed: start from nothing rather than
-		// reason about which half survived a crash.
+		// A partial testbed, or one of another layout or MTU: start from
+		// nothing rather than reason about which half survived a crash.
 		if err := t.Down(); err != nil {
 			return err
 		}
@@ -223,7 +251,7 @@ func (t Testbed) ensurePair(a, b Endpoint) error {
 	}
 	defer peerNS.Close()
 	veth := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: a.Dev, HardwareAddr: a.MAC, MTU: labMTU},
+		LinkAttrs:        netlink.LinkAttrs{Name: a.Dev, HardwareAddr: a.MAC, MTU: t.mtu()},
 		PeerName:         b.Dev,
 		PeerHardwareAddr: b.MAC,
 		PeerNamespace:    netlink.NsFd(int(peerNS)),

@@ -91,6 +91,8 @@ func TestTestbedValidate(t *testing.T) {
 		"empty prefix":  {Testbed{Layout: LayoutDUT}, "prefix is empty"},
 		"long prefix":   {Testbed{Prefix: "fp-much-too-long-", Layout: LayoutDUT}, "too long"},
 		"unknown shape": {Testbed{Prefix: "fp-", Layout: "ring"}, `unknown layout "ring"`},
+		"MTU too large": {Testbed{Prefix: "fp-", Layout: LayoutVeth, MTU: 9001}, "testbed MTU 9001: give 68"},
+		"MTU too small": {Testbed{Prefix: "fp-", Layout: LayoutVeth, MTU: 67}, "testbed MTU 67"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -257,10 +259,11 @@ func TestBenchRejectsBeforeSetup(t *testing.T) {
 		"no runs":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 0, Packets: 1e6, Sizes: []int{138}}, "--runs 0"},
 		"no size":          {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6}, "no frame size given"},
 		"tiny size":        {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{20}}, "--size 20: packet size 20"},
-		"over the MTU":     {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{1515}}, "--size 1515: longer than the lab's veths take"},
+		"over jumbo":       {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{9015}}, "--size 9015: longer than the lab's jumbo veths take"},
 		// The last size is wrong: nothing of the first may run.
-		"last of several over the MTU": {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 1500, 1515}}, "--size 1515: longer than the lab's veths take"},
-		"size twice":                   {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 576, 138}}, "--size 138 given twice"},
+		"last of several over jumbo": {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 1500, 9015}}, "--size 9015: longer than the lab's jumbo veths take"},
+		"jumbo flood":                {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 8000}, Flows: 1000}, "--flows with --size 8000: flood mode is the live-frames generator's"},
+		"size twice":                 {BenchOptions{Scenarios: []string{"veth"}, Runs: 1, Packets: 1e6, Sizes: []int{138, 576, 138}}, "--size 138 given twice"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -38,10 +38,11 @@ var scionBench struct {
 func init() {
 	lab.RegisterFixture(lab.Fixture{
 		Name: scionFixture,
-		Up: func(prefix string, log io.Writer) (func() error, error) {
-			n := scionlab.Network{Prefix: prefix + "b", Dir: filepath.Join(os.TempDir(), "fastpath-scion-bench-"+prefix)}
-			fmt.Fprintf(log, "bringing up a SCION network of 3 ASes (%sas64512 …) for the scion rows\n", n.Prefix)
-			st, err := n.Up(context.Background(), scionlab.UpOptions{ASes: 3, Log: log})
+		Up: func(o lab.FixtureOptions) (func() error, error) {
+			log := o.Log
+			n := scionlab.Network{Prefix: o.Prefix + "b", Dir: filepath.Join(os.TempDir(), "fastpath-scion-bench-"+o.Prefix)}
+			fmt.Fprintf(log, "bringing up a SCION network of 3 ASes (%sas64512 …), links of MTU %d, for the scion rows\n", n.Prefix, o.MTU)
+			st, err := n.Up(context.Background(), scionlab.UpOptions{ASes: 3, MTU: o.MTU, Log: log})
 			if err != nil {
 				return nil, err
 			}
