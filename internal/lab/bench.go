@@ -382,6 +382,13 @@ func benchScenario(ctx context.Context, s Scenario, size int, o BenchOptions, re
 			return row, ctx.Err()
 		}
 	}
+	if s.Describe != nil {
+		what, err := s.Describe(tb)
+		if err != nil {
+			return row, err
+		}
+		row.Note = joinNotes(what, row.Note)
+	}
 	return row, nil
 }
 

@@ -61,6 +61,10 @@ type Scenario struct {
 	// Ends, for scenarios of LayoutNone, are where the generator sends
 	// from and where the sink counts.
 	Ends func(tb Testbed) (gen, sink xdp.Iface, err error)
+	// Describe, if set, is called after the runs and says in a few words
+	// what the DUT did with the frames, for the row's note (a router's
+	// verdicts, say).
+	Describe func(tb Testbed) (string, error)
 	// SCIONSink counts only SCMP echo requests on a standard path at the sink
 	// and passes the rest (AttachSCIONSink): a sink on a SCION router's link
 	// must leave its BFD and beacons alone.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
@@ -71,6 +73,8 @@ func init() {
 		{"scion-hybrid", "SCION network: fastpath in front of the core AS's scionproto router, transit on a real path", "scion-ref", true, 34},
 	} {
 		v := v
+		// The router attached in front of the core's, while the row runs.
+		var hybrid string
 		lab.Register(lab.Scenario{
 			Name: v.name, Description: v.desc, Layout: lab.LayoutNone, Order: v.order, Anchor: v.anchor,
 			Fixture: scionFixture, Rewrites: true, SCIONSink: true,
@@ -88,7 +92,14 @@ func init() {
 				if err != nil {
 					return nil, err
 				}
-				return func() error { return br.Detach(name, nil) }, nil
+				hybrid = name
+				return func() error { hybrid = ""; return br.Detach(name, nil) }, nil
+			},
+			Describe: func(lab.Testbed) (string, error) {
+				if hybrid == "" {
+					return "", nil
+				}
+				return verdictShares(hybrid)
 			},
 			Ends: func(lab.Testbed) (xdp.Iface, xdp.Iface, error) {
 				_, tr, err := scionNetwork()
@@ -116,4 +127,42 @@ func scionNetwork() (*scionlab.Network, *scionlab.Transit, error) {
 		return nil, nil, fmt.Errorf("the scion rows' network is not up")
 	}
 	return scionBench.n, scionBench.transit, nil
+}
+
+// verdictShares says what fastpath's router did with what it saw, its (up
+// to three) most frequent verdicts and their shares: whether the rows'
+// frames were forwarded in XDP or passed up to the reference router, and
+// why.
+func verdictShares(name string) (string, error) {
+	p, err := br.OpenPinned(name)
+	if err != nil {
+		return "", err
+	}
+	defer p.Close()
+	totals, err := p.Totals()
+	if err != nil {
+		return "", err
+	}
+	var all uint64
+	verdicts := make([]string, 0, len(totals))
+	for v, st := range totals {
+		if st.Packets > 0 {
+			verdicts = append(verdicts, v)
+			all += st.Packets
+		}
+	}
+	if all == 0 {
+		return "fastpath at the core saw nothing", nil
+	}
+	sort.Slice(verdicts, func(i, j int) bool { return totals[verdicts[i]].Packets > totals[verdicts[j]].Packets })
+	var parts []string
+	for i, v := range verdicts[:min(3, len(verdicts))] {
+		share := 100 * float64(totals[v].Packets) / float64(all)
+		// BFD and beacons are a trace beside the rows' millions.
+		if i > 0 && share < 0.1 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", v, share))
+	}
+	return fmt.Sprintf("fastpath at the core: %s of %d frames", strings.Join(parts, ", "), all), nil
 }
