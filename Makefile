@@ -44,9 +44,12 @@ demo: deps build
 	@# The border router at Anapaya's IMIX sizes (136/570/1518 B; 138/576/1500 here) against its anchor.
 	./$(BIN) lab bench xdp-redirect br br-cold --size 138,576,1500 --runs 3 --interleave \
 		--json results/br-sizes.json --md results/br-sizes.md
+	@# Jumbo frames (8,000 B) on a SCION network of MTU 9000: scionproto's router alone, and fastpath in front.
+	./$(BIN) lab bench scion-ref scion-hybrid --size 8000 --runs 3 --interleave \
+		--json results/scion-jumbo.json --md results/scion-jumbo.md
 	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
 	./$(BIN) lab tra ip tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
-	@echo "results: results/bench.{json,md,png} results/tra.{json,md,png}"
+	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png}"
 
 # The translator over 30 minutes: steady UDP, TCP and ping6 between two
 # translated hosts while links flap every minute and scionproto's daemons and
