@@ -20,40 +20,74 @@ import (
 // peer's NAPI poll, which only those two turn on). The answer names the
 // fix.
 func TxProblem(i Iface) (string, error) {
+	ok, why, err := TxState(i)
+	if ok || err != nil {
+		return "", err
+	}
+	return why, nil
+}
+
+// TxState says whether the device takes XDP frames, and why: for a device
+// that does, what makes it (for a log line when that changes); for one
+// that does not, the problem, naming the fix, as TxProblem gives it.
+func TxState(i Iface) (ok bool, why string, err error) {
 	h, err := netns.Handle(i.Netns)
 	if err != nil {
-		return "", err
+		return false, "", err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(i.Name)
 	if err != nil {
-		return "", fmt.Errorf("interface %s: %w", i, err)
+		return false, "", fmt.Errorf("interface %s: %w", i, err)
 	}
 	a := l.Attrs()
 	if a.Flags&unix.IFF_UP == 0 {
-		return fmt.Sprintf("%s is down: frames sent to it are dropped; bring it up (ip link set %s up)", i, i.Name), nil
+		return false, fmt.Sprintf("%s is down: frames sent to it are dropped; bring it up (ip link set %s up)", i, i.Name), nil
 	}
 	if l.Type() != "veth" {
-		return "", nil
+		return true, "it is up and not a veth", nil
 	}
 	peer, err := vethPeer(i, h, l)
 	if err != nil {
-		return "", err
+		return false, "", err
 	}
-	if peer == nil {
-		return "", nil // the peer lives in a namespace we cannot name: assume it takes frames
+	peerName, fix := "(in a network namespace without a name here)", "turn GRO on there or attach an XDP program to it"
+	if peer != nil {
+		if peer.link.Attrs().Flags&unix.IFF_UP == 0 {
+			return false, fmt.Sprintf("%s's peer %s is down: frames sent to %s are dropped; bring it up (%s)", i, peer.iface, i.Name, inNS(peer.iface.Netns, "ip link set "+peer.iface.Name+" up")), nil
+		}
+		if x := peer.link.Attrs().Xdp; x != nil && x.Attached {
+			return true, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
+		}
+		peerName = peer.iface.String()
+		fix = fmt.Sprintf("turn GRO on there (%s) or attach an XDP program to it", inNS(peer.iface.Netns, "ethtool -K "+peer.iface.Name+" gro on"))
 	}
-	if peer.link.Attrs().Flags&unix.IFF_UP == 0 {
-		return fmt.Sprintf("%s's peer %s is down: frames sent to %s are dropped; bring it up (%s)", i, peer.iface, i.Name, inNS(peer.iface.Netns, "ip link set "+peer.iface.Name+" up")), nil
+	problem := fmt.Sprintf("frames sent to %s are dropped: its peer %s runs neither an XDP program nor GRO; %s", i, peerName, fix)
+	// The kernel says on this side whether the peer runs either: no need
+	// to reach the peer, which may live where fastpath cannot look.
+	ok, known, err := takesRedirects(i.Netns, a.Index)
+	if err != nil {
+		return false, "", err
 	}
-	if x := peer.link.Attrs().Xdp; x != nil && x.Attached {
-		return "", nil
+	switch {
+	case known && ok && peer != nil:
+		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
+	case known && ok:
+		return true, "its peer runs an XDP program or GRO (the kernel says so; the peer is in a network namespace without a name here)", nil
+	case known:
+		return false, problem, nil
+	case peer == nil:
+		return true, "its peer lives in a network namespace without a name here, so fastpath cannot look: assumed to take them", nil
 	}
+	// A kernel without the netdev family (before 6.3): ask the peer.
 	gro, err := groOn(peer.iface)
-	if err != nil || gro {
-		return "", err
+	if err != nil {
+		return false, "", err
 	}
-	return fmt.Sprintf("frames sent to %s are dropped: its peer %s runs neither an XDP program nor GRO; turn GRO on there (%s) or attach an XDP program to it", i, peer.iface, inNS(peer.iface.Netns, "ethtool -K "+peer.iface.Name+" gro on")), nil
+	if gro {
+		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
+	}
+	return false, problem, nil
 }
 
 func inNS(ns, cmd string) string {
