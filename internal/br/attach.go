@@ -152,11 +152,33 @@ func (r *Router) attachTracing(dir string) error {
 	return nil
 }
 
-// usableEgress are the devices a forwarded frame may leave by — those the
-// router is attached to and those its configured next hops (neighbours,
-// siblings) are reached through — less those that would drop XDP frames,
-// each of which gets a warning naming the fix.
+// usableEgress are the devices a forwarded frame may leave by
+// (egressCandidates) less those that would drop XDP frames, each of which
+// gets a warning naming the fix.
 func usableEgress(cfg *Config, ns string, devs []xdp.Iface, warn io.Writer) ([]xdp.Iface, error) {
+	all, err := egressCandidates(cfg, ns, devs)
+	if err != nil {
+		return nil, err
+	}
+	var ok []xdp.Iface
+	for _, d := range all {
+		problem, err := xdp.TxProblem(d)
+		if err != nil {
+			return nil, err
+		}
+		if problem != "" {
+			fmt.Fprintf(warn, "warning: %s. Until it is fixed the fast path leaves what goes out by %s to the reference router (verdict tx_unusable); `fastpath br serve` picks the fix up within a second, a one-shot `br attach` must be run again.\n", problem, d)
+			continue
+		}
+		ok = append(ok, d)
+	}
+	return ok, nil
+}
+
+// egressCandidates are the devices a forwarded frame may leave by: those
+// the router is attached to and those its configured next hops
+// (neighbours, siblings) are reached through now.
+func egressCandidates(cfg *Config, ns string, devs []xdp.Iface) ([]xdp.Iface, error) {
 	seen := map[xdp.Iface]bool{}
 	var all []xdp.Iface
 	add := func(d xdp.Iface) {
@@ -168,21 +190,12 @@ func usableEgress(cfg *Config, ns string, devs []xdp.Iface, warn io.Writer) ([]x
 	for _, d := range devs {
 		add(d)
 	}
-	var hops []netip.Addr
-	for _, i := range cfg.Interfaces {
-		switch i.Kind {
-		case External:
-			hops = append(hops, i.Remote.Addr())
-		case Sibling:
-			hops = append(hops, i.SiblingAddr.Addr())
-		}
-	}
 	h, err := netns.Handle(ns)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	for _, hop := range hops {
+	for _, hop := range nextHops(cfg) {
 		routes, err := h.RouteGet(hop.AsSlice())
 		if err != nil || len(routes) == 0 {
 			continue // no route yet: the FIB decides per packet
@@ -193,19 +206,22 @@ func usableEgress(cfg *Config, ns string, devs []xdp.Iface, warn io.Writer) ([]x
 		}
 		add(xdp.Iface{Netns: ns, Name: l.Attrs().Name})
 	}
-	var ok []xdp.Iface
-	for _, d := range all {
-		problem, err := xdp.TxProblem(d)
-		if err != nil {
-			return nil, err
+	return all, nil
+}
+
+// nextHops are the underlay addresses the router forwards to: each
+// external interface's neighbour and each sibling router.
+func nextHops(cfg *Config) []netip.Addr {
+	var hops []netip.Addr
+	for _, i := range cfg.Interfaces {
+		switch i.Kind {
+		case External:
+			hops = append(hops, i.Remote.Addr())
+		case Sibling:
+			hops = append(hops, i.SiblingAddr.Addr())
 		}
-		if problem != "" {
-			fmt.Fprintf(warn, "warning: %s. Until then the fast path leaves what goes out by %s to the reference router (verdict tx_unusable); attach again once it is fixed.\n", problem, d)
-			continue
-		}
-		ok = append(ok, d)
 	}
-	return ok, nil
+	return hops
 }
 
 // fillCPUs points the CPU map at the router program on each worker CPU.
@@ -390,7 +406,18 @@ func (p *Pinned) ReadCounters() (*Counts, error) { return readCounters(p.Counter
 // uses: the kernel then refuses the fast path's FIB lookups, which name lo,
 // and every packet goes to the reference router.
 func warnForwarding(cfg *Config, ns string, w io.Writer) {
-	// The sysctl directory of each family the router's addresses use.
+	for _, fam := range loForwardingOff(cfg, ns) {
+		fmt.Fprintln(w, forwardingWarning(ns, fam))
+	}
+}
+
+func forwardingWarning(ns, fam string) string {
+	return fmt.Sprintf("warning: %s: forwarding is off on lo, so the kernel refuses the fast path's FIB lookups (they name lo, as the host's own traffic does) and every packet goes to the reference router (verdict fwd_disabled). Turn it on for lo alone with `sysctl -w net.%s.conf.lo.forwarding=1`: the host still forwards nothing it did not before.", nsName(ns), fam)
+}
+
+// loForwardingOff are the families the router uses ("ipv4", "ipv6": the
+// sysctl directories) that have forwarding off on lo in ns.
+func loForwardingOff(cfg *Config, ns string) []string {
 	fams := map[string]bool{}
 	sysctlDir := func(a netip.Addr) string {
 		if a.Unmap().Is4() {
@@ -404,6 +431,7 @@ func warnForwarding(cfg *Config, ns string, w io.Writer) {
 			fams[sysctlDir(i.Remote.Addr())] = true
 		}
 	}
+	var off []string
 	_ = netns.Run(ns, func() error {
 		for _, fam := range []string{"ipv4", "ipv6"} {
 			if !fams[fam] {
@@ -411,11 +439,12 @@ func warnForwarding(cfg *Config, ns string, w io.Writer) {
 			}
 			b, err := os.ReadFile(filepath.Join("/proc/sys/net", fam, "conf/lo/forwarding"))
 			if err == nil && strings.TrimSpace(string(b)) == "0" {
-				fmt.Fprintf(w, "warning: %s: forwarding is off on lo, so the kernel refuses the fast path's FIB lookups (they name lo, as the host's own traffic does) and every packet goes to the reference router (verdict fwd_disabled). Turn it on for lo alone with `sysctl -w net.%s.conf.lo.forwarding=1`: the host still forwards nothing it did not before.\n", nsName(ns), fam)
+				off = append(off, fam)
 			}
 		}
 		return nil
 	})
+	return off
 }
 
 // RouterState is an attached router as `br list` shows it.

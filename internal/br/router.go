@@ -628,26 +628,13 @@ func (r *Router) SetHost(ns string, tx []xdp.Iface) error {
 	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("write router config: %w", err)
 	}
-	local := map[routerBrAddr]bool{}
-	err = netns.Run(ns, func() error {
-		addrs, err := net.InterfaceAddrs()
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					local[brAddr(netip.AddrPortFrom(ip, 0))] = true
-				}
-			}
-		}
-		return nil
-	})
+	m := r.hostMaps()
+	local, err := hostAddrs(ns)
 	if err != nil {
-		return fmt.Errorf("addresses of %s: %w", nsName(ns), err)
+		return err
 	}
-	if err := syncSet(r.objs.LocalAddrs, local, uint8(1)); err != nil {
-		return fmt.Errorf("write local addresses: %w", err)
+	if _, _, err := m.setLocalAddrs(local); err != nil {
+		return err
 	}
 	ports := map[uint32]bool{}
 	for _, d := range tx {
@@ -657,59 +644,152 @@ func (r *Router) SetHost(ns string, tx []xdp.Iface) error {
 		}
 		ports[uint32(a.Index)] = true
 	}
-	// The redirect map first: a device is in br_egress only once a frame
-	// can be redirected to it. A devmap resolves indexes in the namespace
-	// of the thread updating it.
-	err = netns.Run(ns, func() error {
-		var k, v uint32
-		var stale []uint32
-		it := r.objs.TxPorts.Iterate()
-		for it.Next(&k, &v) {
-			if !ports[k] {
-				stale = append(stale, k)
-			}
-		}
-		for idx := range ports {
-			if err := r.objs.TxPorts.Put(idx, idx); err != nil {
-				return fmt.Errorf("add device %d to the redirect map: %w", idx, err)
-			}
-		}
-		if err := syncSet(r.objs.Egress, ports, uint8(1)); err != nil {
-			return fmt.Errorf("write the egress devices: %w", err)
-		}
-		for _, k := range stale {
-			r.objs.TxPorts.Delete(k)
-		}
-		return it.Err()
-	})
+	_, _, err = m.setEgress(ns, ports, r.cfg)
 	return err
 }
 
-// syncSet makes a hash map hold exactly the keys of want, each with val.
-func syncSet[K comparable, V any](m *ebpf.Map, want map[K]bool, val V) error {
-	var k K
-	var v V
-	var stale []K
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if !want[k] {
-			stale = append(stale, k)
+// hostMaps are the maps that hold what the router knows of its host: they
+// are written at attach and kept in step by a Keeper.
+type hostMaps struct {
+	localAddrs, txPorts, egress, nhCache *ebpf.Map
+}
+
+func (r *Router) hostMaps() hostMaps {
+	return hostMaps{localAddrs: r.objs.LocalAddrs, txPorts: r.objs.TxPorts, egress: r.objs.Egress, nhCache: r.maps["br_nh_cache"]}
+}
+
+// hostAddrs are the addresses of the namespace's devices, as
+// br_local_addrs keys them.
+func hostAddrs(ns string) (map[routerBrAddr]bool, error) {
+	local := map[routerBrAddr]bool{}
+	err := netns.Run(ns, func() error {
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return err
 		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					local[brAddr(netip.AddrPortFrom(ip.Unmap(), 0))] = true
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("addresses of %s: %w", nsName(ns), err)
 	}
-	if err := it.Err(); err != nil {
+	return local, nil
+}
+
+// setLocalAddrs makes br_local_addrs hold exactly the addresses given and
+// says what it added and removed.
+func (m hostMaps) setLocalAddrs(want map[routerBrAddr]bool) (added, removed []routerBrAddr, err error) {
+	added, removed, err = syncSet(m.localAddrs, want, uint8(1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("write local addresses: %w", err)
+	}
+	return added, removed, nil
+}
+
+// setEgress makes the devices of ports (by index) the ones frames may be
+// redirected to, and says which it added and removed. A device is added
+// to the redirect map before br_egress lets a packet choose it, and taken
+// out of br_egress before the redirect map, so that no packet is passed
+// up for a device that stays usable, and none redirected to a missing
+// entry. Next hops the router cached on a removed device (up to half a
+// second) are dropped with it, so that its traffic falls back at once
+// instead of being sent into a device that drops it.
+func (m hostMaps) setEgress(ns string, ports map[uint32]bool, cfg *Config) (added, removed []uint32, err error) {
+	// A devmap resolves indexes in the namespace of the thread updating it.
+	err = netns.Run(ns, func() error {
+		var k, v uint32
+		have := map[uint32]bool{}
+		it := m.txPorts.Iterate()
+		for it.Next(&k, &v) {
+			have[k] = true
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read the redirect map: %w", err)
+		}
+		for idx := range ports {
+			if !have[idx] {
+				if err := m.txPorts.Put(idx, idx); err != nil {
+					return fmt.Errorf("add device %d to the redirect map: %w", idx, err)
+				}
+			}
+		}
+		var err error
+		if added, removed, err = syncSet(m.egress, ports, uint8(1)); err != nil {
+			return fmt.Errorf("write the egress devices: %w", err)
+		}
+		if len(removed) > 0 && m.nhCache != nil {
+			if err := clearNextHops(m.nhCache, cfg); err != nil {
+				return err
+			}
+		}
+		for idx := range have {
+			if !ports[idx] {
+				if err := m.txPorts.Delete(idx); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("remove device %d from the redirect map: %w", idx, err)
+				}
+			}
+		}
+		return nil
+	})
+	return added, removed, err
+}
+
+// clearNextHops empties the next-hop cache entries of the configuration's
+// interfaces on every CPU: the next packet to each asks the FIB and
+// br_egress again.
+func clearNextHops(m *ebpf.Map, cfg *Config) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
 		return err
 	}
-	for _, k := range stale {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	for k := range want {
-		if err := m.Put(k, val); err != nil {
-			return err
+	zero := make([]routerBrNh, ncpu)
+	for _, i := range cfg.Interfaces {
+		if err := m.Put(uint32(i.ID), zero); err != nil {
+			return fmt.Errorf("clear the next hop of interface %d: %w", i.ID, err)
 		}
 	}
 	return nil
+}
+
+// syncSet makes a hash map hold exactly the keys of want, each with val:
+// new keys first, then stale ones go. It says which keys it added and
+// which it removed.
+func syncSet[K comparable, V any](m *ebpf.Map, want map[K]bool, val V) (added, removed []K, err error) {
+	var k K
+	var v V
+	have := map[K]bool{}
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		have[k] = true
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, err
+	}
+	for k := range want {
+		if have[k] {
+			continue
+		}
+		if err := m.Put(k, val); err != nil {
+			return added, removed, err
+		}
+		added = append(added, k)
+	}
+	for k := range have {
+		if want[k] {
+			continue
+		}
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return added, removed, err
+		}
+		removed = append(removed, k)
+	}
+	return added, removed, nil
 }
 
 func nsName(ns string) string {
