@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,7 +29,7 @@ func brCmd() *cobra.Command {
 		Use:   "br",
 		Short: "SCION border router in XDP",
 	}
-	cmd.AddCommand(brAttachCmd(), brDetachCmd(), brKeyCmd(), brStatsCmd(), brWatchCmd(), brRunCmd(), brListCmd())
+	cmd.AddCommand(brAttachCmd(), brServeCmd(), brDetachCmd(), brKeyCmd(), brStatsCmd(), brWatchCmd(), brRunCmd(), brListCmd())
 	return cmd
 }
 
@@ -73,6 +76,89 @@ keys in place and swaps the program without detaching.`,
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
 	return cmd
+}
+
+func brServeCmd() *cobra.Command {
+	var (
+		config, ns, name string
+		noFallback       bool
+		interval         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "serve --config FILE [IFACE...] [--netns NS] [--interval 1s]",
+		Short: "attach the router and keep it in step with the host until stopped (SIGHUP reloads)",
+		Long: `Attach the router as br attach does, then keep what it knows of the host in step
+until SIGINT or SIGTERM: every --interval, and at once on the namespace's netlink
+events, it looks again at which devices take XDP frames (a neighbour's veth gains or
+loses an XDP program or GRO, a device goes down or up), which devices the next hops
+are reached through, the host's addresses and lo's forwarding, and updates the
+router's maps. A device that could not take frames is forwarded in XDP within a
+second of it becoming able to; one that stops falls back to the reference router as
+quickly. SIGHUP reads the configuration again and attaches again in place. Stopping
+never detaches: the fast path keeps forwarding, and serve started again takes over.
+Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if config == "" {
+				return fmt.Errorf("--config is required")
+			}
+			if interval <= 0 {
+				return fmt.Errorf("--interval %s: give a positive duration, such as 1s", interval)
+			}
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			reload := make(chan struct{})
+			go func() {
+				for range hup {
+					select {
+					case reload <- struct{}{}:
+					case <-cmd.Context().Done():
+						return
+					}
+				}
+			}()
+			return br.Serve(cmd.Context(), br.ServeOptions{
+				Config:   config,
+				Attach:   br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, NoFallback: noFallback, Name: name},
+				Interval: interval,
+				Log:      os.Stderr,
+				Reload:   reload,
+				Ready: func() {
+					if err := notifyReady(); err != nil {
+						fmt.Fprintf(os.Stderr, "warning: %v\n", err)
+					}
+				},
+			})
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
+	cmd.Flags().StringVar(&name, "name", "", "pin directory name under /sys/fs/bpf/fastpath/br/ (default: the router_id)")
+	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	cmd.Flags().DurationVar(&interval, "interval", br.DefaultKeepInterval, "how often to look at the host when no netlink event comes")
+	return cmd
+}
+
+// notifyReady tells the service manager that started fastpath with
+// NOTIFY_SOCKET set (systemd's Type=notify, or the lab) that it is ready.
+func notifyReady() error {
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return nil
+	}
+	// A leading @ names an abstract socket; Go's net package takes it so.
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("tell %s that the router is ready: %w", path, err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("READY=1")); err != nil {
+		return fmt.Errorf("tell %s that the router is ready: %w", path, err)
+	}
+	return nil
 }
 
 func brDetachCmd() *cobra.Command {

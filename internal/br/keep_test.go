@@ -3,6 +3,7 @@ package br
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -114,54 +115,19 @@ func TestKeeperFollowsTheNeighbour(t *testing.T) {
 			}
 			k, log := keep(t, b.cfg, name)
 			got := listen(t, b.b, netip.AddrPortFrom(b.bAddr, 50000))
-			dgrams := b.transit(t, 1)
-			sent := 0
-			sendOne := func() {
-				send(t, b.a, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), dgrams)
-				sent++
-			}
-			// until sends a datagram every 20 ms until the verdict counts
-			// one more than before, and says how long that took.
-			until := func(verdict string) time.Duration {
-				t.Helper()
-				before := verdicts(t, name)[verdict]
-				start := time.Now()
-				for time.Since(start) < 10*time.Second {
-					sendOne()
-					time.Sleep(20 * time.Millisecond)
-					if verdicts(t, name)[verdict] > before {
-						return time.Since(start)
-					}
-				}
-				t.Fatalf("no datagram counted %s after 10 s; verdicts %v; the keeper said:\n%s", verdict, verdicts(t, name), log)
-				return 0
-			}
-			// burst sends n datagrams and wants each counted under verdict.
-			burst := func(n int, verdict string) {
-				t.Helper()
-				before := verdicts(t, name)
-				for i := 0; i < n; i++ {
-					sendOne()
-				}
-				time.Sleep(100 * time.Millisecond)
-				after := verdicts(t, name)
-				if d := after[verdict] - before[verdict]; d != uint64(n) {
-					t.Fatalf("%d of %d datagrams counted %s; verdicts before %v, after %v; the keeper said:\n%s", d, n, verdict, before, after, log)
-				}
-			}
-
-			burst(10, "tx_unusable")
+			s := b.sender(t, name, log)
+			s.burst(10, "tx_unusable")
 			gain, lose := c.peer(t, b)
 			gain()
-			t.Logf("forwarded in XDP %s after the neighbour could take frames", until("forwarded").Round(time.Millisecond))
-			burst(20, "forwarded")
+			t.Logf("forwarded in XDP %s after the neighbour could take frames", s.until("forwarded").Round(time.Millisecond))
+			s.burst(20, "forwarded")
 			lose()
-			t.Logf("back to the reference router %s after the neighbour could no longer take frames", until("tx_unusable").Round(time.Millisecond))
-			burst(10, "tx_unusable")
+			t.Logf("back to the reference router %s after the neighbour could no longer take frames", s.until("tx_unusable").Round(time.Millisecond))
+			s.burst(10, "tx_unusable")
 
 			v := verdicts(t, name)
-			if total := v["forwarded"] + v["tx_unusable"] + v["tx_failed"]; total != uint64(sent) || len(v) > 3 {
-				t.Fatalf("sent %d datagrams; verdicts %v", sent, v)
+			if total := v["forwarded"] + v["tx_unusable"] + v["tx_failed"]; total != uint64(s.sent) || len(v) > 3 {
+				t.Fatalf("sent %d datagrams; verdicts %v", s.sent, v)
 			}
 			if arrived := len(got.await(int(v["forwarded"]))); uint64(arrived) != v["forwarded"] {
 				t.Fatalf("%d datagrams arrived at B, %d were forwarded", arrived, v["forwarded"])
@@ -178,5 +144,56 @@ func TestKeeperFollowsTheNeighbour(t *testing.T) {
 			checks, mean := k.Stats()
 			t.Logf("%d checks, %s each on average; the keeper said:\n%s", checks, mean.Round(time.Microsecond), log)
 		})
+	}
+}
+
+// sender sends transit datagrams from A across the router and watches how
+// the router counts them.
+type sender struct {
+	t      *testing.T
+	b      *hostBed
+	name   string
+	log    fmt.Stringer // the keeper's, shown when a count is wrong
+	dgrams [][]byte
+	sent   int
+}
+
+func (b *hostBed) sender(t *testing.T, name string, log fmt.Stringer) *sender {
+	return &sender{t: t, b: b, name: name, log: log, dgrams: b.transit(t, 1)}
+}
+
+func (s *sender) one() {
+	send(s.t, s.b.a, netip.AddrPortFrom(s.b.aAddr, 50000), netip.AddrPortFrom(s.b.d0Addr, 50000), s.dgrams)
+	s.sent++
+}
+
+// until sends a datagram every 20 ms until the verdict counts one more
+// than before, and says how long that took.
+func (s *sender) until(verdict string) time.Duration {
+	s.t.Helper()
+	before := verdicts(s.t, s.name)[verdict]
+	start := time.Now()
+	for time.Since(start) < 10*time.Second {
+		s.one()
+		time.Sleep(20 * time.Millisecond)
+		if verdicts(s.t, s.name)[verdict] > before {
+			return time.Since(start)
+		}
+	}
+	s.t.Fatalf("no datagram counted %s after 10 s; verdicts %v; the keeper said:\n%s", verdict, verdicts(s.t, s.name), s.log)
+	return 0
+}
+
+// burst sends n datagrams and wants each counted under verdict.
+func (s *sender) burst(n int, verdict string) {
+	s.t.Helper()
+	before := verdicts(s.t, s.name)
+	for i := 0; i < n; i++ {
+		s.one()
+	}
+	time.Sleep(100 * time.Millisecond)
+	after := verdicts(s.t, s.name)
+	if d := after[verdict] - before[verdict]; d != uint64(n) {
+		s.t.Fatalf("%d of %d datagrams counted %s; verdicts before %v, after %v; the keeper said:\n%s", d, n, verdict, before, after, s.log)
 	}
 }
