@@ -92,7 +92,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	}
 	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
 	up.Flags().IntVar(&links, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
-	up.Flags().BoolVar(&hybrid, "hybrid", false, "attach fastpath's border router in front of every AS's reference router")
+	up.Flags().BoolVar(&hybrid, "hybrid", false, "put fastpath's border router in front of every AS's reference router, core first, each kept by a fastpath br serve")
 	up.Flags().BoolVar(&sig, "sig", false, "also run scionproto's SCION-IP gateway on the end hosts of the first and last leaf AS (addresses 10.(200+i).0.1 and fd00:5c:i::1 behind them, i the AS's index)")
 	up.Flags().DurationVar(&hopExpiry, "hop-expiry", 0, "how long the hop fields of every path live, rounded up to a multiple of 337.5s (337.5s to 24h; 0: scionproto's default, 6h)")
 	up.Flags().IntVar(&mtu, "mtu", scionlab.DefaultMTU, fmt.Sprintf("MTU of every link (inter-AS, internal networks, end hosts), %d to %d; the topology files say %d less (the IPv4/UDP underlay)", scionlab.MinMTU, scionlab.MaxMTU, scionlab.UnderlayOverhead))
@@ -156,11 +156,14 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	}
 	restart := &cobra.Command{
 		Use:   "restart IA SERVICE",
-		Short: "stop an AS's router, control service or daemon and start it again as up did",
-		Long: `Stop one service of an AS (router, control or daemon) and start it again with
-the same arguments, in the same namespace, appending to the same log; the record
-gets its new PID. Its databases stay. fastpath's router in front of a restarted
-reference router stays attached. Example: fastpath lab scion restart 1-64513 control`,
+		Short: "stop an AS's router, control service, daemon or fastpath-br and start it again as up did",
+		Long: `Stop one service of an AS (router, control, daemon, or with --hybrid fastpath-br,
+the fastpath br serve that keeps fastpath's router in front of the AS's) and start
+it again with the same arguments, in the same namespace, appending to the same log;
+the record gets its new PID. Its databases stay. fastpath's router in front of a
+restarted reference router stays attached, and so it does while its fastpath-br
+restarts (the new one attaches again in place). Example:
+fastpath lab scion restart 1-64513 control`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := scionlab.CheckService(args[1]); err != nil {

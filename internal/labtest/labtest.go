@@ -6,6 +6,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -90,4 +94,30 @@ func RequireDetached(t testing.TB, i xdp.Iface) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Fastpath is the fastpath command, for tests that run it as an operator
+// would (`fastpath br serve` in a SCION network's hybrid mode): the one
+// $FASTPATH_BIN names, else one built for the test, which FASTPATH_BIN
+// then names until the test ends.
+func Fastpath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("FASTPATH_BIN"); p != "" {
+		return p
+	}
+	bin, err := BuildFastpath(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FASTPATH_BIN", bin)
+	return bin
+}
+
+// BuildFastpath builds the fastpath command into dir and returns its path.
+func BuildFastpath(dir string) (string, error) {
+	bin := filepath.Join(dir, "fastpath")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fastpath-dev/fastpath/cmd/fastpath").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build fastpath: %v\n%s", err, out)
+	}
+	return bin, nil
 }

@@ -28,6 +28,7 @@ func TestRefusedFaults(t *testing.T) {
 	}{
 		"unknown service":   {func() error { return n.Restart(context.Background(), as[1], "gateway", nil) }, `service "gateway": restart one of router, control, daemon`},
 		"unrecorded":        {func() error { return n.Restart(context.Background(), as[1], "control", nil) }, "records no control-64513 of 1-64513"},
+		"no fastpath-br":    {func() error { return n.Restart(context.Background(), as[1], ServeService, nil) }, "the network runs no fastpath-br: it was brought up without --hybrid"},
 		"no such interface": {func() error { return n.SetLink(as[1], 2, false) }, "1-64513 has no interface 2: its interfaces are 1"},
 		"core's interfaces": {func() error { return n.SetLink(as[0], 9, true) }, "1-64512 has no interface 9: its interfaces are 1, 2"},
 		"bad IA":            {func() error { _, err := n.FindAS("64513"); return err }, `AS "64513": write it as ISD-AS, like 1-64513`},

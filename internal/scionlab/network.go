@@ -150,13 +150,11 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	}
 	fmt.Fprintf(o.Log, "started %d processes; logs in %s\n", len(st.Procs), n.logDir())
 	if o.Hybrid {
+		// One AS after another, the core first, as an operator would: the
+		// core's neighbours run no XDP yet when it attaches, and its
+		// `br serve` takes each into XDP as its own attaches.
 		for _, a := range as {
-			name, err := n.AttachHybrid(a, o.Log)
-			if err != nil {
-				return st, err
-			}
-			st.Hybrid = append(st.Hybrid, name)
-			if err := n.writeState(st); err != nil {
+			if err := n.serveHybrid(ctx, st, a, o.Log); err != nil {
 				return st, err
 			}
 		}
@@ -205,13 +203,14 @@ func allAlive(s *State) bool {
 }
 
 // AttachHybrid puts fastpath's router in front of the AS's reference
-// router: lo forwarding on in the AS's namespace (what its FIB lookups
+// router once: lo forwarding on in the AS's namespace (what its FIB lookups
 // need), then `br attach` with the AS's own files. It returns the pin name.
+// Nothing keeps it in step afterwards (ServeHybrid does): what its
+// neighbours' devices could not take when it attached stays with the
+// reference router.
 func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
-	if err := netns.Run(a.Netns, func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/conf/lo/forwarding", []byte("1"), 0o644)
-	}); err != nil {
-		return "", fmt.Errorf("lo forwarding in %s: %w", a.Netns, err)
+	if err := loForwarding(a); err != nil {
+		return "", err
 	}
 	cfg, err := br.LoadConfig(filepath.Join(a.Dir, "fastpath-br.toml"))
 	if err != nil {

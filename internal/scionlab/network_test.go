@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,9 +18,11 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/safchain/ethtool"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/capture"
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
@@ -49,6 +53,9 @@ func testNetwork(t *testing.T, o UpOptions) (Network, []AS) {
 			t.Errorf("namespace %s left behind", ns)
 		}
 	})
+	if o.Hybrid {
+		labtest.Fastpath(t) // hybrid mode runs `fastpath br serve`
+	}
 	o.ASes = 3
 	var log strings.Builder
 	o.Log = &log
@@ -80,7 +87,10 @@ func ping(t *testing.T, n Network, as []AS, count int) int {
 	return got
 }
 
-func forwarded(t *testing.T, name string) uint64 {
+func forwarded(t *testing.T, name string) uint64 { return counts(t, name)["forwarded"] }
+
+// counts are a router's packet counts by verdict.
+func counts(t *testing.T, name string) map[string]uint64 {
 	t.Helper()
 	p, err := br.OpenPinned(name)
 	if err != nil {
@@ -91,7 +101,11 @@ func forwarded(t *testing.T, name string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return totals["forwarded"].Packets
+	out := map[string]uint64{}
+	for v, s := range totals {
+		out[v] = s.Packets
+	}
+	return out
 }
 
 // bfdState sums, over an AS's reference router's interfaces, how many are
@@ -300,5 +314,127 @@ func TestJumboPing(t *testing.T) {
 				t.Fatalf("%d echo requests left for the core in one frame each and %d IP fragments; want none and at least %d", whole, fragments, 6*count)
 			}
 		})
+	}
+}
+
+// As an operator attaches a real network, one AS after another, the core
+// first: when the core's fastpath attaches, its neighbours' ends of their
+// links run neither XDP nor GRO, so it leaves transit to the reference
+// router (tx_unusable). Its `br serve` then sees each leaf attach, and
+// transit between the leaves' hosts crosses the core in XDP, without the
+// core being attached again. A restart of the core's serve keeps it so;
+// down stops every serve and detaches.
+func TestHybridHealsCoreFirst(t *testing.T) {
+	labtest.Fastpath(t)
+	n, as := testNetwork(t, UpOptions{})
+	core, leaves := as[0], as[1:]
+	_, links, err := n.ASes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		setGRO(t, as[l.Child].Netns, l.ChildDev, false)
+	}
+	ctx := context.Background()
+	var log strings.Builder
+	if err := n.ServeHybrid(ctx, core, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	name := HybridName(core)
+	const count = 20
+	// delta pings count times between the leaves' hosts and returns what
+	// the core's fastpath counted meanwhile.
+	delta := func() (fwd, unusable uint64, answered int) {
+		t.Helper()
+		before := counts(t, name)
+		answered = ping(t, n, as, count)
+		after := counts(t, name)
+		return after["forwarded"] - before["forwarded"], after["tx_unusable"] - before["tx_unusable"], answered
+	}
+	// Each echo crosses the core twice (request, reply).
+	if fwd, unusable, answered := delta(); answered != count || fwd != 0 || unusable < 2*count {
+		t.Fatalf("core alone: %d of %d pings answered; the core forwarded %d in XDP and passed %d up as tx_unusable, want 0 and at least %d", answered, count, fwd, unusable, 2*count)
+	}
+	for _, a := range leaves {
+		if err := n.ServeHybrid(ctx, a, &log); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+	}
+	healed := func(when string) {
+		t.Helper()
+		// Within a second of the leaves' attach, and for every ping.
+		var fwd, unusable uint64
+		var answered int
+		for try := 0; try < 3; try++ {
+			if fwd, unusable, answered = delta(); answered == count && fwd >= 2*count && unusable == 0 {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		t.Fatalf("%s: %d of %d pings answered; the core forwarded %d in XDP and passed %d up as tx_unusable, want at least %d and 0; its serve said:\n%s", when, answered, count, fwd, unusable, 2*count, tail(recorded(t, n, procName(ServeService, core)).Log, 20))
+	}
+	healed("leaves attached after the core")
+	serveLog, err := os.ReadFile(recorded(t, n, procName(ServeService, core)).Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		want := fmt.Sprintf("%s/%s takes XDP frames now (its peer %s/%s runs an XDP program)", core.Netns, l.ParentDev, as[l.Child].Netns, l.ChildDev)
+		if !strings.Contains(string(serveLog), want) {
+			t.Fatalf("the core's serve said:\n%s\nwant %q", serveLog, want)
+		}
+	}
+
+	st, err := n.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range st.ASes {
+		i := slices.IndexFunc(a.Procs, func(p ProcStatus) bool { return strings.HasPrefix(p.Name, ServeService+"-") })
+		if i < 0 || !a.Procs[i].Alive || a.Hybrid != HybridName(as[slices.IndexFunc(as, func(x AS) bool { return x.IA.String() == a.IA })]) {
+			t.Fatalf("status of %s: %+v, want its fastpath-br alive and its router attached", a.IA, a)
+		}
+	}
+
+	before := recorded(t, n, procName(ServeService, core))
+	if err := n.Restart(ctx, core, ServeService, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if after := recorded(t, n, procName(ServeService, core)); after.PID == before.PID || !after.Alive() || before.Alive() {
+		t.Fatalf("pid %d (alive %v) before, %d (alive %v) after the restart", before.PID, before.Alive(), after.PID, after.Alive())
+	}
+	healed("after the core's serve restarted")
+
+	rec, err := n.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Down(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rec.Procs {
+		if p.Alive() {
+			t.Fatalf("%s (pid %d) survived down", p.Name, p.PID)
+		}
+	}
+	for _, h := range rec.Hybrid {
+		if hybridAttached(h) {
+			t.Fatalf("fastpath %s still attached after down", h)
+		}
+	}
+}
+
+// setGRO turns GRO on or off on a device.
+func setGRO(t *testing.T, ns, dev string, on bool) {
+	t.Helper()
+	if err := netns.Run(ns, func() error {
+		et, err := ethtool.NewEthtool()
+		if err != nil {
+			return err
+		}
+		defer et.Close()
+		return et.Change(dev, map[string]bool{"rx-gro": on})
+	}); err != nil {
+		t.Fatalf("GRO of %s/%s: %v", ns, dev, err)
 	}
 }

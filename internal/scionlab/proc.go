@@ -99,6 +99,11 @@ func (n Network) writeState(s *State) error {
 // start runs a program in a namespace in a session of its own (it outlives
 // the command that started it), logging to Dir/logs/NAME.log.
 func (n Network) start(name, as, ns, bin string, args ...string) (Proc, error) {
+	return n.startEnv(nil, name, as, ns, bin, args...)
+}
+
+// startEnv is start with variables added to the program's environment.
+func (n Network) startEnv(env []string, name, as, ns, bin string, args ...string) (Proc, error) {
 	if err := os.MkdirAll(n.logDir(), 0o755); err != nil {
 		return Proc{}, err
 	}
@@ -110,6 +115,9 @@ func (n Network) start(name, as, ns, bin string, args ...string) (Proc, error) {
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// A child forked from a thread inside the namespace is born there.
 	if err := netns.Run(ns, cmd.Start); err != nil {
@@ -128,8 +136,9 @@ func procName(service string, a AS) string {
 	return fmt.Sprintf("%s-%d", service, FirstASN+a.Index)
 }
 
-// Services are those of an AS that Restart restarts.
-var Services = []string{"router", "control", "daemon"}
+// Services are those of an AS that Restart restarts; ServeService only in
+// hybrid mode.
+var Services = []string{"router", "control", "daemon", ServeService}
 
 // CheckService says whether Restart can restart a service of that name.
 func CheckService(service string) error {
@@ -150,7 +159,8 @@ const restartSettle = time.Second
 // service that had died or was stopped. The databases stay, so a control
 // service or daemon comes back with the segments it had. A router restart
 // leaves fastpath's router in front of it attached: that is on the
-// devices, not the process.
+// devices, not the process. So does a restart of ServeService (hybrid
+// mode), which returns once the new `br serve` has attached again in place.
 func (n Network) Restart(ctx context.Context, a AS, service string, log io.Writer) error {
 	if err := CheckService(service); err != nil {
 		return err
@@ -167,6 +177,9 @@ func (n Network) Restart(ctx context.Context, a AS, service string, log io.Write
 	}
 	name := procName(service, a)
 	i := slices.IndexFunc(st.Procs, func(p Proc) bool { return p.Name == name && p.AS == a.IA.String() })
+	if i < 0 && service == ServeService && len(st.Hybrid) == 0 {
+		return fmt.Errorf("the network runs no %s: it was brought up without --hybrid", ServeService)
+	}
 	if i < 0 {
 		return fmt.Errorf("%s records no %s of %s: is %s the network's --dir?", n.statePath(), name, a.IA, n.Dir)
 	}
@@ -175,6 +188,16 @@ func (n Network) Restart(ctx context.Context, a AS, service string, log io.Write
 		return fmt.Errorf("%s records no command line for %s: take the network down and up again", n.statePath(), name)
 	}
 	old.stop()
+	if service == ServeService {
+		// The router stayed attached meanwhile; the new serve attaches
+		// again in place and is started once it has.
+		p, err := n.startServe(ctx, st, old)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "%s of %s restarted: pid %d (was %d); log %s\n", service, a.IA, p.PID, old.PID, p.Log)
+		return nil
+	}
 	p, err := n.start(old.Name, old.AS, old.Netns, old.Args[0], old.Args[1:]...)
 	if err != nil {
 		return err

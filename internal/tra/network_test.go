@@ -31,6 +31,7 @@ import (
 	"github.com/scionproto/scion/pkg/snet"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
@@ -156,6 +157,15 @@ func labNetwork(t *testing.T) (scionlab.Network, []scionlab.AS) {
 		}
 		n := scionlab.Network{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Dir: filepath.Join(dir, "scion")}
 		lab.n = &n
+		if os.Getenv("FASTPATH_BIN") == "" {
+			// Hybrid mode runs `fastpath br serve` for every AS; the
+			// network outlives this test, so the binary lives in its dir.
+			bin, err := labtest.BuildFastpath(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Setenv("FASTPATH_BIN", bin)
+		}
 		var log strings.Builder
 		st, err := n.Up(context.Background(), scionlab.UpOptions{ASes: 3, Links: 2, Hybrid: true, Log: &log})
 		if err != nil {

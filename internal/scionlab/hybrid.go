@@ -1,0 +1,149 @@
+package scionlab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+)
+
+// ServeService is the service that keeps fastpath's router in front of an
+// AS's reference router in hybrid mode: `fastpath br serve`, one per AS.
+const ServeService = "fastpath-br"
+
+// serveReadyTimeout bounds how long `br serve` may take to attach: the
+// router program is loaded and verified once per AS.
+const serveReadyTimeout = 60 * time.Second
+
+// FastpathBinary is the fastpath command hybrid mode runs `br serve` with:
+// $FASTPATH_BIN if set, else this program when it is fastpath.
+func FastpathBinary() (string, error) {
+	if p := os.Getenv("FASTPATH_BIN"); p != "" {
+		return p, nil
+	}
+	self, err := os.Executable()
+	if err == nil && filepath.Base(self) == "fastpath" {
+		return self, nil
+	}
+	return "", errors.New("hybrid mode runs `fastpath br serve` for every AS: run it from the fastpath command, or name the binary in FASTPATH_BIN (make build puts it in bin/fastpath)")
+}
+
+// ServeHybrid puts fastpath's router in front of the AS's reference router
+// and keeps it there: lo forwarding on in the AS's namespace (what the FIB
+// lookups need), then `fastpath br serve` with the AS's own files, as a
+// process of the network (fastpath-br-<ASN>: status shows it, restart
+// restarts it, down stops it and detaches). It returns once the router is
+// attached; from then on a neighbour that attaches or turns GRO on later
+// is forwarded in XDP within a second, without attaching again.
+func (n Network) ServeHybrid(ctx context.Context, a AS, log io.Writer) error {
+	st, err := n.readState()
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotUp
+	}
+	return n.serveHybrid(ctx, st, a, log)
+}
+
+// serveHybrid starts the AS's `br serve`, records it in st (before it is
+// ready, so that down finds it whatever happens) and waits until it has
+// attached.
+func (n Network) serveHybrid(ctx context.Context, st *State, a AS, log io.Writer) error {
+	if log == nil {
+		log = io.Discard
+	}
+	bin, err := FastpathBinary()
+	if err != nil {
+		return err
+	}
+	if err := loForwarding(a); err != nil {
+		return err
+	}
+	name := HybridName(a)
+	args := []string{"br", "serve", "--config", filepath.Join(a.Dir, "fastpath-br.toml"), "--netns", a.Netns, "--name", name, "--no-fallback"}
+	p, err := n.startServe(ctx, st, Proc{Name: procName(ServeService, a), AS: a.IA.String(), Netns: a.Netns, Args: append([]string{bin}, args...)})
+	if err != nil {
+		return fmt.Errorf("fastpath in front of %s: %w", a.RouterID(), err)
+	}
+	st.Hybrid = append(st.Hybrid, name)
+	if err := n.writeState(st); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "fastpath br %s attached in front of %s and kept by %s (pid %d; log %s)\n", name, a.RouterID(), p.Name, p.PID, p.Log)
+	return nil
+}
+
+// startServe starts a `br serve` like want (name, AS, namespace, command
+// line), records it in st in place of a process of the same name, and
+// waits until it says it is ready (NOTIFY_SOCKET, as systemd's Type=notify
+// does) or fails.
+func (n Network) startServe(ctx context.Context, st *State, want Proc) (Proc, error) {
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return Proc{}, err
+	}
+	sock := filepath.Join(n.Dir, want.Name+".notify")
+	// sockaddr_un holds 108 bytes with the terminating zero.
+	if len(sock) > 107 {
+		return Proc{}, fmt.Errorf("%s: longer than a Unix socket's path may be (107 bytes): give a shorter --dir", sock)
+	}
+	os.Remove(sock)
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		return Proc{}, fmt.Errorf("listen for %s's readiness: %w", want.Name, err)
+	}
+	defer os.Remove(sock)
+	defer l.Close()
+	p, err := n.startEnv([]string{"NOTIFY_SOCKET=" + sock}, want.Name, want.AS, want.Netns, want.Args[0], want.Args[1:]...)
+	if err != nil {
+		return Proc{}, err
+	}
+	replaced := false
+	for i := range st.Procs {
+		if st.Procs[i].Name == p.Name && st.Procs[i].AS == p.AS {
+			st.Procs[i], replaced = p, true
+		}
+	}
+	if !replaced {
+		st.Procs = append(st.Procs, p)
+	}
+	if err := n.writeState(st); err != nil {
+		return p, err
+	}
+	deadline := time.Now().Add(serveReadyTimeout)
+	buf := make([]byte, 256)
+	for {
+		if err := ctx.Err(); err != nil {
+			return p, err
+		}
+		if !p.Alive() {
+			return p, fmt.Errorf("%s exited before it was ready; its log: %s\n%s", p.Name, p.Log, tail(p.Log, 15))
+		}
+		if time.Now().After(deadline) {
+			return p, fmt.Errorf("%s not ready after %s; its log: %s\n%s", p.Name, serveReadyTimeout, p.Log, tail(p.Log, 15))
+		}
+		l.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		k, err := l.Read(buf)
+		if err == nil && strings.Contains(string(buf[:k]), "READY=1") {
+			return p, nil
+		}
+	}
+}
+
+// loForwarding turns forwarding on for lo in the AS's namespace: the
+// kernel refuses the fast path's FIB lookups without it.
+func loForwarding(a AS) error {
+	if err := netns.Run(a.Netns, func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/conf/lo/forwarding", []byte("1"), 0o644)
+	}); err != nil {
+		return fmt.Errorf("lo forwarding in %s: %w", a.Netns, err)
+	}
+	return nil
+}
