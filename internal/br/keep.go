@@ -199,13 +199,22 @@ func (k *Keeper) checkEgress(devs []xdp.Iface) error {
 		if err != nil {
 			return fmt.Errorf("interface %s: %w", d, err)
 		}
-		ok, why, err := xdp.TxState(d)
-		if err != nil {
-			return err
-		}
 		before, known := k.tx[d]
 		if k.first {
 			before, known = was[uint32(l.Attrs().Index)], true
+		}
+		// The device's own namespace tells cheaply whether anything
+		// changed; the peer is looked for (TxState) only when it did, to
+		// say why.
+		ok, sure, err := xdp.TxReadyLink(k.ns, l)
+		if err != nil {
+			return err
+		}
+		var why string
+		if !sure || !known || ok != before {
+			if ok, why, err = xdp.TxState(d); err != nil {
+				return err
+			}
 		}
 		switch {
 		case ok && (!known || !before):

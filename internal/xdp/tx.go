@@ -29,7 +29,9 @@ func TxProblem(i Iface) (string, error) {
 
 // TxState says whether the device takes XDP frames, and why: for a device
 // that does, what makes it (for a log line when that changes); for one
-// that does not, the problem, naming the fix, as TxProblem gives it.
+// that does not, the problem, naming the fix, as TxProblem gives it. The
+// answer is TxReady's where that knows; the peer of a veth is looked for
+// only to name it.
 func TxState(i Iface) (ok bool, why string, err error) {
 	h, err := netns.Handle(i.Netns)
 	if err != nil {
@@ -47,35 +49,37 @@ func TxState(i Iface) (ok bool, why string, err error) {
 	if l.Type() != "veth" {
 		return true, "it is up and not a veth", nil
 	}
+	ready, known, err := TxReadyLink(i.Netns, l)
+	if err != nil {
+		return false, "", err
+	}
 	peer, err := vethPeer(i, h, l)
 	if err != nil {
 		return false, "", err
 	}
-	peerName, fix := "(in a network namespace without a name here)", "turn GRO on there or attach an XDP program to it"
+	peerName, up, fix := "(in a network namespace without a name here)", "bring it up", "turn GRO on there or attach an XDP program to it"
 	if peer != nil {
-		if peer.link.Attrs().Flags&unix.IFF_UP == 0 {
-			return false, fmt.Sprintf("%s's peer %s is down: frames sent to %s are dropped; bring it up (%s)", i, peer.iface, i.Name, inNS(peer.iface.Netns, "ip link set "+peer.iface.Name+" up")), nil
-		}
-		if x := peer.link.Attrs().Xdp; x != nil && x.Attached {
-			return true, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
-		}
 		peerName = peer.iface.String()
+		up = fmt.Sprintf("bring it up (%s)", inNS(peer.iface.Netns, "ip link set "+peer.iface.Name+" up"))
 		fix = fmt.Sprintf("turn GRO on there (%s) or attach an XDP program to it", inNS(peer.iface.Netns, "ethtool -K "+peer.iface.Name+" gro on"))
 	}
-	problem := fmt.Sprintf("frames sent to %s are dropped: its peer %s runs neither an XDP program nor GRO; %s", i, peerName, fix)
-	// The kernel says on this side whether the peer runs either: no need
-	// to reach the peer, which may live where fastpath cannot look.
-	ok, known, err := takesRedirects(i.Netns, a.Index)
-	if err != nil {
-		return false, "", err
+	if a.RawFlags&unix.IFF_LOWER_UP == 0 {
+		// A veth has carrier exactly while its peer is up too.
+		return false, fmt.Sprintf("%s's peer %s is down: frames sent to %s are dropped; %s", i, peerName, i.Name, up), nil
 	}
+	problem := fmt.Sprintf("frames sent to %s are dropped: its peer %s runs neither an XDP program nor GRO; %s", i, peerName, fix)
+	peerXDP := peer != nil && peer.link.Attrs().Xdp != nil && peer.link.Attrs().Xdp.Attached
 	switch {
-	case known && ok && peer != nil:
-		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
-	case known && ok:
-		return true, "its peer runs an XDP program or GRO (the kernel says so; the peer is in a network namespace without a name here)", nil
-	case known:
+	case known && !ready:
 		return false, problem, nil
+	case known && peerXDP:
+		return true, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
+	case known && peer != nil:
+		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
+	case known:
+		return true, "its peer runs an XDP program or GRO (the kernel says so; the peer is in a network namespace without a name here)", nil
+	case peerXDP:
+		return true, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
 	case peer == nil:
 		return true, "its peer lives in a network namespace without a name here, so fastpath cannot look: assumed to take them", nil
 	}
@@ -88,6 +92,26 @@ func TxState(i Iface) (ok bool, why string, err error) {
 		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
 	}
 	return false, problem, nil
+}
+
+// TxReadyLink gives TxState's answer, without its reason, from what the
+// device's own namespace knows: the device is up and, for a veth, has
+// carrier (its peer is up) and the kernel's NDO_XMIT feature (its peer runs
+// an XDP program or GRO). No peer is looked for, so it is cheap enough to
+// ask every second. known is false for a veth on a kernel without the
+// netdev netlink family (before 6.3): TxState then asks the peer.
+func TxReadyLink(ns string, l netlink.Link) (ok, known bool, err error) {
+	a := l.Attrs()
+	if a.Flags&unix.IFF_UP == 0 {
+		return false, true, nil
+	}
+	if l.Type() != "veth" {
+		return true, true, nil
+	}
+	if a.RawFlags&unix.IFF_LOWER_UP == 0 {
+		return false, true, nil
+	}
+	return takesRedirects(ns, a.Index)
 }
 
 func inNS(ns, cmd string) string {
