@@ -206,10 +206,7 @@ func (k *Keeper) checkEgress(devs []xdp.Iface) error {
 		// The device's own namespace tells cheaply whether anything
 		// changed; the peer is looked for (TxState) only when it did, to
 		// say why.
-		ok, sure, err := xdp.TxReadyLink(k.ns, l)
-		if err != nil {
-			return err
-		}
+		ok, sure := xdp.TxReadyLink(k.ns, l)
 		var why string
 		if !sure || !known || ok != before {
 			if ok, why, err = xdp.TxState(d); err != nil {

@@ -2,7 +2,6 @@ package xdp
 
 import (
 	"encoding/binary"
-	"fmt"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -32,12 +31,13 @@ var netdevFamily = sync.OnceValues(func() (*netlink.GenlFamily, error) {
 // takesRedirects says whether the kernel lets the device take redirected
 // XDP frames (NETDEV_XDP_ACT_NDO_XMIT: __xdp_enqueue drops frames to a
 // device without it). A veth has it exactly while its peer runs an XDP
-// program or GRO, wherever the peer lives. known is false on a kernel
-// without the netdev family.
-func takesRedirects(ns string, ifindex int) (ok, known bool, err error) {
+// program or GRO, wherever the peer lives. known is false when the kernel
+// does not say (no netdev family, before Linux 6.3; a request that failed):
+// the caller then asks the peer.
+func takesRedirects(ns string, ifindex int) (ok, known bool) {
 	fam, err := netdevFamily()
 	if err != nil {
-		return false, false, nil
+		return false, false
 	}
 	var msgs [][]byte
 	err = netns.Run(ns, func() error {
@@ -49,7 +49,8 @@ func takesRedirects(ns string, ifindex int) (ok, known bool, err error) {
 		return err
 	})
 	if err != nil {
-		return false, false, fmt.Errorf("XDP features of device %d in %s: %w", ifindex, nsLabel(ns), err)
+		// Not an answer: the caller asks the peer instead.
+		return false, false
 	}
 	for _, m := range msgs {
 		if len(m) < nl.SizeofGenlmsg {
@@ -57,13 +58,13 @@ func takesRedirects(ns string, ifindex int) (ok, known bool, err error) {
 		}
 		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
 		if err != nil {
-			return false, false, fmt.Errorf("XDP features of device %d in %s: %w", ifindex, nsLabel(ns), err)
+			return false, false
 		}
 		for _, a := range attrs {
 			if a.Attr.Type == netdevADevXDPFeatures && len(a.Value) == 8 {
-				return binary.NativeEndian.Uint64(a.Value)&netdevXDPActNdoXmit != 0, true, nil
+				return binary.NativeEndian.Uint64(a.Value)&netdevXDPActNdoXmit != 0, true
 			}
 		}
 	}
-	return false, false, fmt.Errorf("XDP features of device %d in %s: the kernel's answer holds none", ifindex, nsLabel(ns))
+	return false, false
 }

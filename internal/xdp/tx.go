@@ -49,10 +49,7 @@ func TxState(i Iface) (ok bool, why string, err error) {
 	if l.Type() != "veth" {
 		return true, "it is up and not a veth", nil
 	}
-	ready, known, err := TxReadyLink(i.Netns, l)
-	if err != nil {
-		return false, "", err
-	}
+	ready, known := TxReadyLink(i.Netns, l)
 	peer, err := vethPeer(i, h, l)
 	if err != nil {
 		return false, "", err
@@ -98,18 +95,18 @@ func TxState(i Iface) (ok bool, why string, err error) {
 // device's own namespace knows: the device is up and, for a veth, has
 // carrier (its peer is up) and the kernel's NDO_XMIT feature (its peer runs
 // an XDP program or GRO). No peer is looked for, so it is cheap enough to
-// ask every second. known is false for a veth on a kernel without the
-// netdev netlink family (before 6.3): TxState then asks the peer.
-func TxReadyLink(ns string, l netlink.Link) (ok, known bool, err error) {
+// ask every second. known is false for a veth whose kernel does not say
+// (no netdev netlink family, before 6.3): TxState then asks the peer.
+func TxReadyLink(ns string, l netlink.Link) (ok, known bool) {
 	a := l.Attrs()
 	if a.Flags&unix.IFF_UP == 0 {
-		return false, true, nil
+		return false, true
 	}
 	if l.Type() != "veth" {
-		return true, true, nil
+		return true, true
 	}
 	if a.RawFlags&unix.IFF_LOWER_UP == 0 {
-		return false, true, nil
+		return false, true
 	}
 	return takesRedirects(ns, a.Index)
 }

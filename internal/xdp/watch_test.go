@@ -102,7 +102,7 @@ func TestWatchHearsThePeer(t *testing.T) {
 	}
 	defer w.Close()
 	if !w.Features {
-		t.Fatal("no XDP feature events: the kernel has the netdev netlink family since 6.3")
+		t.Skip("the kernel has no netdev netlink family (Linux 6.3 and later): a peer's change is heard by the periodic check only")
 	}
 	prog := passProgram(t)
 	var detach func()
