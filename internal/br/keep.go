@@ -217,7 +217,11 @@ func (k *Keeper) checkEgress(devs []xdp.Iface) error {
 		case ok && (!known || !before):
 			fmt.Fprintf(k.log, "%s: %s takes XDP frames now (%s): what leaves by it is forwarded in XDP\n", k.name, d, why)
 		case !ok && known && before:
-			fmt.Fprintf(k.log, "%s: what leaves by %s falls back to the reference router (verdict tx_unusable): %s. fastpath forwards it again within a second of the fix.\n", k.name, d, why)
+			fmt.Fprintf(k.log, "%s: what leaves by %s falls back to the reference router (verdict tx_unusable): %s. %s\n", k.name, d, why, k.again())
+		case !ok && !known:
+			// A device a next hop newly leaves by (attach warned of those
+			// it knew).
+			fmt.Fprintf(k.log, "%s: what leaves by %s goes to the reference router (verdict tx_unusable): %s. %s\n", k.name, d, why, k.again())
 		}
 		k.tx[d] = ok
 		if ok {
@@ -232,6 +236,14 @@ func (k *Keeper) checkEgress(devs []xdp.Iface) error {
 	}
 	_, _, err = k.maps.setEgress(k.ns, ports, k.cfg)
 	return err
+}
+
+// again says when the fast path takes a device back.
+func (k *Keeper) again() string {
+	if k.interval == time.Second {
+		return "fastpath forwards it in XDP again within a second of the fix."
+	}
+	return fmt.Sprintf("fastpath forwards it in XDP again within %s of the fix.", k.interval)
 }
 
 // checkAddrs writes the host's addresses when they changed.
