@@ -346,7 +346,7 @@ func TestFindRecord(t *testing.T) {
 	}{
 		"checkout, from a subdirectory": {dir: deep, m: amd, from: inCheckout, path: inCheckout, rows: 1},
 		"checkout, no record yet":       {dir: checkout, m: other, path: filepath.Join(checkout, RecordDir, other.Kind()+".json")},
-		"outside: the built-in copy":    {dir: outside, m: intel, from: "built in: record/2cpu-intel-xeon-linux6.18.json", rows: 17},
+		"outside: the built-in copy":    {dir: outside, m: intel, from: "built in: record/2cpu-intel-xeon-linux6.18.json", rows: builtInRows(t, intel)},
 		"outside, unknown kind":         {dir: outside, m: other},
 		"outside, update":               {dir: outside, m: amd, update: true, err: "is not inside a fastpath checkout"},
 		"named":                         {named: named, dir: outside, m: amd, from: named, path: named, rows: 1},
@@ -375,6 +375,21 @@ func TestFindRecord(t *testing.T) {
 			}
 		})
 	}
+}
+
+// builtInRows is how many rows the binary's own record of a machine kind has.
+func builtInRows(t *testing.T, m Machine) int {
+	t.Helper()
+	name := "record/" + m.Kind() + ".json"
+	data, err := recordFS.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ParseRecord(name, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(rec.Rows)
 }
 
 func TestCheckoutCommit(t *testing.T) {
