@@ -249,6 +249,12 @@ type SendOptions struct {
 	Progress func(elapsed time.Duration, sent uint64, pps float64)
 }
 
+// done says whether a send that started at start and has sent sent
+// packets is over: its count reached, its duration passed or ctx done.
+func (o SendOptions) done(ctx context.Context, start time.Time, sent uint64) bool {
+	return (o.Count > 0 && sent >= o.Count) || (o.Duration > 0 && time.Since(start) >= o.Duration) || ctx.Err() != nil
+}
+
 // Send runs the generator until Count packets are sent, Duration passes or
 // ctx is done. It returns what was sent even when it stops early.
 func (g *Generator) Send(ctx context.Context, o SendOptions) (GenStats, error) {
@@ -306,13 +312,7 @@ func (g *Generator) loop(ctx context.Context, o SendOptions, startRuns uint64, s
 	}
 	defer func() { stats.Wall = time.Since(start) }()
 	for {
-		if o.Count > 0 && stats.Sent >= o.Count {
-			return nil
-		}
-		if o.Duration > 0 && time.Since(start) >= o.Duration {
-			return nil
-		}
-		if ctx.Err() != nil {
+		if o.done(ctx, start, stats.Sent) {
 			return nil
 		}
 		n := chunk

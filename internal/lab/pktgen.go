@@ -173,13 +173,7 @@ func (g *PacketGenerator) loop(ctx context.Context, o SendOptions, stats *GenSta
 	lastReport, lastSent := start, uint64(0)
 	defer func() { stats.Elapsed = time.Since(start) }()
 	for {
-		if o.Count > 0 && stats.Sent >= o.Count {
-			return nil
-		}
-		if o.Duration > 0 && time.Since(start) >= o.Duration {
-			return nil
-		}
-		if ctx.Err() != nil {
+		if o.done(ctx, start, stats.Sent) {
 			return nil
 		}
 		n := uint64(packetBatch)

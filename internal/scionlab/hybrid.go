@@ -2,7 +2,6 @@ package scionlab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,9 +21,11 @@ const ServeService = "fastpath-br"
 // router program is loaded and verified once per AS.
 const serveReadyTimeout = 60 * time.Second
 
-// FastpathBinary is the fastpath command hybrid mode runs `br serve` with:
-// $FASTPATH_BIN if set, else this program when it is fastpath.
-func FastpathBinary() (string, error) {
+// FastpathBinary is the fastpath command the lab runs its daemons with
+// (`br serve` in hybrid mode, `tra run` on translated hosts): $FASTPATH_BIN
+// if set, else this program when it is fastpath. needs says, for the error,
+// what runs it.
+func FastpathBinary(needs string) (string, error) {
 	if p := os.Getenv("FASTPATH_BIN"); p != "" {
 		return p, nil
 	}
@@ -32,7 +33,7 @@ func FastpathBinary() (string, error) {
 	if err == nil && filepath.Base(self) == "fastpath" {
 		return self, nil
 	}
-	return "", errors.New("hybrid mode runs `fastpath br serve` for every AS: run it from the fastpath command, or name the binary in FASTPATH_BIN (make build puts it in bin/fastpath)")
+	return "", fmt.Errorf("%s: run it from the fastpath command, or name the binary in FASTPATH_BIN (make build puts it in bin/fastpath)", needs)
 }
 
 // ServeHybrid puts fastpath's router in front of the AS's reference router
@@ -60,7 +61,7 @@ func (n Network) serveHybrid(ctx context.Context, st *State, a AS, log io.Writer
 	if log == nil {
 		log = io.Discard
 	}
-	bin, err := FastpathBinary()
+	bin, err := FastpathBinary("hybrid mode runs `fastpath br serve` for every AS")
 	if err != nil {
 		return err
 	}

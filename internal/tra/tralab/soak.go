@@ -154,7 +154,7 @@ func startLongRun(ctx context.Context, n scionlab.Network, hop time.Duration, o 
 	if lr.as, lr.links, err = n.ASes(); err != nil {
 		return nil, down, err
 	}
-	bin, err := FastpathBinary()
+	bin, err := scionlab.FastpathBinary("the soak runs `fastpath tra run`")
 	if err != nil {
 		return nil, down, err
 	}

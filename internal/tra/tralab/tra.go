@@ -25,19 +25,6 @@ func init() {
 	Register(Row{Name: "tra", Description: "fastpath's SCION-IP translator on both end hosts (TC egress, XDP ingress), IPv6 between their SM-IP addresses", Setup: setupTra})
 }
 
-// FastpathBinary is the fastpath command the row runs `tra run` with:
-// this program when it is fastpath, else $FASTPATH_BIN (tests build it).
-func FastpathBinary() (string, error) {
-	if p := os.Getenv("FASTPATH_BIN"); p != "" {
-		return p, nil
-	}
-	self, err := os.Executable()
-	if err == nil && filepath.Base(self) == "fastpath" {
-		return self, nil
-	}
-	return "", errors.New("the tra row runs `fastpath tra run`: run it from the fastpath command, or name the binary in FASTPATH_BIN")
-}
-
 // translated is a host with the translator attached and its daemon
 // running.
 type translated struct {
@@ -124,7 +111,7 @@ func translate(bin string, a scionlab.AS, log io.Writer) (h *translated, err err
 }
 
 func setupTra(ctx context.Context, env Env) (Path, error) {
-	bin, err := FastpathBinary()
+	bin, err := scionlab.FastpathBinary("the tra row runs `fastpath tra run`")
 	if err != nil {
 		return Path{}, err
 	}
