@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkPrograms times one run of each program on a UDP datagram of
-// 1,200 bytes as the kernel measures it (BPF_PROG_TEST_RUN, a run at a
+// 1,352 bytes (an IPv6 packet of 1,400, the pair's MTU) as the kernel measures it (BPF_PROG_TEST_RUN, a run at a
 // time: a translated frame run again would be another packet), and reports
 // the median: go test -run '^$' -bench Programs ./internal/tra/
 func BenchmarkPrograms(b *testing.B) {
@@ -28,10 +28,10 @@ func BenchmarkPrograms(b *testing.B) {
 			if err := tr.SetPaths(remoteIA, []Path{{Raw: testPath(b), MTU: 1472, NextHop: routerAddr, Expiry: 1 << 40}}); err != nil {
 				b.Fatal(err)
 			}
-			f := ipv6Frame(b, hostSMIP, remote4SMIP, &layers.UDP{SrcPort: 40000, DstPort: 31000}, gopacket.Payload(make([]byte, 1200)))
+			f := ipv6Frame(b, hostSMIP, remote4SMIP, &layers.UDP{SrcPort: 40000, DstPort: 31000}, gopacket.Payload(make([]byte, 1352)))
 			if c.in {
 				f = inFrame{from: routerAddr, port: 31000, srcIA: remoteIA, srcHost: remote4,
-					l4: []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 31000}, gopacket.Payload(make([]byte, 1200))}}.build(b)
+					l4: []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 31000}, gopacket.Payload(make([]byte, 1352))}}.build(b)
 			}
 			ns, _ := testNetns.Load(tr)
 			ds := make([]time.Duration, 0, b.N)
