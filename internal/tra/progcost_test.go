@@ -14,9 +14,10 @@ import (
 )
 
 // BenchmarkPrograms times one run of each program on a UDP datagram of
-// 1,352 bytes (an IPv6 packet of 1,400, the pair's MTU) as the kernel measures it (BPF_PROG_TEST_RUN, a run at a
-// time: a translated frame run again would be another packet), and reports
-// the median: go test -run '^$' -bench Programs ./internal/tra/
+// 1,352 bytes (an IPv6 packet of 1,400, the pair's MTU) as the kernel
+// measures it (BPF_PROG_TEST_RUN, a run at a time: a translated frame run
+// again would be another packet), and reports the median:
+// go test -run '^$' -bench Programs ./internal/tra/
 func BenchmarkPrograms(b *testing.B) {
 	for _, c := range []struct {
 		name string
