@@ -39,13 +39,18 @@ func metricByName(name string) Metric {
 	return Metrics[i]
 }
 
-// EchoPort is where the UDP echo server listens.
-const EchoPort = 5202
+// EchoPort is where the UDP echo server listens: below lab.IperfPort,
+// since the ×4 metrics' iperf3 servers take the ports from IperfPort up
+// (and a UDP test binds its server's port number for UDP too).
+const EchoPort = lab.IperfPort - 1
 
 // parallel is the streams of the ×4 metrics: as many iperf3 client
 // processes, one stream each, against as many servers (iperf3 3.12 sends
 // all -P streams from one thread, so -P 4 measured one sender).
 const parallel = 4
+
+// x4 is how the report describes the ×4 metrics.
+const x4 = "four iperf3 processes, one stream each"
 
 // figure is one measurement of one metric.
 type figure struct {
