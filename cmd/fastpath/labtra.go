@@ -29,8 +29,9 @@ func labTraCmd(prefix *string) *cobra.Command {
 		Short: "IP between two SCION ASes' end hosts: plain IPv6, scionproto's SIG (and the translator), iperf3 and RTT",
 		Long: `On the lab's SCION network (fastpath lab scion), with fastpath's border router in
 front of every AS's reference router, measure each row between the end hosts of the
-first and the last leaf AS: iperf3 TCP and UDP with 1 and 4 streams, and the round-trip
-time of a UDP echo. The rows run in turns, each set up and taken down in its turn.
+first and the last leaf AS: iperf3 TCP and UDP with 1 stream and with 4 (four iperf3
+processes, one stream each: iperf3 3.12 sends all -P streams from one thread), and the
+round-trip time of a UDP echo. The rows run in turns, each set up and taken down in its turn.
 Rows: ip (plain IPv6 routing through the ASes' namespaces, TSO on), ip-notso (TSO off,
 host MTU 1396: seed 001's IP row), sig (scionproto's SCION-IP gateway), and those the
 translator registers. Ratios are to ip in the same run. The network is brought up if it
@@ -67,7 +68,7 @@ See docs/scion-lab.md.`,
 	f.IntVar(&o.Seconds, "seconds", tralab.DefaultSeconds, "seconds per iperf3 run")
 	f.IntVar(&o.Pings, "pings", tralab.DefaultPings, "UDP echoes per round-trip figure")
 	f.IntVar(&o.UDPLen, "udp-len", tralab.DefaultUDPLen, "iperf3 UDP payload in bytes")
-	f.Uint64Var(&o.UDPBitrate, "udp-rate", 0, "iperf3 UDP offered load in bit/s per stream (0: as fast as the sender can)")
+	f.Uint64Var(&o.UDPBitrate, "udp-rate", 0, "iperf3 UDP offered load in bit/s, in all: ×4 splits it over its four processes (0: each as fast as it can)")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")

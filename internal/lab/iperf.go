@@ -1,15 +1,18 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -19,83 +22,299 @@ import (
 // run, the machine a report was made on, and the table and chart of a
 // report. Other packages' benchmarks (the translator's rows) use them too.
 
-// IperfPort is where the lab's iperf3 servers listen.
+// IperfPort is where the lab's iperf3 servers listen: the first on
+// IperfPort, the others of a run with more streams on the ports above.
 const IperfPort = iperfPort
 
-// StartIperfServer starts an iperf3 server on IperfPort in a namespace;
-// kill it (Process.Kill, Wait) when done.
-func StartIperfServer(ns string) (*exec.Cmd, error) { return startIperfServer(ns) }
+// IperfServers are iperf3 servers in one namespace, one for each client
+// process of a run (iperf3 serves one test at a time).
+type IperfServers struct {
+	procs []*iperfServer
+}
 
-// IperfOptions are one iperf3 client run.
+// iperfServer is one server process; done closes when it has exited and
+// been waited for.
+type iperfServer struct {
+	cmd    *exec.Cmd
+	port   int
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+// StartIperfServers starts n iperf3 servers (at least one) in a namespace,
+// on IperfPort, IperfPort+1, …, and returns once each listens, so that no
+// client is refused for being early. Close stops them all; on an error the
+// ones already started are stopped before it returns.
+func StartIperfServers(ns string, n int) (*IperfServers, error) {
+	s := &IperfServers{}
+	for i := range max(n, 1) {
+		srv, err := startIperfServer(ns, IperfPort+i)
+		if err == nil {
+			s.procs = append(s.procs, srv)
+			err = srv.waitListening(5 * time.Second)
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("iperf3 servers in %s: %w", ns, err)
+		}
+	}
+	return s, nil
+}
+
+// startIperfServer starts one server; the child keeps the namespace of the
+// thread that started it.
+func startIperfServer(ns string, port int) (*iperfServer, error) {
+	srv := &iperfServer{
+		cmd:    exec.Command("iperf3", "-s", "-p", strconv.Itoa(port)),
+		port:   port,
+		stderr: new(bytes.Buffer),
+		done:   make(chan struct{}),
+	}
+	srv.cmd.Stderr = srv.stderr
+	if err := netns.Run(ns, srv.cmd.Start); err != nil {
+		return nil, fmt.Errorf("start iperf3 server on port %d: %w", port, err)
+	}
+	// One waiter per process, from the start: it reaps the child however
+	// it ends, and tells waitListening if the server died (a port in use).
+	go func() {
+		srv.cmd.Wait()
+		close(srv.done)
+	}()
+	return srv, nil
+}
+
+// waitListening waits until the server's TCP port is in LISTEN state. It
+// reads the socket tables of the server's own namespace through /proc, so
+// the check neither enters the namespace nor connects (a probe connection
+// would count as a failed test at the server).
+func (srv *iperfServer) waitListening(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-srv.done:
+			return fmt.Errorf("iperf3 server on port %d exited: %s", srv.port, strings.ReplaceAll(strings.TrimSpace(srv.stderr.String()), "\n", "; "))
+		default:
+		}
+		if listening(srv.cmd.Process.Pid, srv.port) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("iperf3 server on port %d not listening after %s", srv.port, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// listening says whether process pid's namespace has a TCP socket (IPv4 or
+// IPv6: iperf3 takes IPv6 where it can) listening on port.
+func listening(pid, port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st …; st 0A is LISTEN.
+			fs := strings.Fields(line)
+			if len(fs) > 3 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Close kills every server and waits for each to be reaped.
+func (s *IperfServers) Close() {
+	for _, srv := range s.procs {
+		srv.cmd.Process.Kill()
+	}
+	for _, srv := range s.procs {
+		<-srv.done
+	}
+	s.procs = nil
+}
+
+// IperfOptions are one iperf3 run.
 type IperfOptions struct {
-	// Netns runs the client; Dst is the server's address.
+	// Netns runs the clients; Dst is the servers' address.
 	Netns string
 	Dst   netip.Addr
-	// Seconds of the run (at least 1); Streams in parallel (-P, at least 1).
+	// Seconds of the run (at least 1). Streams (at least 1) run as that
+	// many iperf3 client processes at once, one stream each, against the
+	// servers on IperfPort, IperfPort+1, …: iperf3 3.12 sends all of its
+	// -P streams from one thread, which would measure one sender.
 	Seconds, Streams int
 	// UDP instead of TCP, Len bytes of payload per datagram (-l; 0: iperf3's
-	// default), sent at Bitrate bits/s in all (0: as fast as it can).
+	// default), sent at Bitrate bits/s in all, split evenly over the
+	// processes (0: each as fast as it can).
 	UDP     bool
 	Len     int
 	Bitrate uint64
 }
 
-// IperfResult is what the server received.
+// IperfResult is what the servers received.
 type IperfResult struct {
-	Gbps float64 `json:"gbps"`
-	// LostPercent of the UDP datagrams sent (0 for TCP).
+	// Gbps is the sum over the processes; StreamGbps each one's share.
+	Gbps       float64   `json:"gbps"`
+	StreamGbps []float64 `json:"stream_gbps,omitempty"`
+	// LostPercent of the UDP datagrams sent, over all processes (0 for
+	// TCP).
 	LostPercent float64 `json:"lost_percent,omitempty"`
 }
 
-// Iperf runs one iperf3 client and returns what the server received. The
-// server may need a moment to listen, so a failed first connection is
-// retried for a few seconds.
+// iperfStream is what one client process's JSON says.
+type iperfStream struct {
+	bitsPerSecond        float64
+	lostPackets, packets int64
+}
+
+// parseIperf reads one client's JSON (-J): what its server received and,
+// for UDP, the datagrams lost and sent. An error iperf3 reports in the JSON
+// is returned as is.
+func parseIperf(out []byte) (iperfStream, error) {
+	var res struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+			// Sum is there for UDP only.
+			Sum struct {
+				LostPackets int64 `json:"lost_packets"`
+				Packets     int64 `json:"packets"`
+			} `json:"sum"`
+		} `json:"end"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return iperfStream{}, fmt.Errorf("iperf3's JSON: %w", err)
+	}
+	if res.Error != "" {
+		return iperfStream{}, errors.New(res.Error)
+	}
+	return iperfStream{res.End.SumReceived.BitsPerSecond, res.End.Sum.LostPackets, res.End.Sum.Packets}, nil
+}
+
+// sumIperf adds up the processes of one run. Loss is datagrams lost over
+// datagrams sent in all processes, so a process that sent more weighs more
+// (an average of percentages would not).
+func sumIperf(streams []iperfStream, udp bool) IperfResult {
+	var r IperfResult
+	var lost, sent int64
+	for _, s := range streams {
+		r.Gbps += s.bitsPerSecond / 1e9
+		r.StreamGbps = append(r.StreamGbps, s.bitsPerSecond/1e9)
+		lost += s.lostPackets
+		sent += s.packets
+	}
+	if udp && sent > 0 {
+		r.LostPercent = 100 * float64(lost) / float64(sent)
+	}
+	return r
+}
+
+// bitrateShare is process i's part of a bitrate split over n: even, the
+// remainder going one bit each to the first processes, so that the parts
+// add up to the whole.
+func bitrateShare(total uint64, i, n int) uint64 {
+	share := total / uint64(n)
+	if uint64(i) < total%uint64(n) {
+		share++
+	}
+	return share
+}
+
+// Iperf runs o.Streams iperf3 clients at once and returns what their
+// servers received. If one fails, the others are stopped and the error
+// names the failing stream.
 func Iperf(ctx context.Context, o IperfOptions) (IperfResult, error) {
-	args := []string{"-c", o.Dst.String(), "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(max(o.Seconds, 1)), "-P", strconv.Itoa(max(o.Streams, 1)), "-J"}
+	n := max(o.Streams, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streams := make([]iperfStream, n)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := iperfClient(ctx, o, i, n)
+			if err != nil {
+				// The first failure is the cause; the others it stops
+				// fail too, and would only hide it.
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+				return
+			}
+			streams[i] = s
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return IperfResult{}, firstErr
+	}
+	return sumIperf(streams, o.UDP), nil
+}
+
+// iperfClient runs stream i of n: one client process with one stream
+// against the server on IperfPort+i. A server that is not listening yet,
+// or still finishing the previous test, is tried again for a few seconds;
+// any other failure ends the run, since a late restart would not overlap
+// the other streams.
+func iperfClient(ctx context.Context, o IperfOptions, i, n int) (iperfStream, error) {
+	args := []string{"-c", o.Dst.String(), "-p", strconv.Itoa(IperfPort + i), "-t", strconv.Itoa(max(o.Seconds, 1)), "-P", "1", "-J"}
 	if o.UDP {
-		args = append(args, "-u", "-b", strconv.FormatUint(o.Bitrate, 10))
+		args = append(args, "-u", "-b", strconv.FormatUint(bitrateShare(o.Bitrate, i, n), 10))
 	}
 	if o.Len > 0 {
 		args = append(args, "-l", strconv.Itoa(o.Len))
 	}
-	var last error
+	what := "iperf3 " + strings.Join(args, " ")
+	if n > 1 {
+		what = fmt.Sprintf("stream %d of %d (%s)", i+1, n, what)
+	}
+	var err error
 	for try := 0; try < 20; try++ {
 		var out []byte
-		err := netns.Run(o.Netns, func() error {
-			var err error
-			out, err = exec.CommandContext(ctx, "iperf3", args...).Output()
-			return err
-		})
-		var res struct {
-			End struct {
-				SumReceived struct {
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-				Sum struct {
-					LostPercent float64 `json:"lost_percent"`
-				} `json:"sum"`
-			} `json:"end"`
-			Error string `json:"error"`
-		}
-		jerr := json.Unmarshal(out, &res)
-		switch {
-		case jerr == nil && res.Error == "" && err == nil:
-			r := IperfResult{Gbps: res.End.SumReceived.BitsPerSecond / 1e9}
-			if o.UDP {
-				r.LostPercent = res.End.Sum.LostPercent
-			}
-			return r, nil
-		case res.Error != "":
-			last = errors.New(res.Error)
-		default:
-			last = errors.Join(err, jerr)
+		var runErr error
+		if err = netns.Run(o.Netns, func() error {
+			out, runErr = exec.CommandContext(ctx, "iperf3", args...).Output()
+			return nil
+		}); err != nil {
+			return iperfStream{}, fmt.Errorf("%s: %w", what, err)
 		}
 		if ctx.Err() != nil {
-			return IperfResult{}, ctx.Err()
+			return iperfStream{}, fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		var s iperfStream
+		s, err = parseIperf(out)
+		if err == nil && runErr == nil {
+			return s, nil
+		}
+		if err == nil {
+			err = runErr
+		}
+		if !transientIperf(err) {
+			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	return IperfResult{}, fmt.Errorf("iperf3 %s: %w", strings.Join(args, " "), last)
+	return iperfStream{}, fmt.Errorf("%s: %w", what, err)
+}
+
+// transientIperf says whether iperf3 failed before a test began, so that
+// trying again measures the same thing.
+func transientIperf(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "unable to connect") || strings.Contains(msg, "server is busy")
 }
 
 // Machine is what a report says of the machine it was made on.

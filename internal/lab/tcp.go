@@ -7,11 +7,8 @@ import (
 	"io"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // TCPOptions configure a TCP throughput run: iperf3 from the generator's
@@ -118,14 +115,11 @@ func tcpScenario(ctx context.Context, s Scenario, o TCPOptions) (row TCPRow, err
 	}
 	defer func() { err = errors.Join(err, teardown()) }()
 
-	server, err := startIperfServer(tb.Sink().Netns)
+	servers, err := StartIperfServers(tb.Sink().Netns, 1)
 	if err != nil {
 		return row, err
 	}
-	defer func() {
-		server.Process.Kill()
-		server.Wait()
-	}()
+	defer servers.Close()
 	row = TCPRow{Scenario: s.Name, Description: s.Description}
 	for i := 0; i < o.Runs; i++ {
 		gbps, err := iperfRun(ctx, tb, o.Seconds)
@@ -136,16 +130,6 @@ func tcpScenario(ctx context.Context, s Scenario, o TCPOptions) (row TCPRow, err
 		fmt.Fprintf(o.Log, "%-16s run %d/%d: %.2f Gbit/s\n", s.Name, i+1, o.Runs, gbps)
 	}
 	return row, nil
-}
-
-// startIperfServer starts iperf3 in the namespace; the child keeps the
-// namespace of the thread that started it.
-func startIperfServer(ns string) (*exec.Cmd, error) {
-	cmd := exec.Command("iperf3", "-s", "-p", strconv.Itoa(iperfPort))
-	if err := netns.Run(ns, cmd.Start); err != nil {
-		return nil, fmt.Errorf("start iperf3 server in %s: %w", ns, err)
-	}
-	return cmd, nil
 }
 
 // iperfRun runs one client from the generator to the sink and returns the
@@ -195,7 +179,7 @@ func (r *TCPReport) Table() string {
 	}
 	var b strings.Builder
 	b.WriteString(TextTable(lines, tcpRight))
-	fmt.Fprintf(&b, "iperf3, one TCP stream, %d s per run", r.Seconds)
+	fmt.Fprintf(&b, "iperf3, one TCP stream (one iperf3 process), %d s per run", r.Seconds)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "; ratio: Gbit/s / Gbit/s of %s in the same run", r.Baseline)
 	}
@@ -208,7 +192,7 @@ func (r *TCPReport) Markdown() string {
 	var b strings.Builder
 	b.WriteString("# fastpath lab tcp\n\n")
 	fmt.Fprintf(&b, "- date: %s\n- command: `%s`\n- kernel: %s\n- CPU: %s (%d CPUs)\n", r.Started.Format(time.RFC3339), r.Command, r.Kernel, r.CPUModel, r.CPUs)
-	fmt.Fprintf(&b, "- iperf3, one TCP stream, %d s per run, client and server in their own namespaces, the DUT routing between them\n", r.Seconds)
+	fmt.Fprintf(&b, "- iperf3, one TCP stream (one iperf3 process), %d s per run, client and server in their own namespaces, the DUT routing between them\n", r.Seconds)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "- ratio: Gbit/s / Gbit/s of %s in the same run\n", r.Baseline)
 	}

@@ -39,8 +39,18 @@ func metricByName(name string) Metric {
 	return Metrics[i]
 }
 
-// EchoPort is where the UDP echo server listens.
-const EchoPort = 5202
+// EchoPort is where the UDP echo server listens: below lab.IperfPort,
+// since the ×4 metrics' iperf3 servers take the ports from IperfPort up
+// (and a UDP test binds its server's port number for UDP too).
+const EchoPort = lab.IperfPort - 1
+
+// parallel is the streams of the ×4 metrics: as many iperf3 client
+// processes, one stream each, against as many servers (iperf3 3.12 sends
+// all -P streams from one thread, so -P 4 measured one sender).
+const parallel = 4
+
+// x4 is how the report describes the ×4 metrics.
+const x4 = "four iperf3 processes, one stream each"
 
 // figure is one measurement of one metric.
 type figure struct {
@@ -59,14 +69,11 @@ func measure(ctx context.Context, p Path, o Options, logf func(string, ...any)) 
 		return nil, err
 	}
 	defer echo.Close()
-	server, err := lab.StartIperfServer(p.ServerNetns)
+	servers, err := lab.StartIperfServers(p.ServerNetns, parallel)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		server.Process.Kill()
-		server.Wait()
-	}()
+	defer servers.Close()
 	// The first echo answered says the path is ready (neighbours resolved,
 	// the gateways' sessions up).
 	if err := waitEcho(ctx, p.ClientNetns, p.Addr, 30*time.Second); err != nil {
@@ -89,11 +96,13 @@ func measure(ctx context.Context, p Path, o Options, logf func(string, ...any)) 
 		opt := lab.IperfOptions{Netns: p.ClientNetns, Dst: p.Addr, Seconds: o.Seconds, Streams: 1}
 		switch m.Name {
 		case "tcp-4":
-			opt.Streams = 4
+			opt.Streams = parallel
 		case "udp-1", "udp-4":
 			opt.UDP, opt.Len, opt.Bitrate = true, o.UDPLen, o.UDPBitrate
 			if m.Name == "udp-4" {
-				opt.Streams = 4
+				// o.UDPBitrate is the row's offered load; lab.Iperf splits
+				// it over the processes, so ×1 and ×4 offer the same.
+				opt.Streams = parallel
 			}
 		}
 		r, err := lab.Iperf(ctx, opt)

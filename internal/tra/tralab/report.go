@@ -21,6 +21,9 @@ type Report struct {
 	Pings      int    `json:"echoes_per_rtt"`
 	UDPLen     int    `json:"udp_payload_bytes"`
 	UDPBitrate uint64 `json:"udp_offered_bits_per_second"`
+	// X4 says how the ×4 metrics were run, so that a report from before
+	// they were four processes is not read as one from after.
+	X4 string `json:"x4"`
 	// ASes of the SCION network; Client and Server the leaf ASes whose end
 	// hosts run the clients and the servers.
 	ASes     int    `json:"ases"`
@@ -129,8 +132,8 @@ func (r *Report) lines() ([][]string, []bool) {
 
 func (r *Report) legend() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "iperf3 between the end hosts of %s and %s, %d s per run, UDP %d-byte payloads offered at %s; RTT: median of %d UDP echoes; median of %d turns",
-		r.ClientIA, r.ServerIA, r.Seconds, r.UDPLen, rate(r.UDPBitrate), r.Pings, r.Runs)
+	fmt.Fprintf(&b, "iperf3 between the end hosts of %s and %s, %d s per run; ×4: %s; UDP %d-byte payloads offered at %s; RTT: median of %d UDP echoes; median of %d turns",
+		r.ClientIA, r.ServerIA, r.Seconds, r.X4, r.UDPLen, rate(r.UDPBitrate), r.Pings, r.Runs)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "; N×: median / median of %s in the same run", r.Baseline)
 	}
@@ -139,9 +142,9 @@ func (r *Report) legend() string {
 
 func rate(bps uint64) string {
 	if bps == 0 {
-		return "the sender's full speed"
+		return "each sender's full speed"
 	}
-	return fmt.Sprintf("%s Mbit/s", num(float64(bps)/1e6))
+	return fmt.Sprintf("%s Mbit/s in all (×4: a quarter each)", num(float64(bps)/1e6))
 }
 
 // Table renders the report for a terminal.

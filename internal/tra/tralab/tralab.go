@@ -2,8 +2,8 @@
 // lab's SCION network (internal/scionlab), with fastpath's border router in
 // front of every AS's reference router (hybrid mode), it measures ways of
 // carrying IP between the end hosts of two leaf ASes — rows — in turns:
-// iperf3 TCP and UDP with 1 and 4 streams, and the round-trip time of a
-// UDP echo. The rows here are plain IPv6 routing (ip, ip-notso) and
+// iperf3 TCP and UDP with 1 stream and with 4 (four iperf3 processes, one
+// stream each), and the round-trip time of a UDP echo. The rows here are plain IPv6 routing (ip, ip-notso) and
 // scionproto's SCION-IP gateway (sig); the translator's own row registers
 // itself the same way (Register). `fastpath lab tra` runs it.
 package tralab
@@ -121,7 +121,7 @@ type Options struct {
 	// Seconds per iperf3 run; Pings UDP echoes per round-trip figure.
 	Seconds, Pings int
 	// UDPLen is the iperf3 UDP payload; UDPBitrate the offered load of a UDP
-	// run in bit/s (0: as fast as the sender can).
+	// run in bit/s, all processes together (0: each as fast as it can).
 	UDPLen     int
 	UDPBitrate uint64
 	// Net is the SCION network to run on, with ASes ASes; it is brought up
@@ -201,7 +201,7 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	env := Env{Net: o.Net, ASes: as, Client: as[1], Server: as[len(as)-1], Log: o.Log}
 	rep = &Report{
 		Started: time.Now().UTC(), Command: o.Command, Machine: lab.ThisMachine(),
-		Runs: o.Runs, Seconds: o.Seconds, Pings: o.Pings, UDPLen: o.UDPLen, UDPBitrate: o.UDPBitrate,
+		Runs: o.Runs, Seconds: o.Seconds, Pings: o.Pings, UDPLen: o.UDPLen, UDPBitrate: o.UDPBitrate, X4: x4,
 		ASes: o.ASes, ClientIA: env.Client.IA.String(), ServerIA: env.Server.IA.String(),
 	}
 	for _, r := range rs {

@@ -60,6 +60,9 @@ func TestRowsProduceFigures(t *testing.T) {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	t.Log("\n" + rep.Table())
+	if !strings.Contains(rep.Table(), "×4: four iperf3 processes, one stream each") {
+		t.Fatalf("the legend does not say how ×4 ran:\n%s", rep.Table())
+	}
 	if got := strings.Count(log.String(), "3 packets transmitted, 3 received"); got != 3 {
 		t.Fatalf("ping6 answered 3 of 3 on %d rows of 3:\n%s", got, log.String())
 	}
