@@ -105,9 +105,13 @@ func (srv *iperfServer) waitListening(timeout time.Duration) error {
 	}
 }
 
-// listening says whether process pid's namespace has a TCP socket (IPv4 or
-// IPv6: iperf3 takes IPv6 where it can) listening on port.
+// listening says whether process pid has a TCP socket (IPv4 or IPv6:
+// iperf3 takes IPv6 where it can) listening on port. /proc/PID/net/tcp
+// lists every socket of the process's namespace, so the socket must also be
+// one of the process's own open files: another listener on the port (which
+// makes iperf3 exit) does not count.
 func listening(pid, port int) bool {
+	own := socketInodes(pid)
 	want := fmt.Sprintf(":%04X", port)
 	for _, f := range []string{"tcp", "tcp6"} {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
@@ -115,14 +119,31 @@ func listening(pid, port int) bool {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n")[1:] {
-			// sl local_address rem_address st …; st 0A is LISTEN.
+			// sl local_address rem_address st … inode; st 0A is LISTEN.
 			fs := strings.Fields(line)
-			if len(fs) > 3 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+			if len(fs) > 9 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" && own[fs[9]] {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// socketInodes are the inode numbers of the sockets process pid has open.
+func socketInodes(pid int) map[string]bool {
+	out := map[string]bool{}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err == nil && strings.HasPrefix(target, "socket:[") && strings.HasSuffix(target, "]") {
+			out[target[len("socket:["):len(target)-1]] = true
+		}
+	}
+	return out
 }
 
 // Close kills every server and waits for each to be reaped.
