@@ -228,6 +228,9 @@ struct br_pkt {
 	__u64 body_sum;
 	__u8 csum_kind;
 	__u8 body_summed;
+	/* The arriving pseudo-header's sum, folded: what the update of a
+	 * complete checksum takes out again. */
+	__u16 pseudo16;
 
 	__u16 ingress; /* interface ID the packet came in on; 0: internal */
 	__u16 slot;
@@ -522,7 +525,8 @@ static __always_inline int validate_udp_checksum(struct xdp_md *ctx, struct br_p
 			return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
 		return CONTINUE;
 	}
-	pending = field == csum_fold32(pseudo);
+	p->pseudo16 = csum_fold32(pseudo);
+	pending = field == p->pseudo16;
 	if (!pending && !br_verify_udp_csum) {
 		/* IPv6 forbids "no checksum": zero is never right there. */
 		if (field == 0)
@@ -1331,19 +1335,20 @@ static __always_inline int write_path(struct br_pkt *p, __u64 *add, __u64 *sub)
  * generic mode, still pending if it came pending (the device completes it). */
 static __always_inline __u16 udp_checksum_out(const struct br_pkt *p, __u64 add, __u64 sub)
 {
-	__u8 fam = p->next_hop.family;
+	__u64 pseudo = pseudo_sum(p->src->addr, p->next_hop.addr, p->next_hop.family, p->udp_len);
+	__u64 ports = p->src->port + p->next_hop.port;
 	__u64 sum;
 	__u16 c;
 
 	if (br_generic && p->csum_kind == CSUM_PENDING)
-		return csum_fold32(pseudo_sum(p->src->addr, p->next_hop.addr, fam, p->udp_len));
+		return csum_fold32(pseudo);
 	if (p->body_summed) {
-		sum = pseudo_sum(p->src->addr, p->next_hop.addr, fam, p->udp_len) + p->src->port +
-		      p->next_hop.port + bpf_htons(p->udp_len) + p->body_sum + add + (__u16)~csum_fold32(sub);
+		sum = pseudo + ports + bpf_htons(p->udp_len) + p->body_sum + add + (__u16)~csum_fold32(sub);
 	} else {
-		sub += addr_sum(p->ul_src, p->family) + addr_sum(p->ul_dst, p->family) + p->ul_sport + p->ul_dport;
-		add += addr_sum(p->src->addr, fam) + addr_sum(p->next_hop.addr, fam) + p->src->port + p->next_hop.port;
-		sum = (__u16)~p->udp_csum + add + (__u16)~csum_fold32(sub);
+		/* The pseudo-header and the ports changed too; the UDP length,
+		 * in both, did not. */
+		sub += p->pseudo16 + p->ul_sport + p->ul_dport;
+		sum = (__u16)~p->udp_csum + pseudo + ports + add + (__u16)~csum_fold32(sub);
 	}
 	c = ~csum_fold32(sum);
 	/* Zero means "no checksum": RFC 768 sends all ones instead. */
