@@ -3,12 +3,11 @@ package br
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -103,29 +102,6 @@ func waitFor(t *testing.T, log *syncBuffer, want string) {
 // configuration, is started once the router is attached, reloads on
 // SIGHUP and restarts serve when it fails.
 func TestServiceUnit(t *testing.T) {
-	b, err := os.ReadFile("../../docs/fastpath-br@.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unit := string(b)
-	for _, want := range []string{"ExecStart=/usr/local/bin/fastpath br serve --config /etc/fastpath/br-%i.toml", "Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure"} {
-		if !strings.Contains(unit, want) {
-			t.Fatalf("the unit lacks %q", want)
-		}
-	}
-	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		return // nothing more to ask without systemd's tools
-	}
-	// Verified as systemd reads it, with an executable where it wants one.
-	dir := t.TempDir()
-	self, _ := os.Executable()
-	unit = strings.ReplaceAll(unit, "/usr/local/bin/fastpath", self)
-	path := filepath.Join(dir, "fastpath-br@.service")
-	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("systemd-analyze", "verify", filepath.Join(dir, "fastpath-br@test.service")).CombinedOutput()
-	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
-	}
+	labtest.CheckServiceUnit(t, "../../docs/fastpath-br@.service",
+		"ExecStart=/usr/local/bin/fastpath br serve --config /etc/fastpath/br-%i.toml", "Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure")
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,38 @@ func BuildFastpath(dir string) (string, error) {
 		return "", fmt.Errorf("go build fastpath: %v\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// CheckServiceUnit checks a systemd unit shipped in docs/ (path, from the
+// test's package directory): it holds every line of want, and, where
+// systemd's tools are installed, `systemd-analyze verify` accepts an
+// instance of it with this test binary standing for fastpath.
+func CheckServiceUnit(t *testing.T, path string, want ...string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, w := range want {
+		if !strings.Contains(unit, w) {
+			t.Fatalf("%s lacks %q", path, w)
+		}
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		return // nothing more to ask without systemd's tools
+	}
+	// Verified as systemd reads it, with an executable where it wants one.
+	dir := t.TempDir()
+	self, _ := os.Executable()
+	unit = strings.ReplaceAll(unit, "/usr/local/bin/fastpath", self)
+	name := filepath.Base(path)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	instance := strings.Replace(name, "@.", "@test.", 1)
+	out, err := exec.Command("systemd-analyze", "verify", filepath.Join(dir, instance)).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
 }
