@@ -703,13 +703,8 @@ func (m hostMaps) setLocalAddrs(want map[routerBrAddr]bool) (added, removed []ro
 func (m hostMaps) setEgress(ns string, ports map[uint32]bool, cfg *Config) (added, removed []uint32, err error) {
 	// A devmap resolves indexes in the namespace of the thread updating it.
 	err = netns.Run(ns, func() error {
-		var k, v uint32
-		have := map[uint32]bool{}
-		it := m.txPorts.Iterate()
-		for it.Next(&k, &v) {
-			have[k] = true
-		}
-		if err := it.Err(); err != nil {
+		have, err := keys[uint32, uint32](m.txPorts)
+		if err != nil {
 			return fmt.Errorf("read the redirect map: %w", err)
 		}
 		for idx := range ports {
@@ -719,7 +714,6 @@ func (m hostMaps) setEgress(ns string, ports map[uint32]bool, cfg *Config) (adde
 				}
 			}
 		}
-		var err error
 		if added, removed, err = syncSet(m.egress, ports, uint8(1)); err != nil {
 			return fmt.Errorf("write the egress devices: %w", err)
 		}
@@ -761,14 +755,8 @@ func clearNextHops(m *ebpf.Map, cfg *Config) error {
 // new keys first, then stale ones go. It says which keys it added and
 // which it removed.
 func syncSet[K comparable, V any](m *ebpf.Map, want map[K]bool, val V) (added, removed []K, err error) {
-	var k K
-	var v V
-	have := map[K]bool{}
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		have[k] = true
-	}
-	if err := it.Err(); err != nil {
+	have, err := keys[K, V](m)
+	if err != nil {
 		return nil, nil, err
 	}
 	for k := range want {
