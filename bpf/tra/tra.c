@@ -18,6 +18,7 @@
  * host controls reaches the host unless a border router of the AS (or, for
  * the empty path, the local host named as the source) handed it over. */
 #include "common.h"
+#include <bpf/bpf_core_read.h>
 #include "parse.h"
 #define CSUM_SKB
 #include "csum.h"
@@ -931,8 +932,12 @@ static __always_inline int tra_out_steps(struct __sk_buff *skb, struct tra_out_p
 	return send_to_as(skb, p);
 }
 
-SEC("tc")
-int tra_out(struct __sk_buff *skb)
+/* Where tra_out runs: at the host's end of the pair as the host sends
+ * (EGRESS), or at the translator's end once the packet has crossed the
+ * pair (INGRESS). */
+enum tra_hook { TRA_AT_INGRESS, TRA_AT_EGRESS };
+
+static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hook)
 {
 	struct tra_out_pkt p = {};
 	__u32 zero = 0;
@@ -944,9 +949,55 @@ int tra_out(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	ret = tra_out_steps(skb, &p);
-	if (ret == REPLY)
-		return send_icmp6_error(skb, &p);
+	if (ret != REPLY)
+		return ret;
+	ret = send_icmp6_error(skb, &p);
+	/* At the host's own end, the error goes straight back in, as if it
+	 * had come out of the translator's. */
+	if (ret == TC_ACT_REDIRECT && hook == TRA_AT_EGRESS)
+		ret = bpf_redirect(skb->ifindex, BPF_F_INGRESS);
 	return ret;
+}
+
+/* At the translator's end of the pair: what the host's end let through,
+ * cut into segments and with its checksums completed by the kernel as it
+ * crossed the pair. */
+SEC("tc")
+int tra_out(struct __sk_buff *skb)
+{
+	return tra_out_main(skb, TRA_AT_INGRESS);
+}
+
+/* ---- Egress at the host's end: the same steps one device earlier -------- */
+
+#include "kern.h"
+
+extern void *bpf_cast_to_kern_ctx(void *) __ksym;
+
+/* Whether the kernel has still to complete the L4 checksum (a TCP segment:
+ * TCP leaves it to the device, which for the pair is the kernel's
+ * validate_xmit_skb, after this hook). Such a packet translated here would
+ * leave with a sum of the pseudo-header only, and nothing on the way (XDP
+ * at the routers, tra_in) completes it. */
+static __always_inline int csum_pending(struct __sk_buff *skb)
+{
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+
+	return BPF_CORE_READ_BITFIELD(kskb, ip_summed) == CHECKSUM_PARTIAL;
+}
+
+/* At the host's end of the pair, before the packet crosses it: translated
+ * here, a datagram is spared the pair (its queue, a NAPI poll, GRO, a
+ * second pass through the receive path): a fifth of its way. What only
+ * the kernel's transmit path makes translatable — a GSO packet still to be
+ * cut, a checksum still to be completed — goes on through the pair to
+ * tra_out. */
+SEC("tc")
+int tra_out_egress(struct __sk_buff *skb)
+{
+	if (skb->gso_size || csum_pending(skb))
+		return TC_ACT_OK;
+	return tra_out_main(skb, TRA_AT_EGRESS);
 }
 
 /* ---- Ingress: SCION for the host → IPv6 ------------------------------------ */
@@ -1339,8 +1390,6 @@ int tra_in(struct xdp_md *ctx)
 }
 
 /* ---- Transmit failures into the host --------------------------------------- */
-
-#include "kern.h"
 
 /* A redirect into the pair the kernel refused at once (the pair down):
  * counted translated_in when handed over, it moves to tx_failed. Only this

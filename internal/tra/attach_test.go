@@ -524,3 +524,70 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 		}
 	})
 }
+
+// rxPackets is a device's received-packet count.
+func rxPackets(t *testing.T, ns, dev string) uint64 {
+	t.Helper()
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Attrs().Statistics.RxPackets
+}
+
+// The host's datagrams are translated at its own end of the pair, as it
+// sends them, and never cross the pair; a TCP segment, whose checksum the
+// kernel completes only as it crosses, crosses and is translated at the
+// translator's end. Both leave as SCION, and each is translated once.
+func TestTranslatedBeforeThePair(t *testing.T) {
+	a := attachHost(t, "127.0.0.1:1")
+	tap, err := capture.Open(xdp.Iface{Netns: a.net, Name: "gw0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tap.Close()
+	trans := a.cfg.Pair + "1"
+	before := rxPackets(t, a.host, trans)
+	c := a.dialUDP(t, netip.AddrPortFrom(remote4SMIP, 31000))
+	const n = 20
+	for range n {
+		if _, err := c.Write([]byte("translated as it is sent")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isUDP := func(f capture.Frame) bool { return scionTo(f) && len(f.Data) > 14+20+8+4 && f.Data[14+20+8+4] == 17 }
+	deadline := time.Now().Add(3 * time.Second)
+	for len(waitFrames(t, tap, 0, isUDP)) < n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := len(waitFrames(t, tap, 0, isUDP)); got != n {
+		t.Fatalf("%d SCION/UDP frames of %d datagrams; counters %v", got, n, a.counts(t))
+	}
+	if crossed := rxPackets(t, a.host, trans) - before; crossed != 0 {
+		t.Fatalf("%d packets crossed the pair for %d datagrams translated at the host's end", crossed, n)
+	}
+
+	before = rxPackets(t, a.host, trans)
+	netns.Run(a.host, func() error {
+		d := net.Dialer{Timeout: 300 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: a.cfg.SMIP.AsSlice()}}
+		if conn, err := d.Dial("tcp6", netip.AddrPortFrom(remote4SMIP, 31001).String()); err == nil {
+			conn.Close()
+		}
+		return nil
+	})
+	isTCP := func(f capture.Frame) bool { return scionTo(f) && len(f.Data) > 14+20+8+4 && f.Data[14+20+8+4] == 6 }
+	if len(waitFrames(t, tap, 3*time.Second, isTCP)) == 0 {
+		t.Fatalf("no SCION/TCP frame for the SYN; counters %v", a.counts(t))
+	}
+	if crossed := rxPackets(t, a.host, trans) - before; crossed == 0 {
+		t.Fatal("the SYN, its checksum pending at the host's end, did not cross the pair")
+	}
+	if got := a.counts(t)["translated_out"].Packets; got < n+1 {
+		t.Fatalf("translated_out %d; want the %d datagrams and the SYN", got, n)
+	}
+}

@@ -346,15 +346,21 @@ type AttachOptions struct {
 	Warn  io.Writer
 }
 
-// pinNames of the links besides the underlay device's XDP link.
-const tcLinkPin = "tc_link"
+// pinNames of the links besides the underlay device's XDP link: tra_out at
+// the translator's end of the pair (ingress), tra_out_egress at the host's
+// end (egress).
+const (
+	tcLinkPin       = "tc_link"
+	tcEgressLinkPin = "tc_egress_link"
+)
 
 // Attach makes the translator's device pair in the host's namespace (the
 // host's end with its SM-IP address, a route to fc00::/8 and an MTU that
 // fits SCION's headers; no TSO and no checksum offload, so that the kernel
 // cuts and completes what the host sends), loads the programs with maps
-// pinned under PinDir, and attaches tra_in to the underlay device (XDP) and
-// tra_out to the pair (TC ingress). Attaching again keeps the maps and
+// pinned under PinDir, and attaches tra_in to the underlay device (XDP),
+// tra_out_egress to the host's end of the pair (TC egress) and tra_out to
+// the translator's end (TC ingress), for what the first lets through. Attaching again keeps the maps and
 // swaps the programs. It returns the translator's name (see Name).
 func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if o.Warn == nil {
@@ -431,7 +437,10 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
-	if err := attachTC(dir, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut); err != nil {
+	if err := attachTC(dir, tcLinkPin, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut, ebpf.AttachTCXIngress); err != nil {
+		return "", err
+	}
+	if err := attachTC(dir, tcEgressLinkPin, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "0"}, pair.hostIndex, t.objs.TraOutEgress, ebpf.AttachTCXEgress); err != nil {
 		return "", err
 	}
 	if err := attachTracepoints(dir, t); err != nil {
@@ -475,10 +484,10 @@ func attachTracepoints(dir string, t *Translator) error {
 	return nil
 }
 
-// attachTC attaches tra_out to the pair's ingress through a TCX link,
-// pinned; an existing link gets the program swapped in place.
-func attachTC(dir string, i xdp.Iface, ifindex int, prog *ebpf.Program) error {
-	pin := filepath.Join(dir, tcLinkPin)
+// attachTC attaches a program to one end of the pair through a TCX link,
+// pinned as pinName; an existing link gets the program swapped in place.
+func attachTC(dir, pinName string, i xdp.Iface, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
+	pin := filepath.Join(dir, pinName)
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 		err = l.Update(prog)
 		l.Close()
@@ -487,11 +496,11 @@ func attachTC(dir string, i xdp.Iface, ifindex int, prog *ebpf.Program) error {
 	var l link.Link
 	err := netns.Run(i.Netns, func() error {
 		var err error
-		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("attach tra_out to %s's ingress: %w", i, err)
+		return fmt.Errorf("attach %s to %s (%s): %w", prog, i, at, err)
 	}
 	defer l.Close()
 	return l.Pin(pin)
@@ -511,6 +520,9 @@ func Detach(name string) error {
 	var errs []error
 	if statErr == nil {
 		errs = append(errs, os.Remove(filepath.Join(dir, tcLinkPin)))
+		if err := os.Remove(filepath.Join(dir, tcEgressLinkPin)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err) // a translator attached before the egress link has none
+		}
 		for pin := range tracepointPins {
 			errs = append(errs, os.Remove(filepath.Join(dir, pin)))
 		}
@@ -640,7 +652,8 @@ func (p *Pinned) config() (translatorTraConfig, error) {
 
 // pairDevs are the translator's device pair as made.
 type pairDevs struct {
-	pairIndex        int
+	pairIndex        int // the translator's end
+	hostIndex        int // the host's end
 	hostMAC, pairMAC net.HardwareAddr
 }
 
@@ -673,7 +686,7 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 	if err != nil {
 		return out, err
 	}
-	out.pairIndex, out.hostMAC, out.pairMAC = tl.Attrs().Index, hl.Attrs().HardwareAddr, tl.Attrs().HardwareAddr
+	out.pairIndex, out.hostIndex, out.hostMAC, out.pairMAC = tl.Attrs().Index, hl.Attrs().Index, hl.Attrs().HardwareAddr, tl.Attrs().HardwareAddr
 	err = netns.Run(ns, func() error {
 		// IPv6 on the host's end even where the namespace turns it off.
 		for _, k := range []string{"disable_ipv6", "accept_dad", "accept_ra"} {
