@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -119,24 +120,39 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
 		return err
 	}
-	if err := r.attachTracing(dir); err != nil {
+	if err := r.attachTracing(dir, cfg.CountTxDrops); err != nil {
 		return errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))
 	}
 	return nil
 }
 
 // Tracing link pins: not device links (xdp.Links ignores them), and gone
-// with the directory when the last device is detached.
-var tracingPins = map[string]string{"br_tx_redirect_err": "trace_redirect_err", "br_tx_devmap": "trace_devmap", "br_tx_bulk": "trace_bulk", "br_tx_exception": "trace_exception"}
+// with the directory when the last device is detached. The failure
+// tracepoints fire only when a transmit fails; the flush tracepoints fire
+// at every flush of every XDP redirect and XDP_TX of the machine, so their
+// programs are attached only with count_tx_drops.
+var (
+	failurePins = map[string]string{"br_tx_redirect_err": "trace_redirect_err", "br_tx_exception": "trace_exception"}
+	flushPins   = map[string]string{"br_tx_devmap": "trace_devmap", "br_tx_bulk": "trace_bulk"}
+)
 
 // attachTracing attaches the transmit-failure counters and pins their
-// links, replacing those of an earlier attach.
-func (r *Router) attachTracing(dir string) error {
+// links, replacing those of an earlier attach; without flushes, the flush
+// counters of an earlier attach go.
+func (r *Router) attachTracing(dir string, flushes bool) error {
 	progs, err := r.TracingPrograms()
 	if err != nil {
 		return err
 	}
-	for prog, pin := range tracingPins {
+	pins := maps.Clone(failurePins)
+	for prog, pin := range flushPins {
+		if flushes {
+			pins[prog] = pin
+		} else if err := os.Remove(filepath.Join(dir, pin)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	for prog, pin := range pins {
 		l, err := link.AttachTracing(link.TracingOptions{Program: progs[prog]})
 		if err != nil {
 			return fmt.Errorf("attach %s to its tracepoint: %w", prog, err)

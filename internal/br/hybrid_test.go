@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -440,16 +441,37 @@ func TestUnusableEgressIsLeftToTheStack(t *testing.T) {
 }
 
 // A device that stops taking XDP frames after attach (its peer's GRO
-// turned off) drops them; the transmit tracepoints move them from
-// forwarded to tx_failed.
+// turned off) drops them; with count_tx_drops the flush tracepoints move
+// them from forwarded to tx_failed. Without it their programs are not
+// attached (they run at every XDP flush of the machine), and a re-attach
+// without it takes them away.
 func TestFailedTransmitIsNotForwarded(t *testing.T) {
 	b := newHostBed(t, false)
+	b.cfg.CountTxDrops = true
 	name, _ := b.attach(t, XDPModeNative)
+	for _, pin := range flushPins {
+		if _, err := os.Stat(filepath.Join(PinDir(name), pin)); err != nil {
+			t.Fatalf("count_tx_drops: %v", err)
+		}
+	}
 	b.setGRO(t, b.b, "b0", false)
 	const n = 10
 	v := b.sendTransit(t, name, n)
 	if v["tx_failed"] != n || v["forwarded"] != 0 {
 		t.Fatalf("verdicts %v; want %d tx_failed and nothing forwarded", v, n)
+	}
+
+	b.cfg.CountTxDrops = false
+	b.attach(t, XDPModeNative)
+	for _, pin := range flushPins {
+		if _, err := os.Stat(filepath.Join(PinDir(name), pin)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after a re-attach without count_tx_drops: %v", pin, err)
+		}
+	}
+	for _, pin := range failurePins {
+		if _, err := os.Stat(filepath.Join(PinDir(name), pin)); err != nil {
+			t.Fatalf("%s: %v", pin, err)
+		}
 	}
 }
 
