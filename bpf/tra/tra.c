@@ -711,11 +711,11 @@ static __always_inline int build_scion(struct __sk_buff *skb, struct tra_out_pkt
 	__u16 path_len = p->path ? p->path->len : 0;
 	__u32 off, need;
 
-	/* IPv6 → IPv4 leaves 20 bytes of network header; UDP and SCION go
-	 * after it. */
-	if (bpf_skb_change_proto(skb, bpf_htons(ETH_P_IP), 0))
-		goto fail;
-	if (bpf_skb_adjust_room(skb, sizeof(struct udphdr) + p->scion_len, BPF_ADJ_ROOM_NET, 0))
+	/* The 40 bytes of IPv6 header become IPv4, UDP and SCION: room for the
+	 * difference after the Ethernet header, in one move of that header;
+	 * the encapsulation flag makes the skb IPv4 (skb->protocol), which
+	 * the neighbour output goes by. */
+	if (bpf_skb_adjust_room(skb, OUT_HDRS + p->scion_len - IP6_LEN, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4))
 		goto fail;
 	/* What is written directly: underlay, common and address headers.
 	 * Every packet has that much (an L4 header of 8 bytes at least

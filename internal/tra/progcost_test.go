@@ -23,7 +23,7 @@ func BenchmarkPrograms(b *testing.B) {
 		name string
 		prog func(*Translator) *ebpf.Program
 		in   bool
-	}{{"tra_out", func(tr *Translator) *ebpf.Program { return tr.objs.TraOut }, false}, {"tra_in", func(tr *Translator) *ebpf.Program { return tr.objs.TraIn }, true}} {
+	}{{"tra_out", func(tr *Translator) *ebpf.Program { return tr.objs.TraOut }, false}, {"tra_out_egress", func(tr *Translator) *ebpf.Program { return tr.objs.TraOutEgress }, false}, {"tra_in", func(tr *Translator) *ebpf.Program { return tr.objs.TraIn }, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			tr := loadTest(b)
 			if err := tr.SetPaths(remoteIA, []Path{{Raw: testPath(b), MTU: 1472, NextHop: routerAddr, Expiry: 1 << 40}}); err != nil {
