@@ -338,11 +338,18 @@ func brStatsCmd() *cobra.Command {
 				if err == nil {
 					slots, err = p.Slots()
 				}
+				var ip map[string]br.Stat
+				if err == nil {
+					ip, err = p.IPTotals()
+				}
 				p.Close()
 				if err != nil {
 					return err
 				}
 				all[id] = c.ByInterface(slots)
+				if len(ip) > 0 {
+					all[id][br.IPInterface] = ip
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)

@@ -80,6 +80,10 @@ type Config struct {
 	// datagram; UDPChecksumVerify sums every datagram and drops a wrong one
 	// on arrival, as the kernel does before the reference router's socket.
 	UDPChecksum string
+	// ForwardIP (toml "forward_ip", default false): what the router finds is
+	// not SCION (plain IPv4 and IPv6 not for this host) is forwarded in XDP
+	// by the kernel's FIB instead of being passed up to the kernel.
+	ForwardIP bool
 
 	// Resolved from the topology and keys:
 	IA                                     addr.IA
@@ -139,6 +143,7 @@ type tomlFile struct {
 	XDPMode            string   `toml:"xdp_mode"`
 	UDPChecksum        string   `toml:"udp_checksum"`
 	LinkTimeout        string   `toml:"link_timeout"`
+	ForwardIP          bool     `toml:"forward_ip"`
 }
 
 // minMasterKeyLen is the shortest master key accepted; scion's generator writes 16 random bytes.
@@ -274,6 +279,7 @@ func (c *Config) decodeTOML() error {
 	c.KeyRollover = raw.KeyRollover
 	c.XDPMode = raw.XDPMode
 	c.UDPChecksum = raw.UDPChecksum
+	c.ForwardIP = raw.ForwardIP
 	d, err := time.ParseDuration(raw.LinkTimeout)
 	if err != nil || d < 0 {
 		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)

@@ -1,0 +1,289 @@
+package br
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/fastpath-dev/fastpath/internal/checksum"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// The plain-IP forwarder (forward_ip) behind the router, run with
+// BPF_PROG_TEST_RUN in a hostBed's router namespace, as if each frame
+// arrived from A on d0: the FIB, the neighbours and the devices are the
+// namespace's own.
+
+// xdpMd is struct xdp_md as a test run's context: only the ingress device.
+type xdpMd struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+const xdpRedirect = 4
+
+// ipFrame is an Ethernet frame carrying an IP packet (IPv4 without options,
+// or IPv6) from src to dst with the given hop limit or TTL and UDP payload.
+func ipFrame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, hops uint8, payload int) []byte {
+	udp := make([]byte, 8+payload)
+	binary.BigEndian.PutUint16(udp[0:], 40000)
+	binary.BigEndian.PutUint16(udp[2:], 9)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	f := append(append([]byte{}, dstMAC...), srcMAC...)
+	if src.Is4() {
+		f = append(f, 0x08, 0x00)
+		ip := make([]byte, 20)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		ip[8], ip[9] = hops, 17
+		s, d := src.As4(), dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+		binary.BigEndian.PutUint16(ip[10:], ^checksum.Fold(checksum.Sum(ip, 0)))
+		return append(append(f, ip...), udp...)
+	}
+	f = append(f, 0x86, 0xdd)
+	ip := make([]byte, 40)
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(udp)))
+	ip[6], ip[7] = 17, hops
+	s, d := src.As16(), dst.As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], d[:])
+	return append(append(f, ip...), udp...)
+}
+
+// ipBed is a hostBed whose router namespace forwards on d0 (the FIB's
+// condition for a packet arriving there), with a router loaded, not
+// attached, and told its host.
+type ipBed struct {
+	*hostBed
+	r                *Router
+	d0, d1           *netlink.LinkAttrs
+	aMAC, bMAC       net.HardwareAddr
+	forwardIP, txToB bool
+}
+
+func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
+	t.Helper()
+	b := &ipBed{hostBed: newHostBed(t, v6), forwardIP: forwardIP, txToB: txToB}
+	fam := "ipv4"
+	if v6 {
+		fam = "ipv6"
+	}
+	b.sysctl(t, b.dut, "net."+fam+".conf.d0.forwarding", "1")
+	cfg := *b.cfg
+	cfg.ForwardIP = forwardIP
+	r, err := Load(&cfg, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	b.r = r
+	tx := []xdp.Iface{{Netns: b.dut, Name: "d0"}}
+	if txToB {
+		tx = append(tx, xdp.Iface{Netns: b.dut, Name: "d1"})
+	}
+	if err := r.SetHost(b.dut, tx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		to  **netlink.LinkAttrs
+		dev string
+	}{{&b.d0, "d0"}, {&b.d1, "d1"}} {
+		i, err := xdp.Lookup(xdp.Iface{Netns: b.dut, Name: d.dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*d.to = i
+	}
+	b.aMAC, _ = net.ParseMAC(b.mac(t, b.a, "a0"))
+	b.bMAC, _ = net.ParseMAC(b.mac(t, b.b, "b0"))
+	return b
+}
+
+// ipResult is one run of the router on a frame from A: its action, the
+// frame after, and which of the router's and the forwarder's counters
+// moved.
+type ipResult struct {
+	action   uint32
+	out      []byte
+	verdict  string // the router's
+	ipVerdct string // the forwarder's; "" if none moved
+}
+
+func (b *ipBed) run(t *testing.T, frame []byte) ipResult {
+	t.Helper()
+	before, err := b.r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipBefore, err := b.r.IPCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(frame)+256)
+	opts := ebpf.RunOptions{Data: frame, DataOut: out, Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(b.d0.Index)}}
+	var ret uint32
+	if err := netns.Run(b.dut, func() error {
+		var err error
+		ret, err = b.r.objs.Router.Run(&opts)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res := ipResult{action: ret, out: opts.DataOut, verdict: "none"}
+	after, err := b.r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range after {
+		for v := range after[s] {
+			if after[s][v].Packets != before[s][v].Packets {
+				res.verdict = VerdictName(Verdict(v))
+			}
+		}
+	}
+	ipAfter, err := b.r.IPCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, s := range ipAfter {
+		if s.Packets != ipBefore[v].Packets {
+			if res.ipVerdct != "" {
+				t.Fatalf("one packet moved two forwarder counters: %s and %s", res.ipVerdct, v)
+			}
+			res.ipVerdct = v
+		}
+	}
+	return res
+}
+
+func TestForwardIP(t *testing.T) {
+	type ipCase struct {
+		v6, forwardIP bool
+		txToB         bool // d1 takes XDP frames (in br_egress)
+		dst           string
+		hops          uint8
+		payload       int
+		setup         func(t *testing.T, b *ipBed)
+
+		wantAction uint32
+		wantIP     string // the forwarder's verdict; "" none
+		forwarded  bool   // out is the frame forwarded to B, else the frame unchanged
+	}
+	cases := map[string]ipCase{
+		"ipv6 forwarded":       {v6: true, forwardIP: true, txToB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 forwarded":       {forwardIP: true, txToB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 ttl 2 forwarded": {forwardIP: true, txToB: true, hops: 2, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv6 hop limit 1":     {v6: true, forwardIP: true, txToB: true, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
+		"ipv4 ttl 1":           {forwardIP: true, txToB: true, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
+		"ipv6 too big":         {v6: true, forwardIP: true, txToB: true, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
+		"ipv4 too big":         {forwardIP: true, txToB: true, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
+		"ipv6 no route at all": {v6: true, forwardIP: true, txToB: true, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv4 no route at all": {forwardIP: true, txToB: true, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv6 unreachable route": {v6: true, forwardIP: true, txToB: true, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "no_route",
+			setup: func(t *testing.T, b *ipBed) { b.ip(t, b.dut, "-6", "route", "add", "unreachable", "fd00:9::/64") }},
+		"ipv4 unreachable route": {forwardIP: true, txToB: true, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "no_route",
+			setup: func(t *testing.T, b *ipBed) { b.ip(t, b.dut, "route", "add", "unreachable", "10.9.0.0/24") }},
+		"ipv6 no neighbour":  {v6: true, forwardIP: true, txToB: true, dst: "fd00:2::99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv4 no neighbour":  {forwardIP: true, txToB: true, dst: "10.2.0.99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv6 for this host": {v6: true, forwardIP: true, txToB: true, dst: "fd00:1::2", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv6 link-local":    {v6: true, forwardIP: true, txToB: true, dst: "fe80::1", hops: 64, wantAction: xdpPass, wantIP: "other"},
+		"ipv6 not ready":     {v6: true, forwardIP: true, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
+		"ipv4 not ready":     {forwardIP: true, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
+		"ipv6 forwarding off": {v6: true, forwardIP: true, txToB: true, hops: 64, wantAction: xdpPass, wantIP: "fwd_disabled",
+			setup: func(t *testing.T, b *ipBed) { b.sysctl(t, b.dut, "net.ipv6.conf.d0.forwarding", "0") }},
+		"ipv6 slot empty": {v6: true, txToB: true, hops: 64, wantAction: xdpPass},
+		"ipv4 slot empty": {txToB: true, hops: 64, wantAction: xdpPass},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := newIPBed(t, c.v6, c.forwardIP, c.txToB)
+			if c.setup != nil {
+				c.setup(t, b)
+			}
+			dst := b.bAddr
+			if c.dst != "" {
+				dst = netip.MustParseAddr(c.dst)
+			}
+			in := ipFrame(b.d0.HardwareAddr, b.aMAC, b.aAddr, dst, c.hops, 100+c.payload)
+			res := b.run(t, in)
+			if res.action != c.wantAction || res.ipVerdct != c.wantIP || res.verdict != "not_scion" {
+				t.Fatalf("action %d, forwarder's verdict %q, router's %q; want %d, %q, not_scion", res.action, res.ipVerdct, res.verdict, c.wantAction, c.wantIP)
+			}
+			want := in
+			if c.forwarded {
+				want = ipFrame(b.bMAC, b.d1.HardwareAddr, b.aAddr, dst, c.hops-1, 100+c.payload)
+			}
+			if !bytes.Equal(res.out, want) {
+				t.Fatalf("frame after\n%x\nwant\n%x", res.out, want)
+			}
+			if !c.v6 && c.forwarded && checksum.Fold(checksum.Sum(res.out[14:34], 0)) != 0xffff {
+				t.Fatalf("IPv4 header checksum wrong: %x", res.out[14:34])
+			}
+		})
+	}
+}
+
+// SCION through the router is the same, byte for byte and verdict for
+// verdict, whether the plain-IP slot is filled or not.
+func TestForwardIPLeavesSCIONAlone(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		var got [2]ipResult
+		for i, on := range []bool{false, true} {
+			b := newIPBed(t, v6, on, true)
+			frames, err := TransitPackets(b.cfg, TransitOptions{Count: 1, Size: 200, SrcMAC: b.aMAC, DstMAC: b.d0.HardwareAddr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = b.run(t, frames[0])
+			if got[i].verdict != "forwarded" || got[i].ipVerdct != "" {
+				t.Fatalf("v6 %v, forward_ip %v: router's verdict %q, forwarder's %q", v6, on, got[i].verdict, got[i].ipVerdct)
+			}
+		}
+		// The two beds' devices have MACs of their own: compare from the
+		// Ethernet type on, and the MACs by role.
+		if got[0].action != got[1].action || !bytes.Equal(got[0].out[12:], got[1].out[12:]) {
+			t.Fatalf("v6 %v: with the slot empty %d %x\nfilled %d %x", v6, got[0].action, got[0].out, got[1].action, got[1].out)
+		}
+	}
+}
+
+// The router with the tail call and the forwarder load on this kernel in
+// each way the router is attached: native, for worker CPUs, generic.
+func TestForwardIPLoads(t *testing.T) {
+	requireKernel(t)
+	cfg := testConfig()
+	cfg.ForwardIP = true
+	cfg.CPUs = []int{0}
+	r, err := Load(cfg, LoadOptions{SkipFIB: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.cpuProg == nil {
+		t.Fatal("no worker-CPU router loaded")
+	}
+	if _, err := r.GenericProgram(); err != nil {
+		t.Fatal(err)
+	}
+	var id ebpf.ProgramID
+	for _, m := range []*ebpf.Map{r.objs.Next, r.objs.NextCPU} {
+		if err := m.Lookup(uint32(0), &id); err != nil || id == 0 {
+			t.Fatalf("%v: the slot holds no program (%v)", m, err)
+		}
+	}
+	if err := r.setForwardIP(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.objs.Next.Lookup(uint32(0), &id); err == nil {
+		t.Fatalf("the slot still holds program %d", id)
+	}
+}
