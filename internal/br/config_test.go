@@ -167,12 +167,13 @@ func TestConfigExample(t *testing.T) {
 	}
 	if len(ex.CPUs) != 0 || ex.MACCheck != def.MACCheck || ex.SCMP != def.SCMP ||
 		ex.KeyRollover != def.KeyRollover || ex.XDPMode != def.XDPMode || ex.LinkTimeout != def.LinkTimeout ||
-		ex.UDPChecksum != def.UDPChecksum || def.UDPChecksum != UDPChecksumUpdate {
+		ex.UDPChecksum != def.UDPChecksum || def.UDPChecksum != UDPChecksumUpdate || ex.ForwardIP || def.ForwardIP {
 		t.Errorf("example shows cpus=%v mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q; "+
 			"defaults are cpus=[] mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q",
 			ex.CPUs, ex.MACCheck, ex.SCMP, ex.KeyRollover, ex.XDPMode,
 			def.MACCheck, def.SCMP, def.KeyRollover, def.XDPMode)
 		t.Errorf("example shows udp_checksum=%q; default is %q", ex.UDPChecksum, def.UDPChecksum)
+		t.Errorf("example shows forward_ip=%v; default is %v, want false", ex.ForwardIP, def.ForwardIP)
 	}
 }
 
@@ -261,12 +262,12 @@ func TestConfigGood(t *testing.T) {
 		"settings": {
 			toml: "internal_interfaces = [\"eth1\", \"eth2\"]\ncpus = [0]\nmac_check = false\n" +
 				"scmp = \"drop\"\nkey_rollover = true\nxdp_mode = \"generic\"\nlink_timeout = \"1.5s\"\n" +
-				"udp_checksum = \"verify\"\n",
+				"udp_checksum = \"verify\"\nforward_ip = true\n",
 			check: func(t *testing.T, c *Config) {
 				if !reflect.DeepEqual(c.InternalInterfaces, []string{"eth1", "eth2"}) ||
 					!reflect.DeepEqual(c.CPUs, []int{0}) || c.MACCheck || c.SCMP != SCMPDrop ||
 					!c.KeyRollover || c.XDPMode != XDPModeGeneric || c.LinkTimeout != 1500*time.Millisecond ||
-					c.UDPChecksum != UDPChecksumVerify {
+					c.UDPChecksum != UDPChecksumVerify || !c.ForwardIP {
 					t.Errorf("settings not taken: %+v", c)
 				}
 			},

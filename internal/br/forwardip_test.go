@@ -2,10 +2,16 @@ package br
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -285,5 +291,96 @@ func TestForwardIPLoads(t *testing.T) {
 	}
 	if err := r.objs.Next.Lookup(uint32(0), &id); err == nil {
 		t.Fatalf("the slot still holds program %d", id)
+	}
+}
+
+// ipTotals are an attached router's plain-IP counts by verdict.
+func ipTotals(t *testing.T, name string) map[string]uint64 {
+	t.Helper()
+	p, err := OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := p.IPTotals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for v, c := range s {
+		out[v] = c.Packets
+	}
+	return out
+}
+
+// Pings between A and B, routed through the router's namespace: with
+// forward_ip on, `br serve` forwards them in XDP both ways; a reload with it
+// off gives them back to the kernel, without detaching; on again, XDP again.
+func TestServeForwardIP(t *testing.T) {
+	b := newHostBed(t, true)
+	b.sysctl(t, b.dut, "net.ipv6.conf.all.forwarding", "1")
+	b.ip(t, b.a, "-6", "route", "add", "fd00:2::/64", "via", b.d0Addr.String())
+	b.ip(t, b.b, "-6", "route", "add", "fd00:1::/64", "via", b.d1Addr.String())
+	name := strings.TrimSuffix(b.dut, "dut") + "br"
+	t.Cleanup(func() { Detach(name, nil) })
+	setForwardIP := func(on bool) {
+		t.Helper()
+		text := fmt.Sprintf("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nforward_ip = %v\n", on)
+		if err := os.WriteFile(b.cfg.Path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setForwardIP(true)
+	log := &syncBuffer{}
+	ready := make(chan struct{})
+	reload := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeOptions{
+			Config: b.cfg.Path,
+			Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
+			Log:    log,
+			Reload: reload,
+			Ready:  func() { close(ready) },
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v\n%s", err, log)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve not ready after 30 s:\n%s", log)
+	}
+	const n = 5
+	ping := func() {
+		t.Helper()
+		mustRun(t, "ip", "netns", "exec", b.a, "ping", "-6", "-n", "-q", "-c", strconv.Itoa(n), "-i", "0.05", "-W", "1", b.bAddr.String())
+	}
+	check := func(inXDP bool) {
+		t.Helper()
+		before := ipTotals(t, name)["forwarded"]
+		ping()
+		got := ipTotals(t, name)["forwarded"] - before
+		if inXDP && got < 2*n || !inXDP && got != 0 {
+			t.Fatalf("forward_ip %v: %d of %d echo requests and replies forwarded in XDP; counts %v; log:\n%s", inXDP, got, 2*n, ipTotals(t, name), log)
+		}
+	}
+	check(true)
+	setForwardIP(false)
+	reload <- struct{}{}
+	waitFor(t, log, "reloaded and attached again in place")
+	check(false)
+	setForwardIP(true)
+	reload <- struct{}{}
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(log.String(), "reloaded and attached again in place") < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second reload:\n%s", log)
+		}
+	}
+	check(true)
+	if n := len(xdp.Links(PinDir(name))); n != 2 {
+		t.Fatalf("%d link pins, want both devices attached throughout", n)
 	}
 }
