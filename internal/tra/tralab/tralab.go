@@ -112,6 +112,11 @@ func Lookup(names []string) ([]Row, error) {
 // Baseline is the row ratios are taken to: plain IPv6 with TSO on.
 const Baseline = "ip"
 
+// FairBaseline is the second row ratios are taken to: plain IPv6 between
+// the same hosts on the SCION network's own devices, forwarded in XDP by
+// each AS's border router (ipxdp.go).
+const FairBaseline = "ip-xdp"
+
 // Options configure a run.
 type Options struct {
 	Rows []string
@@ -207,6 +212,9 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	for _, r := range rs {
 		if r.Name == Baseline {
 			rep.Baseline = Baseline
+		}
+		if r.Name == FairBaseline {
+			rep.Fair = FairBaseline
 		}
 		rep.Rows = append(rep.Rows, RowReport{Row: r.Name, Description: r.Description, Figures: map[string]*Figure{}})
 	}

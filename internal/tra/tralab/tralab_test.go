@@ -23,7 +23,7 @@ func TestLookup(t *testing.T) {
 		args []string
 		want string // rows, or the start of the error
 	}{
-		"every row":      {nil, "ip ip-notso sig"},
+		"every row":      {nil, "ip ip-notso ip-xdp sig"},
 		"some, as given": {[]string{"sig", "ip"}, "sig ip"},
 		"unknown":        {[]string{"ip", "nope"}, `no row "nope"`},
 		"twice":          {[]string{"ip", "ip"}, `row "ip" named twice`},
