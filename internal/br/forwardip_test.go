@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,7 +346,9 @@ func TestServeForwardIP(t *testing.T) {
 			Ready:  func() { close(ready) },
 		})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
 	select {
 	case <-ready:
 	case err := <-done:
@@ -382,5 +385,13 @@ func TestServeForwardIP(t *testing.T) {
 	check(true)
 	if n := len(xdp.Links(PinDir(name))); n != 2 {
 		t.Fatalf("%d link pins, want both devices attached throughout", n)
+	}
+	// Detach takes everything, the slot and the forwarder's counters too.
+	stop()
+	if err := Detach(name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
+		t.Fatalf("%s after detach: %v", PinDir(name), err)
 	}
 }

@@ -3,7 +3,7 @@
 // front of every AS's reference router (hybrid mode), it measures ways of
 // carrying IP between the end hosts of two leaf ASes — rows — in turns:
 // iperf3 TCP and UDP with 1 stream and with 4 (four iperf3 processes, one
-// stream each), and the round-trip time of a UDP echo. The rows here are plain IPv6 routing (ip, ip-notso) and
+// stream each), and the round-trip time of a UDP echo. The rows here are plain IPv6 routing (ip, ip-notso), plain IPv6 forwarded in XDP by the ASes' border routers (ip-xdp) and
 // scionproto's SCION-IP gateway (sig); the translator's own row registers
 // itself the same way (Register). `fastpath lab tra` runs it.
 package tralab
