@@ -587,6 +587,11 @@ func (c *Config) validateSettings() error {
 		return errorf(c.Path, "xdp_mode", nil, "%q is not valid; use %q (default) or %q",
 			c.XDPMode, XDPModeNative, XDPModeGeneric)
 	}
+	if c.ForwardIP && c.XDPMode == XDPModeGeneric {
+		// The generic-mode copy of the router is not frags-aware, and a
+		// program array takes programs of one kind: its slot stays empty.
+		return errorf(c.Path, "forward_ip", nil, "needs native XDP (xdp_mode = %q); in generic mode plain IP would go up to the kernel all the same: drop one of the two", XDPModeNative)
+	}
 	if c.UDPChecksum != UDPChecksumUpdate && c.UDPChecksum != UDPChecksumVerify {
 		return errorf(c.Path, "udp_checksum", nil, "%q is not valid; use %q (default) or %q",
 			c.UDPChecksum, UDPChecksumUpdate, UDPChecksumVerify)

@@ -262,13 +262,21 @@ func TestConfigGood(t *testing.T) {
 		"settings": {
 			toml: "internal_interfaces = [\"eth1\", \"eth2\"]\ncpus = [0]\nmac_check = false\n" +
 				"scmp = \"drop\"\nkey_rollover = true\nxdp_mode = \"generic\"\nlink_timeout = \"1.5s\"\n" +
-				"udp_checksum = \"verify\"\nforward_ip = true\n",
+				"udp_checksum = \"verify\"\n",
 			check: func(t *testing.T, c *Config) {
 				if !reflect.DeepEqual(c.InternalInterfaces, []string{"eth1", "eth2"}) ||
 					!reflect.DeepEqual(c.CPUs, []int{0}) || c.MACCheck || c.SCMP != SCMPDrop ||
 					!c.KeyRollover || c.XDPMode != XDPModeGeneric || c.LinkTimeout != 1500*time.Millisecond ||
-					c.UDPChecksum != UDPChecksumVerify || !c.ForwardIP {
+					c.UDPChecksum != UDPChecksumVerify {
 					t.Errorf("settings not taken: %+v", c)
+				}
+			},
+		},
+		"forward_ip": {
+			toml: "forward_ip = true\n",
+			check: func(t *testing.T, c *Config) {
+				if !c.ForwardIP {
+					t.Errorf("forward_ip not taken: %+v", c)
 				}
 			},
 		},
@@ -331,6 +339,10 @@ func TestConfigErrors(t *testing.T) {
 		"toml unknown key":   {toml: "mac_chek = false\n", want: []string{tomlFile + "mac_chek: unknown key", "mac_check"}},
 		"toml unknown table": {toml: "[router]\nid = 1\n", want: []string{tomlFile + "router, router.id: unknown keys"}},
 		"toml wrong type":    {toml: "cpus = \"0\"\n", want: []string{tomlFile, "cpus"}},
+		"forward_ip in generic mode": {
+			toml: "xdp_mode = \"generic\"\nforward_ip = true\n",
+			want: []string{tomlFile + "forward_ip: needs native XDP"},
+		},
 		"toml missing file": {
 			files: map[string]string{"br.toml": removeFile},
 			want:  []string{tomlFile + "no such file or directory; give the path"},
