@@ -389,6 +389,22 @@ func TestServeForwardIP(t *testing.T) {
 	if n := len(xdp.Links(PinDir(name))); n != 2 {
 		t.Fatalf("%d link pins, want both devices attached throughout", n)
 	}
+	// B stops taking XDP frames: what goes to B is passed up (not_ready)
+	// and the kernel forwards it, once the keeper has seen it (a second);
+	// B's replies are still forwarded in XDP. No echo is lost.
+	b.setGRO(t, b.b, "b0", false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		before := ipTotals(t, name)
+		ping()
+		after := ipTotals(t, name)
+		if after["not_ready"]-before["not_ready"] == n && after["forwarded"]-before["forwarded"] == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B without GRO: counts went from %v to %v; log:\n%s", before, after, log)
+		}
+	}
 	// Detach takes everything, the slot and the forwarder's counters too.
 	stop()
 	if err := Detach(name, nil); err != nil {
