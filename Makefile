@@ -48,7 +48,7 @@ demo: deps build
 	./$(BIN) lab bench scion-ref scion-hybrid --size 8000 --runs 3 --interleave \
 		--json results/scion-jumbo.json --md results/scion-jumbo.md
 	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
-	./$(BIN) lab tra ip tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
+	./$(BIN) lab tra ip ip-xdp tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
 	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png}"
 
 # The translator over 30 minutes: steady UDP, TCP and ping6 between two

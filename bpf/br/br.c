@@ -153,6 +153,27 @@ struct {
 	__type(value, struct bpf_cpumap_val);
 } br_cpus SEC(".maps");
 
+/* The program a packet that is not SCION goes on to (`forward_ip`: the
+ * plain-IP forwarder, br_forward_ip); an empty slot passes it up. The
+ * kernel lets a program array hold programs of one attach type only: the
+ * worker-CPU router (cpumap) has a slot of its own, for br_forward_ip_cpu. */
+struct br_next_slot {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+struct br_next_slot br_next SEC(".maps");
+struct br_next_slot br_next_cpu SEC(".maps");
+
+/* Packets and bytes per plain-IP verdict (enum br_ip_verdict), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BR_IP_VERDICT_MAX);
+	__type(key, __u32);
+	__type(value, struct br_counter);
+} br_ip_counters SEC(".maps");
+
 #ifndef BR_NO_MAC
 /* Hop fields whose MAC this CPU verified recently. A flow repeats its hop
  * fields in every packet, and a hit costs a compare instead of an AES
@@ -182,6 +203,7 @@ volatile const __u32 br_use_mac_cache = 1;
 /* Unused by the program: it puts enum br_verdict into BTF, where bpf2go
  * finds the verdict names for the Go side. */
 volatile const enum br_verdict br_verdict_anchor = BR_VERDICT_MAX;
+volatile const enum br_ip_verdict br_ip_verdict_anchor = BR_IP_VERDICT_MAX;
 
 /* Worker CPUs for spreading: br_cpu_ids[0..br_num_cpus-1] are the CPU
  * numbers, which are also br_cpus' keys; 0 CPUs: spreading is off. */
@@ -293,6 +315,16 @@ static __always_inline int verdict(const struct br_pkt *p, __u32 v, int action)
 	return action;
 }
 
+/* Not SCION, or not for one of the router's sockets: counted, and then
+ * router_main offers it to the next program (br_next) or passes it up. */
+#define NOT_SCION (-2)
+
+static __always_inline int not_scion(const struct br_pkt *p)
+{
+	count(p, BR_NOT_SCION);
+	return NOT_SCION;
+}
+
 /* A packet that needs an SCMP error: the slow path answers or it is dropped. */
 static __always_inline int slow_path(const struct br_pkt *p, __u32 v)
 {
@@ -335,7 +367,7 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 	__u16 l3_payload;
 
 	if (!PKT_HAS(eth, sizeof(*eth), p->data_end))
-		return verdict(p, BR_NOT_SCION, XDP_PASS);
+		return not_scion(p);
 	p->l3_off = sizeof(*eth);
 
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
@@ -343,19 +375,19 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 		__u32 ihl;
 
 		if (!PKT_HAS(ip, sizeof(*ip), p->data_end))
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		/* Fragments and anything but UDP are the kernel's. */
 		if (ip->protocol != IPPROTO_UDP || ipv4_is_fragment(ip) || ip->version != 4)
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		if (bpf_ntohs(ip->tot_len) < ihl + sizeof(struct udphdr))
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		/* A header the kernel would refuse never reaches the reference
 		 * router; the kernel may have it. (Ours is rebuilt on output.) */
 		if (!ipv4_hdr_ok(ip, p->data_end, ip->ihl))
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		l3_payload = bpf_ntohs(ip->tot_len) - ihl;
 		p->family = 4;
 		__builtin_memcpy(p->ul_src, &ip->saddr, 4);
@@ -365,22 +397,22 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 		struct ipv6hdr *ip6 = p->data + sizeof(*eth);
 
 		if (!PKT_HAS(ip6, sizeof(*ip6), p->data_end))
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		/* Extension headers go to the kernel. */
 		if (ip6->nexthdr != IPPROTO_UDP)
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 		l3_payload = bpf_ntohs(ip6->payload_len);
 		p->family = 6;
 		__builtin_memcpy(p->ul_src, &ip6->saddr, 16);
 		__builtin_memcpy(p->ul_dst, &ip6->daddr, 16);
 		p->udp_off = sizeof(*eth) + sizeof(*ip6);
 	} else {
-		return verdict(p, BR_NOT_SCION, XDP_PASS);
+		return not_scion(p);
 	}
 
 	udp = p->data + p->udp_off;
 	if (!PKT_HAS(udp, sizeof(*udp), p->data_end))
-		return verdict(p, BR_NOT_SCION, XDP_PASS);
+		return not_scion(p);
 	p->ul_sport = udp->source;
 	p->ul_dport = udp->dest;
 	p->udp_len = bpf_ntohs(udp->len);
@@ -389,7 +421,7 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 	 * the frame, and trims the rest to the UDP length; so do we. */
 	if (p->udp_len < sizeof(*udp) || p->udp_len > l3_payload ||
 	    p->udp_off + p->udp_len > p->frame_len)
-		return verdict(p, BR_NOT_SCION, XDP_PASS);
+		return not_scion(p);
 	return CONTINUE;
 }
 
@@ -406,7 +438,7 @@ static __always_inline int lookup_socket(struct br_pkt *p)
 		struct br_port *bp = bpf_map_lookup_elem(&br_ports, &port);
 
 		if (!bp)
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 #pragma unroll
 		for (int i = 0; i < BR_PORT_SOCKETS; i++) {
 			if (i < bp->n && bp->v4[i].addr4 == dst) {
@@ -416,14 +448,14 @@ static __always_inline int lookup_socket(struct br_pkt *p)
 			}
 		}
 		if (!bp->overflow)
-			return verdict(p, BR_NOT_SCION, XDP_PASS);
+			return not_scion(p);
 	}
 	__builtin_memcpy(key.addr, p->ul_dst, 16);
 	key.port = p->ul_dport;
 	key.family = p->family;
 	s = bpf_map_lookup_elem(&br_sockets, &key);
 	if (!s)
-		return verdict(p, BR_NOT_SCION, XDP_PASS);
+		return not_scion(p);
 	p->ingress = s->ifid;
 	p->slot = s->slot < BR_MAX_IFACES ? s->slot : BR_SLOT_UNMATCHED;
 	return CONTINUE;
@@ -1552,7 +1584,7 @@ static __always_inline void note_frame_len(struct xdp_md *ctx, struct br_pkt *p)
 	p->frame_len = bpf_xdp_get_buff_len(ctx);
 }
 
-static __always_inline int router_main(struct xdp_md *ctx)
+static __always_inline int router_main(struct xdp_md *ctx, void *next)
 {
 	struct br_pkt p = {};
 	__u32 zero = 0;
@@ -1570,9 +1602,18 @@ static __always_inline int router_main(struct xdp_md *ctx)
 	p.now = bpf_ktime_get_coarse_ns() + p.cfg->mono_to_unix_ns;
 
 	note_frame_len(ctx, &p);
-	if ((ret = parse_underlay(&p)) != CONTINUE)
-		return ret;
-	if ((ret = lookup_socket(&p)) != CONTINUE)
+	ret = parse_underlay(&p);
+	if (ret == CONTINUE)
+		ret = lookup_socket(&p);
+	if (ret == NOT_SCION) {
+		/* From this frame, the main program's: the verifier refuses a
+		 * tail call from a subprogram once the frames below it hold 256
+		 * bytes of stack, and br_pkt alone is close to that. An empty slot
+		 * falls through to the kernel, as before. */
+		bpf_tail_call(ctx, next, 0);
+		return XDP_PASS;
+	}
+	if (ret != CONTINUE)
 		return ret;
 	if ((ret = check_underlay_source(&p)) != CONTINUE)
 		return ret;
@@ -1588,7 +1629,7 @@ static __always_inline int router_main(struct xdp_md *ctx)
 SEC("xdp.frags")
 int br_router(struct xdp_md *ctx)
 {
-	return router_main(ctx);
+	return router_main(ctx, &br_next);
 }
 
 /* The same router for the worker CPUs of a CPU map, which only runs
@@ -1596,7 +1637,7 @@ int br_router(struct xdp_md *ctx)
 SEC("xdp.frags/cpumap")
 int br_router_cpu(struct xdp_md *ctx)
 {
-	return router_main(ctx);
+	return router_main(ctx, &br_next_cpu);
 }
 
 /* With `cpus`: spread packets over the worker CPUs by a hash of the underlay
@@ -1640,6 +1681,164 @@ int br_spread(struct xdp_md *ctx)
 	hash ^= hash >> 15;
 	cpu = br_cpu_ids[(hash % br_num_cpus) & 63];
 	return bpf_redirect_map(&br_cpus, cpu, XDP_PASS);
+}
+
+/* ---- Plain IP ------------------------------------------------------------ */
+
+/* What the router gives up as not SCION, forwarded as an IP router would
+ * (`forward_ip = true`): reached by tail call from router_main through
+ * br_next, on the router's own devices and maps. The kernel's FIB decides,
+ * asked as for a packet arriving on the ingress device, so that the host's
+ * routes, neighbours and forwarding switches rule as they would for the
+ * kernel's own forwarding; whatever needs an answer (ICMP time exceeded,
+ * packet too big, unreachable) or a neighbour resolved goes up unchanged,
+ * and the kernel does it. */
+
+static __always_inline int ip_verdict(__u32 v, __u32 len, int action)
+{
+	struct br_counter *c = bpf_map_lookup_elem(&br_ip_counters, &v);
+
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+	return action;
+}
+
+/* Link-local (fe80::/10) or multicast (ff00::/8): never forwarded; the FIB
+ * would answer a link-local destination with a route on some device. */
+static __always_inline int ipv6_link_scoped(const struct in6_addr *a)
+{
+	__u8 b0 = a->in6_u.u6_addr8[0], b1 = a->in6_u.u6_addr8[1];
+
+	return b0 == 0xff || (b0 == 0xfe && (b1 & 0xc0) == 0x80);
+}
+
+/* TTL minus one, with the header checksum updated by the difference (RFC
+ * 1624): the TTL is the high byte of its 16-bit word. */
+static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
+{
+	__u32 check = (__u32)ip->check + (__u32)bpf_htons(0x0100);
+
+	ip->check = (__u16)(check + (check >= 0xffff));
+	ip->ttl--;
+}
+
+static __always_inline int forward_ip(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ethhdr old_eth;
+	struct bpf_fib_lookup fib = {};
+	struct iphdr *ip = NULL;
+	struct ipv6hdr *ip6 = NULL;
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+	int rc;
+
+	if (!PKT_HAS(eth, sizeof(*eth), data_end))
+		return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		ip6 = (void *)(eth + 1);
+		if (!PKT_HAS(ip6, sizeof(*ip6), data_end) || ip6->version != 6)
+			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		/* Hop-by-hop options (router alert, MLD) are for every router's
+		 * kernel to read. */
+		if (ip6->nexthdr == IPPROTO_HOPOPTS || ipv6_link_scoped(&ip6->saddr) ||
+		    ipv6_link_scoped(&ip6->daddr))
+			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		if (ip6->hop_limit <= 1)
+			return ip_verdict(BR_IP_HOP_LIMIT, len, XDP_PASS);
+		fib.family = AF_INET6;
+		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		fib.l4_protocol = ip6->nexthdr;
+		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		ip = (void *)(eth + 1);
+		/* Options (record route, timestamps) are the kernel's to fill. */
+		if (!PKT_HAS(ip, sizeof(*ip), data_end) || ip->version != 4 || ip->ihl != 5)
+			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		if (ip->ttl <= 1)
+			return ip_verdict(BR_IP_HOP_LIMIT, len, XDP_PASS);
+		fib.family = AF_INET;
+		fib.tos = ip->tos;
+		fib.l4_protocol = ip->protocol;
+		fib.tot_len = bpf_ntohs(ip->tot_len);
+		fib.ipv4_src = ip->saddr;
+		fib.ipv4_dst = ip->daddr;
+	} else {
+		return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+	}
+	fib.ifindex = ctx->ingress_ifindex;
+
+	/* From XDP the helper checks the length against the egress MTU:
+	 * FRAG_NEEDED. */
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		break;
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return ip_verdict(BR_IP_FWD_DISABLED, len, XDP_PASS);
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return ip_verdict(BR_IP_TOO_BIG, len, XDP_PASS);
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		return ip_verdict(BR_IP_LOCAL, len, XDP_PASS);
+	default:
+		/* Blackhole, unreachable, prohibit (the kernel answers), no
+		 * neighbour yet (the kernel resolves), a route the helper does
+		 * not follow. */
+		return ip_verdict(BR_IP_NO_ROUTE, len, XDP_PASS);
+	}
+	/* The FIB checked the IP header's length; the frame is what leaves (a
+	 * multi-buffer frame longer than its header says, say). mtu_result
+	 * shares tot_len's place and holds the egress MTU on success. */
+	if (len > fib.mtu_result + sizeof(*eth))
+		return ip_verdict(BR_IP_TOO_BIG, len, XDP_PASS);
+	/* Checked before anything is written: a frame passed up must reach the
+	 * kernel as it arrived. */
+	if (!bpf_map_lookup_elem(&br_egress, &fib.ifindex))
+		return ip_verdict(BR_IP_NOT_READY, len, XDP_PASS);
+
+	__builtin_memcpy(&old_eth, eth, sizeof(old_eth));
+	if (ip6)
+		ip6->hop_limit--;
+	else if (ip)
+		ipv4_decrease_ttl(ip);
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return ip_verdict(BR_IP_FORWARDED, len, XDP_TX);
+	rc = bpf_redirect_map(&br_tx_ports, fib.ifindex, XDP_PASS);
+	if (rc == XDP_REDIRECT)
+		return ip_verdict(BR_IP_FORWARDED, len, rc);
+	/* The device left the redirect map since br_egress said yes (the
+	 * keeper takes it out of br_egress first): the kernel forwards the
+	 * frame as it arrived. */
+	__builtin_memcpy(eth, &old_eth, sizeof(old_eth));
+	if (ip6)
+		ip6->hop_limit++;
+	else if (ip) {
+		__u32 check = (__u32)ip->check + (__u32)(__u16)~bpf_htons(0x0100);
+
+		ip->check = (__u16)(check + (check >> 16));
+		ip->ttl++;
+	}
+	return ip_verdict(BR_IP_NOT_READY, len, XDP_PASS);
+}
+
+SEC("xdp.frags")
+int br_forward_ip(struct xdp_md *ctx)
+{
+	return forward_ip(ctx);
+}
+
+/* The same for the worker-CPU router's slot. */
+SEC("xdp.frags/cpumap")
+int br_forward_ip_cpu(struct xdp_md *ctx)
+{
+	return forward_ip(ctx);
 }
 
 /* ---- Transmit failures --------------------------------------------------- */

@@ -42,6 +42,21 @@ enum br_verdict {
 	BR_VERDICT_MAX,
 };
 
+/* What the plain-IP forwarder (br_forward_ip, `forward_ip = true`) did with
+ * a packet the router gave up as not SCION; a per-CPU counter each, in
+ * br_ip_counters. Keep in step with ipVerdictNames in internal/br. */
+enum br_ip_verdict {
+	BR_IP_FORWARDED = 0, /* sent to the FIB's next hop in XDP, hop limit or TTL decremented */
+	BR_IP_LOCAL,         /* for this host, or not unicast (FIB: not forwarded): passed */
+	BR_IP_NO_ROUTE,      /* no route, or no neighbour entry yet: passed, the kernel resolves or answers */
+	BR_IP_HOP_LIMIT,     /* hop limit or TTL 1 or 0: passed, the kernel sends ICMP time exceeded */
+	BR_IP_TOO_BIG,       /* longer than the egress MTU: passed, the kernel sends packet too big */
+	BR_IP_NOT_READY,     /* the egress device takes no XDP frames now: passed, the kernel forwards */
+	BR_IP_FWD_DISABLED,  /* forwarding is off on the ingress device: passed */
+	BR_IP_OTHER,         /* not IPv4/IPv6, IPv4 options, IPv6 hop-by-hop options, link-local, multicast: passed */
+	BR_IP_VERDICT_MAX,
+};
+
 /* What an SCMP-worthy verdict does: the fast path never builds SCMP errors. */
 enum br_scmp_action {
 	BR_SCMP_PASS = 0, /* up the stack, for a userspace router to answer */

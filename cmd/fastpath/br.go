@@ -338,11 +338,18 @@ func brStatsCmd() *cobra.Command {
 				if err == nil {
 					slots, err = p.Slots()
 				}
+				var ip map[string]br.Stat
+				if err == nil {
+					ip, err = p.IPTotals()
+				}
 				p.Close()
 				if err != nil {
 					return err
 				}
 				all[id] = c.ByInterface(slots)
+				if len(ip) > 0 {
+					all[id][br.IPInterface] = ip
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
@@ -386,12 +393,19 @@ func serveMetrics(cmd *cobra.Command, addr string, routers []string) error {
 			if err == nil {
 				slots, err = p.Slots()
 			}
+			var ip map[string]br.Stat
+			if err == nil {
+				ip, err = p.IPTotals()
+			}
 			p.Close()
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			c.WriteMetrics(w, id, slots)
+			if len(ip) > 0 {
+				br.WriteIPMetrics(w, id, ip)
+			}
 		}
 	})
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}

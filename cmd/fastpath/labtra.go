@@ -33,8 +33,10 @@ first and the last leaf AS: iperf3 TCP and UDP with 1 stream and with 4 (four ip
 processes, one stream each: iperf3 3.12 sends all -P streams from one thread), and the
 round-trip time of a UDP echo. The rows run in turns, each set up and taken down in its turn.
 Rows: ip (plain IPv6 routing through the ASes' namespaces, TSO on), ip-notso (TSO off,
-host MTU 1396: seed 001's IP row), sig (scionproto's SCION-IP gateway), and those the
-translator registers. Ratios are to ip in the same run. The network is brought up if it
+host MTU 1396: seed 001's IP row), ip-xdp (plain IPv6 on the SCION network's own devices,
+forwarded in XDP by each AS's border router: the fair comparison for the translator), sig
+(scionproto's SCION-IP gateway), and those the translator registers. Ratios are to ip in
+the same run, and to ip-xdp when it ran. The network is brought up if it
 is not (and taken down at the end, unless it was up before or --keep).
 See docs/scion-lab.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {

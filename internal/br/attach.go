@@ -353,6 +353,9 @@ type Pinned struct {
 	Keys     *ebpf.Map
 	Sockets  *ebpf.Map
 	Conf     *ebpf.Map
+	// IPCounters are the plain-IP forwarder's (forward_ip); nil for a
+	// router attached by a fastpath that had none.
+	IPCounters *ebpf.Map
 }
 
 // OpenPinned opens the pinned maps of an attached router.
@@ -371,12 +374,15 @@ func OpenPinned(routerID string) (*Pinned, error) {
 		}
 		*dst = m
 	}
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "br_ip_counters"), nil); err == nil {
+		p.IPCounters = m
+	}
 	return p, nil
 }
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets, p.Conf} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets, p.Conf, p.IPCounters} {
 		if m != nil {
 			m.Close()
 		}
@@ -413,6 +419,15 @@ func slotsOf(m *ebpf.Map) (map[int]int, error) {
 		out[int(v.Slot)] = int(v.Ifid)
 	}
 	return out, it.Err()
+}
+
+// IPTotals are the plain-IP forwarder's counts by verdict name (forwarded,
+// local, no_route, …), leaving out zeros; empty when it never ran.
+func (p *Pinned) IPTotals() (map[string]Stat, error) {
+	if p.IPCounters == nil {
+		return map[string]Stat{}, nil
+	}
+	return readIPCounters(p.IPCounters)
 }
 
 // Counters reads the pinned counters.

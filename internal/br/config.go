@@ -89,6 +89,10 @@ type Config struct {
 	// datagram; UDPChecksumVerify sums every datagram and drops a wrong one
 	// on arrival, as the kernel does before the reference router's socket.
 	UDPChecksum string
+	// ForwardIP (toml "forward_ip", default false): what the router finds is
+	// not SCION (plain IPv4 and IPv6 not for this host) is forwarded in XDP
+	// by the kernel's FIB instead of being passed up to the kernel.
+	ForwardIP bool
 
 	// Resolved from the topology and keys:
 	IA                                     addr.IA
@@ -149,6 +153,7 @@ type tomlFile struct {
 	XDPMode            string   `toml:"xdp_mode"`
 	UDPChecksum        string   `toml:"udp_checksum"`
 	LinkTimeout        string   `toml:"link_timeout"`
+	ForwardIP          bool     `toml:"forward_ip"`
 }
 
 // minMasterKeyLen is the shortest master key accepted; scion's generator writes 16 random bytes.
@@ -285,6 +290,7 @@ func (c *Config) decodeTOML() error {
 	c.CountTxDrops = raw.CountTxDrops
 	c.XDPMode = raw.XDPMode
 	c.UDPChecksum = raw.UDPChecksum
+	c.ForwardIP = raw.ForwardIP
 	d, err := time.ParseDuration(raw.LinkTimeout)
 	if err != nil || d < 0 {
 		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)
@@ -591,6 +597,11 @@ func (c *Config) validateSettings() error {
 	if c.XDPMode != XDPModeNative && c.XDPMode != XDPModeGeneric {
 		return errorf(c.Path, "xdp_mode", nil, "%q is not valid; use %q (default) or %q",
 			c.XDPMode, XDPModeNative, XDPModeGeneric)
+	}
+	if c.ForwardIP && c.XDPMode == XDPModeGeneric {
+		// The generic-mode copy of the router is not frags-aware, and a
+		// program array takes programs of one kind: its slot stays empty.
+		return errorf(c.Path, "forward_ip", nil, "needs native XDP (xdp_mode = %q); in generic mode plain IP would go up to the kernel all the same: drop one of the two", XDPModeNative)
 	}
 	if c.UDPChecksum != UDPChecksumUpdate && c.UDPChecksum != UDPChecksumVerify {
 		return errorf(c.Path, "udp_checksum", nil, "%q is not valid; use %q (default) or %q",

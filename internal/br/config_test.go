@@ -167,12 +167,13 @@ func TestConfigExample(t *testing.T) {
 	}
 	if len(ex.CPUs) != 0 || ex.MACCheck != def.MACCheck || ex.SCMP != def.SCMP ||
 		ex.KeyRollover != def.KeyRollover || ex.XDPMode != def.XDPMode || ex.LinkTimeout != def.LinkTimeout ||
-		ex.UDPChecksum != def.UDPChecksum || def.UDPChecksum != UDPChecksumUpdate {
+		ex.UDPChecksum != def.UDPChecksum || def.UDPChecksum != UDPChecksumUpdate || ex.ForwardIP || def.ForwardIP {
 		t.Errorf("example shows cpus=%v mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q; "+
 			"defaults are cpus=[] mac_check=%v scmp=%q key_rollover=%v xdp_mode=%q",
 			ex.CPUs, ex.MACCheck, ex.SCMP, ex.KeyRollover, ex.XDPMode,
 			def.MACCheck, def.SCMP, def.KeyRollover, def.XDPMode)
 		t.Errorf("example shows udp_checksum=%q; default is %q", ex.UDPChecksum, def.UDPChecksum)
+		t.Errorf("example shows forward_ip=%v; default is %v, want false", ex.ForwardIP, def.ForwardIP)
 	}
 }
 
@@ -271,6 +272,14 @@ func TestConfigGood(t *testing.T) {
 				}
 			},
 		},
+		"forward_ip": {
+			toml: "forward_ip = true\n",
+			check: func(t *testing.T, c *Config) {
+				if !c.ForwardIP {
+					t.Errorf("forward_ip not taken: %+v", c)
+				}
+			},
+		},
 		"master1 absent": {
 			files: map[string]string{"keys/master1.key": removeFile},
 			check: func(t *testing.T, c *Config) {
@@ -330,6 +339,10 @@ func TestConfigErrors(t *testing.T) {
 		"toml unknown key":   {toml: "mac_chek = false\n", want: []string{tomlFile + "mac_chek: unknown key", "mac_check"}},
 		"toml unknown table": {toml: "[router]\nid = 1\n", want: []string{tomlFile + "router, router.id: unknown keys"}},
 		"toml wrong type":    {toml: "cpus = \"0\"\n", want: []string{tomlFile, "cpus"}},
+		"forward_ip in generic mode": {
+			toml: "xdp_mode = \"generic\"\nforward_ip = true\n",
+			want: []string{tomlFile + "forward_ip: needs native XDP"},
+		},
 		"toml missing file": {
 			files: map[string]string{"br.toml": removeFile},
 			want:  []string{tomlFile + "no such file or directory; give the path"},

@@ -79,11 +79,14 @@ type objects struct {
 	Egress     *ebpf.Map     `ebpf:"br_egress"`
 	LocalAddrs *ebpf.Map     `ebpf:"br_local_addrs"`
 	CPUs       *ebpf.Map     `ebpf:"br_cpus"`
+	Next       *ebpf.Map     `ebpf:"br_next"`
+	NextCPU    *ebpf.Map     `ebpf:"br_next_cpu"`
+	IPCounters *ebpf.Map     `ebpf:"br_ip_counters"`
 }
 
 func (o *objects) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.Egress, o.LocalAddrs, o.CPUs} {
+	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.Egress, o.LocalAddrs, o.CPUs, o.Next, o.NextCPU, o.IPCounters} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -117,8 +120,11 @@ type Router struct {
 	slots    map[uint16]uint16            // interface ID → counter slot, this router's
 }
 
+// tracingProgs count failed transmits; see TracingPrograms.
+var tracingProgs = []string{"br_tx_redirect_err", "br_tx_devmap", "br_tx_bulk", "br_tx_exception"}
+
 // lateProgs are loaded on the main collection's maps only when needed.
-var lateProgs = []string{"br_router_cpu", "br_tx_redirect_err", "br_tx_devmap", "br_tx_bulk", "br_tx_exception"}
+var lateProgs = append([]string{"br_router_cpu", "br_forward_ip", "br_forward_ip_cpu"}, tracingProgs...)
 
 // Load validates cfg, loads the router variant it asks for and fills its
 // maps. The caller attaches Program() or runs it.
@@ -171,6 +177,10 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		}
 	}
 	if err := r.configure(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := r.setForwardIP(cfg.ForwardIP); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -246,6 +256,37 @@ func (r *Router) loadOnMaps(name string, ps *ebpf.ProgramSpec, maps map[string]*
 	return coll.DetachProgram(name), nil
 }
 
+// setForwardIP fills the router's next-program slot with the plain-IP
+// forwarder (br_forward_ip), or empties it: what is not SCION is then
+// forwarded in XDP, or passed up as before. The attached router sees the
+// change at once; the slot holds its own reference to the program.
+func (r *Router) setForwardIP(on bool) error {
+	// The worker-CPU router's slot is filled only when it runs (cpus).
+	slots := []struct {
+		m    *ebpf.Map
+		prog string
+		use  bool
+	}{{r.objs.Next, "br_forward_ip", on}, {r.objs.NextCPU, "br_forward_ip_cpu", on && len(r.cfg.CPUs) > 0}}
+	for _, s := range slots {
+		if !s.use {
+			if err := s.m.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("forward_ip: empty the next-program slot: %w", err)
+			}
+			continue
+		}
+		prog, err := r.loadLate(s.prog)
+		if err != nil {
+			return fmt.Errorf("forward_ip: %w", err)
+		}
+		err = s.m.Put(uint32(0), prog)
+		prog.Close()
+		if err != nil {
+			return fmt.Errorf("forward_ip: put %s into the next-program slot: %w", s.prog, err)
+		}
+	}
+	return nil
+}
+
 // GenericProgram is the router for devices attached in generic mode: the
 // same program, loaded once more with br_generic set, on the same maps but
 // its own constants.
@@ -270,9 +311,15 @@ func (r *Router) GenericProgram() (*ebpf.Program, error) {
 	ps.Flags &^= unix.BPF_F_XDP_HAS_FRAGS
 	rodata := spec.Maps[".rodata"]
 	sp := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"br_router": ps}, Maps: map[string]*ebpf.MapSpec{".rodata": rodata}, Variables: spec.Variables}
+	// The plain-IP slot is not shared: a program array takes programs of
+	// one kind, and the copy is not frags-aware. A generic attachment
+	// passes what is not SCION up, as without forward_ip.
+	next := *r.mapSpecs["br_next"]
+	next.Pinning = ebpf.PinNone
+	sp.Maps["br_next"] = &next
 	repl := map[string]*ebpf.Map{}
 	for _, ins := range ps.Instructions {
-		if ref := ins.Reference(); ref != "" && ref != ".rodata" {
+		if ref := ins.Reference(); ref != "" && ref != ".rodata" && ref != "br_next" {
 			if m, ok := maps[ref]; ok {
 				repl[ref] = m
 				sp.Maps[ref] = r.mapSpecs[ref]
@@ -293,7 +340,7 @@ func (r *Router) GenericProgram() (*ebpf.Program, error) {
 // exception), by name.
 func (r *Router) TracingPrograms() (map[string]*ebpf.Program, error) {
 	out := map[string]*ebpf.Program{}
-	for _, n := range lateProgs[1:] {
+	for _, n := range tracingProgs {
 		p, err := r.loadLate(n)
 		if err != nil {
 			return nil, err
@@ -610,6 +657,9 @@ func readCounters(m *ebpf.Map) (*Counts, error) {
 
 // Counters reads the router's counters.
 func (r *Router) Counters() (*Counts, error) { return readCounters(r.objs.Counters) }
+
+// IPCounters reads the plain-IP forwarder's counters by verdict name.
+func (r *Router) IPCounters() (map[string]Stat, error) { return readIPCounters(r.objs.IPCounters) }
 
 // SetHost tells the router about the host it runs on: the network
 // namespace of its devices (the transmit tracepoints see every namespace),

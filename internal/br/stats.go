@@ -2,6 +2,8 @@ package br
 
 import (
 	"fmt"
+
+	"github.com/cilium/ebpf"
 	"io"
 	"sort"
 	"strconv"
@@ -13,6 +15,47 @@ import (
 type Stat struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+}
+
+// IPInterface is the name `br stats` shows the plain-IP forwarder's
+// counters under, beside the SCION interfaces.
+const IPInterface = "ip"
+
+// ipVerdictNames name enum br_ip_verdict's counters.
+var ipVerdictNames = map[routerBrIpVerdict]string{
+	routerBrIpVerdictBR_IP_FORWARDED:    "forwarded",
+	routerBrIpVerdictBR_IP_LOCAL:        "local",
+	routerBrIpVerdictBR_IP_NO_ROUTE:     "no_route",
+	routerBrIpVerdictBR_IP_HOP_LIMIT:    "hop_limit",
+	routerBrIpVerdictBR_IP_TOO_BIG:      "too_big",
+	routerBrIpVerdictBR_IP_NOT_READY:    "not_ready",
+	routerBrIpVerdictBR_IP_FWD_DISABLED: "fwd_disabled",
+	routerBrIpVerdictBR_IP_OTHER:        "other",
+}
+
+// readIPCounters sums br_ip_counters over CPUs by verdict name, leaving
+// out zeros.
+func readIPCounters(m *ebpf.Map) (map[string]Stat, error) {
+	out := map[string]Stat{}
+	for v := range routerBrIpVerdictBR_IP_VERDICT_MAX {
+		var per []routerBrCounter
+		if err := m.Lookup(uint32(v), &per); err != nil {
+			return nil, fmt.Errorf("read the plain-IP counters: %w", err)
+		}
+		var s Stat
+		for _, c := range per {
+			s.Packets += c.Packets
+			s.Bytes += c.Bytes
+		}
+		if s.Packets > 0 {
+			name, ok := ipVerdictNames[v]
+			if !ok {
+				name = fmt.Sprintf("verdict_%d", v)
+			}
+			out[name] = s
+		}
+	}
+	return out, nil
 }
 
 // InterfaceName names a counter slot: an interface ID, "internal" or "unmatched".
@@ -99,6 +142,27 @@ func (c *Counts) WriteMetrics(w io.Writer, router string, slots map[int]int) {
 				}
 				fmt.Fprintf(w, "fastpath_br_%s_total{router=%q,interface=%q,verdict=%q} %d\n", metric, router, n, v, val)
 			}
+		}
+	}
+}
+
+// WriteIPMetrics writes the plain-IP forwarder's counts (IPTotals) in the
+// Prometheus text format.
+func WriteIPMetrics(w io.Writer, router string, ip map[string]Stat) {
+	for _, metric := range []string{"packets", "bytes"} {
+		fmt.Fprintf(w, "# HELP fastpath_br_ip_%s_total %s of plain IP the XDP border router's forwarder (forward_ip) handled, by verdict.\n", metric, map[string]string{"packets": "Packets", "bytes": "Bytes"}[metric])
+		fmt.Fprintf(w, "# TYPE fastpath_br_ip_%s_total counter\n", metric)
+		verdicts := make([]string, 0, len(ip))
+		for v := range ip {
+			verdicts = append(verdicts, v)
+		}
+		sort.Strings(verdicts)
+		for _, v := range verdicts {
+			val := ip[v].Packets
+			if metric == "bytes" {
+				val = ip[v].Bytes
+			}
+			fmt.Fprintf(w, "fastpath_br_ip_%s_total{router=%q,verdict=%q} %d\n", metric, router, v, val)
 		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -147,4 +149,70 @@ func loForwarding(a AS) error {
 		return fmt.Errorf("lo forwarding in %s: %w", a.Netns, err)
 	}
 	return nil
+}
+
+// reloadedLine is what `br serve` logs when a reload has been taken on.
+const reloadedLine = "reloaded and attached again in place"
+
+// SetForwardIP has fastpath's router in front of AS a forward plain IP in
+// XDP (br's forward_ip) or stop doing so: it rewrites the AS's
+// fastpath-br.toml and reloads its `br serve` (SIGHUP), which takes the
+// change on without detaching, and returns once the reload is logged.
+// Hybrid mode only.
+func (n Network) SetForwardIP(a AS, on bool) error {
+	st, err := n.readState()
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotUp
+	}
+	name := procName(ServeService, a)
+	i := slices.IndexFunc(st.Procs, func(p Proc) bool { return p.Name == name })
+	if i < 0 {
+		return fmt.Errorf("the network runs no %s: forward_ip needs hybrid mode (lab scion up --hybrid)", name)
+	}
+	p := st.Procs[i]
+	if !p.Alive() {
+		return fmt.Errorf("%s is not running: see %s", name, p.Log)
+	}
+	path := filepath.Join(a.Dir, "fastpath-br.toml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "forward_ip") {
+			lines = append(lines, l)
+		}
+	}
+	if on {
+		lines = append(lines, "forward_ip = true")
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	logText := func() string { b, _ := os.ReadFile(p.Log); return string(b) }
+	before := strings.Count(logText(), reloadedLine)
+	failedBefore := strings.Count(logText(), "reload: ")
+	proc, err := os.FindProcess(p.PID)
+	if err == nil {
+		err = proc.Signal(syscall.SIGHUP)
+	}
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", name, err)
+	}
+	for deadline := time.Now().Add(serveReadyTimeout); ; time.Sleep(20 * time.Millisecond) {
+		text := logText()
+		if strings.Count(text, reloadedLine) > before {
+			return nil
+		}
+		if strings.Count(text, "reload: ") > failedBefore {
+			return fmt.Errorf("%s refused forward_ip = %v; its log: %s\n%s", name, on, p.Log, tail(p.Log, 5))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not reload within %s; its log: %s\n%s", name, serveReadyTimeout, p.Log, tail(p.Log, 5))
+		}
+	}
 }

@@ -30,8 +30,11 @@ type Report struct {
 	ClientIA string `json:"client_ia"`
 	ServerIA string `json:"server_ia"`
 	// Baseline is the row ratios are taken to, if it ran.
-	Baseline string      `json:"baseline,omitempty"`
-	Rows     []RowReport `json:"rows"`
+	Baseline string `json:"baseline,omitempty"`
+	// Fair is the second row ratios are taken to, if it ran: plain IPv6
+	// forwarded in XDP on the SCION network's own devices (FairBaseline).
+	Fair string      `json:"fair_baseline,omitempty"`
+	Rows []RowReport `json:"rows"`
 }
 
 // RowReport is one row's figures over the turns.
@@ -56,6 +59,8 @@ type Figure struct {
 	// Ratio is the median over the baseline's median: above 1 is faster
 	// for throughput, slower for the RTT.
 	Ratio float64 `json:"ratio,omitempty"`
+	// FairRatio is the same over the Fair row's median.
+	FairRatio float64 `json:"ratio_fair,omitempty"`
 }
 
 func (r *Report) finish() {
@@ -68,13 +73,17 @@ func (r *Report) finish() {
 			f.MedianLostPercent = lab.Median(f.LostPercent)
 		}
 	}
-	base := r.row(r.Baseline)
+	base, fair := r.row(r.Baseline), r.row(r.Fair)
+	ratio := func(f *Figure, to *RowReport, name string) float64 {
+		if to == nil || to.Figures[name] == nil || to.Figures[name].Median == 0 {
+			return 0
+		}
+		return f.Median / to.Figures[name].Median
+	}
 	for _, row := range r.Rows {
 		for name, f := range row.Figures {
-			if base == nil || base.Figures[name] == nil || base.Figures[name].Median == 0 {
-				continue
-			}
-			f.Ratio = f.Median / base.Figures[name].Median
+			f.Ratio = ratio(f, base, name)
+			f.FairRatio = ratio(f, fair, name)
 		}
 	}
 }
@@ -123,6 +132,9 @@ func (r *Report) lines() ([][]string, []bool) {
 			if f.Ratio > 0 && row.Row != r.Baseline {
 				c += fmt.Sprintf(" %s×", num(f.Ratio))
 			}
+			if f.FairRatio > 0 && row.Row != r.Fair && row.Row != r.Baseline {
+				c += fmt.Sprintf(" (%s× %s)", num(f.FairRatio), r.Fair)
+			}
 			cells = append(cells, c)
 		}
 		out = append(out, append(cells, row.Note))
@@ -136,6 +148,9 @@ func (r *Report) legend() string {
 		r.ClientIA, r.ServerIA, r.Seconds, r.X4, r.UDPLen, rate(r.UDPBitrate), r.Pings, r.Runs)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "; N×: median / median of %s in the same run", r.Baseline)
+	}
+	if r.Fair != "" {
+		fmt.Fprintf(&b, "; (N× %s): median / median of %s, the same hosts' plain IPv6 forwarded in XDP on the same devices", r.Fair, r.Fair)
 	}
 	return b.String()
 }

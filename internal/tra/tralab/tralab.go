@@ -3,7 +3,7 @@
 // front of every AS's reference router (hybrid mode), it measures ways of
 // carrying IP between the end hosts of two leaf ASes — rows — in turns:
 // iperf3 TCP and UDP with 1 stream and with 4 (four iperf3 processes, one
-// stream each), and the round-trip time of a UDP echo. The rows here are plain IPv6 routing (ip, ip-notso) and
+// stream each), and the round-trip time of a UDP echo. The rows here are plain IPv6 routing (ip, ip-notso), plain IPv6 forwarded in XDP by the ASes' border routers (ip-xdp) and
 // scionproto's SCION-IP gateway (sig); the translator's own row registers
 // itself the same way (Register). `fastpath lab tra` runs it.
 package tralab
@@ -112,6 +112,11 @@ func Lookup(names []string) ([]Row, error) {
 // Baseline is the row ratios are taken to: plain IPv6 with TSO on.
 const Baseline = "ip"
 
+// FairBaseline is the second row ratios are taken to: plain IPv6 between
+// the same hosts on the SCION network's own devices, forwarded in XDP by
+// each AS's border router (ipxdp.go).
+const FairBaseline = "ip-xdp"
+
 // Options configure a run.
 type Options struct {
 	Rows []string
@@ -207,6 +212,9 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	for _, r := range rs {
 		if r.Name == Baseline {
 			rep.Baseline = Baseline
+		}
+		if r.Name == FairBaseline {
+			rep.Fair = FairBaseline
 		}
 		rep.Rows = append(rep.Rows, RowReport{Row: r.Name, Description: r.Description, Figures: map[string]*Figure{}})
 	}

@@ -4,13 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/safchain/ethtool"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -23,7 +29,7 @@ func TestLookup(t *testing.T) {
 		args []string
 		want string // rows, or the start of the error
 	}{
-		"every row":      {nil, "ip ip-notso sig"},
+		"every row":      {nil, "ip ip-notso ip-xdp sig"},
 		"some, as given": {[]string{"sig", "ip"}, "sig ip"},
 		"unknown":        {[]string{"ip", "nope"}, `no row "nope"`},
 		"twice":          {[]string{"ip", "ip"}, `row "ip" named twice`},
@@ -222,4 +228,135 @@ func TestFloodBriefly(t *testing.T) {
 	if rep.During.Sent == 0 || rep.During.Lost > rep.During.Sent/50 {
 		t.Fatalf("the steady flow lost %d of %d during the flood", rep.During.Lost, rep.During.Sent)
 	}
+}
+
+// The ip-xdp row on a network of its own: it measures, every AS's router
+// forwards its packets in XDP (the row's teardown fails it otherwise), and
+// it leaves the network exactly as it found it: addresses, routes,
+// neighbours, IPv6 switches, the hosts' offloads, the routers' files.
+func TestIPXDPRow(t *testing.T) {
+	n := testNetwork(t)
+	var log strings.Builder
+	if _, err := n.Up(context.Background(), scionlab.UpOptions{ASes: 3, Hybrid: true, Log: &log}); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	as, _, err := n.ASes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := networkSnapshot(t, as)
+	rep, err := Bench(context.Background(), Options{
+		Rows: []string{"ip-xdp"}, Runs: 1, Seconds: 1, Pings: 20, UDPLen: DefaultUDPLen,
+		Net: n, ASes: 3, Keep: true, Log: &log,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Log("\n" + rep.Table())
+	if rep.Fair != FairBaseline || rep.Baseline != "" {
+		t.Fatalf("fair baseline %q, baseline %q", rep.Fair, rep.Baseline)
+	}
+	for _, m := range Metrics {
+		if f := rep.Rows[0].Figures[m.Name]; f == nil || !(f.Median > 0) || f.FairRatio != 1 {
+			t.Fatalf("ip-xdp %s: %+v", m.Name, f)
+		}
+	}
+	for _, a := range as {
+		if !strings.Contains(log.String(), fmt.Sprintf("%s: ", a.IA)) {
+			t.Fatalf("no count of %s's router:\n%s", a.IA, log.String())
+		}
+	}
+	if strings.Count(log.String(), "packets forwarded in XDP, 0 passed up") != 3 {
+		t.Fatalf("not every AS forwarded the row in XDP:\n%s", log.String())
+	}
+	if after := networkSnapshot(t, as); after != before {
+		t.Fatalf("the row changed the network:\n%s", lineDiff(before, after))
+	}
+}
+
+// networkSnapshot is what a row may touch of the network, as text.
+func networkSnapshot(t *testing.T, as []scionlab.AS) string {
+	t.Helper()
+	var b strings.Builder
+	for _, a := range as {
+		for _, ns := range []string{a.Netns, a.HostNetns} {
+			fmt.Fprintf(&b, "== %s\n", ns)
+			for _, args := range [][]string{{"-6", "addr"}, {"-6", "route"}, {"-6", "neigh"}, {"-br", "link"}} {
+				out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("ip %v in %s: %v: %s", args, ns, err, out)
+				}
+				b.Write(out)
+			}
+			if err := netns.Run(ns, func() error {
+				for _, glob := range []string{"/proc/sys/net/ipv6/conf/*/*", "/proc/sys/net/ipv4/conf/*/forwarding"} {
+					files, _ := filepath.Glob(glob)
+					for _, f := range files {
+						if strings.HasSuffix(f, "/stable_secret") {
+							continue // unreadable until set
+						}
+						v, err := os.ReadFile(f)
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(&b, "%s %s", f, v)
+					}
+				}
+				ifs, err := net.Interfaces()
+				if err != nil {
+					return err
+				}
+				et, err := ethtool.NewEthtool()
+				if err != nil {
+					return err
+				}
+				defer et.Close()
+				for _, i := range ifs {
+					if i.Name == "lo" {
+						continue
+					}
+					f, err := et.Features(i.Name)
+					if err != nil {
+						return err
+					}
+					for _, k := range slices.Sorted(maps.Keys(f)) {
+						fmt.Fprintf(&b, "%s %s %v\n", i.Name, k, f[k])
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg, err := os.ReadFile(filepath.Join(a.Dir, "fastpath-br.toml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(cfg)
+	}
+	return b.String()
+}
+
+// lineDiff lists the lines only one of two texts has.
+func lineDiff(a, b string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	ina, inb := in(a), in(b)
+	var out []string
+	for _, l := range strings.Split(a, "\n") {
+		if !inb[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range strings.Split(b, "\n") {
+		if !ina[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,0 +1,416 @@
+package br
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/fastpath-dev/fastpath/internal/checksum"
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
+)
+
+// The plain-IP forwarder (forward_ip) behind the router, run with
+// BPF_PROG_TEST_RUN in a hostBed's router namespace, as if each frame
+// arrived from A on d0: the FIB, the neighbours and the devices are the
+// namespace's own.
+
+// xdpMd is struct xdp_md as a test run's context: only the ingress device.
+type xdpMd struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+const xdpRedirect = 4
+
+// ipFrame is an Ethernet frame carrying an IP packet (IPv4 without options,
+// or IPv6) from src to dst with the given hop limit or TTL and UDP payload.
+func ipFrame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, hops uint8, payload int) []byte {
+	udp := make([]byte, 8+payload)
+	binary.BigEndian.PutUint16(udp[0:], 40000)
+	binary.BigEndian.PutUint16(udp[2:], 9)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	f := append(append([]byte{}, dstMAC...), srcMAC...)
+	if src.Is4() {
+		f = append(f, 0x08, 0x00)
+		ip := make([]byte, 20)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		ip[8], ip[9] = hops, 17
+		s, d := src.As4(), dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+		binary.BigEndian.PutUint16(ip[10:], ^checksum.Fold(checksum.Sum(ip, 0)))
+		return append(append(f, ip...), udp...)
+	}
+	f = append(f, 0x86, 0xdd)
+	ip := make([]byte, 40)
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(udp)))
+	ip[6], ip[7] = 17, hops
+	s, d := src.As16(), dst.As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], d[:])
+	return append(append(f, ip...), udp...)
+}
+
+// ipBed is a hostBed whose router namespace forwards on d0 (the FIB's
+// condition for a packet arriving there), with a router loaded, not
+// attached, and told its host.
+type ipBed struct {
+	*hostBed
+	r                *Router
+	d0, d1           *netlink.LinkAttrs
+	aMAC, bMAC       net.HardwareAddr
+	forwardIP, txToB bool
+}
+
+func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
+	t.Helper()
+	b := &ipBed{hostBed: newHostBed(t, v6), forwardIP: forwardIP, txToB: txToB}
+	fam := "ipv4"
+	if v6 {
+		fam = "ipv6"
+	}
+	b.sysctl(t, b.dut, "net."+fam+".conf.d0.forwarding", "1")
+	cfg := *b.cfg
+	cfg.ForwardIP = forwardIP
+	r, err := Load(&cfg, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	b.r = r
+	tx := []xdp.Iface{{Netns: b.dut, Name: "d0"}}
+	if txToB {
+		tx = append(tx, xdp.Iface{Netns: b.dut, Name: "d1"})
+	}
+	if err := r.SetHost(b.dut, tx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		to  **netlink.LinkAttrs
+		dev string
+	}{{&b.d0, "d0"}, {&b.d1, "d1"}} {
+		i, err := xdp.Lookup(xdp.Iface{Netns: b.dut, Name: d.dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*d.to = i
+	}
+	b.aMAC, _ = net.ParseMAC(b.mac(t, b.a, "a0"))
+	b.bMAC, _ = net.ParseMAC(b.mac(t, b.b, "b0"))
+	return b
+}
+
+// ipResult is one run of the router on a frame from A: its action, the
+// frame after, and which of the router's and the forwarder's counters
+// moved.
+type ipResult struct {
+	action   uint32
+	out      []byte
+	verdict  string // the router's
+	ipVerdct string // the forwarder's; "" if none moved
+}
+
+func (b *ipBed) run(t *testing.T, frame []byte) ipResult {
+	t.Helper()
+	before, err := b.r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipBefore, err := b.r.IPCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(frame)+256)
+	opts := ebpf.RunOptions{Data: frame, DataOut: out, Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(b.d0.Index)}}
+	var ret uint32
+	if err := netns.Run(b.dut, func() error {
+		var err error
+		ret, err = b.r.objs.Router.Run(&opts)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res := ipResult{action: ret, out: opts.DataOut, verdict: "none"}
+	after, err := b.r.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range after {
+		for v := range after[s] {
+			if after[s][v].Packets != before[s][v].Packets {
+				res.verdict = VerdictName(Verdict(v))
+			}
+		}
+	}
+	ipAfter, err := b.r.IPCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, s := range ipAfter {
+		if s.Packets != ipBefore[v].Packets {
+			if res.ipVerdct != "" {
+				t.Fatalf("one packet moved two forwarder counters: %s and %s", res.ipVerdct, v)
+			}
+			res.ipVerdct = v
+		}
+	}
+	return res
+}
+
+func TestForwardIP(t *testing.T) {
+	type ipCase struct {
+		v6, forwardIP bool
+		txToB         bool // d1 takes XDP frames (in br_egress)
+		dst           string
+		hops          uint8
+		payload       int
+		setup         func(t *testing.T, b *ipBed)
+
+		wantAction uint32
+		wantIP     string // the forwarder's verdict; "" none
+		forwarded  bool   // out is the frame forwarded to B, else the frame unchanged
+	}
+	cases := map[string]ipCase{
+		"ipv6 forwarded":       {v6: true, forwardIP: true, txToB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 forwarded":       {forwardIP: true, txToB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 ttl 2 forwarded": {forwardIP: true, txToB: true, hops: 2, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv6 hop limit 1":     {v6: true, forwardIP: true, txToB: true, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
+		"ipv4 ttl 1":           {forwardIP: true, txToB: true, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
+		"ipv6 too big":         {v6: true, forwardIP: true, txToB: true, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
+		"ipv4 too big":         {forwardIP: true, txToB: true, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
+		"ipv6 no route at all": {v6: true, forwardIP: true, txToB: true, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv4 no route at all": {forwardIP: true, txToB: true, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv6 unreachable route": {v6: true, forwardIP: true, txToB: true, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "no_route",
+			setup: func(t *testing.T, b *ipBed) { b.ip(t, b.dut, "-6", "route", "add", "unreachable", "fd00:9::/64") }},
+		"ipv4 unreachable route": {forwardIP: true, txToB: true, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "no_route",
+			setup: func(t *testing.T, b *ipBed) { b.ip(t, b.dut, "route", "add", "unreachable", "10.9.0.0/24") }},
+		"ipv6 no neighbour":  {v6: true, forwardIP: true, txToB: true, dst: "fd00:2::99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv4 no neighbour":  {forwardIP: true, txToB: true, dst: "10.2.0.99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv6 for this host": {v6: true, forwardIP: true, txToB: true, dst: "fd00:1::2", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv6 link-local":    {v6: true, forwardIP: true, txToB: true, dst: "fe80::1", hops: 64, wantAction: xdpPass, wantIP: "other"},
+		"ipv6 not ready":     {v6: true, forwardIP: true, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
+		"ipv4 not ready":     {forwardIP: true, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
+		"ipv6 forwarding off": {v6: true, forwardIP: true, txToB: true, hops: 64, wantAction: xdpPass, wantIP: "fwd_disabled",
+			setup: func(t *testing.T, b *ipBed) { b.sysctl(t, b.dut, "net.ipv6.conf.d0.forwarding", "0") }},
+		"ipv6 slot empty": {v6: true, txToB: true, hops: 64, wantAction: xdpPass},
+		"ipv4 slot empty": {txToB: true, hops: 64, wantAction: xdpPass},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := newIPBed(t, c.v6, c.forwardIP, c.txToB)
+			if c.setup != nil {
+				c.setup(t, b)
+			}
+			dst := b.bAddr
+			if c.dst != "" {
+				dst = netip.MustParseAddr(c.dst)
+			}
+			in := ipFrame(b.d0.HardwareAddr, b.aMAC, b.aAddr, dst, c.hops, 100+c.payload)
+			res := b.run(t, in)
+			if res.action != c.wantAction || res.ipVerdct != c.wantIP || res.verdict != "not_scion" {
+				t.Fatalf("action %d, forwarder's verdict %q, router's %q; want %d, %q, not_scion", res.action, res.ipVerdct, res.verdict, c.wantAction, c.wantIP)
+			}
+			want := in
+			if c.forwarded {
+				want = ipFrame(b.bMAC, b.d1.HardwareAddr, b.aAddr, dst, c.hops-1, 100+c.payload)
+			}
+			if !bytes.Equal(res.out, want) {
+				t.Fatalf("frame after\n%x\nwant\n%x", res.out, want)
+			}
+			if !c.v6 && c.forwarded && checksum.Fold(checksum.Sum(res.out[14:34], 0)) != 0xffff {
+				t.Fatalf("IPv4 header checksum wrong: %x", res.out[14:34])
+			}
+		})
+	}
+}
+
+// SCION through the router is the same, byte for byte and verdict for
+// verdict, whether the plain-IP slot is filled or not.
+func TestForwardIPLeavesSCIONAlone(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		var got [2]ipResult
+		var frames [][]byte // one packet for both (its path is made anew each time)
+		for i, on := range []bool{false, true} {
+			b := newIPBed(t, v6, on, true)
+			if frames == nil {
+				var err error
+				if frames, err = TransitPackets(b.cfg, TransitOptions{Count: 1, Size: 200, SrcMAC: b.aMAC, DstMAC: b.d0.HardwareAddr}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got[i] = b.run(t, frames[0])
+			if got[i].verdict != "forwarded" || got[i].ipVerdct != "" {
+				t.Fatalf("v6 %v, forward_ip %v: router's verdict %q, forwarder's %q", v6, on, got[i].verdict, got[i].ipVerdct)
+			}
+		}
+		// The two beds' devices have MACs of their own: compare from the
+		// Ethernet type on, and the MACs by role.
+		if got[0].action != got[1].action || !bytes.Equal(got[0].out[12:], got[1].out[12:]) {
+			t.Fatalf("v6 %v: with the slot empty %d %x\nfilled %d %x", v6, got[0].action, got[0].out, got[1].action, got[1].out)
+		}
+	}
+}
+
+// The router with the tail call and the forwarder load on this kernel in
+// each way the router is attached: native, for worker CPUs, generic.
+func TestForwardIPLoads(t *testing.T) {
+	requireKernel(t)
+	cfg := testConfig()
+	cfg.ForwardIP = true
+	cfg.CPUs = []int{0}
+	r, err := Load(cfg, LoadOptions{SkipFIB: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.cpuProg == nil {
+		t.Fatal("no worker-CPU router loaded")
+	}
+	if _, err := r.GenericProgram(); err != nil {
+		t.Fatal(err)
+	}
+	var id ebpf.ProgramID
+	for _, m := range []*ebpf.Map{r.objs.Next, r.objs.NextCPU} {
+		if err := m.Lookup(uint32(0), &id); err != nil || id == 0 {
+			t.Fatalf("%v: the slot holds no program (%v)", m, err)
+		}
+	}
+	if err := r.setForwardIP(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.objs.Next.Lookup(uint32(0), &id); err == nil {
+		t.Fatalf("the slot still holds program %d", id)
+	}
+}
+
+// ipTotals are an attached router's plain-IP counts by verdict.
+func ipTotals(t *testing.T, name string) map[string]uint64 {
+	t.Helper()
+	p, err := OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := p.IPTotals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for v, c := range s {
+		out[v] = c.Packets
+	}
+	return out
+}
+
+// Pings between A and B, routed through the router's namespace: with
+// forward_ip on, `br serve` forwards them in XDP both ways; a reload with it
+// off gives them back to the kernel, without detaching; on again, XDP again.
+func TestServeForwardIP(t *testing.T) {
+	b := newHostBed(t, true)
+	b.sysctl(t, b.dut, "net.ipv6.conf.all.forwarding", "1")
+	b.ip(t, b.a, "-6", "route", "add", "fd00:2::/64", "via", b.d0Addr.String())
+	b.ip(t, b.b, "-6", "route", "add", "fd00:1::/64", "via", b.d1Addr.String())
+	name := strings.TrimSuffix(b.dut, "dut") + "br"
+	t.Cleanup(func() { Detach(name, nil) })
+	setForwardIP := func(on bool) {
+		t.Helper()
+		text := fmt.Sprintf("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nforward_ip = %v\n", on)
+		if err := os.WriteFile(b.cfg.Path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setForwardIP(true)
+	log := &syncBuffer{}
+	ready := make(chan struct{})
+	reload := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeOptions{
+			Config: b.cfg.Path,
+			Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
+			Log:    log,
+			Reload: reload,
+			Ready:  func() { close(ready) },
+		})
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v\n%s", err, log)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve not ready after 30 s:\n%s", log)
+	}
+	const n = 5
+	ping := func() {
+		t.Helper()
+		mustRun(t, "ip", "netns", "exec", b.a, "ping", "-6", "-n", "-q", "-c", strconv.Itoa(n), "-i", "0.05", "-W", "1", b.bAddr.String())
+	}
+	check := func(inXDP bool) {
+		t.Helper()
+		before := ipTotals(t, name)["forwarded"]
+		ping()
+		got := ipTotals(t, name)["forwarded"] - before
+		if inXDP && got < 2*n || !inXDP && got != 0 {
+			t.Fatalf("forward_ip %v: %d of %d echo requests and replies forwarded in XDP; counts %v; log:\n%s", inXDP, got, 2*n, ipTotals(t, name), log)
+		}
+	}
+	check(true)
+	setForwardIP(false)
+	reload <- struct{}{}
+	waitFor(t, log, "reloaded and attached again in place")
+	check(false)
+	setForwardIP(true)
+	reload <- struct{}{}
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(log.String(), "reloaded and attached again in place") < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second reload:\n%s", log)
+		}
+	}
+	check(true)
+	if n := len(xdp.Links(PinDir(name))); n != 2 {
+		t.Fatalf("%d link pins, want both devices attached throughout", n)
+	}
+	// B stops taking XDP frames: what goes to B is passed up (not_ready)
+	// and the kernel forwards it, once the keeper has seen it (a second);
+	// B's replies are still forwarded in XDP. No echo is lost.
+	b.setGRO(t, b.b, "b0", false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		before := ipTotals(t, name)
+		ping()
+		after := ipTotals(t, name)
+		if after["not_ready"]-before["not_ready"] == n && after["forwarded"]-before["forwarded"] == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B without GRO: counts went from %v to %v; log:\n%s", before, after, log)
+		}
+	}
+	// Detach takes everything, the slot and the forwarder's counters too.
+	stop()
+	if err := Detach(name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
+		t.Fatalf("%s after detach: %v", PinDir(name), err)
+	}
+}
