@@ -937,6 +937,34 @@ static __always_inline int tra_out_steps(struct __sk_buff *skb, struct tra_out_p
  * pair (INGRESS). */
 enum tra_hook { TRA_AT_INGRESS, TRA_AT_EGRESS };
 
+#include "kern.h"
+
+extern void *bpf_cast_to_kern_ctx(void *) __ksym;
+
+/* Whether the kernel has still to complete the L4 checksum (a TCP segment:
+ * TCP leaves it to the device, which for the pair is the kernel's
+ * validate_xmit_skb, after the egress hook). */
+static __always_inline int csum_pending(struct __sk_buff *skb)
+{
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+
+	return BPF_CORE_READ_BITFIELD(kskb, ip_summed) == CHECKSUM_PARTIAL;
+}
+
+/* At the host's end, before the pair: what the kernel's transmit path has
+ * still to make translatable goes on through the pair instead — a GSO
+ * packet to be cut, and a pending checksum unless the underlay device
+ * completes it in software (it has no checksum offload). Translated with
+ * its sum pending, a packet would leave a veth whose peer runs XDP (the
+ * AS's router) with the pseudo-header's sum only, and nothing on the way
+ * completes it. */
+static __always_inline int translatable_here(struct __sk_buff *skb, const struct tra_config *cfg)
+{
+	if (skb->gso_size)
+		return 0;
+	return cfg->underlay_sw_csum || !csum_pending(skb);
+}
+
 static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hook)
 {
 	struct tra_out_pkt p = {};
@@ -948,6 +976,8 @@ static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hoo
 		count_out(TRA_UNSUPPORTED, skb->len); /* not configured yet */
 		return TC_ACT_SHOT;
 	}
+	if (hook == TRA_AT_EGRESS && !translatable_here(skb, p.cfg))
+		return TC_ACT_OK;
 	ret = tra_out_steps(skb, &p);
 	if (ret != REPLY)
 		return ret;
@@ -968,35 +998,14 @@ int tra_out(struct __sk_buff *skb)
 	return tra_out_main(skb, TRA_AT_INGRESS);
 }
 
-/* ---- Egress at the host's end: the same steps one device earlier -------- */
-
-#include "kern.h"
-
-extern void *bpf_cast_to_kern_ctx(void *) __ksym;
-
-/* Whether the kernel has still to complete the L4 checksum (a TCP segment:
- * TCP leaves it to the device, which for the pair is the kernel's
- * validate_xmit_skb, after this hook). Such a packet translated here would
- * leave with a sum of the pseudo-header only, and nothing on the way (XDP
- * at the routers, tra_in) completes it. */
-static __always_inline int csum_pending(struct __sk_buff *skb)
-{
-	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
-
-	return BPF_CORE_READ_BITFIELD(kskb, ip_summed) == CHECKSUM_PARTIAL;
-}
-
 /* At the host's end of the pair, before the packet crosses it: translated
- * here, a datagram is spared the pair (its queue, a NAPI poll, GRO, a
- * second pass through the receive path): a fifth of its way. What only
- * the kernel's transmit path makes translatable — a GSO packet still to be
- * cut, a checksum still to be completed — goes on through the pair to
- * tra_out. */
+ * here, a packet is spared the pair (its queue, a NAPI poll, GRO, a second
+ * pass through the receive path); what only the kernel's transmit path
+ * makes translatable goes on through the pair to tra_out
+ * (translatable_here). */
 SEC("tc")
 int tra_out_egress(struct __sk_buff *skb)
 {
-	if (skb->gso_size || csum_pending(skb))
-		return TC_ACT_OK;
 	return tra_out_main(skb, TRA_AT_EGRESS);
 }
 

@@ -67,7 +67,9 @@ struct tra_config {
 	__u16 underlay_port;    /* the port SCION packets leave from (network order) */
 	__u16 pad2;
 	__u32 netns_ino;        /* the host's network namespace, for the transmit tracepoints */
-	__u32 pad3;
+	__u32 underlay_sw_csum; /* 1: the underlay device has no transmit checksum offload, so
+				 * the kernel completes a pending checksum on the way out of it
+				 * (tra run keeps this as the device is) */
 };
 
 /* One path to a destination AS, as the daemon gives it. */

@@ -590,4 +590,40 @@ func TestTranslatedBeforeThePair(t *testing.T) {
 	if got := a.counts(t)["translated_out"].Packets; got < n+1 {
 		t.Fatalf("translated_out %d; want the %d datagrams and the SYN", got, n)
 	}
+
+	// An underlay without checksum offload completes a pending checksum in
+	// software on the way out: the SYN is translated at the host's end,
+	// and leaves with a checksum that is right for SCION.
+	setFeatures(t, a.host, a.cfg.Device, map[string]bool{"tx-checksum-ip-generic": false})
+	if _, err := Attach(a.cfg, AttachOptions{Netns: a.host}); err != nil {
+		t.Fatal(err)
+	}
+	seen := len(waitFrames(t, tap, 0, isTCP))
+	before = rxPackets(t, a.host, trans)
+	netns.Run(a.host, func() error {
+		d := net.Dialer{Timeout: 300 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: a.cfg.SMIP.AsSlice()}}
+		if conn, err := d.Dial("tcp6", netip.AddrPortFrom(remote4SMIP, 31002).String()); err == nil {
+			conn.Close()
+		}
+		return nil
+	})
+	var syn *capture.Frame
+	for deadline := time.Now().Add(3 * time.Second); syn == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got := waitFrames(t, tap, 0, isTCP); len(got) > seen {
+			syn = &got[seen]
+		}
+	}
+	if syn == nil {
+		t.Fatalf("no SCION/TCP frame for the SYN with the underlay's checksum offload off; counters %v", a.counts(t))
+	}
+	if crossed := rxPackets(t, a.host, trans) - before; crossed != 0 {
+		t.Fatalf("%d packets crossed the pair; the underlay completes checksums, so the SYN is translated at the host's end", crossed)
+	}
+	var sc slayers.SCION
+	if err := sc.DecodeFromBytes(syn.Data[14+20+8:], gopacket.NilDecodeFeedback); err != nil {
+		t.Fatal(err)
+	}
+	if syn.Pending || checksum.Fold(checksum.Sum(sc.Payload, scionPseudoSum(&sc, len(sc.Payload), 6))) != 0xffff {
+		t.Fatalf("the SYN left with a wrong or pending checksum (pending %v)", syn.Pending)
+	}
 }

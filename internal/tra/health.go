@@ -17,7 +17,8 @@ import (
 // a network manager turns the pair's offloads back on (GSO packets and
 // pending checksums reach tra_out; without GRO the pair drops what tra_in
 // hands it), the underlay device is removed and made again (its XDP link is
-// left defunct), the pair is deleted, topology.json gets another router.
+// left defunct), the pair is deleted, topology.json gets another router,
+// the underlay device's checksum offload is turned on or off.
 // The daemon checks each second and puts things right, counting what it did.
 
 type health struct {
@@ -63,6 +64,17 @@ func (h *health) check(d *pathDaemon) {
 	} else if changed {
 		d.stats.add(statOffloadFixed, 1)
 		d.logf("the offloads of %s0 had changed: segmentation and checksum offload off, GRO on again", h.cfg.Pair)
+	}
+	if sw, err := underlaySWCsum(h.cfg.Device); err == nil {
+		if changed, err := h.p.SetUnderlaySWCsum(sw); err != nil {
+			d.logf("%v", err)
+		} else if changed {
+			how := "TCP segments are translated at the pair's far end, after the kernel completes their checksums there"
+			if sw {
+				how = "TCP segments are translated as the host sends them, the kernel completing their checksums on the way out of it"
+			}
+			d.logf("the checksum offload of %s changed: %s", h.cfg.Device, how)
+		}
 	}
 	h.checkTopology(d)
 }

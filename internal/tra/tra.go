@@ -224,6 +224,10 @@ type HostConfig struct {
 	// NetnsIno is the host's network namespace (its inode), for the
 	// transmit tracepoints, which see every namespace.
 	NetnsIno uint64
+	// UnderlaySWCsum says the underlay device has no transmit checksum
+	// offload (underlaySWCsum), so that tra_out_egress may translate a
+	// packet whose checksum is still pending.
+	UnderlaySWCsum bool
 }
 
 // Configure writes the host's configuration and where redirects into the
@@ -245,6 +249,9 @@ func (t *Translator) Configure(h HostConfig) error {
 	c.DispatchedStart, c.DispatchedEnd = h.DispatchedStart, h.DispatchedEnd
 	c.UnderlayPort = htons(endHostPort)
 	c.NetnsIno = uint32(h.NetnsIno)
+	if h.UnderlaySWCsum {
+		c.UnderlaySwCsum = 1
+	}
 	if err := setRouters(t.objs.TraRouters, h.Routers); err != nil {
 		return err
 	}
@@ -426,7 +433,13 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd,
 		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino,
 	}
-	if err := netns.Run(o.Netns, func() error { return t.Configure(h) }); err != nil {
+	if err := netns.Run(o.Netns, func() error {
+		var err error
+		if h.UnderlaySWCsum, err = underlaySWCsum(cfg.Device); err != nil {
+			return err
+		}
+		return t.Configure(h)
+	}); err != nil {
 		return "", err
 	}
 	// A link left on a device that was removed and made again is defunct:
@@ -643,6 +656,24 @@ func (p *Pinned) UsedAt() ([]uint32, error) { return p.usedAt() }
 // SetRouters replaces the border routers the host takes SCION from.
 func (p *Pinned) SetRouters(routers []netip.AddrPort) error { return setRouters(p.routers, routers) }
 
+// SetUnderlaySWCsum tells tra_out_egress whether the underlay device
+// completes pending checksums in software; it says whether that changed.
+func (p *Pinned) SetUnderlaySWCsum(on bool) (bool, error) {
+	c, err := p.config()
+	if err != nil {
+		return false, err
+	}
+	var v uint32
+	if on {
+		v = 1
+	}
+	if c.UnderlaySwCsum == v {
+		return false, nil
+	}
+	c.UnderlaySwCsum = v
+	return true, p.conf.Put(uint32(0), &c)
+}
+
 // Config reads the programs' configuration.
 func (p *Pinned) config() (translatorTraConfig, error) {
 	var c translatorTraConfig
@@ -729,6 +760,31 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 // sees one IPv6 packet per SCION packet), no checksum offload (checksums
 // are complete), GRO on (what tra_in redirects in is taken, and coalesced
 // again). Call it in the host's namespace.
+// underlaySWCsum says whether a device (in this namespace) has every
+// transmit checksum offload off, so that the kernel completes a pending
+// checksum in software before the packet leaves by it (validate_xmit_skb).
+// Then a TCP segment, whose checksum is pending at the pair's egress, can be
+// translated there and need not cross the pair; with an offload on, a veth
+// would hand the pending sum to the AS's router's XDP, which cannot
+// complete it.
+func underlaySWCsum(dev string) (bool, error) {
+	et, err := ethtool.NewEthtool()
+	if err != nil {
+		return false, err
+	}
+	defer et.Close()
+	have, err := et.Features(dev)
+	if err != nil {
+		return false, fmt.Errorf("offloads of %s: %w", dev, err)
+	}
+	for _, f := range []string{"tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checksum-ipv6"} {
+		if have[f] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func setPairOffloads(dev string) (changed bool, err error) {
 	et, err := ethtool.NewEthtool()
 	if err != nil {

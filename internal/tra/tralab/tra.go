@@ -110,22 +110,41 @@ func translate(bin string, a scionlab.AS, log io.Writer) (h *translated, err err
 	}
 }
 
-func setupTra(ctx context.Context, env Env) (Path, error) {
+func setupTra(ctx context.Context, env Env) (p Path, err error) {
 	bin, err := scionlab.FastpathBinary("the tra row runs `fastpath tra run`")
 	if err != nil {
 		return Path{}, err
 	}
+	// The hosts compute their transmit checksums, as in the ip-xdp row: on
+	// an underlay without checksum offload the kernel completes a TCP
+	// segment's checksum on the way out, so the translator takes it as the
+	// host sends it (tra_out_egress) instead of after the pair.
+	var undo undoList
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, undo.run())
+		}
+	}()
+	for _, a := range []scionlab.AS{env.Client, env.Server} {
+		u, err := setFeature(ipEnd{ns: a.HostNetns, dev: scionlab.HostDev}, "tx-checksum-ip-generic", false)
+		if err != nil {
+			return p, err
+		}
+		undo.add(u)
+	}
 	client, err := translate(bin, env.Client, env.Log)
 	if err != nil {
-		return Path{}, err
+		return p, err
 	}
+	undo.add(client.stop)
 	server, err := translate(bin, env.Server, env.Log)
 	if err != nil {
-		return Path{}, errors.Join(err, client.stop())
+		return p, err
 	}
+	undo.add(server.stop)
 	return Path{
 		ClientNetns: env.Client.HostNetns, ServerNetns: env.Server.HostNetns, Addr: server.smip,
-		Teardown: func() error { return errors.Join(client.stop(), server.stop()) },
-		Note:     "the hosts' offloads as they are; their pair end: MTU 1400, TSO off (the kernel segments)",
+		Teardown: undo.run,
+		Note:     "hosts' TSO off (their eth0's peer runs XDP), transmit checksums by the host (as ip-xdp); their pair end: the largest path's MTU, segmentation off (the kernel segments)",
 	}, nil
 }
