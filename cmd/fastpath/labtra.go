@@ -44,7 +44,7 @@ See docs/scion-lab.md.`,
 				}
 				return nil
 			}
-			o.Rows, o.Net = args, scionlab.Network{Prefix: *prefix, Dir: dir}
+			o.Rows, o.Net = args, scionlab.Network{Prefix: *prefix, Dir: scionDir(dir, *prefix)}
 			o.Command, o.Log = "fastpath "+strings.Join(os.Args[1:], " "), os.Stderr
 			if _, err := o.Validate(); err != nil {
 				return err
@@ -61,7 +61,7 @@ See docs/scion-lab.md.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
+	f.StringVar(&dir, "dir", "", "the SCION network's directory (as lab scion --dir; default by --prefix)")
 	f.IntVar(&o.ASes, "ases", scionlab.DefaultASes, "ASes of the SCION network, if it has to be brought up")
 	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
 	f.IntVar(&o.Runs, "runs", tralab.DefaultRuns, "turns: each runs every row once")
@@ -161,14 +161,14 @@ type longRunReport interface {
 type longRun struct{ dir, jsonOut, mdOut string }
 
 func (lr *longRun) flags(f *pflag.FlagSet, keep *bool) {
-	f.StringVar(&lr.dir, "dir", scionlab.DefaultDir, "the SCION network's directory (as lab scion --dir)")
+	f.StringVar(&lr.dir, "dir", "", "the SCION network's directory (as lab scion --dir; default by --prefix)")
 	f.BoolVar(keep, "keep", false, "leave the network up at the end")
 	f.StringVar(&lr.jsonOut, "json", "", "write the report (with every sample) as JSON")
 	f.StringVar(&lr.mdOut, "md", "", "write the report as Markdown")
 }
 
 func (lr *longRun) network(prefix string) scionlab.Network {
-	return scionlab.Network{Prefix: prefix, Dir: lr.dir}
+	return scionlab.Network{Prefix: prefix, Dir: scionDir(lr.dir, prefix)}
 }
 
 // command is the command line the report quotes, so that a reader can run it again.

@@ -27,9 +27,9 @@ namespace of its own that runs the dispatcher shim (it answers scion ping). The
 programs are built once from the Go module proxy; the crypto is made fresh by
 scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	}
-	cmd.PersistentFlags().StringVar(&dir, "dir", scionlab.DefaultDir, "where the configuration, crypto, databases, logs and the record of the running network live")
+	cmd.PersistentFlags().StringVar(&dir, "dir", "", "where the configuration, crypto, databases, logs and the record of the running network live (default "+scionlab.DefaultDir+", or "+scionlab.DefaultDir+"-PREFIX for another --prefix)")
 	network := func() (scionlab.Network, error) {
-		n := scionlab.Network{Prefix: *prefix, Dir: dir}
+		n := scionlab.Network{Prefix: *prefix, Dir: scionDir(dir, *prefix)}
 		if err := n.Validate(); err != nil {
 			return n, err
 		}
@@ -215,4 +215,13 @@ fastpath lab scion link 1-64513 1 down`,
 	}
 	cmd.AddCommand(up, status, check, restart, link, down)
 	return cmd
+}
+
+// scionDir is the SCION network's directory: --dir if given, else the
+// prefix's own (scionlab.DirFor).
+func scionDir(dir, prefix string) string {
+	if dir != "" {
+		return dir
+	}
+	return scionlab.DirFor(prefix)
 }

@@ -206,3 +206,42 @@ func TestMTU(t *testing.T) {
 		})
 	}
 }
+
+// Two prefixes never share a directory by default.
+func TestDirFor(t *testing.T) {
+	if got := DirFor(DefaultPrefix); got != DefaultDir {
+		t.Fatalf("DirFor(%q) = %q; want %q", DefaultPrefix, got, DefaultDir)
+	}
+	for _, p := range []string{"fp-x-", "../etc", "a/b-"} {
+		got := DirFor(p)
+		if got == DefaultDir || filepath.Dir(got) != filepath.Dir(DefaultDir) {
+			t.Errorf("DirFor(%q) = %q; want a directory of its own beside %s", p, got, DefaultDir)
+		}
+	}
+	if DirFor("fp-x-") == DirFor("fp-y-") {
+		t.Error("two prefixes share a directory")
+	}
+}
+
+// Up in a directory whose record is a live network of another prefix
+// refuses, and leaves that network's record as it was.
+func TestUpSparesAnotherPrefixsNetwork(t *testing.T) {
+	dir := t.TempDir()
+	other := Network{Prefix: "fp-other-", Dir: dir}
+	st, err := startTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &State{Prefix: other.Prefix, ASes: 3, Procs: []Proc{{Name: "this test", PID: os.Getpid(), Start: st}}}
+	if err := other.writeState(live); err != nil {
+		t.Fatal(err)
+	}
+	n := Network{Prefix: "fp-tup-", Dir: dir}
+	_, err = n.Up(t.Context(), UpOptions{ASes: 3})
+	if err == nil || !strings.Contains(err.Error(), `"fp-other-"`) || !strings.Contains(err.Error(), "--dir") {
+		t.Fatalf("Up over another prefix's live network = %v; want a refusal naming it and --dir", err)
+	}
+	if got, err := other.readState(); err != nil || got == nil || got.Prefix != other.Prefix {
+		t.Fatalf("the other network's record after the refusal: %+v, %v", got, err)
+	}
+}

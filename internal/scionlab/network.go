@@ -100,6 +100,10 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		fmt.Fprintf(o.Log, "the network is up already (%d ASes since %s)\n", old.ASes, old.Started.Format(time.TimeOnly))
 		return old, nil
 	}
+	if old, err := n.readState(); err == nil && old != nil && old.Prefix != n.Prefix && anyAlive(old) {
+		return nil, fmt.Errorf("%s holds a running network of prefix %q, not %q: take it down (fastpath --prefix %s lab scion down --dir %s) or give this one a --dir of its own",
+			n.Dir, old.Prefix, n.Prefix, old.Prefix, n.Dir)
+	}
 	if err := n.Down(io.Discard); err != nil {
 		return nil, err
 	}
@@ -188,6 +192,15 @@ func (s *State) sameShape(n Network, o UpOptions) bool {
 	return s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
 		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
 		s.mtu() == o.MTU
+}
+
+func anyAlive(s *State) bool {
+	for _, p := range s.Procs {
+		if p.Alive() {
+			return true
+		}
+	}
+	return false
 }
 
 func allAlive(s *State) bool {

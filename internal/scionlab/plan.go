@@ -14,6 +14,18 @@ import (
 	"github.com/scionproto/scion/pkg/addr"
 )
 
+// DirFor is the directory of the network of a namespace prefix when the
+// command line names none: DefaultDir for the default prefix, a directory of
+// its own for any other, so that two networks of different prefixes (two
+// engineers, a test beside a demo) never share a record, and bringing one up
+// cannot take the other down.
+func DirFor(prefix string) string {
+	if prefix == DefaultPrefix {
+		return DefaultDir
+	}
+	return DefaultDir + "-" + filepath.Base(filepath.Clean("/"+prefix))
+}
+
 // Defaults.
 const (
 	DefaultPrefix = "fp-"
