@@ -126,6 +126,6 @@ func setupTra(ctx context.Context, env Env) (Path, error) {
 	return Path{
 		ClientNetns: env.Client.HostNetns, ServerNetns: env.Server.HostNetns, Addr: server.smip,
 		Teardown: func() error { return errors.Join(client.stop(), server.stop()) },
-		Note:     "the hosts' offloads as they are; their pair end: MTU 1400, TSO off (the kernel segments)",
+		Note:     "the hosts' offloads as they are; their pair end: MTU following the paths (1400 before any), TSO off (the kernel segments)",
 	}, nil
 }
