@@ -214,6 +214,7 @@ func TestJumboThroughTranslators(t *testing.T) {
 	}
 	want := hostPacketMTU(paths[0], 4, 9000)
 	eventually(t, 3*time.Second, "the pair's MTU following the paths", func() bool { return a.pairMTU(t) == want && b.pairMTU(t) >= 8000 })
+	t.Logf("path of %d bytes, SCION MTU %d: the pair's MTU %d", len(paths[0].Raw), paths[0].MTU, want)
 
 	// UDP: 8000 bytes to b, echoed back whole.
 	srv := b.udpListen(t, 31005)
