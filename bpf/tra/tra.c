@@ -1023,7 +1023,9 @@ struct tra_in_pkt {
 	__u8 dst_host_len;
 	__u8 qos;
 	__u8 path_type;
-	__u8 pad[3];
+	__u8 multi;        /* the frame is in several buffers */
+	__u16 pad;
+	__u32 len;         /* the frame's length, every buffer's */
 	__u32 flow;
 	struct tra_addr4 from; /* the underlay sender */
 	__u64 src_ia;
@@ -1097,11 +1099,24 @@ static __always_inline int check_underlay_in(struct xdp_md *ctx, struct tra_in_p
 	ihl = ip->ihl * 4;
 	ip_len = bpf_ntohs(ip->tot_len);
 	udp_len = bpf_ntohs(udp->len);
-	if (ip_len < ihl + sizeof(*udp) || ETH_LEN + ip_len > (__u32)(end - data) ||
+	if (ip_len < ihl + sizeof(*udp) || ETH_LEN + ip_len > p->len ||
 	    udp_len < sizeof(*udp) || udp_len > ip_len - ihl || !ipv4_header_ok(ip, end, ihl))
 		return XDP_PASS;
 	p->udp_end = p->udp_off + udp_len;
 	return CONTINUE;
+}
+
+/* Headers that end before they should: a broken packet, or a frame in
+ * several buffers whose headers go past the first, which the kernel gets,
+ * counted (the translator reads headers in the first buffer only). */
+static __always_inline int short_in(struct tra_in_pkt *p)
+{
+	if (p->multi) {
+		count_in(TRA_MULTI_BUFFER, p->len);
+		return XDP_PASS;
+	}
+	count_in(TRA_PARSE_ERROR, p->len);
+	return XDP_DROP;
 }
 
 /* The SCION header: for this host, a standard or empty path, an L4 the
@@ -1119,7 +1134,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	if (c[0] >> 4 != 0)
 		return XDP_PASS;
 	if (*(__u64 *)(c + SCION_CMN_LEN) != p->cfg->local_ia) {
-		count_in(TRA_NOT_OURS, end - data);
+		count_in(TRA_NOT_OURS, p->len);
 		return XDP_PASS;
 	}
 	p->qos = (c[0] << 4) | (c[1] >> 4);
@@ -1131,11 +1146,11 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	dt = c[9] >> 4;
 	st = c[9] & 0xf;
 	if ((dt != SCION_ADDR_IP4 && dt != SCION_ADDR_IP6) || (st != SCION_ADDR_IP4 && st != SCION_ADDR_IP6)) {
-		count_in(TRA_NOT_OURS, end - data);
+		count_in(TRA_NOT_OURS, p->len);
 		return XDP_PASS;
 	}
 	if (p->path_type != SCION_PATH_SCION && p->path_type != SCION_PATH_EMPTY) {
-		count_in(TRA_UNSUPPORTED, end - data);
+		count_in(TRA_UNSUPPORTED, p->len);
 		return XDP_DROP;
 	}
 	p->dst_host_len = dt == SCION_ADDR_IP6 ? 16 : 4;
@@ -1144,7 +1159,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	/* This host: its IPv4 address, or its SM-IP address. */
 	if (p->dst_host_len == 4) {
 		if (!p->cfg->host_is4 || *(__u32 *)dst != p->cfg->host_ip4) {
-			count_in(TRA_NOT_OURS, end - data);
+			count_in(TRA_NOT_OURS, p->len);
 			return XDP_PASS;
 		}
 		src = dst + 4;
@@ -1153,7 +1168,7 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 			goto short_pkt;
 		if (((__u64 *)dst)[0] != ((__u64 *)p->cfg->host_smip)[0] ||
 		    ((__u64 *)dst)[1] != ((__u64 *)p->cfg->host_smip)[1]) {
-			count_in(TRA_NOT_OURS, end - data);
+			count_in(TRA_NOT_OURS, p->len);
 			return XDP_PASS;
 		}
 		src = dst + 16;
@@ -1169,16 +1184,17 @@ static __always_inline int parse_scion_in(struct xdp_md *ctx, struct tra_in_pkt 
 	}
 	p->src_ia = *(__u64 *)(c + SCION_CMN_LEN + SCION_IA_LEN);
 	if (p->hdr_len < SCION_CMN_LEN + 2 * SCION_IA_LEN + p->dst_host_len + p->src_host_len ||
-	    (__u32)p->scion_off + p->hdr_len + p->l4_len > p->udp_end)
-		goto short_pkt;
+	    (__u32)p->scion_off + p->hdr_len + p->l4_len > p->udp_end) {
+		count_in(TRA_PARSE_ERROR, p->len);
+		return XDP_DROP;
+	}
 	if (p->next_hdr != IPPROTO_TCP && p->next_hdr != IPPROTO_UDP && p->next_hdr != SCION_PROTO_SCMP) {
-		count_in(TRA_UNSUPPORTED, end - data);
+		count_in(TRA_UNSUPPORTED, p->len);
 		return XDP_DROP;
 	}
 	return CONTINUE;
 short_pkt:
-	count_in(TRA_PARSE_ERROR, end - data);
-	return XDP_DROP;
+	return short_in(p);
 }
 
 /* Who handed the packet over must be able to have sent it: a standard path
@@ -1195,14 +1211,14 @@ static __always_inline int check_sender(struct xdp_md *ctx, struct tra_in_pkt *p
 		   *(__u32 *)p->src_host == p->from.addr) {
 		return CONTINUE;
 	}
-	count_in(TRA_SPOOFED, ctx->data_end - ctx->data);
+	count_in(TRA_SPOOFED, p->len);
 	return XDP_DROP;
 }
 
 static __always_inline int map_source(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	if (scion_to_smip(p->src_ia, p->src_host, p->src_host_len, p->src_smip)) {
-		count_in(TRA_UNMAPPABLE, ctx->data_end - ctx->data);
+		count_in(TRA_UNMAPPABLE, p->len);
 		return XDP_DROP;
 	}
 	return CONTINUE;
@@ -1219,7 +1235,7 @@ static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt 
 		return XDP_DROP;
 	e = bpf_ringbuf_reserve(&tra_events, sizeof(*e), 0);
 	if (!e) {
-		count_in(TRA_QUEUE_FULL, end - data);
+		count_in(TRA_QUEUE_FULL, p->len);
 		return XDP_DROP;
 	}
 	/* The message is the SCION payload; what trails it is not. */
@@ -1235,11 +1251,11 @@ static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt 
 	e->len = n;
 	if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n)) {
 		bpf_ringbuf_discard(e, 0);
-		count_in(TRA_PARSE_ERROR, end - data);
+		count_in(TRA_PARSE_ERROR, p->len);
 		return XDP_DROP;
 	}
 	bpf_ringbuf_submit(e, 0);
-	count_in(verdict, end - data);
+	count_in(verdict, p->len);
 	return XDP_DROP;
 }
 
@@ -1255,16 +1271,20 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	__u16 *csum;
 	__u64 sub, add, s;
 
-	if (!PKT_HAS(l4, 8, end) || p->l4_len < 8) {
-		count_in(TRA_PARSE_ERROR, end - data);
+	if (p->l4_len < 8) {
+		count_in(TRA_PARSE_ERROR, p->len);
 		return XDP_DROP;
 	}
+	if (!PKT_HAS(l4, 8, end))
+		return short_in(p);
 	switch (p->next_hdr) {
 	case IPPROTO_TCP:
-		if (!PKT_HAS(l4, 20, end) || p->l4_len < 20) {
-			count_in(TRA_PARSE_ERROR, end - data);
+		if (p->l4_len < 20) {
+			count_in(TRA_PARSE_ERROR, p->len);
 			return XDP_DROP;
 		}
+		if (!PKT_HAS(l4, 20, end))
+			return short_in(p);
 		csum = (__u16 *)(l4 + 16);
 		break;
 	case IPPROTO_UDP:
@@ -1279,7 +1299,7 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 		/* Informational types other than echo (traceroute requests):
 		 * nothing the host would understand. */
 		if (l4[0] != SCMP_ECHO_REQUEST && l4[0] != SCMP_ECHO_REPLY) {
-			count_in(TRA_UNSUPPORTED, end - data);
+			count_in(TRA_UNSUPPORTED, p->len);
 			return XDP_DROP;
 		}
 	}
@@ -1321,7 +1341,7 @@ static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
 	struct ipv6hdr *ip6;
 
 	if (bpf_xdp_adjust_head(ctx, delta)) {
-		count_in(TRA_PARSE_ERROR, ctx->data_end - ctx->data);
+		count_in(TRA_PARSE_ERROR, p->len);
 		return XDP_DROP;
 	}
 	data = (void *)(long)ctx->data;
@@ -1343,32 +1363,29 @@ static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
 	ip6->hop_limit = 64;
 	__builtin_memcpy(&ip6->saddr, p->src_smip, 16);
 	__builtin_memcpy(&ip6->daddr, p->cfg->host_smip, 16);
-	/* Trailing bytes past the SCION payload go. */
+	/* Trailing bytes past the SCION payload go (from the last buffer on,
+	 * in a frame of several). */
 	{
-		int excess = (int)(end - data) - (ETH_LEN + IP6_LEN + p->l4_len);
+		int excess = (int)(p->len - delta) - (ETH_LEN + IP6_LEN + p->l4_len);
 
 		if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
 			return XDP_DROP;
 	}
-	count_in(TRA_IN, ctx->data_end - ctx->data);
+	count_in(TRA_IN, ETH_LEN + IP6_LEN + p->l4_len);
 	return bpf_redirect_map(&tra_host_port, 0, 0);
 }
 
-/* A frame in several buffers shows only its first between data and
- * data_end. The program is frags-aware so that it attaches to a host link
- * with a jumbo MTU (the kernel refuses other programs on a veth whose
- * peer's MTU exceeds a page); the routers send SCION in single frames, so
- * one in several buffers is counted and left to the kernel. */
-static __always_inline int check_single_buffer(struct xdp_md *ctx)
+/* A frame in several buffers (a jumbo frame: a veth hands one larger than
+ * a page so) shows only its first between data and data_end. It is
+ * translated as one in a single buffer if its headers, the SCION header and
+ * the L4 header whose checksum changes, lie in the first: the checksum
+ * changes by the pseudo-headers only, the payload is not read, and the
+ * head and the tail move on a frame of several buffers too. One whose
+ * headers go past the first buffer is the kernel's (short_in). */
+static __always_inline void measure_frame(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
-	__u64 linear = ctx->data_end - ctx->data;
-	__u64 len = bpf_xdp_get_buff_len(ctx);
-
-	if (len != linear) {
-		count_in(TRA_MULTI_BUFFER, len);
-		return XDP_PASS;
-	}
-	return CONTINUE;
+	p->len = bpf_xdp_get_buff_len(ctx);
+	p->multi = p->len != (__u32)(ctx->data_end - ctx->data);
 }
 
 SEC("xdp.frags")
@@ -1383,8 +1400,7 @@ int tra_in(struct xdp_md *ctx)
 		return XDP_PASS;
 	if ((ret = parse_underlay_in(ctx, &p)) != CONTINUE)
 		return ret;
-	if ((ret = check_single_buffer(ctx)) != CONTINUE)
-		return ret;
+	measure_frame(ctx, &p);
 	if ((ret = check_underlay_in(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = parse_scion_in(ctx, &p)) != CONTINUE)

@@ -164,6 +164,8 @@ enum tra_daemon_counter {
 	TRA_D_SHUNNED_NOW,       /* gauge: interfaces shunned now */
 	TRA_D_GOROUTINES,        /* gauge: the daemon's goroutines */
 	TRA_D_RSS_KB,            /* gauge: the daemon's resident memory, KiB */
+	TRA_D_PAIR_MTU_SET,      /* the pair's MTU set to follow the paths installed */
+	TRA_D_PAIR_MTU,          /* gauge: the pair's MTU */
 	TRA_D_MAX,
 };
 

@@ -66,6 +66,7 @@ See docs/scion-lab.md.`,
 	f.StringVar(&dir, "dir", "", "the SCION network's directory (as lab scion --dir; default by --prefix)")
 	f.IntVar(&o.ASes, "ases", scionlab.DefaultASes, "ASes of the SCION network, if it has to be brought up")
 	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
+	f.IntVar(&o.MTU, "mtu", scionlab.DefaultMTU, fmt.Sprintf("MTU of the network's links if it has to be brought up (as lab scion up --mtu, %d to %d); a network up at another MTU is an error", scionlab.MinMTU, scionlab.MaxMTU))
 	f.IntVar(&o.Runs, "runs", tralab.DefaultRuns, "turns: each runs every row once")
 	f.IntVar(&o.Seconds, "seconds", tralab.DefaultSeconds, "seconds per iperf3 run")
 	f.IntVar(&o.Pings, "pings", tralab.DefaultPings, "UDP echoes per round-trip figure")

@@ -181,6 +181,7 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
 	d.health = newHealth(cfg, o.Name, p, inj, o.Log)
 	d.gateway = newGateways(cfg.Device).of
+	d.pair = netlinkPair{pair: cfg.Pair, device: cfg.Device}
 	if err := d.adopt(); err != nil {
 		fmt.Fprintf(o.Log, "adopt the installed paths: %v\n", err)
 	}
@@ -279,6 +280,7 @@ func (d *pathDaemon) tick() {
 	if d.health != nil && now.Sub(d.lastHealth) >= d.lim.HealthEvery {
 		d.lastHealth = now
 		d.health.check(d)
+		d.fitPair()
 	}
 }
 

@@ -75,6 +75,8 @@ const (
 	statShunnedNow         = int(translatorTraDaemonCounterTRA_D_SHUNNED_NOW)
 	statGoroutines         = int(translatorTraDaemonCounterTRA_D_GOROUTINES)
 	statRSS                = int(translatorTraDaemonCounterTRA_D_RSS_KB)
+	statPairMTUSet         = int(translatorTraDaemonCounterTRA_D_PAIR_MTU_SET)
+	statPairMTU            = int(translatorTraDaemonCounterTRA_D_PAIR_MTU)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -88,7 +90,7 @@ var daemonCounterNames = [statCount]string{
 	statProbeReplies: "probe_replies", statPathDead: "path_dead", statOffloadFixed: "offload_fixed",
 	statReattached: "reattached", statPanics: "panics", statDests: "destinations",
 	statHeldNow: "held_now", statLookupsNow: "lookups_now", statShunnedNow: "shunned_now",
-	statGoroutines: "goroutines", statRSS: "rss_kib",
+	statGoroutines: "goroutines", statRSS: "rss_kib", statPairMTUSet: "pair_mtu_set", statPairMTU: "pair_mtu",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.
@@ -163,6 +165,9 @@ type pathDaemon struct {
 	// gateway gives each first hop's neighbour (gateways.of); nil: the
 	// kernel routes each packet.
 	gateway func(nh netip.Addr, now time.Time) netip.Addr
+	// pair is the host's pair, whose MTU follows the paths (nil: left as
+	// attach made it).
+	pair pairLink
 
 	dests   map[addr.IA]*dest
 	free    []uint32 // slots of tra_used not taken
@@ -262,6 +267,7 @@ func (d *pathDaemon) adopt() error {
 		}
 		d.dests[ia] = x
 	}
+	d.fitPair()
 	return nil
 }
 
@@ -399,6 +405,9 @@ func (d *pathDaemon) forget(x *dest) {
 	d.heldNow -= len(x.held)
 	delete(d.dests, x.ia)
 	d.free = append(d.free, x.slot)
+	if len(x.dp) > 0 {
+		d.fitPair()
+	}
 	if x.queued {
 		d.urgentQ = without(d.urgentQ, x.ia)
 		d.newQ = without(d.newQ, x.ia)
@@ -577,6 +586,7 @@ func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
 		return err
 	}
 	x.dp = withGW
+	d.fitPair()
 	return nil
 }
 

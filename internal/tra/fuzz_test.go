@@ -1011,7 +1011,7 @@ type fzInRef struct {
 }
 
 // fzRefIn decides a frame by the rules: SCION/UDP/IPv4 to the host's address
-// and one of its ports, in one buffer, version 0, to its ISD-AS and host
+// and one of its ports (in one buffer or several), version 0, to its ISD-AS and host
 // (anything else is not the translator's: passed); then a standard path
 // from one of the AS's routers or the empty path from the local host it
 // names, headers within the frame, a source with an SM-IP address, and an

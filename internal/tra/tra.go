@@ -688,11 +688,6 @@ type pairDevs struct {
 	hostMAC, pairMAC net.HardwareAddr
 }
 
-// pairMTU is the host's end's MTU: room for a SCION header of a few
-// segments within a 1500-byte underlay. A path with a smaller MTU is the
-// host's path MTU discovery's (MSS clamping, Packet Too Big).
-const pairMTU = 1400
-
 // makePair makes (or finds) PAIR0/PAIR1 in the host's namespace and sets
 // what the host needs to route SM-IP traffic into it.
 func makePair(cfg *Config, ns string) (pairDevs, error) {

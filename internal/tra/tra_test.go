@@ -300,9 +300,7 @@ func TestIngressRefuses(t *testing.T) {
 		"SCMP traceroute": {scionFrame(t, remoteIA, remote4, 30041, &slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeTracerouteRequest, 0)},
 			gopacket.Payload(make([]byte, 24))), xdpDrop, "unsupported"},
 		"not to the host's ports": {scionFrame(t, remoteIA, remote4, 8080, udp()...), xdpPass, ""},
-		// A test run hands a frags-aware program what exceeds a page in
-		// several buffers, as a veth does a jumbo frame.
-		"in several buffers": {scionFrame(t, remoteIA, remote4, 31000, &slayers.UDP{SrcPort: 1, DstPort: 31000}, gopacket.Payload(make([]byte, 6000))), xdpPass, "multi_buffer"},
+		// Frames in several buffers: TestIngressJumboFrames.
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

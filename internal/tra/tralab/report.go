@@ -27,6 +27,7 @@ type Report struct {
 	// ASes of the SCION network; Client and Server the leaf ASes whose end
 	// hosts run the clients and the servers.
 	ASes     int    `json:"ases"`
+	MTU      int    `json:"link_mtu,omitempty"`
 	ClientIA string `json:"client_ia"`
 	ServerIA string `json:"server_ia"`
 	// Baseline is the row ratios are taken to, if it ran.
@@ -146,6 +147,9 @@ func (r *Report) legend() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "iperf3 between the end hosts of %s and %s, %d s per run; ×4: %s; UDP %d-byte payloads offered at %s; RTT: median of %d UDP echoes; median of %d turns",
 		r.ClientIA, r.ServerIA, r.Seconds, r.X4, r.UDPLen, rate(r.UDPBitrate), r.Pings, r.Runs)
+	if r.MTU != 0 {
+		fmt.Fprintf(&b, "; links of MTU %d", r.MTU)
+	}
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "; N×: median / median of %s in the same run", r.Baseline)
 	}

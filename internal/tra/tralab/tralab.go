@@ -135,6 +135,9 @@ type Options struct {
 	Net  scionlab.Network
 	ASes int
 	Keep bool
+	// MTU is the network's links' MTU (scionlab.DefaultMTU if 0); a network
+	// up at another MTU is an error, not taken down.
+	MTU int
 	// Command is recorded in the report.
 	Command string
 	Log     io.Writer
@@ -175,6 +178,12 @@ func (o *Options) Validate() ([]Row, error) {
 	if _, _, err := o.Net.Plan(o.ASes); err != nil {
 		return nil, err
 	}
+	if o.MTU == 0 {
+		o.MTU = scionlab.DefaultMTU
+	}
+	if err := scionlab.CheckMTU(o.MTU); err != nil {
+		return nil, err
+	}
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return nil, errors.New("iperf3 not found: apt install iperf3")
 	}
@@ -191,8 +200,12 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if s, err := o.Net.Status(); err == nil && s.MTU != o.MTU && anyRunning(s) {
+		return nil, fmt.Errorf("the network in %s is up with links of MTU %d, not %d: take it down first (fastpath --prefix %s lab scion down) or run with --mtu %d",
+			o.Net.Dir, s.MTU, o.MTU, o.Net.Prefix, s.MTU)
+	}
 	before := time.Now()
-	st, err := o.Net.Up(ctx, scionlab.UpOptions{ASes: o.ASes, Hybrid: true, Log: o.Log})
+	st, err := o.Net.Up(ctx, scionlab.UpOptions{ASes: o.ASes, Hybrid: true, MTU: o.MTU, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +220,7 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	rep = &Report{
 		Started: time.Now().UTC(), Command: o.Command, Machine: lab.ThisMachine(),
 		Runs: o.Runs, Seconds: o.Seconds, Pings: o.Pings, UDPLen: o.UDPLen, UDPBitrate: o.UDPBitrate, X4: x4,
-		ASes: o.ASes, ClientIA: env.Client.IA.String(), ServerIA: env.Server.IA.String(),
+		ASes: o.ASes, MTU: st.MTU, ClientIA: env.Client.IA.String(), ServerIA: env.Server.IA.String(),
 	}
 	for _, r := range rs {
 		if r.Name == Baseline {
@@ -232,6 +245,18 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	rep.finish()
 	return rep, nil
+}
+
+// anyRunning says whether a process of the network runs.
+func anyRunning(s *scionlab.Status) bool {
+	for _, a := range s.ASes {
+		for _, p := range a.Procs {
+			if p.Alive {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // runRow sets a row up, measures it once and tears it down.

@@ -1,0 +1,177 @@
+package tra
+
+import (
+	"fmt"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/scionproto/scion/pkg/addr"
+	"github.com/vishvananda/netlink"
+)
+
+// The pair's MTU follows the paths installed: it is the largest IPv6 packet
+// of the host that one of them carries whole, so that a host on a network
+// of jumbo links sends jumbo packets. A packet too big for the path it
+// takes gets Packet Too Big from tra_out (check_path_mtu), and a TCP SYN has
+// its MSS clamped to its path (clamp_mss): the host learns the rest by its
+// path MTU discovery.
+
+// pairMTU is the pair's MTU before any path is installed: room for a SCION
+// header of a few segments within a 1500-byte underlay.
+const pairMTU = 1400
+
+// maxPairMTU is the most a veth takes.
+const maxPairMTU = 65535
+
+// pairLink is the host's pair as the daemon sets its MTU.
+type pairLink interface {
+	// MTU is the host end's MTU now (0: the pair is not there).
+	MTU() (int, error)
+	// SetMTU sets both ends' MTU.
+	SetMTU(mtu int) error
+	// UnderlayMTU is the underlay device's MTU.
+	UnderlayMTU() (int, error)
+}
+
+// hostPacketMTU is the largest IPv6 packet of the host that p carries, as
+// tra_out counts (check_path_mtu: the SCION header, common, address and
+// path, plus the IPv6 payload fit the path's MTU; the IPv4 and UDP
+// underlay headers in front fit the underlay device's). The destination's
+// host is taken as IPv4, the shorter: a destination with an IPv6 host is
+// told Packet Too Big 12 bytes sooner. 0: the path has no MTU.
+func hostPacketMTU(p Path, srcHostLen, underlayMTU int) int {
+	if p.MTU == 0 {
+		return 0
+	}
+	mtu := int(p.MTU)
+	if underlayMTU > 0 {
+		mtu = min(mtu, underlayMTU-outHdrs)
+	}
+	scion := scionCommonLen + 2*scionIALen + 4 + srcHostLen + len(p.Raw)
+	return mtu - scion + ipv6HdrLen
+}
+
+// Header lengths as tra.c has them.
+const (
+	scionCommonLen = 12
+	scionIALen     = 8
+	ipv6HdrLen     = 40
+	outHdrs        = 20 + 8 // IPv4 and UDP in front of the SCION header
+)
+
+// wantPairMTU is the pair's MTU for the paths installed: the largest host
+// packet any carries, at least IPv6's minimum; pairMTU (within what the
+// underlay allows) while none is installed.
+func wantPairMTU(dests map[addr.IA]*dest, srcHostLen, underlayMTU int) int {
+	best := 0
+	for _, x := range dests {
+		for _, p := range x.dp {
+			best = max(best, hostPacketMTU(p, srcHostLen, underlayMTU))
+		}
+	}
+	if best == 0 {
+		best = pairMTU
+		if underlayMTU > 0 {
+			// The empty path's header: common, address of IPv4 hosts.
+			best = min(best, underlayMTU-outHdrs-(scionCommonLen+2*scionIALen+8)+ipv6HdrLen)
+		}
+	}
+	return min(max(best, minIPv6MTU), maxPairMTU)
+}
+
+// srcHostLen is the length of this host's SCION address: 4 for an IPv4
+// host, 16 otherwise (tra_config.host_is4).
+func srcHostLen(cfg *Config) int {
+	if m, err := ToSCION(cfg.SMIP); err == nil && m.Host(cfg.SMIP).Is4() {
+		return 4
+	}
+	return 16
+}
+
+// fitPair sets the pair's MTU to what the paths installed want, at once
+// when a path raises or lowers it; the health check calls it too, so that
+// a pair made anew gets it back.
+func (d *pathDaemon) fitPair() {
+	if d.pair == nil {
+		return
+	}
+	under, err := d.pair.UnderlayMTU()
+	if err != nil {
+		under = 0
+	}
+	have, err := d.pair.MTU()
+	if err != nil || have == 0 {
+		return
+	}
+	want := wantPairMTU(d.dests, srcHostLen(d.cfg), under)
+	d.stats.set(statPairMTU, uint64(have))
+	if want == have {
+		return
+	}
+	if err := d.pair.SetMTU(want); err != nil {
+		d.logf("MTU %d on %s0/%s1: %v", want, d.cfg.Pair, d.cfg.Pair, err)
+		return
+	}
+	d.stats.add(statPairMTUSet, 1)
+	d.stats.set(statPairMTU, uint64(want))
+	d.logf("pair %s0: MTU %d, was %d (the largest packet the paths installed carry)", d.cfg.Pair, want, have)
+}
+
+// netlinkPair is the pair and the underlay device in a namespace.
+type netlinkPair struct {
+	ns, pair, device string
+}
+
+func (n netlinkPair) MTU() (int, error) {
+	h, err := netns.Handle(n.ns)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(n.pair + "0")
+	if err != nil {
+		return 0, nil
+	}
+	return l.Attrs().MTU, nil
+}
+
+func (n netlinkPair) UnderlayMTU() (int, error) {
+	h, err := netns.Handle(n.ns)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(n.device)
+	if err != nil {
+		return 0, err
+	}
+	return l.Attrs().MTU, nil
+}
+
+// SetMTU sets the translator's end first when raising (tra_in redirects
+// into it, and the host's end takes what fits it), the host's first when
+// lowering: neither end ever takes more than the other passes.
+func (n netlinkPair) SetMTU(mtu int) error {
+	h, err := netns.Handle(n.ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	host, err := h.LinkByName(n.pair + "0")
+	if err != nil {
+		return err
+	}
+	trans, err := h.LinkByName(n.pair + "1")
+	if err != nil {
+		return err
+	}
+	order := []netlink.Link{trans, host}
+	if mtu < host.Attrs().MTU {
+		order = []netlink.Link{host, trans}
+	}
+	for _, l := range order {
+		if err := h.LinkSetMTU(l, mtu); err != nil {
+			return fmt.Errorf("%s: %w", l.Attrs().Name, err)
+		}
+	}
+	return nil
+}
