@@ -976,8 +976,10 @@ static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hoo
 		count_out(TRA_UNSUPPORTED, skb->len); /* not configured yet */
 		return TC_ACT_SHOT;
 	}
-	if (hook == TRA_AT_EGRESS && !translatable_here(skb, p.cfg))
+	if (hook == TRA_AT_EGRESS && !translatable_here(skb, p.cfg)) {
+		count_out(TRA_TO_PAIR, skb->len);
 		return TC_ACT_OK;
+	}
 	ret = tra_out_steps(skb, &p);
 	if (ret != REPLY)
 		return ret;

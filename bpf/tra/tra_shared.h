@@ -43,6 +43,8 @@ enum tra_verdict {
 	TRA_OFFLOAD,        /* a GSO packet (the pair's offloads turned on again): dropped */
 	TRA_UNREACHABLE,    /* an IPv6 host of this AS (the underlay is IPv4): ICMPv6 unreachable */
 	TRA_PROBE,          /* an SCMP traceroute reply: to the daemon's path probes */
+	TRA_TO_PAIR,        /* at the host's end: on through the pair, to be translated there once
+			     * the kernel has cut it or completed its checksum (not a final verdict) */
 	TRA_VERDICT_MAX,
 };
 

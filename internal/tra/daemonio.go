@@ -107,6 +107,13 @@ func newInjector(pair string) (*injector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packet socket: %w", err)
 	}
+	// Straight to the device, past its TC egress: a packet sent into the
+	// pair is translated at the far end by tra_out, not again at the host's
+	// end by tra_out_egress, and is counted crossing it.
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("packet socket: PACKET_QDISC_BYPASS: %w", err)
+	}
 	i := &injector{pair: pair, fd: fd}
 	if err := i.lookup(); err != nil {
 		unix.Close(fd)

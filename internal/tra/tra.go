@@ -104,6 +104,7 @@ var verdictNames = map[Verdict]string{
 	translatorTraVerdictTRA_OFFLOAD:      "offload",
 	translatorTraVerdictTRA_UNREACHABLE:  "unreachable",
 	translatorTraVerdictTRA_PROBE:        "probe",
+	translatorTraVerdictTRA_TO_PAIR:      "to_pair",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -617,7 +618,8 @@ func (p *Pinned) Counts() (Counts, error) { return readCounts(p.counters) }
 
 // DirCounts reads tra_out's counters (out) and tra_in's (in) apart: each
 // program's add up to the packets it was handed (mss_clamped aside, which
-// also counts a packet translated).
+// also counts a packet translated; to_pair counts a packet tra_out_egress
+// handed on to tra_out, which gives it its verdict).
 func (p *Pinned) DirCounts() (out, in Counts, err error) { return readDirCounts(p.counters) }
 
 // DaemonCounts reads the daemon's counters (tra_daemon), by name.

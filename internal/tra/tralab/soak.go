@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -237,9 +238,14 @@ func (lr *longRun) sample(s *SoakSample) error {
 		if err != nil {
 			return err
 		}
+		// What the host sent (its IPv6 output: the translator is its only
+		// IPv6 device) and what crossed the pair without passing the
+		// host's end (the daemon's held packets, sent past it) are each
+		// one verdict; what the host's end handed on to the pair crosses
+		// it too and is counted there.
 		var counted uint64
 		for name, c := range out {
-			if name != "mss_clamped" {
+			if name != "mss_clamped" && name != "to_pair" {
 				counted += c.Packets
 			}
 		}
@@ -247,9 +253,36 @@ func (lr *longRun) sample(s *SoakSample) error {
 		if err != nil {
 			return err
 		}
-		s.Unaccounted[i] = int64(rx) - int64(counted) - lr.unaccounted0[i]
+		sent, err := ip6OutRequests(lr.ases[i].HostNetns)
+		if err != nil {
+			return err
+		}
+		s.Unaccounted[i] = int64(sent) + int64(rx) - int64(out["to_pair"].Packets) - int64(counted) - lr.unaccounted0[i]
 	}
 	return nil
+}
+
+// ip6OutRequests is how many IPv6 packets the host's own stack has sent
+// (Ip6OutRequests of its namespace).
+func ip6OutRequests(ns string) (uint64, error) {
+	var n uint64
+	err := netns.Run(ns, func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp6")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "Ip6OutRequests" {
+				n, err = strconv.ParseUint(f[1], 10, 64)
+				return err
+			}
+		}
+		return errors.New("no Ip6OutRequests in snmp6")
+	})
+	if err != nil {
+		return 0, fmt.Errorf("IPv6 output of %s: %w", ns, err)
+	}
+	return n, nil
 }
 
 // pairRx is how many packets the translator's end of the pair received:
