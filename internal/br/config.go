@@ -76,7 +76,7 @@ type Config struct {
 	// as tx_failed instead of forwarded. It traces every XDP flush of the
 	// machine (xdp_devmap_xmit, xdp_bulk_tx), in every namespace and for
 	// every router, which cost a translated datagram crossing three ASes
-	// about 0.8 µs per router attached (docs/br.md); refused redirects and
+	// about 0.45 µs per router attached (docs/br.md); refused redirects and
 	// XDP_TX failures are counted either way.
 	CountTxDrops bool
 	// LinkTimeout (toml "link_timeout", default 600ms, v0.12.0's BFD detection time: 3 × 200 ms):
