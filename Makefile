@@ -49,7 +49,9 @@ demo: deps build
 		--json results/scion-jumbo.json --md results/scion-jumbo.md
 	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
 	./$(BIN) lab tra ip ip-xdp tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
-	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png}"
+	@# The same hosts on links of MTU 9000: the translator's pair follows the jumbo paths.
+	./$(BIN) lab tra ip-xdp tra --mtu 9000 --runs 1 --seconds 3 --json results/tra-jumbo.json --md results/tra-jumbo.md
+	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md}"
 
 # The translator over 30 minutes: steady UDP, TCP and ping6 between two
 # translated hosts while links flap every minute and scionproto's daemons and
