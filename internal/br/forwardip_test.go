@@ -2,7 +2,6 @@ package br
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -325,8 +323,6 @@ func TestServeForwardIP(t *testing.T) {
 	b.sysctl(t, b.dut, "net.ipv6.conf.all.forwarding", "1")
 	b.ip(t, b.a, "-6", "route", "add", "fd00:2::/64", "via", b.d0Addr.String())
 	b.ip(t, b.b, "-6", "route", "add", "fd00:1::/64", "via", b.d1Addr.String())
-	name := strings.TrimSuffix(b.dut, "dut") + "br"
-	t.Cleanup(func() { Detach(name, nil) })
 	setForwardIP := func(on bool) {
 		t.Helper()
 		text := fmt.Sprintf("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nforward_ip = %v\n", on)
@@ -335,30 +331,7 @@ func TestServeForwardIP(t *testing.T) {
 		}
 	}
 	setForwardIP(true)
-	log := &syncBuffer{}
-	ready := make(chan struct{})
-	reload := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, ServeOptions{
-			Config: b.cfg.Path,
-			Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
-			Log:    log,
-			Reload: reload,
-			Ready:  func() { close(ready) },
-		})
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v\n%s", err, log)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve not ready after 30 s:\n%s", log)
-	}
+	name, log, reload, stop := b.serve(t)
 	const n = 5
 	ping := func() {
 		t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,39 +19,7 @@ import (
 func TestServe(t *testing.T) {
 	b := newHostBed(t, false)
 	b.setGRO(t, b.b, "b0", false)
-	name := strings.TrimSuffix(b.dut, "dut") + "br"
-	t.Cleanup(func() { Detach(name, nil) })
-	log := &syncBuffer{}
-	ready := make(chan struct{})
-	reload := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, ServeOptions{
-			Config: b.cfg.Path,
-			Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
-			Log:    log,
-			Reload: reload,
-			Ready:  func() { close(ready) },
-		})
-	}()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		return <-done
-	}
-	t.Cleanup(func() { stop() })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v\n%s", err, log)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve not ready after 30 s:\n%s", log)
-	}
+	name, log, reload, stop := b.serve(t)
 	if !strings.Contains(log.String(), "`fastpath br serve` picks the fix up within a second") {
 		t.Fatalf("serve's attach did not warn about b0:\n%s", log)
 	}
@@ -104,4 +73,42 @@ func waitFor(t *testing.T, log *syncBuffer, want string) {
 func TestServiceUnit(t *testing.T) {
 	labtest.CheckServiceUnit(t, "../../docs/fastpath-br@.service",
 		"ExecStart=/usr/local/bin/fastpath br serve --config /etc/fastpath/br-%i.toml", "Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure")
+}
+
+// serve runs Serve on the bed's router (d0, d1) until the test ends, and
+// returns once it is ready: the router's name, its log, the reload
+// channel, and stop, which ends Serve (at most once) and returns its error.
+func (b *hostBed) serve(t *testing.T) (name string, log *syncBuffer, reload chan<- struct{}, stop func() error) {
+	t.Helper()
+	name = strings.TrimSuffix(b.dut, "dut") + "br"
+	t.Cleanup(func() { Detach(name, nil) })
+	log = &syncBuffer{}
+	ready := make(chan struct{})
+	rl := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeOptions{
+			Config: b.cfg.Path,
+			Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
+			Log:    log,
+			Reload: rl,
+			Ready:  func() { close(ready) },
+		})
+	}()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v\n%s", err, log)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve not ready after 30 s:\n%s", log)
+	}
+	return name, log, rl, stop
 }

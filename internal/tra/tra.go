@@ -765,15 +765,11 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 // would hand the pending sum to the AS's router's XDP, which cannot
 // complete it.
 func underlaySWCsum(dev string) (bool, error) {
-	et, err := ethtool.NewEthtool()
+	et, have, err := offloads(dev)
 	if err != nil {
 		return false, err
 	}
-	defer et.Close()
-	have, err := et.Features(dev)
-	if err != nil {
-		return false, fmt.Errorf("offloads of %s: %w", dev, err)
-	}
+	et.Close()
 	for _, f := range []string{"tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checksum-ipv6"} {
 		if have[f] {
 			return false, nil
@@ -782,16 +778,27 @@ func underlaySWCsum(dev string) (bool, error) {
 	return true, nil
 }
 
-func setPairOffloads(dev string) (changed bool, err error) {
+// offloads reads a device's features (ethtool -k's names) in this
+// namespace, and returns the handle to change them with.
+func offloads(dev string) (*ethtool.Ethtool, map[string]bool, error) {
 	et, err := ethtool.NewEthtool()
+	if err != nil {
+		return nil, nil, err
+	}
+	have, err := et.Features(dev)
+	if err != nil {
+		et.Close()
+		return nil, nil, fmt.Errorf("offloads of %s: %w", dev, err)
+	}
+	return et, have, nil
+}
+
+func setPairOffloads(dev string) (changed bool, err error) {
+	et, have, err := offloads(dev)
 	if err != nil {
 		return false, err
 	}
 	defer et.Close()
-	have, err := et.Features(dev)
-	if err != nil {
-		return false, fmt.Errorf("offloads of %s: %w", dev, err)
-	}
 	want := map[string]bool{}
 	for name, on := range have {
 		off := (strings.HasPrefix(name, "tx-") && strings.HasSuffix(name, "segmentation")) ||
