@@ -165,7 +165,7 @@ func setupIPXDP(ctx context.Context, env Env) (p Path, err error) {
 			proof := provedInXDP(env, ases, start)
 			return errors.Join(proof, undo.run())
 		},
-		Note: "on the SCION network's own veths, forwarded in XDP at every AS by its border router (forward_ip); hosts' TSO off (their eth0's peer runs XDP), transmit checksums by the host (a veth leaves them pending, an XDP redirect cannot finish them), GRO on, MTU 1500",
+		Note: "on the SCION network's own veths, forwarded in XDP at every AS by its border router (forward_ip); hosts' TSO off (their eth0's peer runs XDP), transmit checksums by the host (a veth leaves them pending, an XDP redirect cannot finish them), GRO on",
 	}, nil
 }
 
