@@ -14,6 +14,7 @@ require (
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/image v0.23.0
 	golang.org/x/sys v0.43.0
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

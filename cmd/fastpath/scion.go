@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -213,7 +214,39 @@ fastpath lab scion link 1-64513 1 down`,
 			return n.SetLink(a, uint16(ifid), up)
 		},
 	}
-	cmd.AddCommand(up, status, check, restart, link, down)
+	var renumber bool
+	topo := &cobra.Command{
+		Use:   "topo FILE.topo|" + strings.Join(scionlab.ShippedTopos(), "|") + " [--renumber]",
+		Short: "read a network in scionproto's .topo format, check it and show how the lab lays it out",
+		Long: `Reads a .topo file (scionproto's format: ASes with core, voting, authoritative, issuing,
+cert_issuer, mtu and underlay; links "ISD-AS[-ROUTER]#IFID" with linkAtoB CORE, CHILD or PEER,
+mtu and underlay), checks it whole — every error names the line and what to do — and prints
+each AS's border routers as scionproto's generator names them, with their interfaces. The
+lab's own files: ` + strings.Join(scionlab.ShippedTopos(), ", ") + `. --renumber gives the ASes BGP-style
+numbers from 64512 on, so that their hosts have SCION-mapped IPv6 addresses. Building such a
+network (lab scion up --topo) is not there yet. See docs/scion-lab.md.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := scionlab.ReadTopo(args[0])
+			if err != nil {
+				return err
+			}
+			if renumber {
+				re, m, err := t.Renumber(scionlab.FirstASN)
+				if err != nil {
+					return err
+				}
+				for _, a := range t.ASes {
+					fmt.Printf("%s → %s\n", a.IA, m[a.IA])
+				}
+				t = re
+			}
+			fmt.Print(scionlab.FormatLayout(t))
+			return nil
+		},
+	}
+	topo.Flags().BoolVar(&renumber, "renumber", false, "give the ASes BGP-style numbers from 64512 on (SM-IP addresses for their hosts)")
+	cmd.AddCommand(up, status, check, restart, link, down, topo)
 	return cmd
 }
 
