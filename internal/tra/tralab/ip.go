@@ -39,21 +39,30 @@ const (
 	NotsoMTU = 1396
 )
 
-// IPAddr is an AS's end host's address on the parallel path: fd00:fa:i::2
-// for AS index i, its AS being fd00:fa:i::1; the link of leaf i to the
-// core is fd00:fa:ff<i>::/64 (core ::1, leaf ::2).
-func IPAddr(a scionlab.AS) netip.Addr { return ipAddr(a.Index, 2) }
+// ipNet is the address plan of a row of plain IPv6 between the end hosts,
+// a /32 of its own: for AS index i, the host is PREFIX:i::2 and its AS
+// PREFIX:i::1; the link of leaf i to the core is PREFIX:ff<i>::/64 (core
+// ::1, leaf ::2).
+type ipNet string
 
-func ipAddr(index, host int) netip.Addr {
-	return netip.MustParseAddr(fmt.Sprintf("fd00:fa:%x::%x", index, host))
+const (
+	ipRouted ipNet = "fd00:fa" // the ip rows, on parallel veths
+	ipXDP    ipNet = "fd00:fb" // the ip-xdp row, on the SCION network's own
+)
+
+func (n ipNet) addr(index, host int) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("%s:%x::%x", n, index, host))
 }
 
-func ipLinkAddr(index, host int) netip.Addr {
-	return netip.MustParseAddr(fmt.Sprintf("fd00:fa:ff%02x::%x", index, host))
+func (n ipNet) link(index, host int) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("%s:ff%02x::%x", n, index, host))
 }
 
-// ipAll covers every address of the parallel path.
-var ipAll = netip.MustParsePrefix("fd00:fa::/32")
+// all covers every address of the plan.
+func (n ipNet) all() netip.Prefix { return netip.MustParsePrefix(string(n) + "::/32") }
+
+// IPAddr is an AS's end host's address on the ip rows' parallel path.
+func IPAddr(a scionlab.AS) netip.Addr { return ipRouted.addr(a.Index, 2) }
 
 func init() {
 	Register(Row{Name: "ip", Description: "plain IPv6 routing through the three AS namespaces, TSO on, MTU 1500", Setup: setupIP(false)})
@@ -88,15 +97,15 @@ func setupIP(notso bool) func(context.Context, Env) (Path, error) {
 			}
 			made = append(made, undo)
 			// host ↔ leaf AS
-			hostEnd := ipEnd{leaf.HostNetns, ipHostDev, ipAddr(leaf.Index, 2)}
-			asEnd := ipEnd{leaf.Netns, ipASDev, ipAddr(leaf.Index, 1)}
+			hostEnd := ipEnd{leaf.HostNetns, ipHostDev, ipRouted.addr(leaf.Index, 2)}
+			asEnd := ipEnd{leaf.Netns, ipASDev, ipRouted.addr(leaf.Index, 1)}
 			if err := ipVeth(hostEnd, asEnd); err != nil {
 				return p, err
 			}
 			made = append(made, func() error { return deleteLink(leaf.Netns, ipASDev) })
 			// leaf AS ↔ core
-			up := ipEnd{leaf.Netns, ipUpDev, ipLinkAddr(leaf.Index, 2)}
-			down := ipEnd{core.Netns, fmt.Sprintf("%s%d", ipDownDev, leaf.Index), ipLinkAddr(leaf.Index, 1)}
+			up := ipEnd{leaf.Netns, ipUpDev, ipRouted.link(leaf.Index, 2)}
+			down := ipEnd{core.Netns, fmt.Sprintf("%s%d", ipDownDev, leaf.Index), ipRouted.link(leaf.Index, 1)}
 			if err := ipVeth(up, down); err != nil {
 				return p, err
 			}
@@ -106,9 +115,9 @@ func setupIP(notso bool) func(context.Context, Env) (Path, error) {
 				dst netip.Prefix
 				via netip.Addr
 			}{
-				{hostEnd, ipAll, asEnd.addr},
-				{up, ipAll, down.addr},
-				{down, netip.PrefixFrom(ipAddr(leaf.Index, 0), 64), up.addr},
+				{hostEnd, ipRouted.all(), asEnd.addr},
+				{up, ipRouted.all(), down.addr},
+				{down, netip.PrefixFrom(ipRouted.addr(leaf.Index, 0), 64), up.addr},
 			} {
 				if err := ipRoute(r.end, r.dst, r.via); err != nil {
 					return p, err

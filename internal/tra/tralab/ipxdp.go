@@ -37,21 +37,8 @@ import (
 // program). This is the fair comparison for the translator;
 // the ip row (TSO on, 64 KB super-packets end to end) stays the ceiling.
 
-// IPXDPAddr is an AS's end host's address in the ip-xdp row: fd00:fb:i::2
-// for AS index i, its AS being fd00:fb:i::1; the link of leaf i to the core
-// is fd00:fb:ff<i>::/64 (core ::1, leaf ::2).
-func IPXDPAddr(a scionlab.AS) netip.Addr { return ipxdpAddr(a.Index, 2) }
-
-func ipxdpAddr(index, host int) netip.Addr {
-	return netip.MustParseAddr(fmt.Sprintf("fd00:fb:%x::%x", index, host))
-}
-
-func ipxdpLinkAddr(index, host int) netip.Addr {
-	return netip.MustParseAddr(fmt.Sprintf("fd00:fb:ff%02x::%x", index, host))
-}
-
-// ipxdpAll covers every address of the row, apart from ip.go's fd00:fa::/32.
-var ipxdpAll = netip.MustParsePrefix("fd00:fb::/32")
+// IPXDPAddr is an AS's end host's address in the ip-xdp row.
+func IPXDPAddr(a scionlab.AS) netip.Addr { return ipXDP.addr(a.Index, 2) }
 
 func init() {
 	Register(Row{Name: "ip-xdp", Description: "plain IPv6 on the SCION network's own devices, forwarded in XDP at each AS by its border router (forward_ip), the hosts' offloads as beside the translator", Setup: setupIPXDP})
@@ -106,10 +93,10 @@ func setupIPXDP(ctx context.Context, env Env) (p Path, err error) {
 		if err != nil {
 			return p, err
 		}
-		host := ipEnd{leaf.HostNetns, scionlab.HostDev, ipxdpAddr(leaf.Index, 2)}
-		as := ipEnd{leaf.Netns, scionlab.InternalDev, ipxdpAddr(leaf.Index, 1)}
-		up := ipEnd{leaf.Netns, l.ChildDev, ipxdpLinkAddr(leaf.Index, 2)}
-		down := ipEnd{core.Netns, l.ParentDev, ipxdpLinkAddr(leaf.Index, 1)}
+		host := ipEnd{leaf.HostNetns, scionlab.HostDev, ipXDP.addr(leaf.Index, 2)}
+		as := ipEnd{leaf.Netns, scionlab.InternalDev, ipXDP.addr(leaf.Index, 1)}
+		up := ipEnd{leaf.Netns, l.ChildDev, ipXDP.link(leaf.Index, 2)}
+		down := ipEnd{core.Netns, l.ParentDev, ipXDP.link(leaf.Index, 1)}
 		for _, e := range []ipEnd{host, as, up, down} {
 			u, err := ipv6On(e)
 			if err != nil {
@@ -122,9 +109,9 @@ func setupIPXDP(ctx context.Context, env Env) (p Path, err error) {
 			dst netip.Prefix
 			via netip.Addr
 		}{
-			{host, ipxdpAll, as.addr},
-			{up, ipxdpAll, down.addr},
-			{down, netip.PrefixFrom(ipxdpAddr(leaf.Index, 0), 64), up.addr},
+			{host, ipXDP.all(), as.addr},
+			{up, ipXDP.all(), down.addr},
+			{down, netip.PrefixFrom(ipXDP.addr(leaf.Index, 0), 64), up.addr},
 		} {
 			if err := ipRoute(r.end, r.dst, r.via); err != nil {
 				return p, err
