@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -26,27 +25,19 @@ func (n Network) generate(pki string, as []AS, links []Link, o genOptions) error
 	if err := os.MkdirAll(gen, 0o755); err != nil {
 		return err
 	}
-	// testcrypto's input: which AS is core, votes, issues.
-	var topo strings.Builder
-	topo.WriteString("--- # the lab's SCION network, for scion-pki testcrypto\nASes:\n")
+	// The plan's trust: the core AS votes, is authoritative and issues
+	// every leaf's certificate.
+	trust := &Topo{Path: "the lab's network"}
 	for _, a := range as {
-		if a.Core {
-			fmt.Fprintf(&topo, "  %q: {core: true, voting: true, authoritative: true, issuing: true}\n", a.IA.String())
-		} else {
-			fmt.Fprintf(&topo, "  %q: {cert_issuer: %q}\n", a.IA.String(), as[0].IA.String())
+		ta := TopoAS{IA: a.IA, Core: a.Core, Voting: a.Core, Authoritative: a.Core, Issuing: a.Core}
+		if !a.Core {
+			ta.CertIssuer = as[0].IA
 		}
+		trust.ASes = append(trust.ASes, ta)
 	}
-	topoFile := filepath.Join(gen, "topology.topo")
-	if err := os.WriteFile(topoFile, []byte(topo.String()), 0o644); err != nil {
+	trcs, err := GenerateCrypto(pki, trust, gen)
+	if err != nil {
 		return err
-	}
-	cmd := exec.Command(pki, "testcrypto", "-t", topoFile, "-o", gen)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("scion-pki testcrypto: %v: %s", err, out)
-	}
-	trcs, err := filepath.Glob(filepath.Join(gen, "trcs", "*.trc"))
-	if err != nil || len(trcs) == 0 {
-		return fmt.Errorf("scion-pki testcrypto wrote no TRC under %s", filepath.Join(gen, "trcs"))
 	}
 	for _, a := range as {
 		if err := n.writeAS(a, as, links, trcs, o); err != nil {

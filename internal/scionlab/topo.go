@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -381,6 +382,14 @@ func (t *Topo) check() error {
 			}
 		}
 	}
+	// The lab (and scion-pki testcrypto) keeps an AS's files by its number.
+	byNumber := map[addr.AS]TopoAS{}
+	for _, a := range t.ASes {
+		if o, dup := byNumber[a.IA.AS()]; dup {
+			return fmt.Errorf("%s:%d: AS %s has the number of %s (line %d): the lab keeps an AS's files by its number; give it another", t.Path, a.Line, a.IA, o.IA, o.Line)
+		}
+		byNumber[a.IA.AS()] = a
+	}
 	ifids := map[addr.IA]map[uint16]int{}
 	for _, l := range t.Links {
 		at, okA := t.AS(l.A.IA)
@@ -593,4 +602,52 @@ func FormatLayout(t *Topo) string {
 		}
 	}
 	return b.String()
+}
+
+// TrustInput is the .topo text scion-pki testcrypto reads: every AS with
+// its role in its ISD's trust (the links are not its business).
+func (t *Topo) TrustInput() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "--- # the ASes of %s, for scion-pki testcrypto\nASes:\n", t.Path)
+	for _, a := range t.ASes {
+		var attrs []string
+		for _, x := range []struct {
+			on   bool
+			name string
+		}{{a.Core, "core"}, {a.Voting, "voting"}, {a.Authoritative, "authoritative"}, {a.Issuing, "issuing"}} {
+			if x.on {
+				attrs = append(attrs, x.name+": true")
+			}
+		}
+		if !a.CertIssuer.IsZero() && a.CertIssuer != a.IA {
+			attrs = append(attrs, fmt.Sprintf("cert_issuer: %q", a.CertIssuer.String()))
+		}
+		fmt.Fprintf(&b, "  %q: {%s}\n", a.IA.String(), strings.Join(attrs, ", "))
+	}
+	return b.String()
+}
+
+// GenerateCrypto has scion-pki testcrypto (pki) make the trust of every
+// ISD of t under dir: a TRC per ISD (trcs/ISD<n>-B1-S1.trc), and per AS
+// its certificates and keys (AS<file form>/crypto); it returns the TRCs.
+func GenerateCrypto(pki string, t *Topo, dir string) ([]string, error) {
+	in := filepath.Join(dir, "topology.topo")
+	if err := os.WriteFile(in, []byte(t.TrustInput()), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(pki, "testcrypto", "-t", in, "-o", dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("scion-pki testcrypto: %v: %s", err, out)
+	}
+	trcs, err := filepath.Glob(filepath.Join(dir, "trcs", "*.trc"))
+	if err != nil {
+		return nil, err
+	}
+	isds := map[addr.ISD]bool{}
+	for _, a := range t.ASes {
+		isds[a.IA.ISD()] = true
+	}
+	if len(trcs) != len(isds) {
+		return nil, fmt.Errorf("scion-pki testcrypto wrote %d TRCs under %s for %d ISDs", len(trcs), filepath.Join(dir, "trcs"), len(isds))
+	}
+	return trcs, nil
 }

@@ -1,6 +1,7 @@
 package scionlab
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/scionproto/scion/pkg/addr"
+
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // The lab's own .topo files read, and lay out as scionproto's generator
@@ -156,7 +159,8 @@ links:
 `, "a CHILD link stays in its ISD"},
 		"interface twice": {head + "links:\n  - {a: \"1-ff00:0:110#1\", b: \"1-ff00:0:111#1\", linkAtoB: CHILD}\n  - {a: \"1-ff00:0:110#1\", b: \"1-ff00:0:112#1\", linkAtoB: CHILD}\n",
 			"x.topo:7: AS 1-ff00:0:110: interface 1 is already the link's of line 6"},
-		"link mtu": {head + "links:\n  - {a: \"1-ff00:0:110#1\", b: \"1-ff00:0:111#1\", linkAtoB: CHILD, mtu: 9500}\n", "to 9000 bytes"},
+		"number in two ISDs": {head + "  \"2-ff00:0:110\": {core: true, voting: true, issuing: true}\n", "x.topo:5: AS 2-ff00:0:110 has the number of 1-ff00:0:110 (line 2)"},
+		"link mtu":           {head + "links:\n  - {a: \"1-ff00:0:110#1\", b: \"1-ff00:0:111#1\", linkAtoB: CHILD, mtu: 9500}\n", "to 9000 bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseTopo("x.topo", []byte(c.text))
@@ -201,5 +205,39 @@ func TestTopoRenumber(t *testing.T) {
 	}
 	if _, _, err := def.Renumber(1<<19 - 3); err == nil || !strings.Contains(err.Error(), "do not fit") {
 		t.Fatalf("renumbering past 2^19: %v", err)
+	}
+}
+
+// The trust of several ISDs from one file: scion-pki testcrypto makes a
+// TRC per ISD and every AS's certificate, issued as the file says.
+func TestGenerateCryptoForSeveralISDs(t *testing.T) {
+	pki, err := scionproto.Binary("scion-pki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := ReadTopo("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re, _, err := def.Renumber(FirstASN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, top := range []*Topo{def, re} {
+		dir := t.TempDir()
+		trcs, err := GenerateCrypto(pki, top, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(trcs) != 2 || filepath.Base(trcs[0]) != "ISD1-B1-S1.trc" || filepath.Base(trcs[1]) != "ISD2-B1-S1.trc" {
+			t.Fatalf("TRCs %v", trcs)
+		}
+		for _, a := range top.ASes {
+			file := addr.FormatAS(a.IA.AS(), addr.WithFileSeparator())
+			cert := filepath.Join(dir, "AS"+file, "crypto", "as", fmt.Sprintf("ISD%d-AS%s.pem", a.IA.ISD(), file))
+			if _, err := os.Stat(cert); err != nil {
+				t.Fatalf("AS %s: %v", a.IA, err)
+			}
+		}
 	}
 }
