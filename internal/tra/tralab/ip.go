@@ -61,6 +61,26 @@ func (n ipNet) link(index, host int) netip.Addr {
 // all covers every address of the plan.
 func (n ipNet) all() netip.Prefix { return netip.MustParsePrefix(string(n) + "::/32") }
 
+// routeLeaf routes leaf AS index's part of the plan: its host and the
+// leaf reach every address of it by the leaf's AS and the core, and the
+// core reaches the leaf's /64 by the leaf.
+func (n ipNet) routeLeaf(index int, host, as, up, down ipEnd) error {
+	for _, r := range []struct {
+		end ipEnd
+		dst netip.Prefix
+		via netip.Addr
+	}{
+		{host, n.all(), as.addr},
+		{up, n.all(), down.addr},
+		{down, netip.PrefixFrom(n.addr(index, 0), 64), up.addr},
+	} {
+		if err := ipRoute(r.end, r.dst, r.via); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // IPAddr is an AS's end host's address on the ip rows' parallel path.
 func IPAddr(a scionlab.AS) netip.Addr { return ipRouted.addr(a.Index, 2) }
 
@@ -110,18 +130,8 @@ func setupIP(notso bool) func(context.Context, Env) (Path, error) {
 				return p, err
 			}
 			made = append(made, func() error { return deleteLink(leaf.Netns, ipUpDev) })
-			for _, r := range []struct {
-				end ipEnd
-				dst netip.Prefix
-				via netip.Addr
-			}{
-				{hostEnd, ipRouted.all(), asEnd.addr},
-				{up, ipRouted.all(), down.addr},
-				{down, netip.PrefixFrom(ipRouted.addr(leaf.Index, 0), 64), up.addr},
-			} {
-				if err := ipRoute(r.end, r.dst, r.via); err != nil {
-					return p, err
-				}
+			if err := ipRouted.routeLeaf(leaf.Index, hostEnd, asEnd, up, down); err != nil {
+				return p, err
 			}
 			if notso {
 				if err := hostNoTSO(hostEnd); err != nil {

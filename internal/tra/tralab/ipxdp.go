@@ -104,18 +104,8 @@ func setupIPXDP(ctx context.Context, env Env) (p Path, err error) {
 			}
 			undo.add(u)
 		}
-		for _, r := range []struct {
-			end ipEnd
-			dst netip.Prefix
-			via netip.Addr
-		}{
-			{host, ipXDP.all(), as.addr},
-			{up, ipXDP.all(), down.addr},
-			{down, netip.PrefixFrom(ipXDP.addr(leaf.Index, 0), 64), up.addr},
-		} {
-			if err := ipRoute(r.end, r.dst, r.via); err != nil {
-				return p, err
-			}
+		if err := ipXDP.routeLeaf(leaf.Index, host, as, up, down); err != nil {
+			return p, err
 		}
 		// GRO on, and the transmit checksum computed by the host: a veth
 		// hands its peer a datagram whose checksum is still pending (the
