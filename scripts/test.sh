@@ -22,9 +22,12 @@ passed=$(( $(grep -cE '^\s*--- PASS' "$log") + rpassed ))
 failed=$(( $(grep -cE '^\s*--- FAIL' "$log") + rfailed ))
 skipped=$(grep -cE '^\s*--- SKIP' "$log")
 if [ "$failed" -gt 0 ]; then
-	# What the failing tests said, so that a red CI log shows why.
-	echo
-	grep -E '^\s+\S+_test\.go:[0-9]+:' "$log" | head -40
+	# What the failing tests said (their own output, from their RUN line to
+	# their FAIL line), so that a red CI log shows why.
+	for t in $(grep -oE '^\s*--- FAIL: \S+' "$log" | awk '{print $3}' | sort -u); do
+		echo
+		awk -v t="$t" '$0 ~ "^=== (RUN|CONT)[ ]+"t"$" {on=1} on {print} $0 ~ "^[ ]*--- FAIL: "t" " {on=0}' "$log" | tail -60
+	done
 fi
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	# A build failure or panic fails no named test: show it and count it.
