@@ -132,6 +132,9 @@ struct br_nh {
 	__u32 ifindex;
 	__u8 smac[6];
 	__u8 dmac[6];
+	/* The egress device's MTU, as the FIB gave it: a packet from the cache
+	 * is checked against it as the FIB would have. */
+	__u32 mtu;
 };
 
 #ifndef BR_NH_CACHE_NS
@@ -1240,6 +1243,12 @@ struct {
  * The answer is br_nh_cache's entry for the egress interface, or, for a
  * next hop that is not cached (a local host), its slot 0, which no
  * interface ID uses. */
+/* The length of the IP packet the router sends to p->next_hop. */
+static __always_inline __u32 ip_len(const struct br_pkt *p)
+{
+	return p->udp_len + (p->next_hop.family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+}
+
 static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct br_nh **out)
 {
 	struct bpf_fib_lookup *fib;
@@ -1258,8 +1267,14 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		__builtin_memset(nh->dmac, 0, ETH_ALEN);
 		return CONTINUE;
 	}
-	if (key && nh->expires > p->now)
+	if (key && nh->expires > p->now) {
+		/* A veth drops an XDP frame longer than its MTU without a word:
+		 * the reference router's socket sends it (fragmented in the
+		 * underlay; v0.12.0 sends no SCMP packet too big). */
+		if (ip_len(p) > nh->mtu)
+			return verdict(p, BR_TOO_BIG, XDP_PASS);
 		return CONTINUE;
+	}
 	key = 0;
 	fib = (struct bpf_fib_lookup *)bpf_map_lookup_elem(&br_fib_req, &key);
 	if (!fib)
@@ -1269,14 +1284,15 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 	fib->l4_protocol = IPPROTO_UDP;
 	fib->sport = p->src->port;
 	fib->dport = p->next_hop.port;
+	/* The FIB checks the whole IP packet's length against the egress MTU
+	 * (for IPv6 too: tot_len counts the 40-byte header). */
+	fib->tot_len = ip_len(p);
 	if (p->next_hop.family == 4) {
 		fib->family = AF_INET;
-		fib->tot_len = p->udp_len + sizeof(struct iphdr);
 		__builtin_memcpy(&fib->ipv4_src, p->src->addr, 4);
 		__builtin_memcpy(&fib->ipv4_dst, p->next_hop.addr, 4);
 	} else {
 		fib->family = AF_INET6;
-		fib->tot_len = p->udp_len;
 		__builtin_memcpy(fib->ipv6_src, p->src->addr, 16);
 		__builtin_memcpy(fib->ipv6_dst, p->next_hop.addr, 16);
 	}
@@ -1284,6 +1300,8 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return verdict(p, BR_TOO_BIG, XDP_PASS);
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
 	case BPF_FIB_LKUP_RET_UNREACHABLE:
 	case BPF_FIB_LKUP_RET_PROHIBIT:
@@ -1308,6 +1326,8 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
 	nh->expires = p->nh_cache_key ? p->now + BR_NH_CACHE_NS : 0;
 	nh->ifindex = fib->ifindex;
+	/* On success mtu_result (tot_len's place) holds the egress MTU. */
+	nh->mtu = fib->mtu_result;
 	__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
 	__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
 	return CONTINUE;

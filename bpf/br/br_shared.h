@@ -22,7 +22,7 @@ enum br_verdict {
 	BR_UNDERLAY_MISMATCH,  /* underlay source is not the neighbour or sibling: dropped */
 	BR_ROUTER_ALERT,       /* router alert for this router: passed */
 	BR_FIB_DROP,           /* no route to the next hop: dropped */
-	BR_FIB_PASS,           /* next hop not resolved (no neighbour entry, no route, MTU): passed */
+	BR_FIB_PASS,           /* next hop not resolved (no neighbour entry, no route): passed */
 	BR_INVALID_MAC,        /* hop-field MAC check failed: SCMP */
 	BR_EXPIRED,            /* hop field expired: SCMP */
 	BR_LINK_TYPE,          /* interface pair or segment change not allowed: SCMP */
@@ -39,6 +39,7 @@ enum br_verdict {
 	BR_TX_FAILED,          /* handed to the device, which dropped it (not forwarded) */
 	BR_LINK_DOWN,          /* the egress link's BFD fell silent: passed, the reference router answers */
 	BR_MULTI_BUFFER,       /* a frame in several buffers (GRO, jumbo): passed, the kernel's stack takes it */
+	BR_TOO_BIG,            /* longer than the egress device's MTU: passed, the reference router sends it */
 	BR_VERDICT_MAX,
 };
 

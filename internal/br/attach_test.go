@@ -218,6 +218,75 @@ func TestFIBVerdicts(t *testing.T) {
 	}
 }
 
+// A packet longer than the egress device's MTU is passed up (too_big),
+// whether the FIB answers for it or a next hop cached from a smaller
+// packet does: a veth drops an XDP frame over its MTU without a word, so
+// forwarding it would lose what the reference router sends (in underlay
+// fragments). The userspace runtime agrees on every packet.
+func TestEgressMTU(t *testing.T) {
+	tb := labtest.Testbed(t)
+	cfg := labConfig(t)
+	var pkts [][]byte
+	for _, size := range []int{138, 1400, 1400} {
+		p, err := TransitPackets(cfg, TransitOptions{Count: 1, Size: size, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkts = append(pkts, p[0])
+	}
+	dut := tb.DUTIn().Netns
+	if out, err := exec.Command("ip", "-n", dut, "link", "set", "dev", tb.DUTOut().Dev, "mtu", "1000").CombinedOutput(); err != nil {
+		t.Fatalf("MTU 1000 on %s: %v: %s", tb.DUTOut().Dev, err, out)
+	}
+	for _, c := range []struct {
+		name string
+		pkts [][]byte
+		want []string
+	}{
+		{"FIB", pkts[1:2], []string{"too_big"}},
+		{"cached next hop", pkts, []string{"forwarded", "too_big", "too_big"}},
+	} {
+		r, err := Load(cfg, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
+			t.Fatal(err)
+		}
+		maps, err := rt.MirrorMaps(r.maps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res []RunResult
+		err = netns.Run(dut, func() error {
+			var err error
+			res, err = r.Run(c.pkts, 0)
+			return err
+		})
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range c.want {
+			if res[i].Verdict != want {
+				t.Fatalf("%s: packet %d (%d B): %s, want %s", c.name, i, len(c.pkts[i]), res[i].Verdict, want)
+			}
+			if want == "too_big" && res[i].Action != "pass" {
+				t.Fatalf("%s: packet %d: action %s, want pass", c.name, i, res[i].Action)
+			}
+		}
+		got, err := rt.TestRun(rt.TestRunOptions{Object: "router_bpfel.o", Program: "br_router", Packets: c.pkts, Engine: "interp", Maps: maps, Netns: dut})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.pkts {
+			if actionNames[got.Packets[i].Ret] != res[i].Action {
+				t.Fatalf("%s: packet %d: runtime %s, kernel %s (%s)", c.name, i, actionNames[got.Packets[i].Ret], res[i].Action, res[i].Verdict)
+			}
+		}
+	}
+}
+
 // Deleting the namespace of an attached router leaves its pins, maps and
 // counters: br list shows the router as gone, and detach removes the rest.
 func TestGoneRouterIsShownAndDetached(t *testing.T) {

@@ -42,6 +42,7 @@ var verdictNames = map[Verdict]string{
 	routerBrVerdictBR_BFD:               "bfd",
 	routerBrVerdictBR_LINK_DOWN:         "link_down",
 	routerBrVerdictBR_MULTI_BUFFER:      "multi_buffer",
+	routerBrVerdictBR_TOO_BIG:           "too_big",
 	routerBrVerdictBR_BAD_CHECKSUM:      "bad_checksum",
 	routerBrVerdictBR_LOCAL:             "local",
 	routerBrVerdictBR_FWD_DISABLED:      "fwd_disabled",
