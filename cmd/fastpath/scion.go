@@ -45,9 +45,11 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		links     int
 		hopExpiry time.Duration
 		mtu       int
+		topoFile  string
+		renumber  bool
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000]",
+		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000] [--topo FILE.topo [--renumber]]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,7 +62,27 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 					return err
 				}
 			}
-			if _, _, err := n.PlanLinks(ases, links); err != nil {
+			var topo *scionlab.Topo
+			if topoFile != "" {
+				for _, f := range []string{"ases", "links", "mtu", "sig"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s does not go with --topo: the .topo file gives the ASes, links and MTUs (and --sig runs on the default network)", f)
+					}
+				}
+				if topo, err = scionlab.ReadTopo(topoFile); err != nil {
+					return err
+				}
+				if renumber {
+					if topo, _, err = topo.Renumber(scionlab.FirstASN); err != nil {
+						return err
+					}
+				}
+				if _, _, err := n.PlanTopo(topo); err != nil {
+					return err
+				}
+			} else if renumber {
+				return fmt.Errorf("--renumber renumbers the ASes of a --topo file; the default network's are BGP-style already")
+			} else if _, _, err := n.PlanLinks(ases, links); err != nil {
 				return err
 			}
 			if hopExpiry != 0 {
@@ -71,7 +93,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			if err := scionlab.CheckMTU(mtu); err != nil {
 				return err
 			}
-			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Log: os.Stderr}); err != nil {
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Topo: topo, Renumber: renumber, Log: os.Stderr}); err != nil {
 				return err
 			}
 			if sig {
@@ -97,6 +119,8 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	up.Flags().BoolVar(&sig, "sig", false, "also run scionproto's SCION-IP gateway on the end hosts of the first and last leaf AS (addresses 10.(200+i).0.1 and fd00:5c:i::1 behind them, i the AS's index)")
 	up.Flags().DurationVar(&hopExpiry, "hop-expiry", 0, "how long the hop fields of every path live, rounded up to a multiple of 337.5s (337.5s to 24h; 0: scionproto's default, 6h)")
 	up.Flags().IntVar(&mtu, "mtu", scionlab.DefaultMTU, fmt.Sprintf("MTU of every link (inter-AS, internal networks, end hosts), %d to %d; the topology files say %d less (the IPv4/UDP underlay)", scionlab.MinMTU, scionlab.MaxMTU, scionlab.UnderlayOverhead))
+	up.Flags().StringVar(&topoFile, "topo", "", "build the network of a .topo file (scionproto's format; the lab's own: "+strings.Join(scionlab.ShippedTopos(), ", ")+") instead of the default one: a namespace per border router, a switch where an AS has several, IPv6 underlays and MTUs as the file says")
+	up.Flags().BoolVar(&renumber, "renumber", false, "with --topo: give the ASes BGP-style numbers from 64512 on (SM-IP addresses for their hosts)")
 	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path (and for the SIG to carry traffic)")
 
 	var asJSON bool
@@ -214,7 +238,7 @@ fastpath lab scion link 1-64513 1 down`,
 			return n.SetLink(a, uint16(ifid), up)
 		},
 	}
-	var renumber bool
+	var topoRenumber bool
 	topo := &cobra.Command{
 		Use:   "topo FILE.topo|" + strings.Join(scionlab.ShippedTopos(), "|") + " [--renumber]",
 		Short: "read a network in scionproto's .topo format, check it and show how the lab lays it out",
@@ -223,15 +247,15 @@ cert_issuer, mtu and underlay; links "ISD-AS[-ROUTER]#IFID" with linkAtoB CORE, 
 mtu and underlay), checks it whole — every error names the line and what to do — and prints
 each AS's border routers as scionproto's generator names them, with their interfaces. The
 lab's own files: ` + strings.Join(scionlab.ShippedTopos(), ", ") + `. --renumber gives the ASes BGP-style
-numbers from 64512 on, so that their hosts have SCION-mapped IPv6 addresses. Building such a
-network (lab scion up --topo) is not there yet. See docs/scion-lab.md.`,
+numbers from 64512 on, so that their hosts have SCION-mapped IPv6 addresses. lab scion up
+--topo builds it. See docs/scion-lab.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, err := scionlab.ReadTopo(args[0])
 			if err != nil {
 				return err
 			}
-			if renumber {
+			if topoRenumber {
 				re, m, err := t.Renumber(scionlab.FirstASN)
 				if err != nil {
 					return err
@@ -245,7 +269,7 @@ network (lab scion up --topo) is not there yet. See docs/scion-lab.md.`,
 			return nil
 		},
 	}
-	topo.Flags().BoolVar(&renumber, "renumber", false, "give the ASes BGP-style numbers from 64512 on (SM-IP addresses for their hosts)")
+	topo.Flags().BoolVar(&topoRenumber, "renumber", false, "give the ASes BGP-style numbers from 64512 on (SM-IP addresses for their hosts)")
 	cmd.AddCommand(up, status, check, restart, link, down, topo)
 	return cmd
 }

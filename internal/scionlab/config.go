@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,15 +26,18 @@ func (n Network) generate(pki string, as []AS, links []Link, o genOptions) error
 	if err := os.MkdirAll(gen, 0o755); err != nil {
 		return err
 	}
-	// The plan's trust: the core AS votes, is authoritative and issues
-	// every leaf's certificate.
-	trust := &Topo{Path: "the lab's network"}
-	for _, a := range as {
-		ta := TopoAS{IA: a.IA, Core: a.Core, Voting: a.Core, Authoritative: a.Core, Issuing: a.Core}
-		if !a.Core {
-			ta.CertIssuer = as[0].IA
+	// The plan's trust: a .topo file's, or in the default network the core
+	// AS votes, is authoritative and issues every leaf's certificate.
+	trust := o.trust
+	if trust == nil {
+		trust = &Topo{Path: "the lab's network"}
+		for _, a := range as {
+			ta := TopoAS{IA: a.IA, Core: a.Core, Voting: a.Core, Authoritative: a.Core, Issuing: a.Core}
+			if !a.Core {
+				ta.CertIssuer = as[0].IA
+			}
+			trust.ASes = append(trust.ASes, ta)
 		}
-		trust.ASes = append(trust.ASes, ta)
 	}
 	trcs, err := GenerateCrypto(pki, trust, gen)
 	if err != nil {
@@ -57,6 +61,8 @@ type genOptions struct {
 	// hopExpTime, if set, caps the ExpTime of the hop fields every control
 	// service adds (beaconing policies); nil leaves scionproto's default.
 	hopExpTime *uint8
+	// trust, if set, is the .topo network whose ISDs testcrypto makes.
+	trust *Topo
 }
 
 func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOptions) error {
@@ -90,9 +96,8 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 	if err := os.WriteFile(filepath.Join(a.Dir, "topology.json"), b, 0o644); err != nil {
 		return err
 	}
+	cs := netip.AddrPortFrom(a.Internal, ControlPort).String()
 	files := map[string]string{
-		// Metrics tell whether BFD holds each interface up.
-		"br.toml": fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n[metrics]\nprometheus = %q\n", a.RouterID(), a.Dir, a.RouterMetrics().String()),
 		"cs.toml": fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n"+
 			"[trust_db]\nconnection = %q\n\n[beacon_db]\nconnection = %q\n\n[path_db]\nconnection = %q\n",
 			a.ControlID(), a.Dir, filepath.Join(a.Dir, "db", "cs.trust.db"), filepath.Join(a.Dir, "db", "cs.beacon.db"), filepath.Join(a.Dir, "db", "cs.path.db")),
@@ -104,17 +109,23 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 		// control service's port lies outside dispatched_ports; the shim
 		// forwards them there, and answers SCMP echo for the AS.
 		"dispatcher-as.toml": fmt.Sprintf("[dispatcher]\nid = %q\nlocal_udp_forwarding = true\nunderlay_addr = %q\n\n[dispatcher.service_addresses]\n%q = %q\n%q = %q\n\n[log.console]\nlevel = \"info\"\n",
-			"disp-as"+a.fileIA(), a.Internal.String(), a.IA.String()+",CS", fmt.Sprintf("%s:%d", a.Internal, ControlPort), a.IA.String()+",DS", fmt.Sprintf("%s:%d", a.Internal, ControlPort)),
+			"disp-as"+a.fileIA(), a.Internal.String(), a.IA.String()+",CS", cs, a.IA.String()+",DS", cs),
 		// The end host's shim answers SCMP echo and traceroute on 30041.
 		"dispatcher.toml": fmt.Sprintf("[dispatcher]\nid = %q\nunderlay_addr = %q\n\n[log.console]\nlevel = \"info\"\n", "disp"+a.fileIA(), a.Host.String()),
+	}
+	for k, r := range a.Routers {
+		// Metrics tell whether BFD holds each interface up.
+		br := fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n[metrics]\nprometheus = %q\n",
+			r.ID, a.Dir, netip.AddrPortFrom(r.Internal, RouterMetricsPort).String())
+		if !o.bfd {
+			br += "\n[router.bfd]\ndisable = true\n"
+		}
+		files[routerFile("br", k)] = br
 		// fastpath's router in front of the reference, on the same files.
-		"fastpath-br.toml": fmt.Sprintf("# fastpath's XDP border router in front of scionproto's router %s:\n# the same topology.json and keys.\nrouter_id = %q\ntopology = \"topology.json\"\nkeys = \"keys\"\n", a.RouterID(), a.RouterID()),
+		files[routerFile("fastpath-br", k)] = fmt.Sprintf("# fastpath's XDP border router in front of scionproto's router %s:\n# the same topology.json and keys.\nrouter_id = %q\ntopology = \"topology.json\"\nkeys = \"keys\"\n", r.ID, r.ID)
 	}
 	if a.Core {
 		files["cs.toml"] += "\n[ca]\nmode = \"in-process\"\n"
-	}
-	if !o.bfd {
-		files["br.toml"] += "\n[router.bfd]\ndisable = true\n"
 	}
 	if o.hopExpTime != nil {
 		policies := beaconPolicies(a, *o.hopExpTime)
@@ -131,49 +142,80 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 	return nil
 }
 
-// topology is an AS's topology.json, as scionproto's generator writes it,
-// for links of the given MTU: the AS's MTU (its internal network) and each
-// interface's are the SCION MTU they leave.
+// routerFile names the configuration of router k of an AS: br.toml and
+// fastpath-br.toml for the first (the default network has only it),
+// br-2.toml, fastpath-br-2.toml, … for the others.
+func routerFile(kind string, k int) string {
+	if k == 0 {
+		return kind + ".toml"
+	}
+	return fmt.Sprintf("%s-%d.toml", kind, k+1)
+}
+
+// topology is an AS's topology.json, as scionproto's generator writes it:
+// every router of the AS with its interfaces, the AS's MTU and each
+// interface's (in the default network, the SCION MTU the links' MTU
+// leaves), a peer interface with its remote interface ID.
 func topology(a AS, as []AS, links []Link, mtu int) map[string]any {
 	attrs := []string{}
 	if a.Core {
 		attrs = append(attrs, "core")
 	}
-	ifs := map[string]any{}
+	ifs := make([]map[string]any, len(a.Routers))
+	for k := range ifs {
+		ifs[k] = map[string]any{}
+	}
 	for _, l := range links {
-		var id uint16
+		var id, remoteID uint16
 		var local, remote string
 		var other AS
 		var linkTo string
+		var k int
 		switch a.Index {
 		case l.Parent:
-			id, local, remote, other, linkTo = l.ParentIf, l.ParentAddr.String(), l.ChildAddr.String(), as[l.Child], "child"
+			id, remoteID, local, remote, other, k = l.ParentIf, l.ChildIf, l.ParentAddr.String(), l.ChildAddr.String(), as[l.Child], l.ParentRouter
+			linkTo = map[string]string{LinkChild: "child", LinkCore: "core", LinkPeer: "peer"}[l.Type]
 		case l.Child:
-			id, local, remote, other, linkTo = l.ChildIf, l.ChildAddr.String(), l.ParentAddr.String(), as[l.Parent], "parent"
+			id, remoteID, local, remote, other, k = l.ChildIf, l.ParentIf, l.ChildAddr.String(), l.ParentAddr.String(), as[l.Parent], l.ChildRouter
+			linkTo = map[string]string{LinkChild: "parent", LinkCore: "core", LinkPeer: "peer"}[l.Type]
 		default:
 			continue
 		}
-		ifs[fmt.Sprint(id)] = map[string]any{
+		ifMTU := l.SCIONMTU
+		if ifMTU == 0 {
+			ifMTU = SCIONMTU(mtu)
+		}
+		intf := map[string]any{
 			"underlay": map[string]string{"local": local, "remote": remote},
 			"isd_as":   other.IA.String(),
 			"link_to":  linkTo,
-			"mtu":      SCIONMTU(mtu),
+			"mtu":      ifMTU,
+		}
+		if l.Type == LinkPeer {
+			intf["remote_interface_id"] = remoteID
+		}
+		ifs[k][fmt.Sprint(id)] = intf
+	}
+	routers := map[string]any{}
+	for k, r := range a.Routers {
+		routers[r.ID] = map[string]any{
+			"internal_addr": r.RouterInternal().String(),
+			"interfaces":    ifs[k],
 		}
 	}
-	cs := map[string]any{a.ControlID(): map[string]string{"addr": fmt.Sprintf("%s:%d", a.Internal, ControlPort)}}
+	asMTU := a.MTU
+	if asMTU == 0 {
+		asMTU = SCIONMTU(mtu)
+	}
+	cs := map[string]any{a.ControlID(): map[string]string{"addr": netip.AddrPortFrom(a.Internal, ControlPort).String()}}
 	return map[string]any{
 		"attributes":        attrs,
 		"isd_as":            a.IA.String(),
-		"mtu":               SCIONMTU(mtu),
+		"mtu":               asMTU,
 		"dispatched_ports":  DispatchedPorts,
 		"control_service":   cs,
 		"discovery_service": cs,
-		"border_routers": map[string]any{
-			a.RouterID(): map[string]any{
-				"internal_addr": a.RouterInternal().String(),
-				"interfaces":    ifs,
-			},
-		},
+		"border_routers":    routers,
 	}
 }
 

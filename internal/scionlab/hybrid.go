@@ -53,13 +53,18 @@ func (n Network) ServeHybrid(ctx context.Context, a AS, log io.Writer) error {
 	if st == nil {
 		return ErrNotUp
 	}
-	return n.serveHybrid(ctx, st, a, log)
+	for k := range a.Routers {
+		if err := n.serveHybrid(ctx, st, a, k, log); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// serveHybrid starts the AS's `br serve`, records it in st (before it is
-// ready, so that down finds it whatever happens) and waits until it has
-// attached.
-func (n Network) serveHybrid(ctx context.Context, st *State, a AS, log io.Writer) error {
+// serveHybrid starts the `br serve` of router k of the AS, records it in st
+// (before it is ready, so that down finds it whatever happens) and waits
+// until it has attached.
+func (n Network) serveHybrid(ctx context.Context, st *State, a AS, k int, log io.Writer) error {
 	if log == nil {
 		log = io.Discard
 	}
@@ -67,20 +72,21 @@ func (n Network) serveHybrid(ctx context.Context, st *State, a AS, log io.Writer
 	if err != nil {
 		return err
 	}
-	if err := loForwarding(a); err != nil {
+	r := a.Routers[k]
+	if err := loForwarding(r.Netns); err != nil {
 		return err
 	}
-	name := HybridName(a)
-	args := []string{"br", "serve", "--config", filepath.Join(a.Dir, "fastpath-br.toml"), "--netns", a.Netns, "--name", name, "--no-fallback"}
-	p, err := n.startServe(ctx, st, Proc{Name: procName(ServeService, a), AS: a.IA.String(), Netns: a.Netns, Args: append([]string{bin}, args...)})
+	name := routerHybridName(r)
+	args := []string{"br", "serve", "--config", filepath.Join(a.Dir, routerFile("fastpath-br", k)), "--netns", r.Netns, "--name", name, "--no-fallback"}
+	p, err := n.startServe(ctx, st, Proc{Name: routerProcName(ServeService, a, k), AS: a.IA.String(), Netns: r.Netns, Args: append([]string{bin}, args...)})
 	if err != nil {
-		return fmt.Errorf("fastpath in front of %s: %w", a.RouterID(), err)
+		return fmt.Errorf("fastpath in front of %s: %w", r.ID, err)
 	}
 	st.Hybrid = append(st.Hybrid, name)
 	if err := n.writeState(st); err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "fastpath br %s attached in front of %s and kept by %s (pid %d; log %s)\n", name, a.RouterID(), p.Name, p.PID, p.Log)
+	fmt.Fprintf(log, "fastpath br %s attached in front of %s and kept by %s (pid %d; log %s)\n", name, r.ID, p.Name, p.PID, p.Log)
 	return nil
 }
 
@@ -140,13 +146,20 @@ func (n Network) startServe(ctx context.Context, st *State, want Proc) (Proc, er
 	}
 }
 
-// loForwarding turns forwarding on for lo in the AS's namespace: the
-// kernel refuses the fast path's FIB lookups without it.
-func loForwarding(a AS) error {
-	if err := netns.Run(a.Netns, func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/conf/lo/forwarding", []byte("1"), 0o644)
+// loForwarding turns forwarding on for lo in a router's namespace, for
+// IPv4 and, where the namespace has it, IPv6: the kernel refuses the fast
+// path's FIB lookups without it.
+func loForwarding(ns string) error {
+	if err := netns.Run(ns, func() error {
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/lo/forwarding", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/lo/disable_ipv6"); err == nil && strings.TrimSpace(string(b)) == "0" {
+			return os.WriteFile("/proc/sys/net/ipv6/conf/lo/forwarding", []byte("1"), 0o644)
+		}
+		return nil
 	}); err != nil {
-		return fmt.Errorf("lo forwarding in %s: %w", a.Netns, err)
+		return fmt.Errorf("lo forwarding in %s: %w", ns, err)
 	}
 	return nil
 }

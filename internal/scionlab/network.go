@@ -15,6 +15,7 @@ import (
 
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -45,6 +46,11 @@ type UpOptions struct {
 	// veths of the inter-AS links, of the internal networks and the end
 	// hosts' devices, and what the topology files say (less the underlay).
 	MTU int
+	// Topo, if set, is the network to build, read from a .topo file (and
+	// renumbered, if Renumber): ASes, Links and MTU do not apply; every
+	// device has the MTU its AS's or link's SCION MTU needs.
+	Topo     *Topo
+	Renumber bool
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -84,11 +90,18 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := CheckMTU(o.MTU); err != nil {
 		return nil, err
 	}
-	as, links, err := n.PlanLinks(o.ASes, o.Links)
+	var as []AS
+	var links []Link
+	if o.Topo != nil {
+		as, links, err = n.PlanTopo(o.Topo)
+		o.ASes, o.Links = len(as), 1
+	} else {
+		as, links, err = n.PlanLinks(o.ASes, o.Links)
+	}
 	if err != nil {
 		return nil, err
 	}
-	gen := genOptions{bfd: !o.NoBFD, mtu: o.MTU}
+	gen := genOptions{bfd: !o.NoBFD, mtu: o.MTU, trust: o.Topo}
 	if o.HopExpiry != 0 {
 		e, err := HopExpTime(o.HopExpiry)
 		if err != nil {
@@ -122,6 +135,12 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		return nil, err
 	}
 	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU}
+	if o.Topo != nil {
+		st.Topo, st.Renumber = o.Topo.Path, o.Renumber
+		if err := os.WriteFile(n.topoPath(), o.Topo.Text, 0o644); err != nil {
+			return st, err
+		}
+	}
 	if err := n.writeState(st); err != nil {
 		return st, err
 	}
@@ -135,14 +154,18 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	st.Started = time.Now()
 	for _, a := range as {
 		ias := a.IA.String()
-		for _, svc := range []struct{ name, bin, conf, ns string }{
-			{"router", bins["router"], "br.toml", a.Netns},
-			{"control", bins["control"], "cs.toml", a.Netns},
-			{"daemon", bins["daemon"], "sd.toml", a.Netns},
-			{"dispatcher-as", bins["dispatcher"], "dispatcher-as.toml", a.Netns},
-			{"dispatcher", bins["dispatcher"], "dispatcher.toml", a.HostNetns},
-		} {
-			p, err := n.start(procName(svc.name, a), ias, svc.ns, svc.bin, "--config", filepath.Join(a.Dir, svc.conf))
+		type service struct{ name, bin, conf, ns string }
+		var svcs []service
+		for k, r := range a.Routers {
+			svcs = append(svcs, service{routerProcName("router", a, k), bins["router"], routerFile("br", k), r.Netns})
+		}
+		svcs = append(svcs,
+			service{procName("control", a), bins["control"], "cs.toml", a.Netns},
+			service{procName("daemon", a), bins["daemon"], "sd.toml", a.Netns},
+			service{procName("dispatcher-as", a), bins["dispatcher"], "dispatcher-as.toml", a.Netns},
+			service{procName("dispatcher", a), bins["dispatcher"], "dispatcher.toml", a.HostNetns})
+		for _, svc := range svcs {
+			p, err := n.start(svc.name, ias, svc.ns, svc.bin, "--config", filepath.Join(a.Dir, svc.conf))
 			if err != nil {
 				return st, err
 			}
@@ -157,13 +180,20 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		// One AS after another, the core first, as an operator would: the
 		// core's neighbours run no XDP yet when it attaches, and its
 		// `br serve` takes each into XDP as its own attaches.
-		for _, a := range as {
-			if err := n.serveHybrid(ctx, st, a, o.Log); err != nil {
-				return st, err
+		for _, core := range []bool{true, false} {
+			for _, a := range as {
+				if a.Core != core {
+					continue
+				}
+				for k := range a.Routers {
+					if err := n.serveHybrid(ctx, st, a, k, o.Log); err != nil {
+						return st, err
+					}
+				}
 			}
 		}
 	}
-	src, dst := as[1], as[len(as)-1]
+	src, dst := firstLastLeaf(as)
 	fmt.Fprintf(o.Log, "waiting for a path from %s to %s\n", src.IA, dst.IA)
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -189,9 +219,29 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 
 // sameShape says whether the recorded network is the one o asks for.
 func (s *State) sameShape(n Network, o UpOptions) bool {
+	if o.Topo != nil || s.Topo != "" {
+		old, err := os.ReadFile(n.topoPath())
+		return o.Topo != nil && err == nil && string(old) == string(o.Topo.Text) && s.Renumber == o.Renumber &&
+			s.Prefix == n.Prefix && (len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry
+	}
 	return s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
 		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
 		s.mtu() == o.MTU
+}
+
+// firstLastLeaf are the first and the last non-core AS of a plan: up waits
+// for a path between them.
+func firstLastLeaf(as []AS) (AS, AS) {
+	var leaves []AS
+	for _, a := range as {
+		if !a.Core {
+			leaves = append(leaves, a)
+		}
+	}
+	if len(leaves) < 2 {
+		return as[0], as[len(as)-1]
+	}
+	return leaves[0], leaves[len(leaves)-1]
 }
 
 func anyAlive(s *State) bool {
@@ -222,7 +272,7 @@ func allAlive(s *State) bool {
 // neighbours' devices could not take when it attached stays with the
 // reference router.
 func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
-	if err := loForwarding(a); err != nil {
+	if err := loForwarding(a.Netns); err != nil {
 		return "", err
 	}
 	cfg, err := br.LoadConfig(filepath.Join(a.Dir, "fastpath-br.toml"))
@@ -237,33 +287,40 @@ func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
 	return name, nil
 }
 
-// HybridName is the pin name of fastpath's router in front of an AS's.
+// HybridName is the pin name of fastpath's router in front of an AS's
+// (first) router.
 func HybridName(a AS) string { return a.Netns + "-br" }
 
+// routerHybridName is the pin name of fastpath's router in front of a
+// router of an AS.
+func routerHybridName(r Router) string { return r.Netns + "-br" }
+
 // build makes the namespaces, links and internal networks, every veth of
-// the given MTU.
+// the given MTU where the plan names none.
 func (n Network) build(as []AS, links []Link, mtu int) error {
+	v6 := ipv6Namespaces(as, links)
 	for _, ns := range Namespaces(as) {
 		if err := netns.Create(ns); err != nil {
 			return err
 		}
-		if err := netns.Run(ns, func() error {
-			// IPv4 underlays only; router solicitations would be noise.
-			for _, k := range []string{"all", "default"} {
-				if err := sysctl("net/ipv6/conf/"+k+"/disable_ipv6", "1"); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
+		if err := netns.Run(ns, func() error { return ipv6Settings(v6[ns]) }); err != nil {
+			return fmt.Errorf("%s: %w", ns, err)
 		}
 		if err := linkUp(ns, "lo"); err != nil {
 			return err
 		}
 	}
 	for _, a := range as {
-		if err := vethPair(a.Netns, InternalDev, netip.PrefixFrom(a.Internal, a.Subnet.Bits()), a.HostNetns, HostDev, netip.PrefixFrom(a.Host, a.Subnet.Bits()), mtu); err != nil {
+		dm := a.DevMTU
+		if dm == 0 {
+			dm = mtu
+		}
+		bits := a.Subnet.Bits()
+		if a.Switch == "" {
+			if err := vethPair(a.Netns, InternalDev, netip.PrefixFrom(a.Internal, bits), a.HostNetns, HostDev, netip.PrefixFrom(a.Host, bits), dm); err != nil {
+				return err
+			}
+		} else if err := buildSwitch(a, dm); err != nil {
 			return err
 		}
 		// The end host's other traffic (SCION-IP translation later) goes by
@@ -282,9 +339,116 @@ func (n Network) build(as []AS, links []Link, mtu int) error {
 		}
 	}
 	for _, l := range links {
-		p, c := as[l.Parent], as[l.Child]
-		if err := vethPair(p.Netns, l.ParentDev, netip.PrefixFrom(l.ParentAddr.Addr(), 30), c.Netns, l.ChildDev, netip.PrefixFrom(l.ChildAddr.Addr(), 30), mtu); err != nil {
+		p, c := as[l.Parent].Routers[l.ParentRouter], as[l.Child].Routers[l.ChildRouter]
+		bits := 30
+		if l.ParentAddr.Addr().Is6() {
+			bits = 64
+		}
+		dm := l.DevMTU
+		if dm == 0 {
+			dm = mtu
+		}
+		if err := vethPair(p.Netns, l.ParentDev, netip.PrefixFrom(l.ParentAddr.Addr(), bits), c.Netns, l.ChildDev, netip.PrefixFrom(l.ChildAddr.Addr(), bits), dm); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// switchBridge is the bridge of an AS's internal network in its switch
+// namespace; the ports are r1, r2, … (the routers') and h (the host's).
+const switchBridge = "br0"
+
+// buildSwitch makes the internal network of an AS with several routers: a
+// bridge in the AS's switch namespace, and a veth from each router's
+// namespace and from the host's to a port of it. The ports have GRO on,
+// so that a router's XDP may redirect frames into its own end.
+func buildSwitch(a AS, mtu int) error {
+	h, err := netns.Handle(a.Switch)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: switchBridge, MTU: mtu}}
+	if err := h.LinkAdd(br); err != nil {
+		return fmt.Errorf("bridge %s in %s: %w", switchBridge, a.Switch, err)
+	}
+	if err := h.LinkSetUp(br); err != nil {
+		return fmt.Errorf("bridge %s in %s up: %w", switchBridge, a.Switch, err)
+	}
+	bits := a.Subnet.Bits()
+	type end struct {
+		ns, dev string
+		addr    netip.Addr
+		port    string
+	}
+	ends := []end{{a.HostNetns, HostDev, a.Host, "h"}}
+	for k, r := range a.Routers {
+		ends = append(ends, end{r.Netns, InternalDev, r.Internal, fmt.Sprintf("r%d", k+1)})
+	}
+	for _, e := range ends {
+		if err := netns.Veth(e.ns, e.dev, a.Switch, e.port); err != nil {
+			return err
+		}
+		if err := configure(e.ns, e.dev, netip.PrefixFrom(e.addr, bits), mtu); err != nil {
+			return err
+		}
+		l, err := h.LinkByName(e.port)
+		if err == nil {
+			err = h.LinkSetMTU(l, mtu)
+		}
+		if err == nil {
+			err = h.LinkSetMaster(l, br)
+		}
+		if err == nil {
+			err = h.LinkSetUp(l)
+		}
+		if err == nil {
+			err = setGRO(a.Switch, e.port, true)
+		}
+		if err != nil {
+			return fmt.Errorf("port %s of %s's switch (%s): %w", e.port, a.IA, a.Switch, err)
+		}
+	}
+	return nil
+}
+
+// ipv6Namespaces are the namespaces that hold an IPv6 address: an AS's
+// with an IPv6 internal network, a router's with an IPv6 link.
+func ipv6Namespaces(as []AS, links []Link) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range as {
+		if a.IPv6() {
+			out[a.HostNetns] = true
+			for _, r := range a.Routers {
+				out[r.Netns] = true
+			}
+		}
+	}
+	for _, l := range links {
+		if l.ParentAddr.Addr().Is6() {
+			out[as[l.Parent].Routers[l.ParentRouter].Netns] = true
+			out[as[l.Child].Routers[l.ChildRouter].Netns] = true
+		}
+	}
+	return out
+}
+
+// ipv6Settings, in a namespace, turns IPv6 off where the plan gives it no
+// address (router solicitations and MLD would be noise in the counters),
+// and elsewhere keeps it quiet: no router advertisements taken, no
+// solicitations, no duplicate address detection (addresses are usable at
+// once).
+func ipv6Settings(on bool) error {
+	for _, k := range []string{"all", "default"} {
+		set := map[string]string{"disable_ipv6": "1"}
+		if on {
+			set = map[string]string{"disable_ipv6": "0", "accept_ra": "0", "router_solicitations": "0", "accept_dad": "0", "dad_transmits": "0"}
+		}
+		for key, val := range set {
+			if err := sysctl("net/ipv6/conf/"+k+"/"+key, val); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -321,20 +485,29 @@ func configure(ns, dev string, a netip.Prefix, mtu int) error {
 	if err := h.LinkSetMTU(l, mtu); err != nil {
 		return fmt.Errorf("MTU %d on %s/%s: %w", mtu, ns, dev, err)
 	}
-	if err := h.AddrReplace(l, &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), 32)}}); err != nil {
+	na := &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}}
+	if a.Addr().Is6() {
+		na.Flags = unix.IFA_F_NODAD
+	}
+	if err := h.AddrReplace(l, na); err != nil {
 		return fmt.Errorf("address %s on %s/%s: %w", a, ns, dev, err)
 	}
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("%s/%s up: %w", ns, dev, err)
 	}
+	return setGRO(ns, dev, true)
+}
+
+// setGRO turns GRO on or off for a device.
+func setGRO(ns, dev string, on bool) error {
 	return netns.Run(ns, func() error {
 		et, err := ethtool.NewEthtool()
 		if err != nil {
 			return err
 		}
 		defer et.Close()
-		if err := et.Change(dev, map[string]bool{"rx-gro": true}); err != nil {
-			return fmt.Errorf("GRO on %s/%s: %w", ns, dev, err)
+		if err := et.Change(dev, map[string]bool{"rx-gro": on}); err != nil {
+			return fmt.Errorf("GRO of %s/%s: %w", ns, dev, err)
 		}
 		return nil
 	})
@@ -374,45 +547,45 @@ func (n Network) SetLink(a AS, ifid uint16, up bool) error {
 	if err != nil {
 		return err
 	}
-	dev, err := interfaceDev(a, links, ifid)
+	ns, dev, err := interfaceDev(a, links, ifid)
 	if err != nil {
 		return err
 	}
-	h, err := netns.Handle(a.Netns)
+	h, err := netns.Handle(ns)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(dev)
 	if err != nil {
-		return fmt.Errorf("interface %d of %s (%s in %s): %w", ifid, a.IA, dev, a.Netns, err)
+		return fmt.Errorf("interface %d of %s (%s in %s): %w", ifid, a.IA, dev, ns, err)
 	}
 	set, state := h.LinkSetDown, "down"
 	if up {
 		set, state = h.LinkSetUp, "up"
 	}
 	if err := set(l); err != nil {
-		return fmt.Errorf("set interface %d of %s (%s in %s) %s: %w", ifid, a.IA, dev, a.Netns, state, err)
+		return fmt.Errorf("set interface %d of %s (%s in %s) %s: %w", ifid, a.IA, dev, ns, state, err)
 	}
 	return nil
 }
 
-// interfaceDev is the device of AS a's interface ifid.
-func interfaceDev(a AS, links []Link, ifid uint16) (string, error) {
+// interfaceDev is the namespace and device of AS a's interface ifid.
+func interfaceDev(a AS, links []Link, ifid uint16) (string, string, error) {
 	var ids []string
 	for _, l := range links {
 		switch {
 		case l.Parent == a.Index && l.ParentIf == ifid:
-			return l.ParentDev, nil
+			return a.Routers[l.ParentRouter].Netns, l.ParentDev, nil
 		case l.Child == a.Index && l.ChildIf == ifid:
-			return l.ChildDev, nil
+			return a.Routers[l.ChildRouter].Netns, l.ChildDev, nil
 		case l.Parent == a.Index:
 			ids = append(ids, fmt.Sprint(l.ParentIf))
 		case l.Child == a.Index:
 			ids = append(ids, fmt.Sprint(l.ChildIf))
 		}
 	}
-	return "", fmt.Errorf("%s has no interface %d: its interfaces are %s", a.IA, ifid, strings.Join(ids, ", "))
+	return "", "", fmt.Errorf("%s has no interface %d: its interfaces are %s", a.IA, ifid, strings.Join(ids, ", "))
 }
 
 // Down stops what the network started (by PID, as recorded), detaches
@@ -474,6 +647,10 @@ func (n Network) namespaces() map[string]bool {
 	for _, ns := range all {
 		rest, ok := strings.CutPrefix(ns, n.Prefix)
 		if !ok {
+			continue
+		}
+		if isTopoNetns(rest) {
+			out[ns] = true
 			continue
 		}
 		for _, kind := range []string{"as", "h"} {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/safchain/ethtool"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/capture"
@@ -333,7 +332,9 @@ func TestHybridHealsCoreFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range links {
-		setGRO(t, as[l.Child].Netns, l.ChildDev, false)
+		if err := setGRO(as[l.Child].Netns, l.ChildDev, false); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
 	var log strings.Builder
@@ -421,20 +422,5 @@ func TestHybridHealsCoreFirst(t *testing.T) {
 		if hybridAttached(h) {
 			t.Fatalf("fastpath %s still attached after down", h)
 		}
-	}
-}
-
-// setGRO turns GRO on or off on a device.
-func setGRO(t *testing.T, ns, dev string, on bool) {
-	t.Helper()
-	if err := netns.Run(ns, func() error {
-		et, err := ethtool.NewEthtool()
-		if err != nil {
-			return err
-		}
-		defer et.Close()
-		return et.Change(dev, map[string]bool{"rx-gro": on})
-	}); err != nil {
-		t.Fatalf("GRO of %s/%s: %v", ns, dev, err)
 	}
 }

@@ -113,10 +113,41 @@ type AS struct {
 	// Dir holds the AS's topology.json, keys, certificates and services'
 	// configuration.
 	Dir string
+	// Tag names the AS's processes and logs (control-64513, say): its
+	// number in the default network, its ISD-AS in file form in a .topo one.
+	Tag string
+	// Routers are the AS's border routers; the first runs in Netns beside
+	// the control service and daemon, at Internal. A plan of the default
+	// network has one.
+	Routers []Router
+	// Switch, when the AS has several routers, is the namespace of the
+	// bridge that is its internal network: every router's InternalDev and
+	// the host's HostDev are ports of it.
+	Switch string
+	// MTU is the AS's SCION MTU (its internal network's), and DevMTU the
+	// MTU of the internal network's devices; 0 in the default network,
+	// where up's --mtu gives both.
+	MTU, DevMTU int
 }
 
-// RouterID is the AS's router in its topology.json.
+// Router is a border router of an AS: its name in topology.json, the
+// namespace it runs in and its address on the AS's internal network.
+type Router struct {
+	ID       string
+	Netns    string
+	Internal netip.Addr
+}
+
+// RouterInternal is the router's internal_addr.
+func (r Router) RouterInternal() netip.AddrPort {
+	return netip.AddrPortFrom(r.Internal, RouterInternalPort)
+}
+
+// RouterID is the AS's (first) router in its topology.json.
 func (a AS) RouterID() string { return fmt.Sprintf("br%s-1", a.fileIA()) }
+
+// IPv6 says whether the AS's internal network is IPv6.
+func (a AS) IPv6() bool { return a.Internal.Is6() }
 
 // ControlID is the AS's control service.
 func (a AS) ControlID() string { return fmt.Sprintf("cs%s-1", a.fileIA()) }
@@ -138,13 +169,24 @@ func (a AS) RouterInternal() netip.AddrPort {
 }
 
 // Link is an inter-AS link: a veth pair between the parent's namespace and
-// the child's, each end an interface of its AS's router.
+// the child's, each end an interface of its AS's router. In a .topo
+// network "parent" is the link's first end (a), "child" its second (b),
+// whatever its type.
 type Link struct {
 	Parent, Child       int    // AS indexes
 	ParentIf, ChildIf   uint16 // SCION interface IDs
 	ParentDev, ChildDev string
 	ParentAddr          netip.AddrPort
 	ChildAddr           netip.AddrPort
+	// Type is LinkChild (the child link of the default network), LinkCore
+	// or LinkPeer.
+	Type string
+	// ParentRouter and ChildRouter index each end's router in its AS's
+	// Routers.
+	ParentRouter, ChildRouter int
+	// SCIONMTU is the interfaces' MTU in topology.json and DevMTU the
+	// veths'; 0 in the default network, where up's --mtu gives both.
+	SCIONMTU, DevMTU int
 }
 
 // Plan is the network of n ASes: AS 0 the core, the others its children,
@@ -182,7 +224,9 @@ func (n Network) PlanLinks(ases, parallel int) ([]AS, []Link, error) {
 			Internal:  netip.AddrFrom4([4]byte{10, byte(100 + i), 0, 1}),
 			Host:      netip.AddrFrom4([4]byte{10, byte(100 + i), 0, 2}),
 			Dir:       filepath.Join(n.Dir, "gen", fmt.Sprintf("AS%d", asn)),
+			Tag:       fmt.Sprint(asn),
 		}
+		a.Routers = []Router{{ID: a.RouterID(), Netns: a.Netns, Internal: a.Internal}}
 		as = append(as, a)
 	}
 	var links []Link
@@ -195,6 +239,7 @@ func (n Network) PlanLinks(ases, parallel int) ([]AS, []Link, error) {
 				ParentDev: fmt.Sprintf("if%d", parentIf), ChildDev: fmt.Sprintf("if%d", 1+k),
 				ParentAddr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(255 - k), byte(i), 1}), LinkPort),
 				ChildAddr:  netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(255 - k), byte(i), 2}), LinkPort),
+				Type:       LinkChild,
 			})
 		}
 	}
@@ -206,6 +251,14 @@ func Namespaces(as []AS) []string {
 	var out []string
 	for _, a := range as {
 		out = append(out, a.Netns, a.HostNetns)
+		for i, r := range a.Routers {
+			if i > 0 {
+				out = append(out, r.Netns)
+			}
+		}
+		if a.Switch != "" {
+			out = append(out, a.Switch)
+		}
 	}
 	return out
 }

@@ -51,6 +51,34 @@ type State struct {
 	HopExpiry time.Duration `json:"hop_expiry_ns,omitempty"`
 	// MTU is the links' MTU (0 in a record of before --mtu: DefaultMTU).
 	MTU int `json:"mtu,omitempty"`
+	// Topo names the .topo file the network was built from ("" for the
+	// default network); its text is kept in Dir (topoPath), renumbered
+	// again when Renumber.
+	Topo     string `json:"topo,omitempty"`
+	Renumber bool   `json:"renumber,omitempty"`
+}
+
+func (n Network) topoPath() string { return filepath.Join(n.Dir, "network.topo") }
+
+// plan is the plan of the recorded network.
+func (n Network) plan(s *State) ([]AS, []Link, error) {
+	if s.Topo == "" {
+		return n.PlanLinks(s.ASes, s.links())
+	}
+	b, err := os.ReadFile(n.topoPath())
+	if err != nil {
+		return nil, nil, fmt.Errorf("the network was built from %s, whose copy is gone: %w", s.Topo, err)
+	}
+	t, err := ParseTopo(s.Topo, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.Renumber {
+		if t, _, err = t.Renumber(FirstASN); err != nil {
+			return nil, nil, err
+		}
+	}
+	return n.PlanTopo(t)
 }
 
 func (s *State) links() int { return max(s.Links, 1) }
@@ -133,7 +161,19 @@ func (n Network) startEnv(env []string, name, as, ns, bin string, args ...string
 // procName names a service of an AS in the record and its log:
 // control-64513, say.
 func procName(service string, a AS) string {
+	if a.Tag != "" {
+		return service + "-" + a.Tag
+	}
 	return fmt.Sprintf("%s-%d", service, FirstASN+a.Index)
+}
+
+// routerProcName names a service of router k of an AS: the first router's
+// as procName does, the others' with their number (router-1-ff00_0_a02-2).
+func routerProcName(service string, a AS, k int) string {
+	if k == 0 {
+		return procName(service, a)
+	}
+	return fmt.Sprintf("%s-%d", procName(service, a), k+1)
 }
 
 // Services are those of an AS that Restart restarts; ServeService only in

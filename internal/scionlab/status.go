@@ -105,7 +105,7 @@ func (n Network) Status() (*Status, error) {
 	if st == nil {
 		return nil, ErrNotUp
 	}
-	as, _, err := n.PlanLinks(st.ASes, st.links())
+	as, _, err := n.plan(st)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,18 @@ func (n Network) Check(ctx context.Context, w io.Writer) error {
 	if st == nil {
 		return ErrNotUp
 	}
-	as, _, err := n.PlanLinks(st.ASes, st.links())
+	if st.Topo != "" {
+		c, err := n.CheckTopo(ctx, TopoCheckOptions{}, w)
+		if err != nil {
+			return err
+		}
+		c.WriteSummary(w)
+		if !c.OK() {
+			return fmt.Errorf("the check of %s failed: see above, and the logs in %s", st.Topo, n.logDir())
+		}
+		return nil
+	}
+	as, _, err := n.plan(st)
 	if err != nil {
 		return err
 	}
@@ -202,7 +213,7 @@ func (n Network) ASes() ([]AS, []Link, error) {
 	if st == nil {
 		return nil, nil, ErrNotUp
 	}
-	return n.PlanLinks(st.ASes, st.links())
+	return n.plan(st)
 }
 
 // FindAS is the running network's AS of the given ISD-AS (1-64513, say).

@@ -49,6 +49,7 @@ const (
 // Topo is a .topo file, read and checked.
 type Topo struct {
 	Path  string
+	Text  []byte   // the file as read
 	ASes  []TopoAS // in the file's order
 	Links []TopoLink
 }
@@ -147,7 +148,7 @@ func ParseTopo(path string, text []byte) (*Topo, error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: a .topo file is a mapping with the keys ASes and links", path)
 	}
-	t := &Topo{Path: path}
+	t := &Topo{Path: path, Text: text}
 	root := doc.Content[0]
 	var ases, links *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -472,6 +473,19 @@ type TopoInterface struct {
 // same name joins it, and an endpoint naming none gets a router of its
 // own. An endpoint without an interface ID gets the AS's lowest free one.
 func (t *Topo) Layout() map[addr.IA][]TopoRouter {
+	routers, _ := t.layout()
+	return routers
+}
+
+// laidLink is a link of the layout: its ends with their interface IDs
+// assigned, and the index of each end's router among its AS's routers.
+type laidLink struct {
+	TopoLink
+	RouterA, RouterB int
+}
+
+// layout is Layout, and the file's links as laid out.
+func (t *Topo) layout() (map[addr.IA][]TopoRouter, []laidLink) {
 	used := map[addr.IA]map[uint16]bool{}
 	for _, l := range t.Links {
 		for _, e := range []TopoEndpoint{l.A, l.B} {
@@ -497,11 +511,11 @@ func (t *Topo) Layout() map[addr.IA][]TopoRouter {
 	}
 	out := map[addr.IA][]TopoRouter{}
 	named := map[string]int{} // "IA router" → index in out[IA]
-	router := func(e TopoEndpoint) *TopoRouter {
+	router := func(e TopoEndpoint) int {
 		key := e.IA.String() + " " + e.Router
 		if e.Router != "" {
 			if i, ok := named[key]; ok {
-				return &out[e.IA][i]
+				return i
 			}
 		}
 		n := len(out[e.IA]) + 1
@@ -509,8 +523,9 @@ func (t *Topo) Layout() map[addr.IA][]TopoRouter {
 		if e.Router != "" {
 			named[key] = n - 1
 		}
-		return &out[e.IA][n-1]
+		return n - 1
 	}
+	var links []laidLink
 	for _, l := range t.Links {
 		a, b := assign(l.A), assign(l.B)
 		toB, toA := strings.ToLower(l.Type), strings.ToLower(l.Type)
@@ -518,11 +533,14 @@ func (t *Topo) Layout() map[addr.IA][]TopoRouter {
 			toB, toA = "child", "parent"
 		}
 		ra := router(a)
-		ra.Interfaces = append(ra.Interfaces, TopoInterface{IfID: a.IfID, Remote: b, LinkTo: toB, MTU: l.MTU, Underlay: l.Underlay, Line: l.Line})
+		out[a.IA][ra].Interfaces = append(out[a.IA][ra].Interfaces, TopoInterface{IfID: a.IfID, Remote: b, LinkTo: toB, MTU: l.MTU, Underlay: l.Underlay, Line: l.Line})
 		rb := router(b)
-		rb.Interfaces = append(rb.Interfaces, TopoInterface{IfID: b.IfID, Remote: a, LinkTo: toA, MTU: l.MTU, Underlay: l.Underlay, Line: l.Line})
+		out[b.IA][rb].Interfaces = append(out[b.IA][rb].Interfaces, TopoInterface{IfID: b.IfID, Remote: a, LinkTo: toA, MTU: l.MTU, Underlay: l.Underlay, Line: l.Line})
+		laid := laidLink{TopoLink: l, RouterA: ra, RouterB: rb}
+		laid.A, laid.B = a, b
+		links = append(links, laid)
 	}
-	return out
+	return out, links
 }
 
 // Renumber gives every AS a BGP-style number, from first on in the file's
@@ -547,7 +565,7 @@ func (t *Topo) Renumber(first addr.AS) (*Topo, map[addr.IA]addr.IA, error) {
 		}
 		return ia
 	}
-	out := &Topo{Path: t.Path}
+	out := &Topo{Path: t.Path, Text: t.Text}
 	for _, a := range t.ASes {
 		a.IA = re(a.IA)
 		if !a.CertIssuer.IsZero() {

@@ -401,11 +401,12 @@ func Soak(ctx context.Context, o SoakOptions) (rep *SoakReport, err error) {
 	var tcpPrev uint64
 	flaps, nrestart := 0, 0
 	// Links down now, and when each is to come up.
-	type link struct {
-		a    scionlab.AS
-		ifid uint16
+	type downLink struct {
+		a     scionlab.AS
+		ifid  uint16
+		until time.Time
 	}
-	downLinks := map[link]time.Time{}
+	var downLinks []downLink
 	upTick := time.NewTicker(time.Second)
 	defer upTick.Stop()
 loop:
@@ -427,20 +428,22 @@ loop:
 				event("link %d of %s down: %v", ifid, a.IA, ferr)
 				continue
 			}
-			downLinks[link{a, ifid}] = time.Now().Add(o.FlapFor)
+			downLinks = append(downLinks, downLink{a, ifid, time.Now().Add(o.FlapFor)})
 			event("link %d of %s down for %s", ifid, a.IA, o.FlapFor)
 		case now := <-upTick.C:
-			for l, at := range downLinks {
-				if now.Before(at) {
+			still := downLinks[:0]
+			for _, l := range downLinks {
+				if now.Before(l.until) {
+					still = append(still, l)
 					continue
 				}
-				delete(downLinks, l)
 				if ferr := lr.net.SetLink(l.a, l.ifid, true); ferr != nil {
 					event("link %d of %s up: %v", l.ifid, l.a.IA, ferr)
 				} else {
 					event("link %d of %s up", l.ifid, l.a.IA)
 				}
 			}
+			downLinks = still
 		case <-restartTick:
 			r := restarts[nrestart%len(restarts)]
 			nrestart++
@@ -466,7 +469,7 @@ loop:
 		}
 	}
 	// Links left down come up before the last datagrams are counted.
-	for l := range downLinks {
+	for _, l := range downLinks {
 		lr.net.SetLink(l.a, l.ifid, true)
 	}
 	time.Sleep(4 * time.Second)
