@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -31,6 +32,13 @@ type Status struct {
 	// the largest SCION packet a path of the network carries.
 	MTU      int `json:"mtu"`
 	SCIONMTU int `json:"scion_mtu"`
+	// Topo is the .topo file the network was built from, if any.
+	Topo string `json:"topo,omitempty"`
+	// Routers counts the border routers; MemKiB is the memory of every
+	// process the network runs (scionproto's services, fastpath's br
+	// serve), each its proportional set size, summed.
+	Routers int    `json:"routers"`
+	MemKiB  uint64 `json:"mem_kib"`
 }
 
 // HopExpiry is the network's hop-field lifetime: what up was asked for
@@ -78,10 +86,11 @@ type ASStatus struct {
 
 // ProcStatus is one process.
 type ProcStatus struct {
-	Name  string `json:"name"`
-	PID   int    `json:"pid"`
-	Alive bool   `json:"alive"`
-	Log   string `json:"log"`
+	Name   string `json:"name"`
+	PID    int    `json:"pid"`
+	Alive  bool   `json:"alive"`
+	Log    string `json:"log"`
+	MemKiB uint64 `json:"mem_kib,omitempty"` // proportional set size
 }
 
 // Healthy says every process runs.
@@ -110,7 +119,7 @@ func (n Network) Status() (*Status, error) {
 		return nil, err
 	}
 	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir(), Hops: hopExpiry(st.HopExpiry),
-		MTU: st.mtu(), SCIONMTU: SCIONMTU(st.mtu())}
+		MTU: st.mtu(), SCIONMTU: SCIONMTU(st.mtu()), Topo: st.Topo}
 	hybrid := map[string]bool{}
 	for _, h := range st.Hybrid {
 		hybrid[h] = hybridAttached(h)
@@ -125,9 +134,15 @@ func (n Network) Status() (*Status, error) {
 		}
 		for _, p := range st.Procs {
 			if p.AS == s.IA {
-				s.Procs = append(s.Procs, ProcStatus{Name: p.Name, PID: p.PID, Alive: p.Alive(), Log: p.Log})
+				ps := ProcStatus{Name: p.Name, PID: p.PID, Alive: p.Alive(), Log: p.Log}
+				if ps.Alive {
+					ps.MemKiB = pssKiB(p.PID)
+				}
+				out.MemKiB += ps.MemKiB
+				s.Procs = append(s.Procs, ps)
 			}
 		}
+		out.Routers += len(a.Routers)
 		out.ASes = append(out.ASes, s)
 	}
 	return out, nil
@@ -139,7 +154,12 @@ func (s *Status) Write(w io.Writer) {
 	if s.PathsAfter > 0 {
 		fmt.Fprintf(w, ", first path after %.1f s", s.PathsAfter.Seconds())
 	}
-	fmt.Fprintf(w, "\n%s; links of MTU %d (SCION MTU %d)\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", s.Hops, s.MTU, s.SCIONMTU, "AS", "core", "namespace", "host ns", "internal", "host", "processes")
+	if s.Topo != "" {
+		fmt.Fprintf(w, "\nbuilt from %s: %d ASes, %d border routers; links' MTUs as the file gives them", s.Topo, len(s.ASes), s.Routers)
+	} else {
+		fmt.Fprintf(w, "\nlinks of MTU %d (SCION MTU %d)", s.MTU, s.SCIONMTU)
+	}
+	fmt.Fprintf(w, "; its processes hold %.0f MiB\n%s\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", float64(s.MemKiB)/1024, s.Hops, "AS", "core", "namespace", "host ns", "internal", "host", "processes")
 	for _, a := range s.ASes {
 		var ps []string
 		for _, p := range a.Procs {
@@ -288,4 +308,25 @@ func (n Network) RouterMetrics(a AS) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// pssKiB is a process's proportional share of memory (Pss of
+// smaps_rollup: a page shared by n processes counts 1/n to each, so that
+// the sum over the network is what it holds), VmRSS where the kernel has
+// no rollup; 0 if neither can be read.
+func pssKiB(pid int) uint64 {
+	for _, f := range []struct{ file, key string }{{"smaps_rollup", "Pss:"}, {"status", "VmRSS:"}} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f.file))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, f.key); ok {
+				var kib uint64
+				fmt.Sscanf(strings.TrimSpace(v), "%d", &kib)
+				return kib
+			}
+		}
+	}
+	return 0
 }

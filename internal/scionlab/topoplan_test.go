@@ -2,10 +2,13 @@ package scionlab
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/scionproto/scion/pkg/addr"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -131,6 +134,36 @@ func TestTopoNetwork(t *testing.T) {
 	for _, ns := range all {
 		if strings.HasPrefix(ns, n.Prefix) {
 			t.Errorf("namespace %s left behind", ns)
+		}
+	}
+}
+
+// A generated network of any size the lab takes is a valid .topo network
+// with one router per AS, and lays out.
+func TestGenerateTopo(t *testing.T) {
+	for k := 6; k <= MaxASes; k++ {
+		topo, err := ReadTopo(GeneratedPrefix + fmt.Sprint(k))
+		if err != nil {
+			t.Fatalf("%d ASes: %v", k, err)
+		}
+		as, _, err := (Network{Prefix: "fp-x-", Dir: "/nowhere"}).PlanTopo(topo)
+		if err != nil {
+			t.Fatalf("%d ASes: %v", k, err)
+		}
+		isds := map[addr.ISD]bool{}
+		for _, a := range as {
+			isds[a.IA.ISD()] = true
+			if len(a.Routers) != 1 {
+				t.Fatalf("%d ASes: %s has %d routers", k, a.IA, len(a.Routers))
+			}
+		}
+		if len(as) != k || len(isds) != 2 {
+			t.Fatalf("%d ASes: %d in %d ISDs", k, len(as), len(isds))
+		}
+	}
+	for _, bad := range []string{"generated:5", "generated:51", "generated:x", "generated:07"} {
+		if _, err := ReadTopo(bad); err == nil {
+			t.Errorf("%s taken", bad)
 		}
 	}
 }
