@@ -187,7 +187,8 @@ the fastpath br serve that keeps fastpath's router in front of the AS's) and sta
 it again with the same arguments, in the same namespace, appending to the same log;
 the record gets its new PID. Its databases stay. fastpath's router in front of a
 restarted reference router stays attached, and so it does while its fastpath-br
-restarts (the new one attaches again in place). Example:
+restarts (the new one attaches again in place). In an AS with several border routers
+(lab scion up --topo), router-N and fastpath-br-N name its Nth. Example:
 fastpath lab scion restart 1-64513 control`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -438,12 +438,15 @@ func ipv6Namespaces(as []AS, links []Link) map[string]bool {
 // address (router solicitations and MLD would be noise in the counters),
 // and elsewhere keeps it quiet: no router advertisements taken, no
 // solicitations, no duplicate address detection (addresses are usable at
-// once).
+// once), and addresses kept when a device goes down.
 func ipv6Settings(on bool) error {
 	for _, k := range []string{"all", "default"} {
 		set := map[string]string{"disable_ipv6": "1"}
 		if on {
-			set = map[string]string{"disable_ipv6": "0", "accept_ra": "0", "router_solicitations": "0", "accept_dad": "0", "dad_transmits": "0"}
+			// keep_addr_on_down: without it the kernel removes a device's
+			// IPv6 addresses when it goes down, and a link set down and up
+			// again (lab scion link) would come back without its underlay.
+			set = map[string]string{"disable_ipv6": "0", "accept_ra": "0", "router_solicitations": "0", "accept_dad": "0", "dad_transmits": "0", "keep_addr_on_down": "1"}
 		}
 		for key, val := range set {
 			if err := sysctl("net/ipv6/conf/"+k+"/"+key, val); err != nil {

@@ -180,12 +180,28 @@ func routerProcName(service string, a AS, k int) string {
 // hybrid mode.
 var Services = []string{"router", "control", "daemon", ServeService}
 
-// CheckService says whether Restart can restart a service of that name.
+// CheckService says whether Restart can restart a service of that name:
+// one of Services, or router-N or fastpath-br-N for the Nth router of an
+// AS with several (router is router-1).
 func CheckService(service string) error {
-	if !slices.Contains(Services, service) {
-		return fmt.Errorf("service %q: restart one of %s", service, strings.Join(Services, ", "))
+	base, _ := routerService(service)
+	if !slices.Contains(Services, base) {
+		return fmt.Errorf("service %q: restart one of %s (router-N, fastpath-br-N for an AS's Nth router)", service, strings.Join(Services, ", "))
 	}
 	return nil
+}
+
+// routerService splits router-N and fastpath-br-N into the service and
+// the router's index (0 for the first); other names are index 0.
+func routerService(service string) (string, int) {
+	for _, base := range []string{"router", ServeService} {
+		if rest, ok := strings.CutPrefix(service, base+"-"); ok {
+			if k, err := strconv.Atoi(rest); err == nil && k >= 1 && fmt.Sprint(k) == rest {
+				return base, k - 1
+			}
+		}
+	}
+	return service, 0
 }
 
 // restartSettle is how long a restarted service must keep running for
@@ -215,7 +231,11 @@ func (n Network) Restart(ctx context.Context, a AS, service string, log io.Write
 	if st == nil {
 		return ErrNotUp
 	}
-	name := procName(service, a)
+	service, k := routerService(service)
+	if k >= len(a.Routers) {
+		return fmt.Errorf("%s has %d border routers: no %s-%d", a.IA, len(a.Routers), service, k+1)
+	}
+	name := routerProcName(service, a, k)
 	i := slices.IndexFunc(st.Procs, func(p Proc) bool { return p.Name == name && p.AS == a.IA.String() })
 	if i < 0 && service == ServeService && len(st.Hybrid) == 0 {
 		return fmt.Errorf("the network runs no %s: it was brought up without --hybrid", ServeService)

@@ -88,7 +88,32 @@ func TestTopoNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, _ := testNetwork(t, UpOptions{Topo: topo, Hybrid: true})
+	n, as := testNetwork(t, UpOptions{Topo: topo, Hybrid: true})
+	// As an operator might: the IPv6 core link across the ISDs goes down
+	// and up again (its addresses must stay), and the second router of
+	// 1-ff00:0:111 and fastpath's in front of it are restarted.
+	core, a111, a211 := as[0], as[1], as[5]
+	if err := n.SetLink(core, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetLink(core, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []string{"router-2", "fastpath-br-2"} {
+		if err := n.Restart(context.Background(), a111, svc, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// BFD brings the link back within a second or two; wait for an echo
+	// across the ISDs before the check starts.
+	for i := 0; ; i++ {
+		if r, _ := n.ping(context.Background(), a111, fmt.Sprintf("%s,%s", a211.IA, a211.Host), "", 1, 0); r.Received == 1 {
+			break
+		}
+		if i == 30 {
+			t.Fatal("no echo from 2-ff00:0:211 within 30 s of the link's flap")
+		}
+	}
 	var log strings.Builder
 	c, err := n.CheckTopo(context.Background(), TopoCheckOptions{}, &log)
 	if err != nil {
@@ -110,7 +135,7 @@ func TestTopoNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	as, _, err := n.ASes()
+	as, _, err = n.ASes()
 	if err != nil {
 		t.Fatal(err)
 	}
