@@ -59,6 +59,12 @@ func topoLinkAddr(j, end int, ipv6 bool) netip.Addr {
 // MaxTopoLinks keeps link addresses in 10.240.0.0/12.
 const MaxTopoLinks = 16 * 256
 
+// MaxTopoInterfaces is the most interfaces an AS may have: fastpath's
+// router keeps a counter slot for each interface of its AS (BR_MAX_IFACES
+// less the internal and unmatched slots), which also bounds its routers'
+// addresses (.1, .11, …).
+const MaxTopoInterfaces = 62
+
 // PlanTopo lays a .topo network out as scionproto's generator would (its
 // routers, interface IDs, MTUs and underlays) on the lab's namespaces: one
 // per router, the first holding the AS's control service and daemon too,
@@ -98,6 +104,13 @@ func (n Network) PlanTopo(t *Topo) ([]AS, []Link, error) {
 		a.Subnet = netip.PrefixFrom(a.Internal, 24).Masked()
 		if v6 {
 			a.Subnet = netip.PrefixFrom(a.Internal, 64).Masked()
+		}
+		ifs := 0
+		for _, r := range routers[ta.IA] {
+			ifs += len(r.Interfaces)
+		}
+		if ifs > MaxTopoInterfaces {
+			return nil, nil, fmt.Errorf("%s:%d: AS %s has %d interfaces; fastpath's router counts at most %d per AS (its own and its siblings'): split it or leave links out", t.Path, ta.Line, ta.IA, ifs, MaxTopoInterfaces)
 		}
 		for k, r := range routers[ta.IA] {
 			ns := a.Netns
