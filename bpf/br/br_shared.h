@@ -133,7 +133,10 @@ struct br_config {
 	__u16 dispatched_port_start; /* host byte order */
 	__u16 dispatched_port_end;
 	__u8 scmp_action;        /* enum br_scmp_action */
-	__u8 pad[3];
+	/* Non-zero while a tap (`br.OpenTap`) wants every frame forwarded in
+	 * XDP, as it arrived and as it left, in br_capture. */
+	__u8 capture;
+	__u8 pad[2];
 	/* Added to bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC_COARSE) to get Unix
 	 * time in ns: CLOCK_REALTIME - CLOCK_MONOTONIC when the control plane
 	 * configured the router. Both run at the same NTP-disciplined rate, so it
@@ -148,6 +151,16 @@ struct br_config {
 	/* An external interface whose neighbour sent BFD once and then nothing
 	 * for this long is down (0: never). */
 	__u64 link_timeout_ns;
+};
+
+/* A frame forwarded in XDP as the tap gets it (br_capture): as it arrived
+ * and as it left. A frame longer than BR_CAPTURE_MAX has length 0. */
+#define BR_CAPTURE_MAX 2048
+struct br_capture_frame {
+	__u32 in_len;
+	__u32 out_len;
+	__u8 in[BR_CAPTURE_MAX];
+	__u8 out[BR_CAPTURE_MAX];
 };
 
 /* Value of br_tx_slots, per CPU: which counter slot last sent a frame to

@@ -652,7 +652,7 @@ func (n Network) namespaces() map[string]bool {
 		if !ok {
 			continue
 		}
-		if isTopoNetns(rest) {
+		if isTopoNetns(rest) || rest == "oracle" {
 			out[ns] = true
 			continue
 		}

@@ -193,7 +193,7 @@ func (n Network) Check(ctx context.Context, w io.Writer) error {
 		return ErrNotUp
 	}
 	if st.Topo != "" {
-		c, err := n.CheckTopo(ctx, TopoCheckOptions{}, w)
+		c, err := n.CheckTopo(ctx, TopoCheckOptions{Oracle: len(st.Hybrid) > 0}, w)
 		if err != nil {
 			return err
 		}

@@ -37,6 +37,10 @@ type TopoCheckOptions struct {
 	Pings int
 	// MaxPaths is how many paths showpaths lists per pair (default 40).
 	MaxPaths int
+	// Oracle taps every fastpath router while the kinds are proved and
+	// replays what each forwarded in XDP through scionproto's router of the
+	// same ID (hybrid mode).
+	Oracle bool
 }
 
 // scionPath is a path as `scion showpaths --format json` gives it.
@@ -91,6 +95,8 @@ type TopoCheck struct {
 	Proofs []KindProof
 	// Missing are the kinds no listed path has.
 	Missing []string
+	// Oracle is each router's replay (with TopoCheckOptions.Oracle).
+	Oracle []OracleReplay
 }
 
 // OK says every pair has paths that answer and every kind found was
@@ -103,6 +109,11 @@ func (c *TopoCheck) OK() bool {
 	}
 	for _, p := range c.Proofs {
 		if !p.OK {
+			return false
+		}
+	}
+	for _, r := range c.Oracle {
+		if !r.OK() {
 			return false
 		}
 	}
@@ -208,6 +219,12 @@ func (n Network) CheckTopo(ctx context.Context, o TopoCheckOptions, w io.Writer)
 		}
 	}
 	hybrid := len(st.Hybrid) > 0
+	var taps map[string]*br.Tap
+	if o.Oracle && hybrid {
+		if taps, err = openTaps(as); err != nil {
+			return res, err
+		}
+	}
 	for _, k := range pathKinds {
 		cands := found[k]
 		if len(cands) == 0 {
@@ -224,6 +241,16 @@ func (n Network) CheckTopo(ctx context.Context, o TopoCheckOptions, w io.Writer)
 		proof := n.proveKind(ctx, k, c.src, c.dst, c.p, owners, o.Pings)
 		fmt.Fprintf(w, "%s: %s\n", k, formatProof(proof))
 		res.Proofs = append(res.Proofs, proof)
+	}
+	if taps != nil {
+		fmt.Fprintf(w, "the oracle: what each fastpath router forwarded in XDP during the proofs, replayed through scionproto's router of the same ID\n")
+		res.Oracle, err = n.replayAll(as, links, taps)
+		for _, r := range res.Oracle {
+			fmt.Fprintf(w, "  %s\n", r)
+		}
+		if err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
@@ -556,5 +583,15 @@ func (c *TopoCheck) WriteSummary(w io.Writer) {
 	}
 	for _, k := range c.Missing {
 		fmt.Fprintf(w, "  %-36s no path of this kind in the network\n", k)
+	}
+	if len(c.Oracle) > 0 {
+		var frames, same, differ, dropped, routers int
+		for _, r := range c.Oracle {
+			frames, same, differ, dropped = frames+r.Frames, same+r.Same, differ+r.Differ, dropped+r.Dropped
+			if r.Frames > 0 {
+				routers++
+			}
+		}
+		fmt.Fprintf(w, "  oracle: %d frames forwarded in XDP at %d routers, replayed through scionproto's router: %d the same, %d differ, %d dropped\n", frames, routers, same, differ, dropped)
 	}
 }

@@ -115,7 +115,7 @@ func TestTopoNetwork(t *testing.T) {
 		}
 	}
 	var log strings.Builder
-	c, err := n.CheckTopo(context.Background(), TopoCheckOptions{}, &log)
+	c, err := n.CheckTopo(context.Background(), TopoCheckOptions{Oracle: true}, &log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +126,44 @@ func TestTopoNetwork(t *testing.T) {
 	}
 	if !c.OK() {
 		t.Fatal("the check failed")
+	}
+	frames := 0
+	for _, r := range c.Oracle {
+		frames += r.Frames
+	}
+	if len(c.Oracle) != 16 || frames < 100 {
+		t.Fatalf("the oracle replayed %d frames of %d routers, want every router's and at least the proofs' 100", frames, len(c.Oracle))
+	}
+	// The oracle is not blind: a frame fastpath sent one byte off differs.
+	_, links, err := n.ASes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	taps, err := openTaps(as[1:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ping(context.Background(), a111, fmt.Sprintf("%s,%s", a211.IA, a211.Host), "", 2, 0)
+	tampered := 0
+	for k, r := range a111.Routers {
+		tap := taps[routerHybridName(r)]
+		got, _ := tap.Frames()
+		tap.Close()
+		if len(got) == 0 {
+			continue
+		}
+		got[0].Out[len(got[0].Out)-1] ^= 0x01
+		res, err := n.replay(a111, k, links, got, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Differ != 1 || res.Same != len(got)-1 {
+			t.Fatalf("a frame changed by one byte: %s", res)
+		}
+		tampered++
+	}
+	if tampered == 0 {
+		t.Fatal("neither router of 1-ff00:0:111 forwarded the echoes to 2-ff00:0:211 in XDP")
 	}
 	// One core AS per ISD: no core link within one.
 	if len(c.Missing) != 1 || c.Missing[0] != KindCoreInISD {
