@@ -205,6 +205,9 @@ type host struct {
 
 type hostOptions struct {
 	maxPaths int
+	// toml is added to the translator's configuration ([[destination]]
+	// tables, say).
+	toml string
 }
 
 // translate attaches a translator to an AS's end host and runs its
@@ -217,7 +220,7 @@ func translate(t *testing.T, a scionlab.AS, o hostOptions) *host {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tra.toml")
 	toml := fmt.Sprintf("topology = %q\ndaemon = %q\ndevice = %q\naddress = %q\nmax_paths = %d\n",
-		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host, o.maxPaths)
+		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host, o.maxPaths) + o.toml
 	if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -517,80 +520,8 @@ func (h *host) pathTo(t *testing.T, ia addr.IA) []Path {
 func TestFailover(t *testing.T) {
 	n, as := labNetwork(t)
 	a, b := translate(t, as[1], hostOptions{maxPaths: 1}), translate(t, as[2], hostOptions{maxPaths: 1})
-	srv := b.udpListen(t, 31700)
-	go echo(srv)
-	var cli *net.UDPConn
-	if err := netns.Run(a.ns, func() error {
-		var err error
-		cli, err = net.DialUDP("udp6", nil, &net.UDPAddr{IP: b.smip.AsSlice(), Port: 31700})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-
-	// A datagram every 10 ms; replies noted by sequence number.
-	var mu sync.Mutex
-	replied := map[uint32]time.Time{}
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			k, err := cli.Read(buf)
-			if err != nil {
-				return
-			}
-			if k >= 4 {
-				mu.Lock()
-				replied[binary.BigEndian.Uint32(buf)] = time.Now()
-				mu.Unlock()
-			}
-		}
-	}()
-	sent := map[uint32]time.Time{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for seq := uint32(0); ; seq++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			msg := make([]byte, 64)
-			binary.BigEndian.PutUint32(msg, seq)
-			mu.Lock()
-			sent[seq] = time.Now()
-			mu.Unlock()
-			cli.Write(msg)
-		}
-	}()
-	defer func() { close(stop); wg.Wait() }()
-	repliesSince := func(t0 time.Time) int {
-		mu.Lock()
-		defer mu.Unlock()
-		k := 0
-		for _, at := range replied {
-			if at.After(t0) {
-				k++
-			}
-		}
-		return k
-	}
-	waitReplies := func(what string, t0 time.Time, within time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(within)
-		for repliesSince(t0) < 50 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d replies within %s; a's counters %v, b's %v", what, repliesSince(t0), within, a.counts(t), b.counts(t))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitReplies("before the failure", time.Now(), 10*time.Second)
+	f := startFlow(t, a, b, 31700)
+	f.waitReplies("before the failure", time.Now(), 10*time.Second)
 
 	paths := a.pathTo(t, b.as.IA)
 	if len(paths) != 1 {
@@ -609,29 +540,8 @@ func TestFailover(t *testing.T) {
 	t.Cleanup(func() {
 		exec.Command("ip", "-n", a.as.Netns, "link", "set", dev, "up").Run()
 	})
-	waitReplies(fmt.Sprintf("after %s of %s went down", dev, a.as.IA), down, 15*time.Second)
-
-	// The flow's gap: the longest silence between replies since the
-	// failure, and the datagrams that never came back.
-	mu.Lock()
-	var times []time.Time
-	for _, at := range replied {
-		if at.After(down.Add(-time.Second)) {
-			times = append(times, at)
-		}
-	}
-	lost := 0
-	for seq, at := range sent {
-		if _, ok := replied[seq]; !ok && at.Before(time.Now().Add(-time.Second)) {
-			lost++
-		}
-	}
-	mu.Unlock()
-	slices.SortFunc(times, func(x, y time.Time) int { return x.Compare(y) })
-	var gap time.Duration
-	for i := 1; i < len(times); i++ {
-		gap = max(gap, times[i].Sub(times[i-1]))
-	}
+	f.waitReplies(fmt.Sprintf("after %s of %s went down", dev, a.as.IA), down, 15*time.Second)
+	gap, lost, sent := f.gapSince(down)
 	now := a.pathTo(t, b.as.IA)
 	if len(now) != 1 || egressOf(t, now[0].Raw) == ifid {
 		t.Fatalf("paths after the failure still leave by interface %d", ifid)
@@ -644,5 +554,117 @@ func TestFailover(t *testing.T) {
 	}
 	b2, _ := os.ReadFile(a.log)
 	t.Logf("daemon of %s:\n%s", a.name, b2)
-	t.Logf("interface %d of %s down: the flow went on by interface %d after a gap of %s; %d of %d datagrams lost", ifid, a.as.IA, egressOf(t, now[0].Raw), gap.Round(time.Millisecond), lost, len(sent))
+	t.Logf("interface %d of %s down: the flow went on by interface %d after a gap of %s; %d of %d datagrams lost", ifid, a.as.IA, egressOf(t, now[0].Raw), gap.Round(time.Millisecond), lost, sent)
+}
+
+// flow is a UDP flow between two translated hosts: a datagram every 10 ms
+// from a to an echo server on b, replies noted by sequence number.
+type flow struct {
+	t       *testing.T
+	a, b    *host
+	mu      sync.Mutex
+	sent    map[uint32]time.Time
+	replied map[uint32]time.Time
+}
+
+// startFlow starts a flow from a to b's port; it stops when the test ends.
+func startFlow(t *testing.T, a, b *host, port int) *flow {
+	t.Helper()
+	f := &flow{t: t, a: a, b: b, sent: map[uint32]time.Time{}, replied: map[uint32]time.Time{}}
+	srv := b.udpListen(t, port)
+	go echo(srv)
+	var cli *net.UDPConn
+	if err := netns.Run(a.ns, func() error {
+		var err error
+		cli, err = net.DialUDP("udp6", nil, &net.UDPAddr{IP: b.smip.AsSlice(), Port: port})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			k, err := cli.Read(buf)
+			if err != nil {
+				return
+			}
+			if k >= 4 {
+				f.mu.Lock()
+				f.replied[binary.BigEndian.Uint32(buf)] = time.Now()
+				f.mu.Unlock()
+			}
+		}
+	}()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for seq := uint32(0); ; seq++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			msg := make([]byte, 64)
+			binary.BigEndian.PutUint32(msg, seq)
+			f.mu.Lock()
+			f.sent[seq] = time.Now()
+			f.mu.Unlock()
+			cli.Write(msg)
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait(); cli.Close() })
+	return f
+}
+
+func (f *flow) repliesSince(t0 time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := 0
+	for _, at := range f.replied {
+		if at.After(t0) {
+			k++
+		}
+	}
+	return k
+}
+
+// waitReplies fails the test unless 50 replies come after t0 within the
+// time given.
+func (f *flow) waitReplies(what string, t0 time.Time, within time.Duration) {
+	f.t.Helper()
+	deadline := time.Now().Add(within)
+	for f.repliesSince(t0) < 50 {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: %d replies within %s; a's counters %v, b's %v", what, f.repliesSince(t0), within, f.a.counts(f.t), f.b.counts(f.t))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gapSince is the flow's longest silence between replies since t0 (less
+// a second), the datagrams that never came back, and all it sent.
+func (f *flow) gapSince(t0 time.Time) (gap time.Duration, lost, sent int) {
+	f.mu.Lock()
+	var times []time.Time
+	for _, at := range f.replied {
+		if at.After(t0.Add(-time.Second)) {
+			times = append(times, at)
+		}
+	}
+	for seq, at := range f.sent {
+		if _, ok := f.replied[seq]; !ok && at.Before(time.Now().Add(-time.Second)) {
+			lost++
+		}
+	}
+	sent = len(f.sent)
+	f.mu.Unlock()
+	slices.SortFunc(times, func(x, y time.Time) int { return x.Compare(y) })
+	for i := 1; i < len(times); i++ {
+		gap = max(gap, times[i].Sub(times[i-1]))
+	}
+	return gap, lost, sent
 }
