@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scionproto/scion/pkg/slayers/path/scion"
+
 	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
 )
@@ -20,7 +22,7 @@ import (
 // addresses), with fastpath's routers in front of scionproto's: the
 // default policy takes the peering link across the ISDs, a sequence
 // policy on the other host takes the core path back, and when the peering
-// link goes down the flow fails over to another path and goes on.
+// links go down the flow fails over to a core path and goes on.
 func TestAcrossISDs(t *testing.T) {
 	labtest.Fastpath(t) // hybrid mode runs `fastpath br serve`
 	topo, err := scionlab.ReadTopo(filepath.Join("..", "scionlab", "testdata", "two-isds.topo"))
@@ -58,26 +60,45 @@ func TestAcrossISDs(t *testing.T) {
 	f := startFlow(t, a, bh, 31710)
 	f.waitReplies("across the ISDs", time.Now(), 20*time.Second)
 
-	if p := a.pathTo(t, y.IA); len(p) != 1 || egressOf(t, p[0].Raw) != 3 {
+	if p := a.pathTo(t, y.IA); len(p) != 1 || egressOf(t, p[0].Raw) != 3 || !isPeering(t, p[0].Raw) {
 		t.Fatalf("%s's path to %s: %d installed, want one by the peering interface 3", x.IA, y.IA, len(p))
 	}
-	if p := bh.pathTo(t, x.IA); len(p) != 1 || egressOf(t, p[0].Raw) != 1 {
+	if p := bh.pathTo(t, x.IA); len(p) != 1 || egressOf(t, p[0].Raw) != 1 || isPeering(t, p[0].Raw) {
 		t.Fatalf("%s's path to %s: want one by its parent 2-64516 (interface 1), as its sequence policy says", y.IA, x.IA)
 	}
 
-	// The peering link goes down at x's end: BFD notices, the reference
-	// router answers with SCMP external interface down, x's translator
-	// takes another path.
+	// The peering links to y go down (x's own, and the one of x's parent
+	// 1-64513, at y's end): BFD notices, the reference routers answer with
+	// SCMP external interface down, x's translator takes a core path.
 	awaitAlternative(t, n, x, y, fmt.Sprintf("[%s 3>", x.IA))
 	down := time.Now()
 	if err := n.SetLink(x, 3, false); err != nil {
 		t.Fatal(err)
 	}
-	f.waitReplies("after the peering link went down", down, 15*time.Second)
+	if err := n.SetLink(y, 2, false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitReplies("after the peering links went down", down, 20*time.Second)
 	gap, lost, sent := f.gapSince(down)
 	p := a.pathTo(t, y.IA)
-	if len(p) != 1 || egressOf(t, p[0].Raw) == 3 {
-		t.Fatalf("%s's path to %s still leaves by the peering interface", x.IA, y.IA)
+	if len(p) != 1 || egressOf(t, p[0].Raw) == 3 || isPeering(t, p[0].Raw) {
+		t.Fatalf("%s's path to %s is still a peering path", x.IA, y.IA)
 	}
-	t.Logf("peering link down: the flow went on by interface %d after a gap of %s; %d of %d datagrams lost", egressOf(t, p[0].Raw), gap.Round(time.Millisecond), lost, sent)
+	t.Logf("peering links down: the flow went on over a core path by interface %d after a gap of %s; %d of %d datagrams lost", egressOf(t, p[0].Raw), gap.Round(time.Millisecond), lost, sent)
+}
+
+// isPeering says whether a path crosses a peering link: its info fields
+// carry the Peer flag.
+func isPeering(t *testing.T, raw []byte) bool {
+	t.Helper()
+	var d scion.Decoded
+	if err := d.DecodeFromBytes(raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range d.InfoFields {
+		if f.Peer {
+			return true
+		}
+	}
+	return false
 }
