@@ -51,7 +51,11 @@ demo: deps build
 	./$(BIN) lab tra ip ip-xdp tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
 	@# The same hosts on links of MTU 9000: the translator's pair follows the jumbo paths.
 	./$(BIN) lab tra ip-xdp tra --mtu 9000 --runs 1 --seconds 3 --json results/tra-jumbo.json --md results/tra-jumbo.md
-	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md}"
+	@# A network in the shape of scionproto's default.topo (16 ASes in 2 ISDs, 42 routers), fastpath in front of every
+	@# router: every pair of leaf ASes, each kind of path proved forwarded in XDP, scionproto's router as the oracle.
+	./$(BIN) --prefix fp-topo- lab scion up --topo default --hybrid > results/scion-topo.txt
+	./$(BIN) --prefix fp-topo- lab scion check >> results/scion-topo.txt; rc=$$?; ./$(BIN) --prefix fp-topo- lab scion down; exit $$rc
+	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
 
 # The translator over 30 minutes: steady UDP, TCP and ping6 between two
 # translated hosts while links flap every minute and scionproto's daemons and
