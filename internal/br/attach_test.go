@@ -159,28 +159,7 @@ func TestFIBVerdicts(t *testing.T) {
 	dut := tb.DUTIn().Netns
 	run := func() RunResult {
 		t.Helper()
-		r, err := Load(cfg, LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
-			t.Fatal(err)
-		}
-		// The userspace runtime gets the same maps, before the run fills
-		// the next-hop cache.
-		maps, err := rt.MirrorMaps(r.maps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res []RunResult
-		if err := netns.Run(dut, func() error {
-			var err error
-			res, err = r.Run(pkts, 0)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		res, maps := runOnTestbed(t, tb, cfg, pkts)
 		// Its bpf_fib_lookup asks the same namespace's tables.
 		for _, engine := range []string{"interp", "jit"} {
 			got, err := rt.TestRun(rt.TestRunOptions{Object: "router_bpfel.o", Program: "br_router", Packets: pkts, Engine: engine, Maps: maps, Netns: dut})
@@ -218,6 +197,38 @@ func TestFIBVerdicts(t *testing.T) {
 	}
 }
 
+// runOnTestbed loads a router of cfg for the testbed's DUT (not attached),
+// runs the frames through it in the DUT's namespace (so that its FIB
+// lookups ask the DUT's tables) and returns the results and the maps as
+// they were before the run, for the userspace runtime to start from.
+func runOnTestbed(t *testing.T, tb lab.Testbed, cfg *Config, pkts [][]byte) ([]RunResult, map[string][]rt.Entry) {
+	t.Helper()
+	r, err := Load(cfg, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dut := tb.DUTIn().Netns
+	if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
+		t.Fatal(err)
+	}
+	// The userspace runtime gets the same maps, before the run fills the
+	// next-hop cache.
+	maps, err := rt.MirrorMaps(r.maps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []RunResult
+	if err := netns.Run(dut, func() error {
+		var err error
+		res, err = r.Run(pkts, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return res, maps
+}
+
 // A packet longer than the egress device's MTU is passed up (too_big),
 // whether the FIB answers for it or a next hop cached from a smaller
 // packet does: a veth drops an XDP frame over its MTU without a word, so
@@ -246,27 +257,7 @@ func TestEgressMTU(t *testing.T) {
 		{"FIB", pkts[1:2], []string{"too_big"}},
 		{"cached next hop", pkts, []string{"forwarded", "too_big", "too_big"}},
 	} {
-		r, err := Load(cfg, LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
-			t.Fatal(err)
-		}
-		maps, err := rt.MirrorMaps(r.maps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res []RunResult
-		err = netns.Run(dut, func() error {
-			var err error
-			res, err = r.Run(c.pkts, 0)
-			return err
-		})
-		r.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		res, maps := runOnTestbed(t, tb, cfg, c.pkts)
 		for i, want := range c.want {
 			if res[i].Verdict != want {
 				t.Fatalf("%s: packet %d (%d B): %s, want %s", c.name, i, len(c.pkts[i]), res[i].Verdict, want)
