@@ -1605,7 +1605,7 @@ static __always_inline void note_frame_len(struct xdp_md *ctx, struct br_pkt *p)
 }
 
 /* ---- The tap ---------------------------------------------------------------
- * Only while br_config.capture is set (the lab's check replays what the
+ * Only while br_config.capture_until is ahead (the lab's check replays what the
  * router forwarded through the reference router): the frame is kept as it
  * arrived, per CPU, and handed to userspace with the frame as it left when it
  * was forwarded. */
@@ -1621,6 +1621,11 @@ struct {
 	__type(key, __u32);
 	__type(value, struct br_capture_frame);
 } br_capture_in SEC(".maps");
+
+static __always_inline int capturing(const struct br_pkt *p)
+{
+	return p->cfg->capture_until && (__u32)(p->now >> 30) < p->cfg->capture_until;
+}
 
 /* The frame's bytes into buf (BR_CAPTURE_MAX long); its length, or 0 if it
  * does not fit. */
@@ -1684,7 +1689,7 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 	p.now = bpf_ktime_get_coarse_ns() + p.cfg->mono_to_unix_ns;
 
 	note_frame_len(ctx, &p);
-	if (p.cfg->capture)
+	if (capturing(&p))
 		capture_arrival(ctx);
 	ret = parse_underlay(&p);
 	if (ret == CONTINUE)
@@ -1708,7 +1713,7 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 	if ((ret = dispatch_path_type(&p)) != CONTINUE)
 		return ret;
 	ret = process(ctx, &p);
-	if (p.cfg->capture && (ret == XDP_TX || ret == XDP_REDIRECT))
+	if ((ret == XDP_TX || ret == XDP_REDIRECT) && capturing(&p))
 		capture_departure(ctx);
 	return ret;
 }

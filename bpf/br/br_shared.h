@@ -133,10 +133,12 @@ struct br_config {
 	__u16 dispatched_port_start; /* host byte order */
 	__u16 dispatched_port_end;
 	__u8 scmp_action;        /* enum br_scmp_action */
-	/* Non-zero while a tap (`br.OpenTap`) wants every frame forwarded in
-	 * XDP, as it arrived and as it left, in br_capture. */
-	__u8 capture;
-	__u8 pad[2];
+	__u8 pad[3];
+	/* A tap (`br.OpenTap`) wants every frame forwarded in XDP, as it
+	 * arrived and as it left, in br_capture until this Unix time, in units
+	 * of 2^30 ns (about a second; 0: no tap). The tap moves it on while it
+	 * lives, so that a tap killed stops the copying within seconds. */
+	__u32 capture_until;
 	/* Added to bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC_COARSE) to get Unix
 	 * time in ns: CLOCK_REALTIME - CLOCK_MONOTONIC when the control plane
 	 * configured the router. Both run at the same NTP-disciplined rate, so it

@@ -24,8 +24,9 @@ const captureMax = 2048
 
 // Tap gets every frame an attached router forwards in XDP, from the moment
 // it opens until Close: the router keeps each frame as it arrived while
-// br_config.capture is set, and hands it to br_capture with the frame as it
-// left when it forwards it. What the router does with the frame does not
+// br_config.capture_until is ahead (the tap moves it on every second, a
+// lease of tapLease), and hands it to br_capture with the frame as it left
+// when it forwards it. What the router does with the frame does not
 // change; one tap at a time.
 type Tap struct {
 	name   string
@@ -36,6 +37,8 @@ type Tap struct {
 	frames []ForwardedFrame
 	long   int // frames longer than the tap takes
 	done   chan struct{}
+	stop   chan struct{}
+	confMu sync.Mutex
 }
 
 // OpenTap starts capturing what the attached router of that pin name
@@ -54,7 +57,7 @@ func OpenTap(name string) (*Tap, error) {
 		ring.Close()
 		return nil, err
 	}
-	t := &Tap{name: name, conf: conf, ring: ring, done: make(chan struct{})}
+	t := &Tap{name: name, conf: conf, ring: ring, done: make(chan struct{}), stop: make(chan struct{})}
 	if t.reader, err = ringbuf.NewReader(ring); err != nil {
 		t.closeMaps()
 		return nil, err
@@ -67,22 +70,47 @@ func OpenTap(name string) (*Tap, error) {
 		}
 	}
 	t.reader.SetDeadline(time.Time{})
-	if err := t.setCapture(1); err != nil {
+	if err := t.setCapture(tapUntil()); err != nil {
 		t.reader.Close()
 		t.closeMaps()
 		return nil, err
 	}
 	go t.read()
+	go t.renew()
 	return t, nil
 }
 
-func (t *Tap) setCapture(on uint8) error {
+// tapLease is how long the router copies frames after the tap last said
+// it lives: a tap killed stops the copying within it.
+const tapLease = 5 * time.Second
+
+// tapUntil is br_config.capture_until for a lease from now: Unix time in
+// units of 2^30 ns.
+func tapUntil() uint32 { return uint32(time.Now().Add(tapLease).UnixNano() >> 30) }
+
+// renew moves the lease on every second until the tap closes.
+func (t *Tap) renew() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.setCapture(tapUntil())
+		}
+	}
+}
+
+func (t *Tap) setCapture(until uint32) error {
+	t.confMu.Lock()
+	defer t.confMu.Unlock()
 	var c routerBrConfig
 	zero := uint32(0)
 	if err := t.conf.Lookup(zero, &c); err != nil {
 		return fmt.Errorf("router %s: read br_conf: %w", t.name, err)
 	}
-	c.Capture = on
+	c.CaptureUntil = until
 	if err := t.conf.Update(zero, &c, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("router %s: write br_conf: %w", t.name, err)
 	}
@@ -129,6 +157,7 @@ func (t *Tap) Frames() ([]ForwardedFrame, int) {
 
 // Close stops the capture.
 func (t *Tap) Close() error {
+	close(t.stop)
 	err := t.setCapture(0)
 	t.reader.Close()
 	<-t.done
