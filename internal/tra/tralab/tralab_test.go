@@ -360,3 +360,23 @@ func lineDiff(a, b string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The longest gap is the longest time no echo came back: an echo that came
+// back late while later datagrams were echoed on time is not one.
+func TestUDPGap(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	s := &steady{}
+	for i := 0; i < 100; i++ {
+		s.sent = append(s.sent, ms(i*10))
+		s.got = append(s.got, ms(i*10+1))
+	}
+	// Datagram 10 comes back 5 s late; 40 to 59 never do (a 200 ms hole).
+	s.got[10] = ms(5100)
+	for i := 40; i < 60; i++ {
+		s.got[i] = time.Time{}
+	}
+	if g := s.udpGap(t0, ms(1000)); g != 210*time.Millisecond {
+		t.Fatalf("gap %s, want 210ms (from datagram 39's echo to 60's)", g)
+	}
+}
