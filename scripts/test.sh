@@ -26,7 +26,15 @@ if [ "$failed" -gt 0 ]; then
 	# their FAIL line), so that a red CI log shows why.
 	for t in $(grep -oE '^\s*--- FAIL: \S+' "$log" | awk '{print $3}' | sort -u); do
 		echo
-		awk -v t="$t" '$0 ~ "^=== (RUN|CONT)[ ]+"t"$" {on=1} on {print} $0 ~ "^[ ]*--- FAIL: "t" " {on=0}' "$log" | tail -60
+		# Its first lines hold the reason; its last, what it logged on the
+		# way out (daemons' logs): both, and what lies between cut.
+		awk -v t="$t" '$0 ~ "^=== (RUN|CONT)[ ]+"t"$" {on=1} on {print} $0 ~ "^[ ]*--- FAIL: "t" " {on=0}' "$log" >"$log.t"
+		if [ "$(wc -l <"$log.t")" -gt 100 ]; then
+			head -60 "$log.t"; echo "        [… $(( $(wc -l <"$log.t") - 100 )) lines …]"; tail -40 "$log.t"
+		else
+			cat "$log.t"
+		fi
+		rm -f "$log.t"
 	done
 fi
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
