@@ -333,11 +333,7 @@ func brStatsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				c, err := p.ReadCounters()
-				var slots map[int]int
-				if err == nil {
-					slots, err = p.Slots()
-				}
+				byIf, err := p.ByInterface()
 				var ip map[string]br.Stat
 				if err == nil {
 					ip, err = p.IPTotals()
@@ -346,7 +342,7 @@ func brStatsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				all[id] = c.ByInterface(slots)
+				all[id] = byIf
 				if len(ip) > 0 {
 					all[id][br.IPInterface] = ip
 				}

@@ -513,6 +513,20 @@ func List() ([]RouterState, error) {
 	return out, nil
 }
 
+// ByInterface are a router's counts as interface → verdict → figures,
+// leaving out zeros (Counts.ByInterface over the router's own slots).
+func (p *Pinned) ByInterface() (map[string]map[string]Stat, error) {
+	c, err := p.ReadCounters()
+	if err != nil {
+		return nil, err
+	}
+	slots, err := p.Slots()
+	if err != nil {
+		return nil, err
+	}
+	return c.ByInterface(slots), nil
+}
+
 // Totals are a router's counts by verdict name, summed over its interfaces;
 // verdicts that counted nothing are left out.
 func (p *Pinned) Totals() (map[string]Stat, error) {

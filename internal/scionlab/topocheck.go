@@ -381,17 +381,13 @@ func routerCounts(as []AS) map[string]map[string]map[string]uint64 {
 			if err != nil {
 				continue
 			}
-			c, err := p.ReadCounters()
-			var slots map[int]int
-			if err == nil {
-				slots, err = p.Slots()
-			}
+			byIf, err := p.ByInterface()
 			p.Close()
 			if err != nil {
 				continue
 			}
 			m := map[string]map[string]uint64{}
-			for ifn, vs := range c.ByInterface(slots) {
+			for ifn, vs := range byIf {
 				m[ifn] = map[string]uint64{}
 				for v, s := range vs {
 					m[ifn][v] = s.Packets
