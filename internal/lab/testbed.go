@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 
 	"github.com/safchain/ethtool"
@@ -212,7 +211,7 @@ func (t Testbed) Up() (err error) {
 		// Router solicitations and DAD would add packets the sink counts.
 		if err := netns.Run(ns, func() error {
 			for _, key := range []string{"all", "default"} {
-				if err := sysctl(filepath.Join("net/ipv6/conf", key, "disable_ipv6"), "1"); err != nil {
+				if err := netns.Sysctl(filepath.Join("net/ipv6/conf", key, "disable_ipv6"), "1"); err != nil {
 					return err
 				}
 			}
@@ -307,7 +306,7 @@ func (t Testbed) route() error {
 		return nil
 	}
 	gen, in, out, sink := t.Gen(), t.DUTIn(), t.DUTOut(), t.Sink()
-	if err := netns.Run(in.Netns, func() error { return sysctl("net/ipv4/ip_forward", "1") }); err != nil {
+	if err := netns.Run(in.Netns, func() error { return netns.Sysctl("net/ipv4/ip_forward", "1") }); err != nil {
 		return err
 	}
 	steps := []struct {
@@ -365,15 +364,6 @@ var cleanups []func(Testbed) error
 // RegisterCleanup adds what Down must also remove for a testbed: only what
 // carries the testbed's prefix.
 func RegisterCleanup(c func(Testbed) error) { cleanups = append(cleanups, c) }
-
-// sysctl writes a /proc/sys/net key; it acts on the calling thread's
-// network namespace, so call it inside netns.Run.
-func sysctl(key, value string) error {
-	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
-	}
-	return nil
-}
 
 func prefixToIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}

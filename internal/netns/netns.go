@@ -216,3 +216,12 @@ func Current() string {
 	}
 	return ""
 }
+
+// Sysctl writes a /proc/sys key (net/ipv4/ip_forward, say). The net keys
+// are those of the calling thread's network namespace: call it inside Run.
+func Sysctl(key, val string) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(val), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", key, val, err)
+	}
+	return nil
+}

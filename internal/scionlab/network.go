@@ -449,7 +449,7 @@ func ipv6Settings(on bool) error {
 			set = map[string]string{"disable_ipv6": "0", "accept_ra": "0", "router_solicitations": "0", "accept_dad": "0", "dad_transmits": "0", "keep_addr_on_down": "1"}
 		}
 		for key, val := range set {
-			if err := sysctl("net/ipv6/conf/"+k+"/"+key, val); err != nil {
+			if err := netns.Sysctl("net/ipv6/conf/"+k+"/"+key, val); err != nil {
 				return err
 			}
 		}
@@ -528,13 +528,6 @@ func linkUp(ns, dev string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%s/%s up: %w", ns, dev, err)
-	}
-	return nil
-}
-
-func sysctl(key, val string) error {
-	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(val), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", key, val, err)
 	}
 	return nil
 }

@@ -314,7 +314,7 @@ func sigHost(a AS, on bool) error {
 	}
 	set := func() error {
 		for _, k := range []string{"default", "lo"} {
-			if err := sysctl("net/ipv6/conf/"+k+"/disable_ipv6", ipv6); err != nil {
+			if err := netns.Sysctl("net/ipv6/conf/"+k+"/disable_ipv6", ipv6); err != nil {
 				return err
 			}
 		}

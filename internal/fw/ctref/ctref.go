@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -97,7 +96,7 @@ func Open(ns string) (r *Ref, err error) {
 			"net/ipv4/conf/v1/rp_filter": "0", "net/ipv6/conf/all/forwarding": "1",
 			"net/ipv6/conf/all/accept_ra": "0", "net/ipv6/conf/all/router_solicitations": "0",
 		} {
-			if err := writeSysctl(key, val); err != nil {
+			if err := netns.Sysctl(key, val); err != nil {
 				return err
 			}
 		}
@@ -125,14 +124,6 @@ func Open(ns string) (r *Ref, err error) {
 		return r, err
 	}
 	return r, nil
-}
-
-// writeSysctl sets a key of the calling thread's namespace.
-func writeSysctl(key, val string) error {
-	if err := os.WriteFile("/proc/sys/"+key, []byte(val), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", key, val, err)
-	}
-	return nil
 }
 
 // Send sends one Ethernet frame (its destination MAC is set to the receiving

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -165,7 +163,7 @@ func ipVeth(a, b ipEnd) error {
 		if err := netns.Run(e.ns, func() error {
 			for _, k := range []string{"accept_dad=0", "accept_ra=0", "disable_ipv6=0"} {
 				key, val, _ := strings.Cut(k, "=")
-				if err := sysctl(fmt.Sprintf("net/ipv6/conf/%s/%s", e.dev, key), val); err != nil {
+				if err := netns.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/%s", e.dev, key), val); err != nil {
 					return err
 				}
 			}
@@ -241,7 +239,7 @@ func hostNoTSO(e ipEnd) error {
 func forwardIPv6(ns string) (func() error, error) {
 	set := func(v string) func() error {
 		return func() error {
-			return netns.Run(ns, func() error { return sysctl("net/ipv6/conf/all/forwarding", v) })
+			return netns.Run(ns, func() error { return netns.Sysctl("net/ipv6/conf/all/forwarding", v) })
 		}
 	}
 	if err := set("1")(); err != nil {
@@ -262,11 +260,4 @@ func deleteLink(ns, dev string) error {
 		return nil
 	}
 	return h.LinkDel(l)
-}
-
-func sysctl(key, val string) error {
-	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(val), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", key, val, err)
-	}
-	return nil
 }

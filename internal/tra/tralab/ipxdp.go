@@ -256,13 +256,13 @@ func setSysctl(ns, key, val string) (func() error, error) {
 		if old, err = os.ReadFile(path); err != nil {
 			return err
 		}
-		return sysctl(key, val)
+		return netns.Sysctl(key, val)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", ns, err)
 	}
 	prev := strings.TrimSpace(string(old))
 	return func() error {
-		return netns.Run(ns, func() error { return sysctl(key, prev) })
+		return netns.Run(ns, func() error { return netns.Sysctl(key, prev) })
 	}, nil
 }
 
