@@ -1234,6 +1234,12 @@ struct {
 	__type(value, struct br_fib_req);
 } br_fib_req SEC(".maps");
 
+/* The length of the IP packet the router sends to p->next_hop. */
+static __always_inline __u32 ip_len(const struct br_pkt *p)
+{
+	return p->udp_len + (p->next_hop.family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+}
+
 /* Next-hop MAC and device from the kernel's FIB, looked up as the
  * reference router's socket sends: from lo (the kernel's input device for
  * what the host itself sends), from src to the next hop. The kernel answers
@@ -1243,12 +1249,6 @@ struct {
  * The answer is br_nh_cache's entry for the egress interface, or, for a
  * next hop that is not cached (a local host), its slot 0, which no
  * interface ID uses. */
-/* The length of the IP packet the router sends to p->next_hop. */
-static __always_inline __u32 ip_len(const struct br_pkt *p)
-{
-	return p->udp_len + (p->next_hop.family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
-}
-
 static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct br_nh **out)
 {
 	struct bpf_fib_lookup *fib;
@@ -1665,8 +1665,7 @@ static __noinline int capture_departure(struct xdp_md *ctx)
 	if (!f)
 		return 0;
 	f->out_len = load_frame(ctx, f->out);
-	/* A full ring loses the frame: the tap counts what it got against
-	 * the forwarded counters. */
+	/* A full ring loses the frame: the lab replays only what reached it. */
 	bpf_ringbuf_output(&br_capture, f, sizeof(*f), 0);
 	return 0;
 }

@@ -152,6 +152,13 @@ func routerFile(kind string, k int) string {
 	return fmt.Sprintf("%s-%d.toml", kind, k+1)
 }
 
+// topology.json's link_to of a link's interfaces by the link's type: at its
+// first end ("parent") and at its second ("child").
+var (
+	linkToFromParent = map[string]string{LinkChild: "child", LinkCore: "core", LinkPeer: "peer"}
+	linkToFromChild  = map[string]string{LinkChild: "parent", LinkCore: "core", LinkPeer: "peer"}
+)
+
 // topology is an AS's topology.json, as scionproto's generator writes it:
 // every router of the AS with its interfaces, the AS's MTU and each
 // interface's (in the default network, the SCION MTU the links' MTU
@@ -174,10 +181,10 @@ func topology(a AS, as []AS, links []Link, mtu int) map[string]any {
 		switch a.Index {
 		case l.Parent:
 			id, remoteID, local, remote, other, k = l.ParentIf, l.ChildIf, l.ParentAddr.String(), l.ChildAddr.String(), as[l.Child], l.ParentRouter
-			linkTo = map[string]string{LinkChild: "child", LinkCore: "core", LinkPeer: "peer"}[l.Type]
+			linkTo = linkToFromParent[l.Type]
 		case l.Child:
 			id, remoteID, local, remote, other, k = l.ChildIf, l.ParentIf, l.ChildAddr.String(), l.ParentAddr.String(), as[l.Parent], l.ChildRouter
-			linkTo = map[string]string{LinkChild: "parent", LinkCore: "core", LinkPeer: "peer"}[l.Type]
+			linkTo = linkToFromChild[l.Type]
 		default:
 			continue
 		}

@@ -46,12 +46,9 @@ func FastpathBinary(needs string) (string, error) {
 // attached; from then on a neighbour that attaches or turns GRO on later
 // is forwarded in XDP within a second, without attaching again.
 func (n Network) ServeHybrid(ctx context.Context, a AS, log io.Writer) error {
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return err
-	}
-	if st == nil {
-		return ErrNotUp
 	}
 	for k := range a.Routers {
 		if err := n.serveHybrid(ctx, st, a, k, log); err != nil {
@@ -173,12 +170,9 @@ const reloadedLine = "reloaded and attached again in place"
 // change on without detaching, and returns once the reload is logged.
 // Hybrid mode only.
 func (n Network) SetForwardIP(a AS, on bool) error {
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return err
-	}
-	if st == nil {
-		return ErrNotUp
 	}
 	name := procName(ServeService, a)
 	i := slices.IndexFunc(st.Procs, func(p Proc) bool { return p.Name == name })

@@ -259,14 +259,13 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 	return res, nil
 }
 
+// firstDiff names the first byte where a and b differ ("" if one is a
+// prefix of the other: the lengths, printed beside it, tell).
 func firstDiff(a, b []byte) string {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
 			return fmt.Sprintf(", first different byte at %d (%#02x against %#02x)", i, a[i], b[i])
 		}
-	}
-	if len(a) != len(b) {
-		return ""
 	}
 	return ""
 }

@@ -110,6 +110,16 @@ func (n Network) readState() (*State, error) {
 	return &s, nil
 }
 
+// running is the record of the network that is up: ErrNotUp when there is
+// none.
+func (n Network) running() (*State, error) {
+	st, err := n.readState()
+	if err == nil && st == nil {
+		err = ErrNotUp
+	}
+	return st, err
+}
+
 // writeState records s; it is written after each process starts, so that
 // down finds everything even after a crash half-way through up.
 func (n Network) writeState(s *State) error {
@@ -224,12 +234,9 @@ func (n Network) Restart(ctx context.Context, a AS, service string, log io.Write
 	if log == nil {
 		log = io.Discard
 	}
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return err
-	}
-	if st == nil {
-		return ErrNotUp
 	}
 	service, k := routerService(service)
 	if k >= len(a.Routers) {

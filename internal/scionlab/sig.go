@@ -80,12 +80,9 @@ func (n Network) StartSIG(ctx context.Context, a, b AS, timeout time.Duration, l
 	if a.Index == b.Index {
 		return fmt.Errorf("the SIG needs two different ASes, got %s twice", a.IA)
 	}
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return err
-	}
-	if st == nil {
-		return ErrNotUp
 	}
 	var running []string
 	for _, p := range st.Procs {

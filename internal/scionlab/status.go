@@ -107,12 +107,9 @@ func (s *Status) Healthy() bool {
 
 // Status reads the record and checks each process.
 func (n Network) Status() (*Status, error) {
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return nil, err
-	}
-	if st == nil {
-		return nil, ErrNotUp
 	}
 	as, _, err := n.plan(st)
 	if err != nil {
@@ -185,12 +182,9 @@ func (s *Status) Write(w io.Writer) {
 // of the first leaf AS to that of the last, and fails on the first that
 // fails. Their output goes to w.
 func (n Network) Check(ctx context.Context, w io.Writer) error {
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return err
-	}
-	if st == nil {
-		return ErrNotUp
 	}
 	if st.Topo != "" {
 		c, err := n.CheckTopo(ctx, TopoCheckOptions{Oracle: len(st.Hybrid) > 0}, w)
@@ -226,12 +220,9 @@ func (n Network) Check(ctx context.Context, w io.Writer) error {
 
 // ASes is the plan of the running network.
 func (n Network) ASes() ([]AS, []Link, error) {
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return nil, nil, err
-	}
-	if st == nil {
-		return nil, nil, ErrNotUp
 	}
 	return n.plan(st)
 }
@@ -257,12 +248,9 @@ func (n Network) FindAS(ia string) (AS, error) {
 // Stop ends one of the network's processes by name (router-64512, say):
 // what a test or an operator does to see what survives its loss.
 func (n Network) Stop(name string) error {
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return err
-	}
-	if st == nil {
-		return ErrNotUp
 	}
 	for _, p := range st.Procs {
 		if p.Name == name {

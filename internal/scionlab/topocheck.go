@@ -158,12 +158,9 @@ func (n Network) CheckTopo(ctx context.Context, o TopoCheckOptions, w io.Writer)
 	if o.MaxPaths == 0 {
 		o.MaxPaths = 40
 	}
-	st, err := n.readState()
+	st, err := n.running()
 	if err != nil {
 		return nil, err
-	}
-	if st == nil {
-		return nil, ErrNotUp
 	}
 	as, links, err := n.plan(st)
 	if err != nil {
@@ -238,7 +235,7 @@ func (n Network) CheckTopo(ctx context.Context, o TopoCheckOptions, w io.Writer)
 				Note: "not in hybrid mode: nothing to prove in XDP"})
 			continue
 		}
-		proof := n.proveKind(ctx, k, c.src, c.dst, c.p, owners, o.Pings)
+		proof := n.proveKind(ctx, k, c.src, c.dst, c.p, as, owners, o.Pings)
 		fmt.Fprintf(w, "%s: %s\n", k, formatProof(proof))
 		res.Proofs = append(res.Proofs, proof)
 	}
@@ -403,8 +400,7 @@ func routerCounts(as []AS) map[string]map[string]map[string]uint64 {
 // fastpath's routers counted where they arrive; for KindMTU it sends
 // packets 8 bytes larger than the path's MTU and looks for them passed up
 // where the narrow link begins.
-func (n Network) proveKind(ctx context.Context, kind string, src, dst AS, p scionPath, owners map[ifKey]ifOwner, pings int) KindProof {
-	as, _, _ := n.ASes()
+func (n Network) proveKind(ctx context.Context, kind string, src, dst AS, p scionPath, as []AS, owners map[ifKey]ifOwner, pings int) KindProof {
 	proof := KindProof{Kind: kind, Src: src.IA, Dst: dst.IA, Path: p.Sequence, MTU: p.MTU}
 	host := fmt.Sprintf("%s,%s", dst.IA, dst.Host)
 	size := -1 // the path's MTU
