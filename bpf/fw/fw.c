@@ -257,6 +257,13 @@ struct {
 	struct fw_rule_stats stats;
 	struct fw_flow_set flow;
 	struct fw_flow_tags tags;
+	struct fw_ct_key ct_key;
+	struct fw_ct_entry ct_entry;
+	enum fw_ct_state ct_state;
+	enum fw_ct_flag ct_flag;
+	enum fw_ct_status ct_status;
+	enum fw_tcp_state tcp_state;
+	enum fw_ct_timeout ct_timeout;
 } fw_btf_types;
 
 #define FW_SLOT_MAP(name, inner)                        \
@@ -290,6 +297,9 @@ static __always_inline void count(enum fw_counter reason)
 		*c += 1;
 }
 
+#include "ct.h"
+#include "synproxy.h"
+
 static __always_inline void *slot_map(void *outer, __u32 slot)
 {
 	return bpf_map_lookup_elem(outer, &slot);
@@ -298,7 +308,7 @@ static __always_inline void *slot_map(void *outer, __u32 slot)
 /* Step 1: the flow key. Non-IP frames are the kernel's business (ARP must
  * work); IP packets whose headers are cut short are dropped, since no rule
  * could be checked against them. */
-static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k)
+static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k, struct fw_pkt *p)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -335,7 +345,9 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k)
 		k->dst[3] = ip->daddr;
 		/* Fragments after the first carry no ports. */
 		frag_later = ip->frag_off & bpf_htons(0x1fff);
+		p->frag = ipv4_is_fragment(ip);
 		l4 = data + ip->ihl * 4;
+		p->l4_len = bpf_ntohs(ip->tot_len) > ip->ihl * 4 ? bpf_ntohs(ip->tot_len) - ip->ihl * 4 : 0;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data;
 		__u8 next;
@@ -358,6 +370,7 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k)
 				return XDP_DROP;
 			if (next == IPPROTO_FRAGMENT) {
 				frag_later = *(__u16 *)(h + 2) & bpf_htons(0xfff8);
+				p->frag = 1;
 				l4 = h + 8;
 			} else if (next == IPPROTO_AH) {
 				l4 = h + (h[1] + 2) * 4;
@@ -367,10 +380,23 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k)
 			next = h[0];
 		}
 		k->proto = next;
+		{
+			__u32 ext = l4 - (void *)(ip6 + 1), plen = bpf_ntohs(ip6->payload_len);
+
+			p->l4_len = plen > ext ? plen - ext : 0;
+		}
 	} else {
 		return XDP_PASS;
 	}
 
+	{
+		/* The full difference first: clang would otherwise keep a
+		 * pointer's low half for it, which the verifier refuses. */
+		__u64 off = l4 - (void *)(long)ctx->data;
+
+		asm volatile("" : "+r"(off));
+		p->l4 = off;
+	}
 	if (frag_later) {
 		k->noports = 1;
 		return CONTINUE;
@@ -458,6 +484,8 @@ static __always_inline int rule_matches(const struct fw_rule *r, const struct fw
 	if (r->family && r->family != k->family)
 		return 0;
 	if (r->proto && r->proto != k->proto)
+		return 0;
+	if (r->ct_states && !(r->ct_states & k->ct_state))
 		return 0;
 	if ((r->flags & FW_RULE_PORTS) && k->noports)
 		return 0;
@@ -608,7 +636,7 @@ __attribute__((noinline)) __u64 scan_long(const struct fw_flow_key *k, __u32 slo
 	bpf_loop(2 * (end - start), long_step, &s, 0);
 	if (s.best >= best)
 		return 0;
-	return (__u64)s.best << 32 | s.rule << 1 | s.action;
+	return (__u64)s.best << 32 | s.rule << FW_ACT_BITS | s.action;
 }
 
 /* A span's first candidate is checked here, and only the rest of a longer
@@ -635,8 +663,8 @@ static __always_inline void scan_span(struct scan *s, const struct fw_span *span
 
 		if (m) {
 			s->best = m >> 32;
-			s->rule = (__u32)m >> 1;
-			s->action = m & 1;
+			s->rule = (__u32)m >> FW_ACT_BITS;
+			s->action = m & FW_ACT_MASK;
 		}
 		return;
 	}
@@ -893,10 +921,10 @@ static __always_inline __u32 find_node4(void *cls, void *tree, void *leaf, const
 
 /* The new-flow path: the first rule that matches (lowest prio), from the
  * rules anchored on the packet's values and the overlay's added ones.
- * Returns the rule's id, 0 for the default policy. Inlined: a call and its
- * return cost ~15 ns of a new flow here, and the verifier walks the same
- * instructions either way. */
-static __always_inline __u32 classify(const struct fw_flow_key *k, const struct fw_overlay *ov, __u32 overlay,
+ * Returns the rule's id, 0 for the default policy. A function of its own
+ * (a call and its return cost ~15 ns of a new flow here): inlined, its
+ * stack and conntrack's together passed the verifier's 512 bytes. */
+static __noinline __u32 classify(const struct fw_flow_key *k, const struct fw_overlay *ov, __u32 overlay,
 				      __u8 *action)
 {
 	__u32 zero = 0, slot = ov->base;
@@ -991,7 +1019,7 @@ static __always_inline __u32 flow_hash(const struct fw_flow_key *k)
 	__u32 h = (__u32)k->sport << 16 | k->dport;
 
 	h = mix32(h ^ k->src[3] * 0x9e3779b1);
-	h = mix32(h ^ k->dst[3] ^ (__u32)k->proto << 24 ^ k->noports);
+	h = mix32(h ^ k->dst[3] ^ (__u32)k->proto << 24 ^ (__u32)k->ct_state << 8 ^ k->noports);
 	if (k->family == FW_FAMILY_IPV6)
 		h = mix32(h ^ k->src[0] ^ k->src[1] * 31 ^ k->src[2] * 131 ^ k->dst[0] * 7 ^ k->dst[1] * 17 ^
 			  k->dst[2] * 257);
@@ -1025,7 +1053,7 @@ static __always_inline int key_eq(const struct fw_flow_key *a, const struct fw_f
 	return a->src[0] == b->src[0] && a->src[1] == b->src[1] && a->src[2] == b->src[2] &&
 	       a->src[3] == b->src[3] && a->dst[0] == b->dst[0] && a->dst[1] == b->dst[1] &&
 	       a->dst[2] == b->dst[2] && a->dst[3] == b->dst[3] && a->sport == b->sport &&
-	       a->dport == b->dport && a->proto == b->proto && a->noports == b->noports;
+	       a->dport == b->dport && a->proto == b->proto && a->noports == b->noports && a->ct_state == b->ct_state;
 }
 
 /* A flow seen once leaves its tag in its set's queue. */
@@ -1128,8 +1156,9 @@ static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, 
 	return set ? &set->way[w & (FW_FLOW_WAYS - 1)].f : NULL;
 }
 
-/* Step 4: the rules, through the flow's cached verdict when it is tracked
- * and the verdict belongs to the active rule set. */
+/* Step 5: the rules, through the flow's cached verdict when it is tracked
+ * and the verdict belongs to the active rule set. Returns the action
+ * (enum fw_action), or -1 to abort. */
 static __always_inline int apply_rules(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len)
 {
 	__u32 zero = 0;
@@ -1143,12 +1172,12 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 	__u8 action;
 
 	if (!ov)
-		return XDP_ABORTED;
+		return -1;
 	f = flow_lookup(cfg, k, len);
 	if (f && f->packets && (f->verdict >> 32) == gen) {
 		verdict = f->verdict;
-		rule = (__u32)verdict >> 1;
-		action = verdict & 1;
+		rule = (__u32)verdict >> FW_ACT_BITS;
+		action = verdict & FW_ACT_MASK;
 	} else if (!ov->nbase && !ov->nadded) {
 		rule = 0; /* no rules: the default policy */
 		action = ov->default_action;
@@ -1156,7 +1185,7 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 	} else {
 		rule = classify(k, ov, overlay, &action);
 		count(FW_C_CLASSIFIED);
-		verdict = (__u64)gen << 32 | rule << 1 | action;
+		verdict = (__u64)gen << 32 | rule << FW_ACT_BITS | action;
 	}
 	if (f) {
 		f->packets += 1;
@@ -1168,18 +1197,19 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 			f->verdict = verdict; /* only after a classification */
 	}
 	count_rule(ov->stats, rule, len);
-	if (action == FW_ACT_DROP) {
+	if (action == FW_ACT_DROP)
 		count(rule ? FW_C_DROP_RULE : FW_C_DROP_DEFAULT);
-		return XDP_DROP;
-	}
-	count(rule ? FW_C_PASS_RULE : FW_C_PASS_DEFAULT);
-	return XDP_PASS;
+	else
+		count(rule ? FW_C_PASS_RULE : FW_C_PASS_DEFAULT);
+	return action;
 }
 
 SEC("xdp")
 int fw_xdp(struct xdp_md *ctx)
 {
 	struct fw_flow_key key = {};
+	struct fw_pkt pkt = {};
+	struct ct_result ct;
 	__u64 len = ctx->data_end - ctx->data;
 	struct fw_config *cfg;
 	__u32 zero = 0;
@@ -1188,7 +1218,7 @@ int fw_xdp(struct xdp_md *ctx)
 #ifdef FW_BENCH_PROLOGUE
 	FW_BENCH_PROLOGUE(ctx);
 #endif
-	rc = parse_flow(ctx, &key);
+	rc = parse_flow(ctx, &key, &pkt);
 	if (rc == XDP_PASS) {
 		count(FW_C_PASS_NOT_IP);
 		return rc;
@@ -1204,7 +1234,16 @@ int fw_xdp(struct xdp_md *ctx)
 		return rc;
 	if ((rc = check_rate_limit(cfg, &key, len)) != CONTINUE)
 		return rc;
-	return apply_rules(cfg, &key, len);
+	track_conn(ctx, cfg, &key, &pkt, &ct, len);
+	rc = apply_rules(cfg, &key, len);
+	if (rc < 0)
+		return XDP_ABORTED;
+	if (rc == FW_ACT_DROP)
+		return XDP_DROP;
+	if (rc == FW_ACT_SYNPROXY && (rc = synproxy(ctx, cfg, &key, &pkt, &ct)) != CONTINUE)
+		return rc;
+	ct_confirm(&ct);
+	return XDP_PASS;
 }
 
 char _license[] SEC("license") = "GPL";

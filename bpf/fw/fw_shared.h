@@ -9,6 +9,23 @@
 enum fw_action {
 	FW_ACT_PASS = 0,
 	FW_ACT_DROP = 1,
+	/* A TCP SYN that matches is answered with a SYN cookie from XDP; the
+	 * connection reaches the host only after the client's ACK carries a
+	 * valid cookie (see fw_ct_entry). Other packets that match pass. */
+	FW_ACT_SYNPROXY = 2,
+};
+#define FW_ACT_BITS 2
+#define FW_ACT_MASK 3
+
+/* A packet's connection-tracking state, one bit each as nftables' ct state
+ * (NF_CT_STATE_BIT): a rule matches a set of them. 0 while conntrack is
+ * off. */
+enum fw_ct_state {
+	FW_CT_INVALID = 1,
+	FW_CT_ESTABLISHED = 2,
+	FW_CT_RELATED = 4,
+	FW_CT_NEW = 8,
+	FW_CT_UNTRACKED = 64,
 };
 
 /* Address families as the rules and flow keys spell them. */
@@ -29,7 +46,9 @@ struct fw_flow_key {
 	__u16 sport;
 	__u16 dport;
 	__u8 noports;
-	__u8 pad;
+	/* The packet's enum fw_ct_state: part of the key, so that the flow
+	 * cache holds a verdict per state of a flow. */
+	__u8 ct_state;
 	__u32 src[4];
 	__u32 dst[4];
 };
@@ -117,7 +136,154 @@ struct fw_config {
 	/* Sets of each CPU's flow cache minus one (their count is a power of
 	 * two), written when the maps are created. */
 	__u32 flow_mask;
+	/* Connection tracking (enum fw_ct_flag); timeouts in seconds by
+	 * enum fw_ct_timeout, the kernel's defaults unless set. */
+	__u32 ct_flags;
+	__u32 ct_timeout[16];
+	__u32 pad0;
+	/* Added to the clock of connection tracking: tests age entries with it. */
+	__s64 ct_skew_ns;
+	/* The MSS the synproxy announces (IPv4, IPv6), and the TTL of its
+	 * SYN/ACKs. */
+	__u16 synproxy_mss4;
+	__u16 synproxy_mss6;
+	__u8 synproxy_ttl;
+	__u8 pad[3];
 };
+
+enum fw_ct_flag {
+	/* Track connections; set when a rule matches on ct state or
+	 * synproxies. */
+	FW_CTF_ON = 1,
+	/* Pick up TCP connections from a mid-stream ACK (nf_conntrack_tcp_loose,
+	 * on by default as in Linux). */
+	FW_CTF_LOOSE = 2,
+	/* Skip the window checks (nf_conntrack_tcp_be_liberal). */
+	FW_CTF_LIBERAL = 4,
+	/* Stricter than nftables: a TCP packet conntrack would ignore (an old
+	 * retransmission, a SYN on a live connection) is invalid. */
+	FW_CTF_STRICT = 8,
+};
+
+/* Timeouts, as nf_conntrack's tcp_timeouts[] and the others. */
+enum fw_ct_timeout {
+	FW_CTT_SYN_SENT = 1,
+	FW_CTT_SYN_RECV,
+	FW_CTT_ESTABLISHED,
+	FW_CTT_FIN_WAIT,
+	FW_CTT_CLOSE_WAIT,
+	FW_CTT_LAST_ACK,
+	FW_CTT_TIME_WAIT,
+	FW_CTT_CLOSE,
+	FW_CTT_SYN_SENT2,
+	FW_CTT_RETRANS,
+	FW_CTT_UNACK,
+	FW_CTT_UDP,
+	FW_CTT_UDP_STREAM,
+	FW_CTT_ICMP,
+	/* Protocols without a tracker of their own (nf_conntrack_generic). */
+	FW_CTT_GENERIC,
+	FW_CTT_MAX,
+};
+
+/* TCP states, numbered as enum tcp_conntrack. */
+enum fw_tcp_state {
+	FW_TCP_NONE = 0,
+	FW_TCP_SYN_SENT,
+	FW_TCP_SYN_RECV,
+	FW_TCP_ESTABLISHED,
+	FW_TCP_FIN_WAIT,
+	FW_TCP_CLOSE_WAIT,
+	FW_TCP_LAST_ACK,
+	FW_TCP_TIME_WAIT,
+	FW_TCP_CLOSE,
+	FW_TCP_SYN_SENT2,
+	FW_TCP_MAX,
+	FW_TCP_IGNORE,
+	/* Synproxy: the client's cookie ACK was let through as a SYN to the
+	 * server, whose SYN/ACK is awaited. */
+	FW_TCP_PROXY_SYN,
+};
+
+/* A connection: both directions in one entry under one key. For TCP and
+ * UDP the ends are ordered (lower address, then port, first), so that a
+ * packet of either direction finds the entry with one lookup; for ICMP the
+ * end that sent the request comes first and port[0] is the identifier,
+ * port[1] the request's type. */
+struct fw_ct_key {
+	__u32 addr[2][4];
+	__u16 port[2];
+	__u8 proto;
+	__u8 family;
+	__u16 pad;
+};
+
+/* One direction's TCP window state, as ip_ct_tcp_state. */
+struct fw_ct_half {
+	__u32 td_end;
+	__u32 td_maxend;
+	__u32 td_maxwin;
+	__u32 td_maxack;
+	__u8 td_scale;
+	__u8 flags; /* enum fw_ct_half_flag */
+	__u16 pad;
+};
+
+enum fw_ct_half_flag {
+	FW_CTH_WINDOW_SCALE = 1,
+	FW_CTH_SACK_PERM = 2,
+	FW_CTH_CLOSE_INIT = 4,
+	FW_CTH_BE_LIBERAL = 8,
+	FW_CTH_DATA_UNACKNOWLEDGED = 16,
+	FW_CTH_MAXACK_SET = 32,
+	FW_CTH_EXP_CHALLENGE_ACK = 64,
+	FW_CTH_SIMULTANEOUS_OPEN = 128,
+};
+
+enum fw_ct_status {
+	FW_CTS_SEEN_REPLY = 1,
+	FW_CTS_ASSURED = 2,
+	/* Opened through the synproxy: seq/ack are shifted by proxy_delta. */
+	FW_CTS_SYNPROXY = 4,
+	/* In the established table (fw_ct_est) rather than the embryonic one. */
+	FW_CTS_EST_TABLE = 8,
+};
+
+/* What a connection's entry holds. dir[] and the counters are indexed by
+ * conntrack direction: 0 the original (the first packet's), 1 the reply. */
+struct fw_ct_entry {
+	/* Taken while the TCP state changes (see ct_lock): the two directions
+	 * of a connection may be on two CPUs. A word of our own rather than a
+	 * bpf_spin_lock, which LRU maps cannot hold, nor maps without BTF
+	 * (fastpath-rt's), and under which no function may be called. */
+	__u32 lock;
+	__u32 pad0;
+	__u8 state;  /* enum fw_tcp_state; 0 for UDP and ICMP */
+	__u8 status; /* enum fw_ct_status */
+	__u8 orig;   /* which end of the key sent the first packet */
+	__u8 retrans;
+	__u8 last_index;
+	__u8 last_dir;
+	__u8 last_flags;
+	__u8 last_wscale;
+	__u16 last_win;
+	__u16 pad;
+	__u32 last_seq;
+	__u32 last_ack;
+	__u32 last_end;
+	struct fw_ct_half dir[2];
+	/* Synproxy: the cookie (the ISN the client saw) minus the server's ISN,
+	 * and the client's ISN and MSS while the server's SYN/ACK is awaited. */
+	__u32 proxy_delta;
+	__u32 proxy_isn;
+	__u16 proxy_mss;
+	__u16 pad2[3];
+	__u64 expires_ns;
+	__u64 start_ns;
+	__u64 packets[2];
+	__u64 bytes[2];
+};
+
 
 /* A range of the candidate array: rules [start, start+len), ascending. */
 struct fw_span {
@@ -235,6 +401,9 @@ struct fw_rule {
 	/* For the control plane: the next rule that repeats this one's fields
 	 * (FW_RULE_DUP), which takes its place if fw del deletes it. */
 	__u32 dup_next;
+	/* The ct states it matches (enum fw_ct_state bits); 0: any. */
+	__u8 ct_states;
+	__u8 pad[3];
 	__u32 src_net[4];
 	__u32 src_mask[4];
 	__u32 dst_net[4];
@@ -324,6 +493,25 @@ enum fw_counter {
 	FW_C_DROP_MALFORMED,
 	FW_C_CLASSIFIED,
 	FW_C_FLOW_REPLACED,
+	/* Packets by ct state. */
+	FW_C_CT_NEW,
+	FW_C_CT_ESTABLISHED,
+	FW_C_CT_RELATED,
+	FW_C_CT_INVALID,
+	FW_C_CT_UNTRACKED,
+	/* Entries created (embryonic), moved to the established table, and
+	 * left embryonic because that table was full. */
+	FW_C_CT_CREATED,
+	FW_C_CT_PROMOTED,
+	FW_C_CT_EST_FULL,
+	/* TCP packets conntrack ignores (accepted, state unchanged). */
+	FW_C_CT_IGNORED,
+	/* Synproxy: SYNs answered with a cookie, cookie ACKs that passed and
+	 * failed, connections the server completed. */
+	FW_C_SYNPROXY_SYN,
+	FW_C_SYNPROXY_ACK_OK,
+	FW_C_SYNPROXY_ACK_BAD,
+	FW_C_SYNPROXY_OPENED,
 	FW_C_MAX,
 };
 

@@ -1,6 +1,7 @@
 package fw
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -34,6 +35,10 @@ func benchProgram(tb testing.TB, f *Firewall, pkts [][]byte) *ebpf.Program {
 	}
 	var objs fwBenchObjects
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			tb.Fatalf("load the benchmark program: %+v", ve)
+		}
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { objs.Close() })

@@ -154,7 +154,7 @@ func (f *Firewall) Flows() ([]FlowStats, error) {
 		s := FlowStats{
 			Flow: fl, Packets: v.Packets, Bytes: v.Bytes,
 			FirstSeen: wallTime(v.FirstNs), LastSeen: wallTime(v.LastNs),
-			Rule: number(uint32(v.Verdict) >> 1), Action: Action(v.Verdict & 1), Current: uint32(v.Verdict>>32) == gen,
+			Rule: number(uint32(v.Verdict) >> actBits), Action: Action(v.Verdict & actMask), Current: uint32(v.Verdict>>32) == gen,
 		}
 		i, ok := byFlow[fl]
 		if !ok {

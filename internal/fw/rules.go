@@ -19,8 +19,16 @@ type Action uint8
 // The values mirror enum fw_action in bpf/fw/fw_shared.h; the kernel tests
 // check both through the program's verdicts.
 const (
-	Pass Action = 0
-	Drop Action = 1
+	Pass     Action = 0
+	Drop     Action = 1
+	Synproxy Action = 2
+)
+
+// A cached verdict holds the rule's id above its action's bits
+// (FW_ACT_BITS).
+const (
+	actBits = 2
+	actMask = 1<<actBits - 1
 )
 
 func (a Action) String() string {
