@@ -70,10 +70,19 @@ struct ct_result {
 	__u8 end;
 	/* enum ct_commit */
 	__u8 commit;
-	__u8 pad[2];
+	/* For the synproxy: the found entry's status (enum fw_ct_status,
+	 * with CT_R_FOUND and CT_R_PROXY_SYN; 0 without an entry), the
+	 * packet's direction in it and its proxy_delta. */
+	__u8 status;
+	__u8 dir;
 	/* The frame's length, for the counters. */
 	__u32 len;
+	__u32 proxy_delta;
 };
+
+/* ct_result.status: an entry was found; it awaits the server's SYN/ACK. */
+#define CT_R_FOUND 0x80
+#define CT_R_PROXY_SYN 0x40
 
 enum ct_commit {
 	CT_NONE = 0,

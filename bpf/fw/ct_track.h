@@ -322,8 +322,17 @@ static __noinline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *
 		return FW_CT_INVALID;
 	if (ct_lookup(&r->key, out.now, &f)) {
 		e = f.e;
-		held = ct_lock(e);
 		out.dir = r->end != e->orig;
+		/* The synproxy's (synproxy.h): the entry's handshake, and the
+		 * shift of its sequence numbers. */
+		r->status = e->status | CT_R_FOUND;
+		r->dir = out.dir;
+		r->proxy_delta = e->proxy_delta;
+		if (e->state == FW_TCP_PROXY_SYN) {
+			r->status |= CT_R_PROXY_SYN;
+			return ct_seen_state(e, out.dir);
+		}
+		held = ct_lock(e);
 		res = fw_ct_tcp(e, &s, cfg, &out);
 		if (res == CTV_IGNORE && (cfg->ct_flags & FW_CTF_STRICT))
 			res = CTV_INVALID;
@@ -347,6 +356,7 @@ static __noinline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *
 			return st;
 		}
 		ct_delete(&r->key, &f);
+		r->status = 0;
 	}
 
 	/* No entry: the packet may open one (tcp_new). */
@@ -613,6 +623,7 @@ static __always_inline void track_conn(struct xdp_md *ctx, const struct fw_confi
 				       const struct fw_pkt *p, struct ct_result *r, __u64 len)
 {
 	r->commit = CT_NONE;
+	r->status = 0;
 	r->len = len;
 	if (!(cfg->ct_flags & FW_CTF_ON))
 		return;

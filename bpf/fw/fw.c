@@ -1240,7 +1240,10 @@ int fw_xdp(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	if (rc == FW_ACT_DROP)
 		return XDP_DROP;
-	if (rc == FW_ACT_SYNPROXY && (rc = synproxy(ctx, cfg, &key, &pkt, &ct)) != CONTINUE)
+	/* The synproxy: the action's handshake, and every packet of the
+	 * connections it opened (whatever rule passed them). */
+	if ((rc == FW_ACT_SYNPROXY || (ct.status & FW_CTS_SYNPROXY)) &&
+	    (rc = synproxy(ctx, cfg, &key, &pkt, &ct)) != CONTINUE)
 		return rc;
 	ct_confirm(&ct);
 	return XDP_PASS;

@@ -13,6 +13,14 @@ static __always_inline __u16 csum_fold32(__u64 sum)
 	return (__u16)sum;
 }
 
+/* A checksum after a 32-bit word it covers changed from one value to
+ * another, all three as they lie in memory (RFC 1624, eqn. 3): for an
+ * XDP program, which has no bpf_l4_csum_replace. */
+static __always_inline __u16 csum_update4(__u16 check, __u32 from, __u32 to)
+{
+	return ~csum_fold32((__u64)(__u16)~check + (__u32)~from + to);
+}
+
 /* Checksum of a 20-byte IPv4 header without options, checksum field zero. */
 static __always_inline __u16 ipv4_hdr_csum(const void *iph)
 {
