@@ -1,0 +1,287 @@
+package fw
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/fastpath-dev/fastpath/internal/checksum"
+)
+
+const xdpTx = 3
+
+var (
+	clientMAC = net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	routerMAC = net.HardwareAddr{2, 0, 0, 0, 0, 2}
+)
+
+// seg is a TCP segment between two ends, as the tests send and expect it.
+type seg struct {
+	src, dst       netip.AddrPort
+	seq, ack       uint32
+	syn, ack_, psh bool
+	win            uint16
+	mss            uint16 // an MSS option, if not 0
+	full           bool   // the options a Linux client's SYN carries besides the MSS
+	payload        []byte
+}
+
+func (s seg) frame(t *testing.T, srcMAC, dstMAC net.HardwareAddr) []byte {
+	t.Helper()
+	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC}
+	var ipl gopacket.SerializableLayer
+	var netl gopacket.NetworkLayer
+	if s.src.Addr().Is4() {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolTCP,
+			SrcIP: s.src.Addr().AsSlice(), DstIP: s.dst.Addr().AsSlice()}
+		ipl, netl = ip, ip
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP,
+			SrcIP: s.src.Addr().AsSlice(), DstIP: s.dst.Addr().AsSlice()}
+		ipl, netl = ip, ip
+	}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(s.src.Port()), DstPort: layers.TCPPort(s.dst.Port()), Seq: s.seq,
+		Ack: s.ack, SYN: s.syn, ACK: s.ack_, PSH: s.psh, Window: s.win}
+	if s.mss != 0 {
+		tcp.Options = append(tcp.Options, layers.TCPOption{OptionType: layers.TCPOptionKindMSS, OptionLength: 4,
+			OptionData: binary.BigEndian.AppendUint16(nil, s.mss)})
+	}
+	if s.full {
+		tcp.Options = append(tcp.Options,
+			layers.TCPOption{OptionType: layers.TCPOptionKindSACKPermitted, OptionLength: 2},
+			layers.TCPOption{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: make([]byte, 8)},
+			layers.TCPOption{OptionType: layers.TCPOptionKindNop},
+			layers.TCPOption{OptionType: layers.TCPOptionKindWindowScale, OptionLength: 3, OptionData: []byte{7}})
+	}
+	tcp.SetNetworkLayerForChecksum(netl)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		eth, ipl, tcp, gopacket.Payload(s.payload)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// checkSeg decodes a frame the program wrote, checks its checksums with
+// the Go implementation, and compares it with the segment expected.
+func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareAddr, ttl uint8) *layers.TCP {
+	t.Helper()
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	if eth == nil || tcp == nil {
+		t.Fatalf("not a TCP frame: %v", p)
+	}
+	if !bytes.Equal(eth.SrcMAC, srcMAC) || !bytes.Equal(eth.DstMAC, dstMAC) {
+		t.Errorf("MACs %v > %v, want %v > %v", eth.SrcMAC, eth.DstMAC, srcMAC, dstMAC)
+	}
+	var pseudo []byte
+	var src, dst netip.Addr
+	var l4 []byte
+	if ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+		src, _ = netip.AddrFromSlice(ip.SrcIP)
+		dst, _ = netip.AddrFromSlice(ip.DstIP)
+		if ck := checksum.Fold(checksum.Sum(ip.Contents, 0)); ck != 0xffff {
+			t.Errorf("IPv4 header checksum %#04x wrong", ip.Checksum)
+		}
+		// Ethernet pads a frame to 60 bytes.
+		if int(ip.Length) != len(ip.Contents)+len(ip.Payload) || len(frame) != 14+int(ip.Length) && len(frame) != max(60, 14+int(ip.Length)) {
+			t.Errorf("IPv4 length %d, frame %d", ip.Length, len(frame))
+		}
+		if ttl != 0 && ip.TTL != ttl {
+			t.Errorf("TTL %d, want %d", ip.TTL, ttl)
+		}
+		l4 = ip.Payload
+		pseudo = append(append(append([]byte{}, ip.SrcIP.To4()...), ip.DstIP.To4()...), 0, 6, byte(len(l4)>>8), byte(len(l4)))
+	} else {
+		ip := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+		src, _ = netip.AddrFromSlice(ip.SrcIP)
+		dst, _ = netip.AddrFromSlice(ip.DstIP)
+		if int(ip.Length) != len(ip.Payload) || len(frame) != 54+int(ip.Length) {
+			t.Errorf("IPv6 payload length %d, frame %d", ip.Length, len(frame))
+		}
+		if ttl != 0 && ip.HopLimit != ttl {
+			t.Errorf("hop limit %d, want %d", ip.HopLimit, ttl)
+		}
+		l4 = ip.Payload
+		pseudo = append(append([]byte{}, ip.SrcIP...), ip.DstIP...)
+		pseudo = append(pseudo, 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, 6)
+	}
+	if ck := checksum.Fold(checksum.Sum(l4, checksum.Sum(pseudo, 0))); ck != 0xffff {
+		t.Errorf("TCP checksum %#04x wrong", tcp.Checksum)
+	}
+	got := seg{src: netip.AddrPortFrom(src, uint16(tcp.SrcPort)), dst: netip.AddrPortFrom(dst, uint16(tcp.DstPort)),
+		seq: tcp.Seq, ack: tcp.Ack, syn: tcp.SYN, ack_: tcp.ACK, psh: tcp.PSH, win: tcp.Window, payload: tcp.Payload}
+	var opts []layers.TCPOptionKind
+	for _, o := range tcp.Options {
+		if o.OptionType == layers.TCPOptionKindMSS {
+			got.mss = binary.BigEndian.Uint16(o.OptionData)
+		}
+		opts = append(opts, o.OptionType)
+	}
+	if want.mss != 0 && (len(opts) != 1 || opts[0] != layers.TCPOptionKindMSS) {
+		t.Errorf("options %v, want the MSS alone", opts)
+	}
+	if want.mss == 0 && len(opts) != 0 {
+		t.Errorf("options %v, want none", opts)
+	}
+	if tcp.FIN || tcp.RST || tcp.URG {
+		t.Errorf("flags FIN %v RST %v URG %v", tcp.FIN, tcp.RST, tcp.URG)
+	}
+	if want.win == 0 {
+		got.win = 0 // not checked
+	}
+	if got.payload == nil {
+		got.payload = []byte{}
+	}
+	if want.payload == nil {
+		want.payload = []byte{}
+	}
+	if got.src != want.src || got.dst != want.dst || got.seq != want.seq || got.ack != want.ack ||
+		got.syn != want.syn || got.ack_ != want.ack_ || got.psh != want.psh || got.win != want.win ||
+		got.mss != want.mss || !bytes.Equal(got.payload, want.payload) {
+		t.Errorf("wrote %+v\nwant  %+v", got, want)
+	}
+	return tcp
+}
+
+// newSynproxy loads a firewall whose one rule synproxies TCP to port 80,
+// with conntrack on (as a rule set with a synproxy rule turns it on).
+func newSynproxy(t *testing.T) *Firewall {
+	t.Helper()
+	f := newFirewall(t, "")
+	rs := &RuleSet{Default: Pass, Rules: []Rule{{Action: Synproxy, Proto: 6, DPort: Ports{Lo: 80, Hi: 80, given: true}}}}
+	if err := f.Install(rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.updateConfig(func(c *fwFwConfig) {
+		c.CtFlags = uint32(fwFwCtFlagFW_CTF_ON | fwFwCtFlagFW_CTF_LOOSE)
+		for i := range c.CtTimeout {
+			c.CtTimeout[i] = 300
+		}
+		c.SynproxyMss4, c.SynproxyMss6, c.SynproxyTtl = 1460, 1440, 61
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func runOut(t *testing.T, f *Firewall, frame []byte) (uint32, []byte) {
+	t.Helper()
+	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, 512)}
+	ret, err := f.Program().Run(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ret, opts.DataOut
+}
+
+func counter(t *testing.T, f *Firewall, c fwFwCounter) uint64 {
+	t.Helper()
+	var per []uint64
+	if err := f.objs.FwCounters.Lookup(uint32(c), &per); err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, v := range per {
+		sum += v
+	}
+	return sum
+}
+
+// TestSynproxy takes a connection through the proxy's handshake and on:
+// the client's SYN, a forged and the valid cookie ACK, the server's
+// SYN/ACK, then data both ways, checking each frame the program writes.
+func TestSynproxy(t *testing.T) {
+	for name, c := range map[string]struct {
+		client, server netip.AddrPort
+		clientMSS      uint16 // what the client's SYN offers
+		cookieMSS      uint16 // the cookie table's value for it
+	}{
+		"ipv4": {netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80"), 1460, 1460},
+		"ipv4 small mss": {netip.MustParseAddrPort("10.0.0.1:40001"), netip.MustParseAddrPort("10.0.1.2:80"), 1400, 1300},
+		"ipv6": {netip.MustParseAddrPort("[fd00::1]:40000"), netip.MustParseAddrPort("[fd00:1::2]:80"), 1440, 1440},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newSynproxy(t)
+			cl, sv := c.client, c.server
+			const isn, sisn = 1000, 3000000000
+
+			// The SYN: answered with a cookie, no entry.
+			syn := seg{src: cl, dst: sv, seq: isn, syn: true, win: 64240, mss: c.clientMSS, full: true}
+			ret, out := runOut(t, f, syn.frame(t, clientMAC, routerMAC))
+			if ret != xdpTx {
+				t.Fatalf("SYN: verdict %d, want XDP_TX", ret)
+			}
+			cookie := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default).
+				Layer(layers.LayerTypeTCP).(*layers.TCP).Seq
+			checkSeg(t, out, seg{src: sv, dst: cl, seq: cookie, ack: isn + 1, syn: true, ack_: true, win: 65535,
+				mss: c.cookieMSS}, routerMAC, clientMAC, 61)
+			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_SYN); n != 1 {
+				t.Errorf("synproxy_syn %d, want 1", n)
+			}
+			if n := counter(t, f, fwFwCounterFW_C_CT_CREATED); n != 0 {
+				t.Errorf("the SYN created %d entries", n)
+			}
+
+			// A forged ACK: dropped.
+			forged := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1 + 4096, ack_: true, win: 502}
+			if ret, _ := runOut(t, f, forged.frame(t, clientMAC, routerMAC)); ret != xdpDrop {
+				t.Fatalf("forged ACK: verdict %d, want XDP_DROP", ret)
+			}
+			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_ACK_BAD); n != 1 {
+				t.Errorf("synproxy_ack_bad %d, want 1", n)
+			}
+
+			// The valid ACK: the client's SYN again, to the server.
+			ack := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, win: 502}
+			ret, out = runOut(t, f, ack.frame(t, clientMAC, routerMAC))
+			if ret != xdpPass {
+				t.Fatalf("cookie ACK: verdict %d, want XDP_PASS", ret)
+			}
+			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
+			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_ACK_OK); n != 1 {
+				t.Errorf("synproxy_ack_ok %d, want 1", n)
+			}
+
+			// The server's SYN/ACK: the client's ACK, back to the server.
+			serverMAC := net.HardwareAddr{2, 0, 0, 0, 0, 3}
+			synack := seg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160, mss: 1460}
+			ret, out = runOut(t, f, synack.frame(t, serverMAC, routerMAC))
+			if ret != xdpTx {
+				t.Fatalf("server SYN/ACK: verdict %d, want XDP_TX", ret)
+			}
+			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
+			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_OPENED); n != 1 {
+				t.Errorf("synproxy_opened %d, want 1", n)
+			}
+
+			// Data both ways, shifted by cookie - server ISN.
+			req := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("GET /")}
+			ret, out = runOut(t, f, req.frame(t, clientMAC, routerMAC))
+			if ret != xdpPass {
+				t.Fatalf("client data: verdict %d, want XDP_PASS", ret)
+			}
+			want := req
+			want.ack = sisn + 1
+			checkSeg(t, out, want, clientMAC, routerMAC, 64)
+
+			resp := seg{src: sv, dst: cl, seq: sisn + 1, ack: isn + 6, ack_: true, psh: true, win: 509, payload: []byte("200 OK")}
+			ret, out = runOut(t, f, resp.frame(t, serverMAC, routerMAC))
+			if ret != xdpPass {
+				t.Fatalf("server data: verdict %d, want XDP_PASS", ret)
+			}
+			want = resp
+			want.seq = cookie + 1
+			checkSeg(t, out, want, serverMAC, routerMAC, 64)
+		})
+	}
+}
