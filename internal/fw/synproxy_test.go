@@ -206,9 +206,9 @@ func TestSynproxy(t *testing.T) {
 		clientMSS      uint16 // what the client's SYN offers
 		cookieMSS      uint16 // the cookie table's value for it
 	}{
-		"ipv4": {netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80"), 1460, 1460},
+		"ipv4":           {netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80"), 1460, 1460},
 		"ipv4 small mss": {netip.MustParseAddrPort("10.0.0.1:40001"), netip.MustParseAddrPort("10.0.1.2:80"), 1400, 1300},
-		"ipv6": {netip.MustParseAddrPort("[fd00::1]:40000"), netip.MustParseAddrPort("[fd00:1::2]:80"), 1440, 1440},
+		"ipv6":           {netip.MustParseAddrPort("[fd00::1]:40000"), netip.MustParseAddrPort("[fd00:1::2]:80"), 1440, 1440},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newSynproxy(t)
