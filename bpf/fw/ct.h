@@ -71,13 +71,18 @@ struct ct_result {
 	/* enum ct_commit */
 	__u8 commit;
 	/* For the synproxy: the found entry's status (enum fw_ct_status,
-	 * with CT_R_FOUND and CT_R_PROXY_SYN; 0 without an entry), the
-	 * packet's direction in it and its proxy_delta. */
+	 * with CT_R_FOUND and CT_R_PROXY_SYN; 0 without an entry) and the
+	 * packet's direction in it. */
 	__u8 status;
 	__u8 dir;
-	/* The frame's length, for the counters. */
-	__u32 len;
-	__u32 proxy_delta;
+	union {
+		/* In: the frame's length, for the counters. */
+		__u32 len;
+		/* Out, once a TCP entry is found: its proxy_delta, for the
+		 * synproxy. One word for both: fw_xdp's stack has no room
+		 * for another. */
+		__u32 proxy_delta;
+	};
 };
 
 /* ct_result.status: an entry was found; it awaits the server's SYN/ACK. */

@@ -357,6 +357,7 @@ static __noinline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *
 		}
 		ct_delete(&r->key, &f);
 		r->status = 0;
+		r->len = len;
 	}
 
 	/* No entry: the packet may open one (tcp_new). */

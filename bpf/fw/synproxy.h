@@ -392,9 +392,12 @@ static __always_inline int sp_shift(struct xdp_md *ctx, const struct fw_pkt *p, 
 /* The synproxy for a packet the rules passed: one that a synproxy rule
  * matched, or one of a connection it opened. A global function, so that
  * the verifier checks it once. */
-__attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
-					  struct ct_result *r)
+__attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pkt *p, struct ct_result *r)
 {
+	/* The settings are looked up again rather than passed: fw_xdp would
+	 * keep their pointer across the rules, in a stack slot of its own. */
+	__u32 zero = 0;
+	const struct fw_config *cfg = bpf_map_lookup_elem(&fw_conf, &zero);
 	struct sp_hdrs h;
 	__u32 doff, l4, st;
 	__u8 flags;
@@ -460,7 +463,7 @@ malformed:
 static __always_inline int synproxy(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
 				    const struct fw_pkt *p, struct ct_result *r)
 {
-	return fw_synproxy(ctx, cfg, p, r);
+	return fw_synproxy(ctx, p, r);
 }
 
 #endif
