@@ -9,6 +9,7 @@ use crate::vm::{Fault, Redirect, ETH_HLEN, FRAG_SIZE, FRAME_SIZE, TAILROOM, XDP_
 const EACCES: i64 = 13;
 const EAGAIN: i64 = 11;
 const EFAULT: i64 = 14;
+const EOPNOTSUPP: i64 = 95;
 
 const HELPERS: &[(i32, &str)] = &[
     (1, "map_lookup_elem"),
@@ -39,6 +40,10 @@ const HELPERS: &[(i32, &str)] = &[
     (189, "xdp_load_bytes"),
     (190, "xdp_store_bytes"),
     (195, "map_lookup_percpu_elem"),
+    (204, "tcp_raw_gen_syncookie_ipv4"),
+    (205, "tcp_raw_gen_syncookie_ipv6"),
+    (206, "tcp_raw_check_syncookie_ipv4"),
+    (207, "tcp_raw_check_syncookie_ipv6"),
 ];
 
 /// Names of helpers the runtime lacks, for the refusal message.
@@ -211,6 +216,10 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
         181 => bpf_loop(x, pc, a)?,
         188 => x.pkt.len() as u64,
         189 | 190 => xdp_bytes(x, pc, a, id == 190)?,
+        // SYN cookies need the kernel's secret, which userspace has not:
+        // they fail as on a kernel without CONFIG_SYN_COOKIES (the
+        // firewall's synproxy then drops what it would answer).
+        204..=207 => neg(EOPNOTSUPP),
         _ => return Err(Fault::Helper(format!("instruction {pc}: helper {} ({id}) is not supported", name(id)))),
     };
     Ok(Flow::Value(v))
