@@ -365,6 +365,21 @@ static __always_inline int sp_resend_syn(struct xdp_md *ctx, const struct fw_con
 	return sp_syn_to_server(ctx, p, h, v6, isn, win, mss);
 }
 
+/* The server's RST answering the SYN (nothing listens): to the client, at
+ * the sequence number it waits for, the cookie's next (proxy_delta holds
+ * the cookie until the server answers), so that it takes the refusal. */
+static __always_inline int sp_refused(struct xdp_md *ctx, const struct fw_pkt *p, const struct ct_result *r,
+				      struct sp_hdrs *h)
+{
+	__u32 from = h->th.seq;
+
+	h->th.seq = bpf_htonl(r->proxy_delta + 1);
+	h->th.check = csum_update4(h->th.check, from, h->th.seq);
+	if (bpf_xdp_store_bytes(ctx, p->l4, &h->th, 20))
+		return XDP_ABORTED;
+	return CONTINUE;
+}
+
 /* A packet of an open connection: the client's acks go down by the delta
  * to the server's sequence space, the server's seqs up to the client's. */
 static __always_inline int sp_shift(struct xdp_md *ctx, const struct fw_pkt *p, const struct ct_result *r,
@@ -405,6 +420,10 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 
 	if (!ctx || !cfg || !p || !r)
 		return XDP_ABORTED;
+	/* Without conntrack no connection could follow its handshake: the
+	 * rule passes, as a plain pass rule would. */
+	if (!(cfg->ct_flags & FW_CTF_ON))
+		return CONTINUE;
 	st = r->status;
 	if ((st & CT_R_FOUND) && !(st & FW_CTS_SYNPROXY))
 		return CONTINUE; /* a connection opened before the rule */
@@ -440,6 +459,8 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 	if (st & CT_R_FOUND) {
 		if (r->dir && (flags & (TH_SYN | TH_ACK | TH_RST)) == (TH_SYN | TH_ACK))
 			return sp_server_synack(ctx, cfg, p, r, &h, v6);
+		if (r->dir && (flags & TH_RST))
+			return sp_refused(ctx, p, r, &h);
 		if (!r->dir && (flags & (TH_SYN | TH_ACK)) == TH_SYN)
 			return sp_answer_syn(ctx, cfg, p, &h, v6, doff); /* the tuple anew */
 		if (!r->dir && !(flags & TH_RST))

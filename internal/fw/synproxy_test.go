@@ -26,6 +26,7 @@ type seg struct {
 	src, dst       netip.AddrPort
 	seq, ack       uint32
 	syn, ack_, psh bool
+	rst            bool
 	win            uint16
 	mss            uint16 // an MSS option, if not 0
 	full           bool   // the options a Linux client's SYN carries besides the MSS
@@ -49,7 +50,7 @@ func (s seg) frame(t *testing.T, srcMAC, dstMAC net.HardwareAddr) []byte {
 		ipl, netl = ip, ip
 	}
 	tcp := &layers.TCP{SrcPort: layers.TCPPort(s.src.Port()), DstPort: layers.TCPPort(s.dst.Port()), Seq: s.seq,
-		Ack: s.ack, SYN: s.syn, ACK: s.ack_, PSH: s.psh, Window: s.win}
+		Ack: s.ack, SYN: s.syn, ACK: s.ack_, PSH: s.psh, RST: s.rst, Window: s.win}
 	if s.mss != 0 {
 		tcp.Options = append(tcp.Options, layers.TCPOption{OptionType: layers.TCPOptionKindMSS, OptionLength: 4,
 			OptionData: binary.BigEndian.AppendUint16(nil, s.mss)})
@@ -119,7 +120,7 @@ func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareA
 		t.Errorf("TCP checksum %#04x wrong", tcp.Checksum)
 	}
 	got := seg{src: netip.AddrPortFrom(src, uint16(tcp.SrcPort)), dst: netip.AddrPortFrom(dst, uint16(tcp.DstPort)),
-		seq: tcp.Seq, ack: tcp.Ack, syn: tcp.SYN, ack_: tcp.ACK, psh: tcp.PSH, win: tcp.Window, payload: tcp.Payload}
+		seq: tcp.Seq, ack: tcp.Ack, syn: tcp.SYN, ack_: tcp.ACK, psh: tcp.PSH, rst: tcp.RST, win: tcp.Window, payload: tcp.Payload}
 	var opts []layers.TCPOptionKind
 	for _, o := range tcp.Options {
 		if o.OptionType == layers.TCPOptionKindMSS {
@@ -133,8 +134,8 @@ func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareA
 	if want.mss == 0 && len(opts) != 0 {
 		t.Errorf("options %v, want none", opts)
 	}
-	if tcp.FIN || tcp.RST || tcp.URG {
-		t.Errorf("flags FIN %v RST %v URG %v", tcp.FIN, tcp.RST, tcp.URG)
+	if tcp.FIN || tcp.URG {
+		t.Errorf("flags FIN %v URG %v", tcp.FIN, tcp.URG)
 	}
 	if want.win == 0 {
 		got.win = 0 // not checked
@@ -146,7 +147,7 @@ func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareA
 		want.payload = []byte{}
 	}
 	if got.src != want.src || got.dst != want.dst || got.seq != want.seq || got.ack != want.ack ||
-		got.syn != want.syn || got.ack_ != want.ack_ || got.psh != want.psh || got.win != want.win ||
+		got.syn != want.syn || got.ack_ != want.ack_ || got.psh != want.psh || got.rst != want.rst || got.win != want.win ||
 		got.mss != want.mss || !bytes.Equal(got.payload, want.payload) {
 		t.Errorf("wrote %+v\nwant  %+v", got, want)
 	}
@@ -252,12 +253,38 @@ func TestSynproxy(t *testing.T) {
 				t.Errorf("synproxy_ack_ok %d, want 1", n)
 			}
 
-			// The server's SYN/ACK: the client's ACK, back to the server.
+			// The client's data before the server answered: the SYN
+			// again, in case that was lost; the client resends the data.
+			req := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("GET /")}
+			ret, out = runOut(t, f, req.frame(t, clientMAC, routerMAC))
+			if ret != xdpPass {
+				t.Fatalf("early data: verdict %d, want XDP_PASS", ret)
+			}
+			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
+
+			// An RST from the server (nothing listening): to the client
+			// at the cookie's next sequence number, which it takes.
 			serverMAC := net.HardwareAddr{2, 0, 0, 0, 0, 3}
+			rst := seg{src: sv, dst: cl, seq: 0, ack: isn + 1, ack_: true, rst: true}
+			ret, out = runOut(t, f, rst.frame(t, serverMAC, routerMAC))
+			if ret != xdpPass {
+				t.Fatalf("server RST: verdict %d, want XDP_PASS", ret)
+			}
+			want := rst
+			want.seq = cookie + 1
+			checkSeg(t, out, want, serverMAC, routerMAC, 64)
+
+			// The server's SYN/ACK: the client's ACK, back to the server;
+			// again for a SYN/ACK resent (our ACK was lost).
 			synack := seg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160, mss: 1460}
 			ret, out = runOut(t, f, synack.frame(t, serverMAC, routerMAC))
 			if ret != xdpTx {
 				t.Fatalf("server SYN/ACK: verdict %d, want XDP_TX", ret)
+			}
+			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
+			ret, out = runOut(t, f, synack.frame(t, serverMAC, routerMAC))
+			if ret != xdpTx {
+				t.Fatalf("server SYN/ACK resent: verdict %d, want XDP_TX", ret)
 			}
 			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
 			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_OPENED); n != 1 {
@@ -265,12 +292,11 @@ func TestSynproxy(t *testing.T) {
 			}
 
 			// Data both ways, shifted by cookie - server ISN.
-			req := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("GET /")}
 			ret, out = runOut(t, f, req.frame(t, clientMAC, routerMAC))
 			if ret != xdpPass {
 				t.Fatalf("client data: verdict %d, want XDP_PASS", ret)
 			}
-			want := req
+			want = req
 			want.ack = sisn + 1
 			checkSeg(t, out, want, clientMAC, routerMAC, 64)
 
