@@ -2,11 +2,13 @@ package fw
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +68,7 @@ func TestSynproxyThroughRouter(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	server := netip.AddrPortFrom(tb.Sink().Addr.Addr(), 8080)
 	rs := &RuleSet{Default: Pass, Rules: []Rule{{Action: Synproxy, Dst: Prefix{netip.PrefixFrom(server.Addr(), 32)}, Proto: 6,
-		SPort: AnyPort, DPort: Ports{server.Port(), server.Port(), true}}}}
+		SPort: AnyPort, DPort: Ports{server.Port(), server.Port() + 1, true}}}}
 	if err := f.Install(rs); err != nil {
 		t.Fatal(err)
 	}
@@ -144,9 +146,29 @@ func TestSynproxyThroughRouter(t *testing.T) {
 			t.Fatalf("connection %d: read %d bytes, not the %d sent back", i, len(got), len(want))
 		}
 	}
+
+	// A port nothing listens on: the proxy completes the client's
+	// handshake, and the server's RST to the SYN then resets it (before
+	// the dial returns, or after).
+	var c net.Conn
+	closed := netip.AddrPortFrom(server.Addr(), server.Port()+1)
+	err = netns.Run(tb.Gen().Netns, func() (err error) {
+		c, err = net.DialTimeout("tcp4", closed.String(), 5*time.Second)
+		return err
+	})
+	if err == nil {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write([]byte("hello"))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("a port without listener: %v, want a reset", err)
+	}
+
 	for c, want := range map[fwFwCounter]uint64{
-		fwFwCounterFW_C_SYNPROXY_SYN:     conns,
-		fwFwCounterFW_C_SYNPROXY_ACK_OK:  conns,
+		fwFwCounterFW_C_SYNPROXY_SYN:     conns + 1,
+		fwFwCounterFW_C_SYNPROXY_ACK_OK:  conns + 1,
 		fwFwCounterFW_C_SYNPROXY_ACK_BAD: 0,
 		fwFwCounterFW_C_SYNPROXY_OPENED:  conns,
 	} {
