@@ -213,7 +213,81 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	defer unlock()
-	return f.install(c, rs.RateLimit)
+	// Tracking starts before rules that match on its states are active,
+	// and stops only after the last of them is gone.
+	on := rs.ConntrackOn()
+	if on {
+		if err := f.setConntrack(true, rs.Conntrack); err != nil {
+			return err
+		}
+	}
+	if err := f.install(c, rs.RateLimit); err != nil {
+		return err
+	}
+	if !on {
+		return f.setConntrack(false, nil)
+	}
+	return nil
+}
+
+// Connection tracking's defaults: Linux's timeouts (seconds, by enum
+// fw_ct_timeout) and the synproxy's MSS and TTL.
+var ctTimeouts = map[int]uint32{
+	1: 120, 2: 60, 3: 432000, 4: 120, 5: 60, 6: 30, 7: 120, 8: 10, 9: 120, // TCP states
+	10: 300, 11: 300, // RETRANS, UNACK
+	12: 30, 13: 120, // UDP unreplied, stream
+	14: 30,          // ICMP
+	15: 600,         // generic
+}
+
+// Flags of fw_config.ct_flags (enum fw_ct_flag).
+const (
+	ctfOn      = 1
+	ctfLoose   = 2
+	ctfLiberal = 4
+	ctfStrict  = 8
+)
+
+// setConntrack turns tracking on with the options of opts (nil: the
+// defaults, as Linux's), or off.
+func (f *Firewall) setConntrack(on bool, opts *Conntrack) error {
+	return f.updateConfig(func(c *fwFwConfig) {
+		c.CtFlags = 0
+		if !on {
+			return
+		}
+		if opts == nil {
+			opts = &Conntrack{}
+		}
+		c.CtFlags = ctfOn
+		if !opts.NoPickup {
+			c.CtFlags |= ctfLoose
+		}
+		if opts.Liberal {
+			c.CtFlags |= ctfLiberal
+		}
+		if opts.Strict {
+			c.CtFlags |= ctfStrict
+		}
+		for i, t := range ctTimeouts {
+			c.CtTimeout[i] = t
+		}
+		if c.SynproxyMss4 == 0 {
+			c.SynproxyMss4, c.SynproxyMss6, c.SynproxyTtl = 1460, 1440, 64
+		}
+	})
+}
+
+// ensureConntrack turns tracking on with the defaults unless it is on.
+func (f *Firewall) ensureConntrack() error {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read the settings: %w", err)
+	}
+	if c.CtFlags&ctfOn != 0 {
+		return nil
+	}
+	return f.setConntrack(true, nil)
 }
 
 // install makes a compiled set the active one; the caller holds the lock.
@@ -558,6 +632,9 @@ func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 	if c.RatePps > 0 || c.RateBps > 0 {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
 	}
+	if c.CtFlags&ctfOn != 0 {
+		rs.Conntrack = &Conntrack{Enabled: true, NoPickup: c.CtFlags&ctfLoose == 0, Liberal: c.CtFlags&ctfLiberal != 0, Strict: c.CtFlags&ctfStrict != 0}
+	}
 	return rs, ids, nil
 }
 
@@ -657,6 +734,9 @@ type Flow struct {
 	SPort    uint16     `json:"sport"`
 	DPort    uint16     `json:"dport"`
 	Fragment bool       `json:"fragment,omitempty"`
+	// CtState is the packet's connection-tracking state, for matching rules
+	// in Go (Rule.Matches); 0 while tracking is off.
+	CtState CtStates `json:"ct_state,omitempty"`
 }
 
 func (fl Flow) String() string {
