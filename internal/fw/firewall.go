@@ -236,8 +236,8 @@ var ctTimeouts = map[int]uint32{
 	1: 120, 2: 60, 3: 432000, 4: 120, 5: 60, 6: 30, 7: 120, 8: 10, 9: 120, // TCP states
 	10: 300, 11: 300, // RETRANS, UNACK
 	12: 30, 13: 120, // UDP unreplied, stream
-	14: 30,          // ICMP
-	15: 600,         // generic
+	14: 30,  // ICMP
+	15: 600, // generic
 }
 
 // Flags of fw_config.ct_flags (enum fw_ct_flag).
@@ -680,17 +680,30 @@ func (f *Firewall) Stats() ([]RuleStats, error) {
 type Counters map[string]uint64
 
 var counterNames = map[fwFwCounter]string{
-	fwFwCounterFW_C_PASS_RULE:      "pass_rule",
-	fwFwCounterFW_C_DROP_RULE:      "drop_rule",
-	fwFwCounterFW_C_PASS_DEFAULT:   "pass_default",
-	fwFwCounterFW_C_DROP_DEFAULT:   "drop_default",
-	fwFwCounterFW_C_DROP_BLOCKED:   "drop_blocked",
-	fwFwCounterFW_C_DROP_RATE:      "drop_rate_limit",
-	fwFwCounterFW_C_RATE_TRIPS:     "rate_limit_trips",
-	fwFwCounterFW_C_PASS_NOT_IP:    "pass_not_ip",
-	fwFwCounterFW_C_DROP_MALFORMED: "drop_malformed",
-	fwFwCounterFW_C_CLASSIFIED:     "classified",
-	fwFwCounterFW_C_FLOW_REPLACED:  "flow_replaced",
+	fwFwCounterFW_C_PASS_RULE:        "pass_rule",
+	fwFwCounterFW_C_DROP_RULE:        "drop_rule",
+	fwFwCounterFW_C_PASS_DEFAULT:     "pass_default",
+	fwFwCounterFW_C_DROP_DEFAULT:     "drop_default",
+	fwFwCounterFW_C_DROP_BLOCKED:     "drop_blocked",
+	fwFwCounterFW_C_DROP_RATE:        "drop_rate_limit",
+	fwFwCounterFW_C_RATE_TRIPS:       "rate_limit_trips",
+	fwFwCounterFW_C_PASS_NOT_IP:      "pass_not_ip",
+	fwFwCounterFW_C_DROP_MALFORMED:   "drop_malformed",
+	fwFwCounterFW_C_CLASSIFIED:       "classified",
+	fwFwCounterFW_C_FLOW_REPLACED:    "flow_replaced",
+	fwFwCounterFW_C_CT_NEW:           "ct_new",
+	fwFwCounterFW_C_CT_ESTABLISHED:   "ct_established",
+	fwFwCounterFW_C_CT_RELATED:       "ct_related",
+	fwFwCounterFW_C_CT_INVALID:       "ct_invalid",
+	fwFwCounterFW_C_CT_UNTRACKED:     "ct_untracked",
+	fwFwCounterFW_C_CT_CREATED:       "ct_created",
+	fwFwCounterFW_C_CT_PROMOTED:      "ct_promoted",
+	fwFwCounterFW_C_CT_EST_FULL:      "ct_established_table_full",
+	fwFwCounterFW_C_CT_IGNORED:       "ct_tcp_ignored",
+	fwFwCounterFW_C_SYNPROXY_SYN:     "synproxy_syn",
+	fwFwCounterFW_C_SYNPROXY_ACK_OK:  "synproxy_ack_ok",
+	fwFwCounterFW_C_SYNPROXY_ACK_BAD: "synproxy_ack_bad",
+	fwFwCounterFW_C_SYNPROXY_OPENED:  "synproxy_opened",
 }
 
 // Counters reads the per-reason counters.
