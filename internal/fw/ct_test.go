@@ -527,3 +527,127 @@ func TestCtExpireFlushMetrics(t *testing.T) {
 		t.Errorf("after flush: %+v", conns)
 	}
 }
+
+// TestCtRulesAgreeWithNftables runs the traces through rule sets written
+// for both, fastpath's rules file and nft statements: every packet's state
+// and verdict equal. A new packet a rule drops leaves no entry on either
+// side, so the traces go on differently than without rules.
+func TestCtRulesAgreeWithNftables(t *testing.T) {
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	sets := []struct {
+		name, rules string
+		policy      string
+		nft         []string
+	}{
+		{"a stateful service", `
+default = "drop"
+[[rule]]
+action = "pass"
+ct_state = ["established", "related"]
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "tcp"
+dport = 80
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "udp"
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "icmp"
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "icmpv6"
+`, "drop", []string{
+			"ct state established,related accept",
+			"ct state new meta l4proto tcp th dport 80 accept",
+			"ct state new meta l4proto udp accept",
+			"ct state new meta l4proto { icmp, ipv6-icmp } accept",
+		}},
+		{"invalid dropped, the server opens nothing", `
+[[rule]]
+action = "drop"
+ct_state = "invalid"
+[[rule]]
+action = "drop"
+ct_state = "new"
+src = "198.51.100.1"
+[[rule]]
+action = "drop"
+ct_state = "new"
+src = "2001:db8:1::1"
+`, "accept", []string{
+			"ct state invalid drop",
+			"ct state new ip saddr 198.51.100.1 drop",
+			"ct state new ip6 saddr 2001:db8:1::1 drop",
+		}},
+	}
+	fams := []struct {
+		fam     int
+		c, s, r net.IP
+	}{
+		{4, net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("203.0.113.1").To4()},
+		{6, net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1"), net.ParseIP("2001:db8:2::1")},
+	}
+	for _, set := range sets {
+		t.Run(set.name, func(t *testing.T) {
+			b := make([]byte, 2)
+			rand.Read(b)
+			ref, err := ctref.Open("fp-ctr" + hex.EncodeToString(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			if err := ref.Sysctl("net/netfilter/nf_conntrack_udp_timeout", "1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.Filter(set.policy, set.nft); err != nil {
+				t.Fatal(err)
+			}
+			f, err := Load(LoadOptions{MaxFlows: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			installRules(t, f, set.rules)
+			port := uint16(30000)
+			for _, tr := range ctTraces(t) {
+				for _, fm := range fams {
+					if tr.family != 0 && tr.family != fm.fam {
+						continue
+					}
+					port += 100
+					for i, st := range tr.steps(fm.c, fm.s, fm.r, port) {
+						if st.wait {
+							time.Sleep(1500 * time.Millisecond)
+							skewClock(t, f, 31*time.Second)
+						}
+						wantState, wantPass, err := ref.SendVerdict(st.frame)
+						if err != nil {
+							t.Fatalf("IPv%d %s, step %d (%s): nftables: %v", fm.fam, tr.name, i+1, st.what, err)
+						}
+						want := map[bool]uint32{true: xdpPass, false: xdpDrop}[wantPass]
+						before, _ := f.Counters()
+						got := run(t, f, st.frame)
+						after, _ := f.Counters()
+						gotState := "none"
+						for _, s := range []string{ctref.New, ctref.Established, ctref.Related, ctref.Invalid, ctref.Untracked} {
+							if after["ct_"+s] > before["ct_"+s] {
+								gotState = s
+							}
+						}
+						if got != want || gotState != wantState {
+							t.Errorf("IPv%d %s, step %d (%s): %s %s, nftables: %s %s", fm.fam, tr.name, i+1, st.what,
+								gotState, verdictName(got), wantState, verdictName(want))
+						}
+					}
+				}
+			}
+		})
+	}
+}
