@@ -61,13 +61,15 @@ func fwAttachCmd(name *string) *cobra.Command {
 		generic    bool
 		noFallback bool
 		maxFlows   uint32
+		ctMax      uint32
+		ctEmbryo   uint32
 	)
 	cmd := &cobra.Command{
 		Use:   "attach [--rules FILE] IFACE...",
 		Short: "attach the firewall to devices (again: swap the program, keep rules and flows)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := fw.AttachOptions{Name: *name, Devices: ifaces(ns, args), NoFallback: noFallback, Warn: os.Stderr, MaxFlows: maxFlows}
+			o := fw.AttachOptions{Name: *name, Devices: ifaces(ns, args), NoFallback: noFallback, Warn: os.Stderr, MaxFlows: maxFlows, CtMax: ctMax, CtEmbryonic: ctEmbryo}
 			if generic {
 				o.Mode = xdp.Generic
 			}
@@ -93,6 +95,8 @@ func fwAttachCmd(name *string) *cobra.Command {
 	cmd.Flags().BoolVar(&generic, "generic", false, "attach in generic (skb) mode")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
 	cmd.Flags().Uint32Var(&maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow table tracks (both families), in a new instance (rounded up to a power of two)")
+	cmd.Flags().Uint32Var(&ctMax, "ct-max", fw.DefaultCtMax, "connections the established table holds (never evicted), in a new instance")
+	cmd.Flags().Uint32Var(&ctEmbryo, "ct-embryonic", fw.DefaultCtEmbryonic, "connections the embryonic table (an LRU: handshakes, unanswered flows) holds, in a new instance")
 	return cmd
 }
 

@@ -302,29 +302,47 @@ func TestConntrackAgreesWithNftables(t *testing.T) {
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
 	}
-	b := make([]byte, 2)
-	rand.Read(b)
-	ref, err := ctref.Open("fp-cta" + hex.EncodeToString(b))
-	if err != nil {
-		t.Fatal(err)
+	// The options against the sysctls they stand for.
+	for _, opt := range []struct {
+		name, conntrack string
+		sysctls         map[string]string
+	}{
+		{"defaults", "", nil},
+		{"no_pickup", "no_pickup = true\n", map[string]string{"net/netfilter/nf_conntrack_tcp_loose": "0"}},
+		{"liberal", "liberal = true\n", map[string]string{"net/netfilter/nf_conntrack_tcp_be_liberal": "1"}},
+	} {
+		t.Run(opt.name, func(t *testing.T) {
+			b := make([]byte, 2)
+			rand.Read(b)
+			ref, err := ctref.Open("fp-cta" + hex.EncodeToString(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			// The timeout trace waits out a UDP entry of 1 s in the kernel.
+			sysctls := map[string]string{"net/netfilter/nf_conntrack_udp_timeout": "1"}
+			for k, v := range opt.sysctls {
+				sysctls[k] = v
+			}
+			for k, v := range sysctls {
+				if err := ref.Sysctl(k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f, err := Load(LoadOptions{MaxFlows: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			installRules(t, f, "[conntrack]\nenabled = true\n"+opt.conntrack)
+			compareTraces(t, ref, f)
+		})
 	}
-	defer ref.Close()
-	// The timeout trace waits out a UDP entry of 1 s in the kernel.
-	if err := ref.Sysctl("net/netfilter/nf_conntrack_udp_timeout", "1"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := Load(LoadOptions{MaxFlows: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rs, err := ParseRules("ct.toml", []byte("[conntrack]\nenabled = true\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Install(rs); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// compareTraces sends every trace in both families through the reference
+// and the firewall and compares each packet's state.
+func compareTraces(t *testing.T, ref *ctref.Ref, f *Firewall) {
 	fams := []struct {
 		fam     int
 		c, s, r net.IP
@@ -649,5 +667,40 @@ src = "2001:db8:1::1"
 				}
 			}
 		})
+	}
+}
+
+// strict = true makes invalid what conntrack lets through unchanged.
+func TestCtStrict(t *testing.T) {
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	f, err := Load(LoadOptions{MaxFlows: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	installRules(t, f, "[conntrack]\nenabled = true\nstrict = true\n")
+	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
+	for _, st := range []struct {
+		what     string
+		from, to net.IP
+		s        seg
+		want     string
+	}{
+		{"SYN", c, s, seg{sport: 30000, dport: 80, seq: 1, flags: "S"}, ctref.New},
+		{"SYN/ACK", s, c, seg{sport: 80, dport: 30000, seq: 100, ack: 2, flags: "SA"}, ctref.Established},
+		{"ACK", c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "A"}, ctref.Established},
+		{"a SYN on the live connection (conntrack: ignored, established)", c, s, seg{sport: 30000, dport: 80, seq: 5000, flags: "S"}, ctref.Invalid},
+		{"an old retransmission far behind (conntrack: ignored)", c, s, seg{sport: 30000, dport: 80, seq: 1 << 31, ack: 101, flags: "A", data: 10}, ctref.Invalid},
+		{"data in window", c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "PA", data: 10}, ctref.Established},
+	} {
+		if got := ctStateOf(t, f, ctFrame(t, st.from, st.to, layers.IPProtocolTCP, st.s.layers()...)); got != st.want {
+			t.Errorf("%s: %s, want %s", st.what, got, st.want)
+		}
+	}
+	rs, err := f.Rules()
+	if err != nil || rs.Conntrack == nil || !rs.Conntrack.Strict {
+		t.Errorf("rules read back: conntrack %+v, %v; want strict", rs.Conntrack, err)
 	}
 }
