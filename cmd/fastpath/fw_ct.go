@@ -94,10 +94,12 @@ func addrPort(a interface{ String() string }, p uint16) string {
 	return fmt.Sprintf("%s:%d", s, p)
 }
 
-func fwCtFlushCmd(open openFunc) *cobra.Command {
+// fwCtSweepCmd is a command that removes connections with remove and says
+// how many.
+func fwCtSweepCmd(open openFunc, use, short, done string, remove func(*fw.Firewall) (int, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "flush",
-		Short: "forget every tracked connection (their next packets are new)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := open()
@@ -105,35 +107,22 @@ func fwCtFlushCmd(open openFunc) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			n, err := f.FlushConns()
+			n, err := remove(f)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("flushed %d connections\n", n)
+			fmt.Printf(done+"\n", n)
 			return nil
 		},
 	}
 }
 
+func fwCtFlushCmd(open openFunc) *cobra.Command {
+	return fwCtSweepCmd(open, "flush", "forget every tracked connection (their next packets are new)", "flushed %d connections", (*fw.Firewall).FlushConns)
+}
+
 func fwCtGCCmd(open openFunc) *cobra.Command {
-	return &cobra.Command{
-		Use:   "gc",
-		Short: "remove expired connections now (fw metrics does it every --gc-interval)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := open()
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			n, err := f.ExpireConns()
-			if err != nil {
-				return err
-			}
-			fmt.Printf("removed %d expired connections\n", n)
-			return nil
-		},
-	}
+	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw metrics does it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
 }
 
 func fwCtStatsCmd(open openFunc) *cobra.Command {

@@ -385,10 +385,10 @@ func installRules(t testing.TB, f *Firewall, text string) {
 	}
 }
 
-// The first rule of nearly every stateful firewall: established and related
-// pass, new only to a service; a new packet that is dropped leaves no entry,
-// so its answer is no reply of anything.
-func TestCtStateRules(t *testing.T) {
+// statefulService is a firewall whose rules pass established and related
+// packets and new TCP connections to port 80, and drop the rest.
+func statefulService(t *testing.T) *Firewall {
+	t.Helper()
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
 	}
@@ -396,7 +396,7 @@ func TestCtStateRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	installRules(t, f, `
 default = "drop"
 [[rule]]
@@ -408,6 +408,14 @@ ct_state = "new"
 proto = "tcp"
 dport = 80
 `)
+	return f
+}
+
+// The first rule of nearly every stateful firewall: established and related
+// pass, new only to a service; a new packet that is dropped leaves no entry,
+// so its answer is no reply of anything.
+func TestCtStateRules(t *testing.T) {
+	f := statefulService(t)
 	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
 	for _, st := range []struct {
 		what     string
@@ -443,25 +451,7 @@ dport = 80
 // established one: a connection that completed its handshake before the
 // flood is still known after 3 tables' worth of spoofed SYNs.
 func TestCtFloodKeepsEstablished(t *testing.T) {
-	if err := preflight.BPF(); err != nil {
-		t.Fatalf("kernel test: %v", err)
-	}
-	f, err := Load(LoadOptions{MaxFlows: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	installRules(t, f, `
-default = "drop"
-[[rule]]
-action = "pass"
-ct_state = ["established", "related"]
-[[rule]]
-action = "pass"
-ct_state = "new"
-proto = "tcp"
-dport = 80
-`)
+	f := statefulService(t)
 	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
 	for _, st := range []struct {
 		from, to net.IP
