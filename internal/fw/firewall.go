@@ -38,7 +38,19 @@ type LoadOptions struct {
 	// DefaultMaxFlows), rounded up to a power of two. Ignored when the
 	// maps are reused from pins.
 	MaxFlows uint32
+	// CtMax and CtEmbryonic size connection tracking's tables: the
+	// established one (never evicts) and the embryonic LRU. 0: the
+	// defaults. Ignored when the maps are reused from pins.
+	CtMax, CtEmbryonic uint32
 }
+
+// Connection tracking's table sizes by default: some 20 MB for the
+// established table of 131,072 entries (128 bytes each, key and hash
+// overhead aside), 5 MB for the embryonic one.
+const (
+	DefaultCtMax       = 131072
+	DefaultCtEmbryonic = 32768
+)
 
 // Firewall is a loaded firewall: its program and maps.
 type Firewall struct {
@@ -66,6 +78,12 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	sets := flowSets(opts.MaxFlows)
 	spec.Maps["fw_flows"].MaxEntries = sets * uint32(ncpu)
 	spec.Maps["fw_tags"].MaxEntries = sets * uint32(ncpu)
+	if opts.CtMax > 0 {
+		spec.Maps["fw_ct_est"].MaxEntries = opts.CtMax
+	}
+	if opts.CtEmbryonic > 0 {
+		spec.Maps["fw_ct_new"].MaxEntries = opts.CtEmbryonic
+	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
@@ -80,6 +98,12 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load the firewall program: %+v", ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			// An instance pinned by a fastpath whose maps had another
+			// layout (this one added connection tracking to the
+			// settings, for one).
+			return nil, fmt.Errorf("the maps pinned in %s were made by another version of fastpath and do not fit this one (%w): detach the instance with the fastpath that attached it, or `fastpath fw detach --name %s`, then attach again with your rules file", opts.PinPath, err, filepath.Base(opts.PinPath))
+		}
 		return nil, fmt.Errorf("load the firewall program: %w", err)
 	}
 	// The data path finds a flow's set with this mask.
@@ -91,10 +115,11 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	return f, nil
 }
 
-// sizeFromPins gives the flow table the size of the one pinned in dir, if
-// any: its size was chosen when the instance was created.
+// sizeFromPins gives the flow table and the conntrack tables the sizes of
+// those pinned in dir, if any: their sizes were chosen when the instance was
+// created.
 func sizeFromPins(spec *ebpf.CollectionSpec, dir string) error {
-	for _, name := range []string{"fw_flows", "fw_tags"} {
+	for _, name := range []string{"fw_flows", "fw_tags", "fw_ct_est", "fw_ct_new"} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -213,7 +238,81 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	defer unlock()
-	return f.install(c, rs.RateLimit)
+	// Tracking starts before rules that match on its states are active,
+	// and stops only after the last of them is gone.
+	on := rs.ConntrackOn()
+	if on {
+		if err := f.setConntrack(true, rs.Conntrack); err != nil {
+			return err
+		}
+	}
+	if err := f.install(c, rs.RateLimit); err != nil {
+		return err
+	}
+	if !on {
+		return f.setConntrack(false, nil)
+	}
+	return nil
+}
+
+// Connection tracking's defaults: Linux's timeouts (seconds, by enum
+// fw_ct_timeout) and the synproxy's MSS and TTL.
+var ctTimeouts = map[int]uint32{
+	1: 120, 2: 60, 3: 432000, 4: 120, 5: 60, 6: 30, 7: 120, 8: 10, 9: 120, // TCP states
+	10: 300, 11: 300, // RETRANS, UNACK
+	12: 30, 13: 120, // UDP unreplied, stream
+	14: 30,  // ICMP
+	15: 600, // generic
+}
+
+// Flags of fw_config.ct_flags (enum fw_ct_flag).
+const (
+	ctfOn      = 1
+	ctfLoose   = 2
+	ctfLiberal = 4
+	ctfStrict  = 8
+)
+
+// setConntrack turns tracking on with the options of opts (nil: the
+// defaults, as Linux's), or off.
+func (f *Firewall) setConntrack(on bool, opts *Conntrack) error {
+	return f.updateConfig(func(c *fwFwConfig) {
+		c.CtFlags = 0
+		if !on {
+			return
+		}
+		if opts == nil {
+			opts = &Conntrack{}
+		}
+		c.CtFlags = ctfOn
+		if !opts.NoPickup {
+			c.CtFlags |= ctfLoose
+		}
+		if opts.Liberal {
+			c.CtFlags |= ctfLiberal
+		}
+		if opts.Strict {
+			c.CtFlags |= ctfStrict
+		}
+		for i, t := range ctTimeouts {
+			c.CtTimeout[i] = t
+		}
+		if c.SynproxyMss4 == 0 {
+			c.SynproxyMss4, c.SynproxyMss6, c.SynproxyTtl = 1460, 1440, 64
+		}
+	})
+}
+
+// ensureConntrack turns tracking on with the defaults unless it is on.
+func (f *Firewall) ensureConntrack() error {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read the settings: %w", err)
+	}
+	if c.CtFlags&ctfOn != 0 {
+		return nil
+	}
+	return f.setConntrack(true, nil)
 }
 
 // install makes a compiled set the active one; the caller holds the lock.
@@ -558,6 +657,9 @@ func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 	if c.RatePps > 0 || c.RateBps > 0 {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
 	}
+	if c.CtFlags&ctfOn != 0 {
+		rs.Conntrack = &Conntrack{Enabled: true, NoPickup: c.CtFlags&ctfLoose == 0, Liberal: c.CtFlags&ctfLiberal != 0, Strict: c.CtFlags&ctfStrict != 0}
+	}
 	return rs, ids, nil
 }
 
@@ -603,17 +705,30 @@ func (f *Firewall) Stats() ([]RuleStats, error) {
 type Counters map[string]uint64
 
 var counterNames = map[fwFwCounter]string{
-	fwFwCounterFW_C_PASS_RULE:      "pass_rule",
-	fwFwCounterFW_C_DROP_RULE:      "drop_rule",
-	fwFwCounterFW_C_PASS_DEFAULT:   "pass_default",
-	fwFwCounterFW_C_DROP_DEFAULT:   "drop_default",
-	fwFwCounterFW_C_DROP_BLOCKED:   "drop_blocked",
-	fwFwCounterFW_C_DROP_RATE:      "drop_rate_limit",
-	fwFwCounterFW_C_RATE_TRIPS:     "rate_limit_trips",
-	fwFwCounterFW_C_PASS_NOT_IP:    "pass_not_ip",
-	fwFwCounterFW_C_DROP_MALFORMED: "drop_malformed",
-	fwFwCounterFW_C_CLASSIFIED:     "classified",
-	fwFwCounterFW_C_FLOW_REPLACED:  "flow_replaced",
+	fwFwCounterFW_C_PASS_RULE:        "pass_rule",
+	fwFwCounterFW_C_DROP_RULE:        "drop_rule",
+	fwFwCounterFW_C_PASS_DEFAULT:     "pass_default",
+	fwFwCounterFW_C_DROP_DEFAULT:     "drop_default",
+	fwFwCounterFW_C_DROP_BLOCKED:     "drop_blocked",
+	fwFwCounterFW_C_DROP_RATE:        "drop_rate_limit",
+	fwFwCounterFW_C_RATE_TRIPS:       "rate_limit_trips",
+	fwFwCounterFW_C_PASS_NOT_IP:      "pass_not_ip",
+	fwFwCounterFW_C_DROP_MALFORMED:   "drop_malformed",
+	fwFwCounterFW_C_CLASSIFIED:       "classified",
+	fwFwCounterFW_C_FLOW_REPLACED:    "flow_replaced",
+	fwFwCounterFW_C_CT_NEW:           "ct_new",
+	fwFwCounterFW_C_CT_ESTABLISHED:   "ct_established",
+	fwFwCounterFW_C_CT_RELATED:       "ct_related",
+	fwFwCounterFW_C_CT_INVALID:       "ct_invalid",
+	fwFwCounterFW_C_CT_UNTRACKED:     "ct_untracked",
+	fwFwCounterFW_C_CT_CREATED:       "ct_created",
+	fwFwCounterFW_C_CT_PROMOTED:      "ct_promoted",
+	fwFwCounterFW_C_CT_EST_FULL:      "ct_established_table_full",
+	fwFwCounterFW_C_CT_IGNORED:       "ct_tcp_ignored",
+	fwFwCounterFW_C_SYNPROXY_SYN:     "synproxy_syn",
+	fwFwCounterFW_C_SYNPROXY_ACK_OK:  "synproxy_ack_ok",
+	fwFwCounterFW_C_SYNPROXY_ACK_BAD: "synproxy_ack_bad",
+	fwFwCounterFW_C_SYNPROXY_OPENED:  "synproxy_opened",
 }
 
 // Counters reads the per-reason counters.
@@ -657,6 +772,9 @@ type Flow struct {
 	SPort    uint16     `json:"sport"`
 	DPort    uint16     `json:"dport"`
 	Fragment bool       `json:"fragment,omitempty"`
+	// CtState is the packet's connection-tracking state, for matching rules
+	// in Go (Rule.Matches); 0 while tracking is off.
+	CtState CtStates `json:"ct_state,omitempty"`
 }
 
 func (fl Flow) String() string {
