@@ -635,10 +635,6 @@ static __always_inline void track_conn(struct xdp_md *ctx, const struct fw_confi
 {
 	r->commit = CT_NONE;
 	r->status = 0;
-	/* Every path sets the key's other fields; left alone, the padding
-	 * holds whatever the stack held, and the same connection's packets
-	 * miss its entry. */
-	r->key.pad = 0;
 	r->len = len;
 	if (!(cfg->ct_flags & FW_CTF_ON))
 		return;

@@ -23,7 +23,8 @@ import (
 )
 
 // synproxyLab attaches the firewall to both veths of a new testbed's DUT,
-// with a synproxy rule for TCP to the sink's ports dports, and starts a
+// with a synproxy rule for TCP to the sink's ports dports (tracking on,
+// with the defaults), and starts a
 // plain Go listener on port 8080 that echoes what it reads, after "echo:".
 // It returns the listener's address.
 func synproxyLab(t *testing.T, dports Ports) (lab.Testbed, *Firewall, netip.AddrPort) {
@@ -71,15 +72,6 @@ func synproxyLab(t *testing.T, dports Ports) (lab.Testbed, *Firewall, netip.Addr
 	rs := &RuleSet{Default: Pass, Rules: []Rule{{Action: Synproxy, Dst: Prefix{netip.PrefixFrom(server.Addr(), 32)}, Proto: 6,
 		SPort: AnyPort, DPort: dports}}}
 	if err := f.Install(rs); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.updateConfig(func(c *fwFwConfig) {
-		c.CtFlags = uint32(fwFwCtFlagFW_CTF_ON | fwFwCtFlagFW_CTF_LOOSE)
-		for i := range c.CtTimeout {
-			c.CtTimeout[i] = 300
-		}
-		c.SynproxyMss4, c.SynproxyTtl = 1460, 64
-	}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -219,7 +211,7 @@ func TestSynproxyFlood(t *testing.T) {
 	}
 	quiet := rate()
 
-	syn := seg{src: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.100"), 1), dst: server, seq: 1, syn: true,
+	syn := spSeg{src: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.100"), 1), dst: server, seq: 1, syn: true,
 		win: 64240, mss: 1460, full: true}.frame(t, tb.Gen().MAC, tb.DUTIn().MAC)
 	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: [][]byte{syn}, CPU: -1,
 		Flows: 1 << 20, FlowSrc: netip.MustParsePrefix("198.18.0.0/24")})

@@ -21,8 +21,8 @@ var (
 	routerMAC = net.HardwareAddr{2, 0, 0, 0, 0, 2}
 )
 
-// seg is a TCP segment between two ends, as the tests send and expect it.
-type seg struct {
+// spSeg is a TCP segment between two ends, as the tests send and expect it.
+type spSeg struct {
 	src, dst       netip.AddrPort
 	seq, ack       uint32
 	syn, ack_, psh bool
@@ -33,7 +33,7 @@ type seg struct {
 	payload        []byte
 }
 
-func (s seg) frame(t testing.TB, srcMAC, dstMAC net.HardwareAddr) []byte {
+func (s spSeg) frame(t testing.TB, srcMAC, dstMAC net.HardwareAddr) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC}
 	var ipl gopacket.SerializableLayer
@@ -73,7 +73,7 @@ func (s seg) frame(t testing.TB, srcMAC, dstMAC net.HardwareAddr) []byte {
 
 // checkSeg decodes a frame the program wrote, checks its checksums with
 // the Go implementation, and compares it with the segment expected.
-func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareAddr, ttl uint8) *layers.TCP {
+func checkSeg(t *testing.T, frame []byte, want spSeg, srcMAC, dstMAC net.HardwareAddr, ttl uint8) *layers.TCP {
 	t.Helper()
 	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
 	eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
@@ -119,7 +119,7 @@ func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareA
 	if ck := checksum.Fold(checksum.Sum(l4, checksum.Sum(pseudo, 0))); ck != 0xffff {
 		t.Errorf("TCP checksum %#04x wrong", tcp.Checksum)
 	}
-	got := seg{src: netip.AddrPortFrom(src, uint16(tcp.SrcPort)), dst: netip.AddrPortFrom(dst, uint16(tcp.DstPort)),
+	got := spSeg{src: netip.AddrPortFrom(src, uint16(tcp.SrcPort)), dst: netip.AddrPortFrom(dst, uint16(tcp.DstPort)),
 		seq: tcp.Seq, ack: tcp.Ack, syn: tcp.SYN, ack_: tcp.ACK, psh: tcp.PSH, rst: tcp.RST, win: tcp.Window, payload: tcp.Payload}
 	var opts []layers.TCPOptionKind
 	for _, o := range tcp.Options {
@@ -154,22 +154,17 @@ func checkSeg(t *testing.T, frame []byte, want seg, srcMAC, dstMAC net.HardwareA
 	return tcp
 }
 
-// newSynproxy loads a firewall whose one rule synproxies TCP to port 80,
-// with conntrack on (as a rule set with a synproxy rule turns it on).
+// newSynproxy loads a firewall whose one rule synproxies TCP to port 80
+// (which turns tracking on), with a TTL of 61 for the proxy's packets.
 func newSynproxy(t testing.TB) *Firewall {
 	t.Helper()
-	f := newFirewall(t, "")
-	rs := &RuleSet{Default: Pass, Rules: []Rule{{Action: Synproxy, Proto: 6, DPort: Ports{Lo: 80, Hi: 80, given: true}}}}
-	if err := f.Install(rs); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.updateConfig(func(c *fwFwConfig) {
-		c.CtFlags = uint32(fwFwCtFlagFW_CTF_ON | fwFwCtFlagFW_CTF_LOOSE)
-		for i := range c.CtTimeout {
-			c.CtTimeout[i] = 300
-		}
-		c.SynproxyMss4, c.SynproxyMss6, c.SynproxyTtl = 1460, 1440, 61
-	}); err != nil {
+	f := newFirewall(t, `
+[[rule]]
+action = "synproxy"
+proto = "tcp"
+dport = 80
+`)
+	if err := f.updateConfig(func(c *fwFwConfig) { c.SynproxyTtl = 61 }); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -217,14 +212,14 @@ func TestSynproxy(t *testing.T) {
 			const isn, sisn = 1000, 3000000000
 
 			// The SYN: answered with a cookie, no entry.
-			syn := seg{src: cl, dst: sv, seq: isn, syn: true, win: 64240, mss: c.clientMSS, full: true}
+			syn := spSeg{src: cl, dst: sv, seq: isn, syn: true, win: 64240, mss: c.clientMSS, full: true}
 			ret, out := runOut(t, f, syn.frame(t, clientMAC, routerMAC))
 			if ret != xdpTx {
 				t.Fatalf("SYN: verdict %d, want XDP_TX", ret)
 			}
 			cookie := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default).
 				Layer(layers.LayerTypeTCP).(*layers.TCP).Seq
-			checkSeg(t, out, seg{src: sv, dst: cl, seq: cookie, ack: isn + 1, syn: true, ack_: true, win: 65535,
+			checkSeg(t, out, spSeg{src: sv, dst: cl, seq: cookie, ack: isn + 1, syn: true, ack_: true, win: 65535,
 				mss: c.cookieMSS}, routerMAC, clientMAC, 61)
 			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_SYN); n != 1 {
 				t.Errorf("synproxy_syn %d, want 1", n)
@@ -234,7 +229,7 @@ func TestSynproxy(t *testing.T) {
 			}
 
 			// A forged ACK: dropped.
-			forged := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1 + 4096, ack_: true, win: 502}
+			forged := spSeg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1 + 4096, ack_: true, win: 502}
 			if ret, _ := runOut(t, f, forged.frame(t, clientMAC, routerMAC)); ret != xdpDrop {
 				t.Fatalf("forged ACK: verdict %d, want XDP_DROP", ret)
 			}
@@ -243,29 +238,29 @@ func TestSynproxy(t *testing.T) {
 			}
 
 			// The valid ACK: the client's SYN again, to the server.
-			ack := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, win: 502}
+			ack := spSeg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, win: 502}
 			ret, out = runOut(t, f, ack.frame(t, clientMAC, routerMAC))
 			if ret != xdpPass {
 				t.Fatalf("cookie ACK: verdict %d, want XDP_PASS", ret)
 			}
-			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
+			checkSeg(t, out, spSeg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
 			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_ACK_OK); n != 1 {
 				t.Errorf("synproxy_ack_ok %d, want 1", n)
 			}
 
 			// The client's data before the server answered: the SYN
 			// again, in case that was lost; the client resends the data.
-			req := seg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("GET /")}
+			req := spSeg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("GET /")}
 			ret, out = runOut(t, f, req.frame(t, clientMAC, routerMAC))
 			if ret != xdpPass {
 				t.Fatalf("early data: verdict %d, want XDP_PASS", ret)
 			}
-			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
+			checkSeg(t, out, spSeg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
 
 			// An RST from the server (nothing listening): to the client
 			// at the cookie's next sequence number, which it takes.
 			serverMAC := net.HardwareAddr{2, 0, 0, 0, 0, 3}
-			rst := seg{src: sv, dst: cl, seq: 0, ack: isn + 1, ack_: true, rst: true}
+			rst := spSeg{src: sv, dst: cl, seq: 0, ack: isn + 1, ack_: true, rst: true}
 			ret, out = runOut(t, f, rst.frame(t, serverMAC, routerMAC))
 			if ret != xdpPass {
 				t.Fatalf("server RST: verdict %d, want XDP_PASS", ret)
@@ -276,17 +271,17 @@ func TestSynproxy(t *testing.T) {
 
 			// The server's SYN/ACK: the client's ACK, back to the server;
 			// again for a SYN/ACK resent (our ACK was lost).
-			synack := seg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160, mss: 1460}
+			synack := spSeg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160, mss: 1460}
 			ret, out = runOut(t, f, synack.frame(t, serverMAC, routerMAC))
 			if ret != xdpTx {
 				t.Fatalf("server SYN/ACK: verdict %d, want XDP_TX", ret)
 			}
-			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
+			checkSeg(t, out, spSeg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
 			ret, out = runOut(t, f, synack.frame(t, serverMAC, routerMAC))
 			if ret != xdpTx {
 				t.Fatalf("server SYN/ACK resent: verdict %d, want XDP_TX", ret)
 			}
-			checkSeg(t, out, seg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
+			checkSeg(t, out, spSeg{src: cl, dst: sv, seq: isn + 1, ack: sisn + 1, ack_: true, win: 502}, routerMAC, serverMAC, 61)
 			if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_OPENED); n != 1 {
 				t.Errorf("synproxy_opened %d, want 1", n)
 			}
@@ -300,7 +295,7 @@ func TestSynproxy(t *testing.T) {
 			want.ack = sisn + 1
 			checkSeg(t, out, want, clientMAC, routerMAC, 64)
 
-			resp := seg{src: sv, dst: cl, seq: sisn + 1, ack: isn + 6, ack_: true, psh: true, win: 509, payload: []byte("200 OK")}
+			resp := spSeg{src: sv, dst: cl, seq: sisn + 1, ack: isn + 6, ack_: true, psh: true, win: 509, payload: []byte("200 OK")}
 			ret, out = runOut(t, f, resp.frame(t, serverMAC, routerMAC))
 			if ret != xdpPass {
 				t.Fatalf("server data: verdict %d, want XDP_PASS", ret)
@@ -321,27 +316,27 @@ func BenchmarkSynproxy(b *testing.B) {
 	f := newSynproxy(t)
 	cl, sv := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80")
 	serverMAC := net.HardwareAddr{2, 0, 0, 0, 0, 3}
-	_, out := runOut(t, f, seg{src: cl, dst: sv, seq: 1000, syn: true, win: 64240, mss: 1460}.frame(t, clientMAC, routerMAC))
+	_, out := runOut(t, f, spSeg{src: cl, dst: sv, seq: 1000, syn: true, win: 64240, mss: 1460}.frame(t, clientMAC, routerMAC))
 	cookie := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP).Seq
-	runOut(t, f, seg{src: cl, dst: sv, seq: 1001, ack: cookie + 1, ack_: true, win: 502}.frame(t, clientMAC, routerMAC))
-	if ret, _ := runOut(t, f, seg{src: sv, dst: cl, seq: 5000, ack: 1001, syn: true, ack_: true, win: 65160,
+	runOut(t, f, spSeg{src: cl, dst: sv, seq: 1001, ack: cookie + 1, ack_: true, win: 502}.frame(t, clientMAC, routerMAC))
+	if ret, _ := runOut(t, f, spSeg{src: sv, dst: cl, seq: 5000, ack: 1001, syn: true, ack_: true, win: 65160,
 		mss: 1460}.frame(t, serverMAC, routerMAC)); ret != xdpTx {
 		b.Fatalf("server SYN/ACK: verdict %d", ret)
 	}
 	// A connection the proxy did not open, to port 81, for comparison.
 	plain := netip.AddrPortFrom(sv.Addr(), 81)
-	runOut(t, f, seg{src: cl, dst: plain, seq: 1000, syn: true, win: 64240, mss: 1460}.frame(t, clientMAC, routerMAC))
-	runOut(t, f, seg{src: plain, dst: cl, seq: 5000, ack: 1001, syn: true, ack_: true, win: 65160, mss: 1460}.frame(t, serverMAC, routerMAC))
-	runOut(t, f, seg{src: cl, dst: plain, seq: 1001, ack: 5001, ack_: true, win: 502}.frame(t, clientMAC, routerMAC))
+	runOut(t, f, spSeg{src: cl, dst: plain, seq: 1000, syn: true, win: 64240, mss: 1460}.frame(t, clientMAC, routerMAC))
+	runOut(t, f, spSeg{src: plain, dst: cl, seq: 5000, ack: 1001, syn: true, ack_: true, win: 65160, mss: 1460}.frame(t, serverMAC, routerMAC))
+	runOut(t, f, spSeg{src: cl, dst: plain, seq: 1001, ack: 5001, ack_: true, win: 502}.frame(t, clientMAC, routerMAC))
 	for name, c := range map[string]struct {
 		frame []byte
 		want  uint32
 	}{
-		"plain": {seg{src: plain, dst: cl, seq: 5001, ack: 1001, ack_: true, win: 509,
+		"plain": {spSeg{src: plain, dst: cl, seq: 5001, ack: 1001, ack_: true, win: 509,
 			payload: make([]byte, 1400)}.frame(t, serverMAC, routerMAC), xdpPass},
-		"ack-bad": {seg{src: netip.MustParseAddrPort("10.0.0.9:40000"), dst: sv, seq: 1, ack: 12345, ack_: true,
+		"ack-bad": {spSeg{src: netip.MustParseAddrPort("10.0.0.9:40000"), dst: sv, seq: 1, ack: 12345, ack_: true,
 			win: 502}.frame(t, clientMAC, routerMAC), xdpDrop},
-		"shift": {seg{src: sv, dst: cl, seq: 5001, ack: 1001, ack_: true, win: 509,
+		"shift": {spSeg{src: sv, dst: cl, seq: 5001, ack: 1001, ack_: true, win: 509,
 			payload: make([]byte, 1400)}.frame(t, serverMAC, routerMAC), xdpPass},
 	} {
 		b.Run(name, func(b *testing.B) {
