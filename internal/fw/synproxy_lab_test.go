@@ -23,13 +23,16 @@ import (
 )
 
 // synproxyLab attaches the firewall to both veths of a new testbed's DUT,
-// with a synproxy rule for TCP to the sink's ports dports (tracking on,
-// with the defaults), and starts a
-// plain Go listener on port 8080 that echoes what it reads, after "echo:".
-// It returns the listener's address.
-func synproxyLab(t *testing.T, dports Ports) (lab.Testbed, *Firewall, netip.AddrPort) {
+// with synproxy rules for TCP to the sink's ports dports (tracking on,
+// with the defaults), adds IPv6 to the testbed, and starts plain Go
+// listeners on the sink's port 8080, IPv4 and IPv6, that echo what they
+// read after "echo:". It returns their addresses.
+
+func synproxyLab(t *testing.T, dports Ports) (tb lab.Testbed, f *Firewall, server, server6 netip.AddrPort) {
 	t.Helper()
-	tb := labtest.Testbed(t)
+	tb = labtest.Testbed(t)
+	server = netip.AddrPortFrom(tb.Sink().Addr.Addr(), 8080)
+	server6 = netip.MustParseAddrPort("[fd00:19::1]:8080")
 	// Full checksums from both stacks, no TSO: what a NIC delivers. (A
 	// veth hands on a local stack's partial checksums, which the shift's
 	// incremental update would spoil.) And a program on the ends: a veth
@@ -52,6 +55,27 @@ func synproxyLab(t *testing.T, dports Ports) (lab.Testbed, *Firewall, netip.Addr
 		}
 		t.Cleanup(func() { l.Close() })
 	}
+	// IPv6 beside the testbed's IPv4, which the lab turns off.
+	for _, cmd := range [][]string{
+		{tb.Gen().Netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf." + tb.Gen().Dev + ".disable_ipv6=0",
+			"net.ipv6.conf." + tb.Gen().Dev + ".accept_dad=0"},
+		{tb.Sink().Netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf." + tb.Sink().Dev + ".disable_ipv6=0",
+			"net.ipv6.conf." + tb.Sink().Dev + ".accept_dad=0"},
+		{tb.DUTIn().Netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.all.forwarding=1",
+			"net.ipv6.conf." + tb.DUTIn().Dev + ".disable_ipv6=0", "net.ipv6.conf." + tb.DUTIn().Dev + ".accept_dad=0",
+			"net.ipv6.conf." + tb.DUTOut().Dev + ".disable_ipv6=0", "net.ipv6.conf." + tb.DUTOut().Dev + ".accept_dad=0"},
+		{tb.Gen().Netns, "ip", "addr", "add", "fd00:18::1/64", "dev", tb.Gen().Dev, "nodad"},
+		{tb.DUTIn().Netns, "ip", "addr", "add", "fd00:18::2/64", "dev", tb.DUTIn().Dev, "nodad"},
+		{tb.DUTOut().Netns, "ip", "addr", "add", "fd00:19::2/64", "dev", tb.DUTOut().Dev, "nodad"},
+		{tb.Sink().Netns, "ip", "addr", "add", server6.Addr().String() + "/64", "dev", tb.Sink().Dev, "nodad"},
+		{tb.Gen().Netns, "ip", "route", "add", "fd00:19::/64", "via", "fd00:18::2"},
+		{tb.Sink().Netns, "ip", "route", "add", "fd00:18::/64", "via", "fd00:19::2"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec"}, cmd...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+
 	name := tb.Prefix + "fw"
 	if err := Attach(AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, NoFallback: true}); err != nil {
 		t.Fatal(err)
@@ -63,39 +87,41 @@ func synproxyLab(t *testing.T, dports Ports) (lab.Testbed, *Firewall, netip.Addr
 			}
 		}
 	})
-	f, err := OpenPinned(name)
+	f, err = OpenPinned(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	server := netip.AddrPortFrom(tb.Sink().Addr.Addr(), 8080)
-	rs := &RuleSet{Default: Pass, Rules: []Rule{{Action: Synproxy, Dst: Prefix{netip.PrefixFrom(server.Addr(), 32)}, Proto: 6,
-		SPort: AnyPort, DPort: dports}}}
+	rs := &RuleSet{Default: Pass, Rules: []Rule{
+		{Action: Synproxy, Dst: Prefix{netip.PrefixFrom(server.Addr(), 32)}, Proto: 6, SPort: AnyPort, DPort: dports},
+		{Action: Synproxy, Dst: Prefix{netip.PrefixFrom(server6.Addr(), 128)}, Proto: 6, SPort: AnyPort, DPort: dports}}}
 	if err := f.Install(rs); err != nil {
 		t.Fatal(err)
 	}
 
-	var ln net.Listener
-	if err := netns.Run(tb.Sink().Netns, func() (err error) {
-		ln, err = net.Listen("tcp4", server.String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.Write([]byte("echo:"))
-				io.Copy(c, c)
-			}()
+	for _, at := range []netip.AddrPort{server, server6} {
+		var ln net.Listener
+		if err := netns.Run(tb.Sink().Netns, func() (err error) {
+			ln, err = net.Listen("tcp", at.String())
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
-	}()
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					c.Write([]byte("echo:"))
+					io.Copy(c, c)
+				}()
+			}
+		}()
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for c := fwFwCounter(0); c < fwFwCounterFW_C_MAX; c++ {
@@ -105,14 +131,14 @@ func synproxyLab(t *testing.T, dports Ports) (lab.Testbed, *Firewall, netip.Addr
 			}
 		}
 	})
-	return tb, f, server
+	return tb, f, server, server6
 }
 
 // dialFromGen connects from the generator's namespace.
 func dialFromGen(tb lab.Testbed, to netip.AddrPort) (net.Conn, error) {
 	var c net.Conn
 	err := netns.Run(tb.Gen().Netns, func() (err error) {
-		c, err = net.DialTimeout("tcp4", to.String(), 5*time.Second)
+		c, err = net.DialTimeout("tcp", to.String(), 5*time.Second)
 		return err
 	})
 	return c, err
@@ -144,18 +170,22 @@ func echo(t *testing.T, c net.Conn, payload []byte, first bool) {
 	}
 }
 
-// TestSynproxyThroughRouter opens real connections from the generator's
-// namespace to a plain Go listener in the sink's, through the DUT routing
+// TestSynproxyThroughRouter opens real connections, IPv4 and IPv6, from the
+// generator's namespace to a plain Go listener in the sink's, through the DUT routing
 // between them with the firewall on both its veths: the client's handshake
 // ends at the synproxy, the listener sees the client's SYN only once the
 // cookie ACK checked out, and data flows both ways across the delta.
 func TestSynproxyThroughRouter(t *testing.T) {
-	tb, f, server := synproxyLab(t, Ports{8080, 8081, true})
-	const conns = 3
+	tb, f, server, server6 := synproxyLab(t, Ports{8080, 8081, true})
+	const conns = 4
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 256<<10/16)
 	for i := 0; i < conns; i++ {
 		start := time.Now()
-		c, err := dialFromGen(tb, server)
+		to := server
+		if i%2 == 1 {
+			to = server6
+		}
+		c, err := dialFromGen(tb, to)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +194,7 @@ func TestSynproxyThroughRouter(t *testing.T) {
 		// retransmission timeout (200 ms or more). Through veths the
 		// server answers before the client's dial returns.
 		echo(t, c, payload[:16], true)
-		t.Logf("connection %d: first echo after %v", i, time.Since(start).Round(time.Microsecond))
+		t.Logf("connection %d to %v: first echo after %v", i, to, time.Since(start).Round(time.Microsecond))
 		echo(t, c, payload, false)
 		c.Close()
 	}
@@ -203,7 +233,7 @@ func TestSynproxyThroughRouter(t *testing.T) {
 // generator.
 func TestSynproxyFlood(t *testing.T) {
 	// Every port: the generator's flood draws destination ports too.
-	tb, f, server := synproxyLab(t, AnyPort)
+	tb, f, server, _ := synproxyLab(t, AnyPort)
 	c, err := dialFromGen(tb, server)
 	if err != nil {
 		t.Fatal(err)
