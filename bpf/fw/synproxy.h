@@ -193,16 +193,19 @@ static __always_inline int sp_answer_syn(struct xdp_md *ctx, const struct fw_con
 	__u16 mss, max = sp_cfg_mss(cfg, v6);
 	__s64 c;
 
-	if (olen > 40)
+	if (olen > 40 || (olen && bpf_xdp_load_bytes(ctx, p->l4 + 20, h->opt, olen))) {
+		count(FW_C_DROP_MALFORMED);
 		return XDP_DROP;
-	if (olen && bpf_xdp_load_bytes(ctx, p->l4 + 20, h->opt, olen))
-		return XDP_DROP;
+	}
 	if (v6)
 		c = bpf_tcp_raw_gen_syncookie_ipv6(&h->ip6, &h->th, doff);
 	else
 		c = bpf_tcp_raw_gen_syncookie_ipv4(&h->ip4, &h->th, doff);
-	if (c < 0)
+	if (c < 0) {
+		/* No cookies here (fastpath-rt): the rule cannot answer. */
+		count(FW_C_DROP_RULE);
 		return XDP_DROP;
+	}
 	mss = c >> 32;
 	if (mss > max)
 		mss = max;
@@ -314,8 +317,10 @@ static __always_inline int sp_server_synack(struct xdp_md *ctx, const struct fw_
 	__u16 win;
 	int held, opened = 0;
 
-	if (!ct_lookup(&r->key, now, &f))
+	if (!ct_lookup(&r->key, now, &f)) {
+		count(FW_C_CT_INVALID); /* expired since conntrack saw it */
 		return XDP_DROP;
+	}
 	e = f.e;
 	held = ct_lock(e);
 	if (ack != e->proxy_isn + 1) {
@@ -357,8 +362,10 @@ static __always_inline int sp_resend_syn(struct xdp_md *ctx, const struct fw_con
 	__u32 isn;
 	__u16 mss, win;
 
-	if (!ct_lookup(&r->key, ct_now(cfg), &f))
+	if (!ct_lookup(&r->key, ct_now(cfg), &f)) {
+		count(FW_C_CT_INVALID);
 		return XDP_DROP;
+	}
 	isn = f.e->proxy_isn;
 	mss = f.e->proxy_mss;
 	win = f.e->dir[0].td_maxwin;
@@ -440,11 +447,11 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 		asm volatile("" : "+r"(l4));
 		th = data + (l4 & 0xfff);
 		if (l4 > 0xfff || (void *)(th + 1) > end)
-			return XDP_DROP;
+			goto malformed;
 		flags = ((__u8 *)th)[13];
 		doff = th->doff * 4;
 		if (doff < 20 || doff > p->l4_len)
-			return XDP_DROP;
+			goto malformed;
 		/* Open connections: the shift alone. */
 		if ((st & (CT_R_FOUND | CT_R_PROXY_SYN)) == CT_R_FOUND &&
 		    !(r->dir && (flags & (TH_SYN | TH_ACK | TH_RST)) == (TH_SYN | TH_ACK)))

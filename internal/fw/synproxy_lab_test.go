@@ -230,7 +230,9 @@ func TestSynproxyThroughRouter(t *testing.T) {
 // SYN is answered with a cookie and none leaves an entry behind, and the
 // connection's data keeps flowing. Its rate with and without the flood
 // is logged, not asserted: both share the machine's CPUs with the
-// generator.
+// generator, and the client's namespace is the flood's too, so that the
+// cookie SYN/ACKs flood the client's veth and stack as well (on a real
+// network they go back to the spoofed sources).
 func TestSynproxyFlood(t *testing.T) {
 	// Every port: the generator's flood draws destination ports too.
 	tb, f, server, _ := synproxyLab(t, AnyPort)
@@ -279,7 +281,10 @@ func TestSynproxyFlood(t *testing.T) {
 	answered = counter(t, f, fwFwCounterFW_C_SYNPROXY_SYN) - answered
 	t.Logf("flood: %d SYNs sent at %.2f Mpps, %d answered; the connection's echo: %.0f MB/s quiet, %.0f MB/s flooded",
 		r.st.Sent, r.st.Mpps(), answered, quiet, flooded)
-	if r.st.Sent == 0 || answered < r.st.Sent-r.st.Drops-r.st.Vanished {
+	// All but a few: now and then a frame of the flood reaches the firewall
+	// shorter than its IP header says (some hundreds in a million, at the
+	// generator's fastest), and is dropped as malformed.
+	if arrived := r.st.Sent - r.st.Drops - r.st.Vanished; r.st.Sent == 0 || answered < arrived-arrived/100 {
 		t.Errorf("%d SYNs answered of %d sent (%d dropped by the veth)", answered, r.st.Sent, r.st.Drops+r.st.Vanished)
 	}
 	if n := counter(t, f, fwFwCounterFW_C_CT_CREATED) - created; n != 0 {
