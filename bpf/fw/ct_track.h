@@ -57,6 +57,7 @@ static __always_inline void ct_key_ordered(struct ct_result *r, const struct fw_
 		swap = sport > dport;
 	r->key.proto = k->proto;
 	r->key.family = k->family;
+	r->key.pad = 0;
 	r->end = swap;
 	if (swap) {
 		__builtin_memcpy(r->key.addr[0], k->dst, 16);
@@ -551,6 +552,7 @@ static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config 
 		return FW_CT_INVALID;
 	r->key.proto = k->proto;
 	r->key.family = k->family;
+	r->key.pad = 0;
 	__builtin_memcpy(r->key.addr[0], is_reply ? k->dst : k->src, 16);
 	__builtin_memcpy(r->key.addr[1], is_reply ? k->src : k->dst, 16);
 	r->key.port[0] = (__u16)icmp[4] << 8 | icmp[5];

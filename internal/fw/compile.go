@@ -192,6 +192,13 @@ func hullOf(rs []fwFwRule) fwFwRule {
 		if r.Proto != h.Proto {
 			h.Proto = 0
 		}
+		if h.CtStates != 0 {
+			if r.CtStates == 0 {
+				h.CtStates = 0
+			} else {
+				h.CtStates |= r.CtStates
+			}
+		}
 		h.Flags &= r.Flags
 		h.SportLo, h.SportHi = min(h.SportLo, r.SportLo), max(h.SportHi, r.SportHi)
 		h.DportLo, h.DportHi = min(h.DportLo, r.DportLo), max(h.DportHi, r.DportHi)
@@ -240,10 +247,11 @@ type matchKey struct {
 	family, proto uint8
 	src, dst      netip.Prefix
 	sport, dport  Ports
+	ct            CtStates
 }
 
 func (r Rule) matchKey() matchKey {
-	return matchKey{r.Family(), uint8(r.Proto), r.Src.Prefix, r.Dst.Prefix, r.SPort.norm(), r.DPort.norm()}
+	return matchKey{r.Family(), uint8(r.Proto), r.Src.Prefix, r.Dst.Prefix, r.SPort.norm(), r.DPort.norm(), r.CtState}
 }
 
 // chooseAnchors puts each rule on the field where packets find it least:
@@ -627,6 +635,7 @@ func kernelRule(r Rule, id uint32) fwFwRule {
 	k := fwFwRule{
 		Id: id, Family: r.Family(), Proto: uint8(r.Proto), Action: uint8(r.Action),
 		SportLo: r.SPort.Lo, SportHi: r.SPort.Hi, DportLo: r.DPort.Lo, DportHi: r.DPort.Hi,
+		CtStates: uint8(r.CtState),
 	}
 	if !r.SPort.IsAny() || !r.DPort.IsAny() {
 		k.Flags |= ruleFlagPorts
@@ -681,6 +690,7 @@ func ruleFromKernel(k fwFwRule) Rule {
 	r := Rule{
 		Action: Action(k.Action), Proto: Proto(k.Proto),
 		SPort: Ports{k.SportLo, k.SportHi, true}, DPort: Ports{k.DportLo, k.DportHi, true},
+		CtState: CtStates(k.CtStates),
 	}
 	if k.Flags&ruleFlagSrc != 0 {
 		r.Src = prefixFromKernel(k.Family, k.SrcNet, k.SrcMask)

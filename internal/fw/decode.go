@@ -116,7 +116,7 @@ func (d *decoder) keyOf(n *unstable.Node) ([]string, int) {
 	return parts, line
 }
 
-const knownKeys = "known are default, rate_limit.{pps,bps,block_for} and rule.{action,src,dst,proto,sport,dport,comment}"
+const knownKeys = "known are default, rate_limit.{pps,bps,block_for}, conntrack.{enabled,no_pickup,liberal,strict} and rule.{action,src,dst,proto,sport,dport,ct_state,comment}"
 
 func (d *decoder) expression(e *unstable.Node) error {
 	switch e.Kind {
@@ -129,6 +129,11 @@ func (d *decoder) expression(e *unstable.Node) error {
 				return d.errorf(line, "[rate_limit] is defined twice: keep one")
 			}
 			d.rs.RateLimit = &RateLimit{}
+		case e.Kind == unstable.Table && name == "conntrack":
+			if d.rs.Conntrack != nil {
+				return d.errorf(line, "[conntrack] is defined twice: keep one")
+			}
+			d.rs.Conntrack = &Conntrack{}
 		case e.Kind == unstable.ArrayTable && name == "rule":
 			d.newRule(line)
 		case e.Kind == unstable.Table && name == "rule":
@@ -169,6 +174,9 @@ func (d *decoder) keyValue(table string, parts []string, v *unstable.Node, line 
 		if table == "rate_limit" && d.rs.RateLimit == nil {
 			d.rs.RateLimit = &RateLimit{}
 		}
+		if table == "conntrack" && d.rs.Conntrack == nil {
+			d.rs.Conntrack = &Conntrack{}
+		}
 	}
 	key := parts[0]
 	if len(parts) > 1 {
@@ -195,6 +203,15 @@ func (d *decoder) keyValue(table string, parts []string, v *unstable.Node, line 
 			}
 			d.rs.RateLimit = &RateLimit{}
 			return d.inlineTable("rate_limit", v)
+		case "conntrack":
+			if v.Kind != unstable.InlineTable {
+				return d.errorf(line, "conntrack is a table: write [conntrack] and its keys on the lines below")
+			}
+			if d.rs.Conntrack != nil {
+				return d.errorf(line, "conntrack is defined twice: keep one")
+			}
+			d.rs.Conntrack = &Conntrack{}
+			return d.inlineTable("conntrack", v)
 		case "rule":
 			if v.Kind != unstable.Array {
 				return d.errorf(line, "rule is a list of tables: write [[rule]] before each rule's keys")
@@ -238,6 +255,18 @@ func (d *decoder) keyValue(table string, parts []string, v *unstable.Node, line 
 			return nil
 		}
 		return d.errorf(line, "unknown key %q in [rate_limit]: %s", key, knownKeys)
+	case "conntrack":
+		ct := d.rs.Conntrack
+		fields := map[string]*bool{"enabled": &ct.Enabled, "no_pickup": &ct.NoPickup, "liberal": &ct.Liberal, "strict": &ct.Strict}
+		f, ok := fields[key]
+		if !ok {
+			return d.errorf(line, "unknown key %q in [conntrack]: %s", key, knownKeys)
+		}
+		if v.Kind != unstable.Bool {
+			return d.errorf(line, "conntrack.%s must be true or false, not %s", key, d.raw(v))
+		}
+		*f = string(v.Data) == "true"
+		return nil
 	case "rule":
 		return d.ruleKey(&d.rs.Rules[len(d.rs.Rules)-1], len(d.rs.Rules), key, v, line)
 	}
@@ -319,11 +348,28 @@ func (d *decoder) ruleKey(r *Rule, n int, key string, v *unstable.Node, line int
 			return wrap(p.UnmarshalTOML(i))
 		}
 		return d.errorf(line, "rule %d: a port is a number or a range \"lo-hi\", not %s", n, d.raw(v))
+	case "ct_state":
+		switch v.Kind {
+		case unstable.String:
+			return wrap(r.CtState.UnmarshalText(v.Data))
+		case unstable.Array:
+			var names []string
+			it := v.Children()
+			for it.Next() {
+				e := it.Node()
+				if e.Kind != unstable.String {
+					return d.errorf(line, "rule %d: ct_state lists states as strings, not %s", n, d.raw(e))
+				}
+				names = append(names, string(e.Data))
+			}
+			return wrap(r.CtState.parse(names))
+		}
+		return d.errorf(line, "rule %d: ct_state is a state or a list of them, like [\"established\", \"related\"], not %s", n, d.raw(v))
 	case "comment":
 		s, err := d.str(v, line, key)
 		r.Comment = s
 		return err
-	case "default", "rate_limit":
+	case "default", "rate_limit", "conntrack":
 		return d.errorf(line, "%s is a key of rule %d here: top-level keys must come before the first [[rule]]: move it up", key, n)
 	}
 	return d.errorf(line, "unknown key %q in rule %d: %s", key, n, knownKeys)

@@ -213,7 +213,81 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	defer unlock()
-	return f.install(c, rs.RateLimit)
+	// Tracking starts before rules that match on its states are active,
+	// and stops only after the last of them is gone.
+	on := rs.ConntrackOn()
+	if on {
+		if err := f.setConntrack(true, rs.Conntrack); err != nil {
+			return err
+		}
+	}
+	if err := f.install(c, rs.RateLimit); err != nil {
+		return err
+	}
+	if !on {
+		return f.setConntrack(false, nil)
+	}
+	return nil
+}
+
+// Connection tracking's defaults: Linux's timeouts (seconds, by enum
+// fw_ct_timeout) and the synproxy's MSS and TTL.
+var ctTimeouts = map[int]uint32{
+	1: 120, 2: 60, 3: 432000, 4: 120, 5: 60, 6: 30, 7: 120, 8: 10, 9: 120, // TCP states
+	10: 300, 11: 300, // RETRANS, UNACK
+	12: 30, 13: 120, // UDP unreplied, stream
+	14: 30,  // ICMP
+	15: 600, // generic
+}
+
+// Flags of fw_config.ct_flags (enum fw_ct_flag).
+const (
+	ctfOn      = 1
+	ctfLoose   = 2
+	ctfLiberal = 4
+	ctfStrict  = 8
+)
+
+// setConntrack turns tracking on with the options of opts (nil: the
+// defaults, as Linux's), or off.
+func (f *Firewall) setConntrack(on bool, opts *Conntrack) error {
+	return f.updateConfig(func(c *fwFwConfig) {
+		c.CtFlags = 0
+		if !on {
+			return
+		}
+		if opts == nil {
+			opts = &Conntrack{}
+		}
+		c.CtFlags = ctfOn
+		if !opts.NoPickup {
+			c.CtFlags |= ctfLoose
+		}
+		if opts.Liberal {
+			c.CtFlags |= ctfLiberal
+		}
+		if opts.Strict {
+			c.CtFlags |= ctfStrict
+		}
+		for i, t := range ctTimeouts {
+			c.CtTimeout[i] = t
+		}
+		if c.SynproxyMss4 == 0 {
+			c.SynproxyMss4, c.SynproxyMss6, c.SynproxyTtl = 1460, 1440, 64
+		}
+	})
+}
+
+// ensureConntrack turns tracking on with the defaults unless it is on.
+func (f *Firewall) ensureConntrack() error {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read the settings: %w", err)
+	}
+	if c.CtFlags&ctfOn != 0 {
+		return nil
+	}
+	return f.setConntrack(true, nil)
 }
 
 // install makes a compiled set the active one; the caller holds the lock.
@@ -558,6 +632,9 @@ func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 	if c.RatePps > 0 || c.RateBps > 0 {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
 	}
+	if c.CtFlags&ctfOn != 0 {
+		rs.Conntrack = &Conntrack{Enabled: true, NoPickup: c.CtFlags&ctfLoose == 0, Liberal: c.CtFlags&ctfLiberal != 0, Strict: c.CtFlags&ctfStrict != 0}
+	}
 	return rs, ids, nil
 }
 
@@ -603,17 +680,30 @@ func (f *Firewall) Stats() ([]RuleStats, error) {
 type Counters map[string]uint64
 
 var counterNames = map[fwFwCounter]string{
-	fwFwCounterFW_C_PASS_RULE:      "pass_rule",
-	fwFwCounterFW_C_DROP_RULE:      "drop_rule",
-	fwFwCounterFW_C_PASS_DEFAULT:   "pass_default",
-	fwFwCounterFW_C_DROP_DEFAULT:   "drop_default",
-	fwFwCounterFW_C_DROP_BLOCKED:   "drop_blocked",
-	fwFwCounterFW_C_DROP_RATE:      "drop_rate_limit",
-	fwFwCounterFW_C_RATE_TRIPS:     "rate_limit_trips",
-	fwFwCounterFW_C_PASS_NOT_IP:    "pass_not_ip",
-	fwFwCounterFW_C_DROP_MALFORMED: "drop_malformed",
-	fwFwCounterFW_C_CLASSIFIED:     "classified",
-	fwFwCounterFW_C_FLOW_REPLACED:  "flow_replaced",
+	fwFwCounterFW_C_PASS_RULE:        "pass_rule",
+	fwFwCounterFW_C_DROP_RULE:        "drop_rule",
+	fwFwCounterFW_C_PASS_DEFAULT:     "pass_default",
+	fwFwCounterFW_C_DROP_DEFAULT:     "drop_default",
+	fwFwCounterFW_C_DROP_BLOCKED:     "drop_blocked",
+	fwFwCounterFW_C_DROP_RATE:        "drop_rate_limit",
+	fwFwCounterFW_C_RATE_TRIPS:       "rate_limit_trips",
+	fwFwCounterFW_C_PASS_NOT_IP:      "pass_not_ip",
+	fwFwCounterFW_C_DROP_MALFORMED:   "drop_malformed",
+	fwFwCounterFW_C_CLASSIFIED:       "classified",
+	fwFwCounterFW_C_FLOW_REPLACED:    "flow_replaced",
+	fwFwCounterFW_C_CT_NEW:           "ct_new",
+	fwFwCounterFW_C_CT_ESTABLISHED:   "ct_established",
+	fwFwCounterFW_C_CT_RELATED:       "ct_related",
+	fwFwCounterFW_C_CT_INVALID:       "ct_invalid",
+	fwFwCounterFW_C_CT_UNTRACKED:     "ct_untracked",
+	fwFwCounterFW_C_CT_CREATED:       "ct_created",
+	fwFwCounterFW_C_CT_PROMOTED:      "ct_promoted",
+	fwFwCounterFW_C_CT_EST_FULL:      "ct_established_table_full",
+	fwFwCounterFW_C_CT_IGNORED:       "ct_tcp_ignored",
+	fwFwCounterFW_C_SYNPROXY_SYN:     "synproxy_syn",
+	fwFwCounterFW_C_SYNPROXY_ACK_OK:  "synproxy_ack_ok",
+	fwFwCounterFW_C_SYNPROXY_ACK_BAD: "synproxy_ack_bad",
+	fwFwCounterFW_C_SYNPROXY_OPENED:  "synproxy_opened",
 }
 
 // Counters reads the per-reason counters.
@@ -657,6 +747,9 @@ type Flow struct {
 	SPort    uint16     `json:"sport"`
 	DPort    uint16     `json:"dport"`
 	Fragment bool       `json:"fragment,omitempty"`
+	// CtState is the packet's connection-tracking state, for matching rules
+	// in Go (Rule.Matches); 0 while tracking is off.
+	CtState CtStates `json:"ct_state,omitempty"`
 }
 
 func (fl Flow) String() string {

@@ -32,33 +32,98 @@ const (
 )
 
 func (a Action) String() string {
-	if a == Drop {
+	switch a {
+	case Drop:
 		return "drop"
+	case Synproxy:
+		return "synproxy"
 	}
 	return "pass"
 }
 
-// UnmarshalTOML reads "pass" or "drop".
+// UnmarshalTOML reads "pass", "drop" or "synproxy".
 func (a *Action) UnmarshalTOML(v any) error {
 	s, ok := v.(string)
 	if !ok {
-		return fmt.Errorf("action must be \"pass\" or \"drop\", not %v", v)
+		return fmt.Errorf("action must be \"pass\", \"drop\" or \"synproxy\", not %v", v)
 	}
 	return a.UnmarshalText([]byte(s))
 }
 
-// UnmarshalText reads "pass" or "drop" (also accept/allow and deny/block).
+// UnmarshalText reads "pass", "drop" (also accept/allow and deny/block) or
+// "synproxy".
 func (a *Action) UnmarshalText(b []byte) error {
 	switch strings.ToLower(string(b)) {
 	case "pass", "accept", "allow":
 		*a = Pass
 	case "drop", "deny", "block":
 		*a = Drop
+	case "synproxy":
+		*a = Synproxy
 	default:
-		return fmt.Errorf("unknown action %q: use \"pass\" or \"drop\"", b)
+		return fmt.Errorf("unknown action %q: use \"pass\", \"drop\" or \"synproxy\"", b)
 	}
 	return nil
 }
+
+// CtStates is a set of connection-tracking states, the bits of nftables'
+// ct state (enum fw_ct_state); a rule with none matches any state.
+type CtStates uint8
+
+const (
+	CtInvalid     CtStates = 1
+	CtEstablished CtStates = 2
+	CtRelated     CtStates = 4
+	CtNew         CtStates = 8
+	CtUntracked   CtStates = 64
+)
+
+var ctStateNames = []struct {
+	s    CtStates
+	name string
+}{{CtNew, "new"}, {CtEstablished, "established"}, {CtRelated, "related"}, {CtInvalid, "invalid"}, {CtUntracked, "untracked"}}
+
+func (c CtStates) String() string {
+	var names []string
+	for _, n := range ctStateNames {
+		if c&n.s != 0 {
+			names = append(names, n.name)
+		}
+	}
+	if len(names) == 0 {
+		return "any"
+	}
+	return strings.Join(names, ",")
+}
+
+// UnmarshalText reads states separated by commas: "established,related".
+func (c *CtStates) UnmarshalText(b []byte) error {
+	return c.parse(strings.Split(string(b), ","))
+}
+
+func (c *CtStates) parse(names []string) error {
+	var set CtStates
+	for _, name := range names {
+		name = strings.ToLower(strings.TrimSpace(name))
+		found := false
+		for _, n := range ctStateNames {
+			if name == n.name {
+				set |= n.s
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("unknown ct state %q: use new, established, related, invalid or untracked", name)
+		}
+	}
+	if set == 0 {
+		return errors.New("ct_state names no state: use new, established, related, invalid or untracked")
+	}
+	*c = set
+	return nil
+}
+
+func (c CtStates) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 
@@ -232,7 +297,9 @@ type Rule struct {
 	Proto   Proto  `toml:"proto" json:"proto"`
 	SPort   Ports  `toml:"sport" json:"sport"`
 	DPort   Ports  `toml:"dport" json:"dport"`
-	Comment string `toml:"comment" json:"comment,omitempty"`
+	// CtState is the connection-tracking states the rule matches (0: any).
+	CtState CtStates `toml:"ct_state" json:"ct_state,omitempty"`
+	Comment string   `toml:"comment" json:"comment,omitempty"`
 	// Line is where the rule starts in its file (0 if not from a file).
 	Line int `toml:"-" json:"-"`
 }
@@ -273,6 +340,9 @@ func (r Rule) String() string {
 	if !r.DPort.IsAny() {
 		parts = append(parts, "dport "+r.DPort.String())
 	}
+	if r.CtState != 0 {
+		parts = append(parts, "ct state "+r.CtState.String())
+	}
 	if len(parts) == 0 {
 		parts = append(parts, "all")
 	}
@@ -291,7 +361,37 @@ func (r *Rule) Validate() error {
 	if (!r.SPort.IsAny() || !r.DPort.IsAny()) && r.Proto != 6 && r.Proto != 17 {
 		return fmt.Errorf("ports need proto = \"tcp\" or \"udp\" (proto is %s): write one rule per protocol", r.Proto)
 	}
+	if r.Action == Synproxy && r.Proto != 6 {
+		return fmt.Errorf("action synproxy answers TCP SYNs: it needs proto = \"tcp\" (proto is %s)", r.Proto)
+	}
 	return nil
+}
+
+// Conntrack holds the connection-tracking options of a rules file. Tracking
+// is on when a rule matches on ct_state or synproxies, or Enabled says so.
+type Conntrack struct {
+	Enabled bool `toml:"enabled" json:"enabled,omitempty"`
+	// NoPickup refuses to take up a TCP connection from a mid-stream
+	// packet (nf_conntrack_tcp_loose = 0): such a packet is invalid.
+	NoPickup bool `toml:"no_pickup" json:"no_pickup,omitempty"`
+	// Liberal skips the TCP window checks (nf_conntrack_tcp_be_liberal).
+	Liberal bool `toml:"liberal" json:"liberal,omitempty"`
+	// Strict makes invalid what conntrack lets through unchanged: an old
+	// retransmission, a SYN on a live connection, an ACK far behind.
+	Strict bool `toml:"strict" json:"strict,omitempty"`
+}
+
+// ConntrackOn says whether the set needs connection tracking.
+func (rs *RuleSet) ConntrackOn() bool {
+	if rs.Conntrack != nil && rs.Conntrack.Enabled {
+		return true
+	}
+	for _, r := range rs.Rules {
+		if r.CtState != 0 || r.Action == Synproxy {
+			return true
+		}
+	}
+	return false
 }
 
 // RateLimit blocks a source that sends more than PPS packets or BPS bits in
@@ -324,6 +424,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 type RuleSet struct {
 	Default   Action     `toml:"default" json:"default"`
 	RateLimit *RateLimit `toml:"rate_limit" json:"rate_limit,omitempty"`
+	Conntrack *Conntrack `toml:"conntrack" json:"conntrack,omitempty"`
 	Rules     []Rule     `toml:"rule" json:"rules"`
 	// File is where the set was read from, for messages.
 	File string `toml:"-" json:"-"`
@@ -395,6 +496,9 @@ func (r Rule) Matches(fl Flow) bool {
 	if r.Proto != 0 && r.Proto != fl.Proto {
 		return false
 	}
+	if r.CtState != 0 && r.CtState&fl.CtState == 0 {
+		return false
+	}
 	if fl.Fragment && (!r.SPort.IsAny() || !r.DPort.IsAny()) {
 		return false
 	}
@@ -428,6 +532,9 @@ func (rs *RuleSet) WriteTOML(w io.Writer) error {
 	if rl := rs.RateLimit; rl != nil {
 		fmt.Fprintf(bw, "\n[rate_limit]\npps = %d\nbps = %d\nblock_for = %q\n", rl.PPS, rl.BPS, rl.BlockFor.String())
 	}
+	if ct := rs.Conntrack; ct != nil {
+		fmt.Fprintf(bw, "\n[conntrack]\nenabled = %t\nno_pickup = %t\nliberal = %t\nstrict = %t\n", ct.Enabled, ct.NoPickup, ct.Liberal, ct.Strict)
+	}
 	for _, r := range rs.Rules {
 		fmt.Fprintf(bw, "\n[[rule]]\naction = %q\n", r.Action)
 		if r.Src.IsValid() {
@@ -444,6 +551,9 @@ func (rs *RuleSet) WriteTOML(w io.Writer) error {
 		}
 		if !r.DPort.IsAny() {
 			fmt.Fprintf(bw, "dport = %q\n", r.DPort)
+		}
+		if r.CtState != 0 {
+			fmt.Fprintf(bw, "ct_state = %q\n", r.CtState)
 		}
 		if r.Comment != "" {
 			fmt.Fprintf(bw, "comment = %q\n", r.Comment)

@@ -124,6 +124,12 @@ func (f *Firewall) Insert(at int, r Rule) error {
 	if at < 1 || at > len(o.rules)+1 {
 		return fmt.Errorf("position %d: the set has %d rules, use 1 to %d", at, len(o.rules), len(o.rules)+1)
 	}
+	// A rule on ct states needs tracking on before it is active.
+	if r.CtState != 0 || r.Action == Synproxy {
+		if err := f.ensureConntrack(); err != nil {
+			return err
+		}
+	}
 	err = f.insert(o, at, r)
 	if errors.Is(err, errRebuild) {
 		return f.rebuild(func(rs *RuleSet) error {

@@ -197,3 +197,9 @@ func (r *Ref) Close() error {
 	}
 	return errors.Join(netns.Delete(r.ns), netns.Delete(r.sink()))
 }
+
+// Sysctl sets a key of the namespace's /proc/sys (net/netfilter/..., to
+// shorten a conntrack timeout for a test).
+func (r *Ref) Sysctl(key, val string) error {
+	return netns.Run(r.ns, func() error { return netns.Sysctl(key, val) })
+}
