@@ -535,7 +535,7 @@ func labTCPCmd(prefix *string) *cobra.Command {
 kernel routing and what each scenario attaches there, on a fresh testbed per scenario.
 Without arguments: routed, xdp-pass and the firewall's TCP rows (group fw-tcp).
 Rows named *-synflood measure each run alone and then under a SYN flood from the
-generator (group fw-ct-tcp: the stateful firewall and nftables).`,
+generator (group fw-stateful-tcp: the stateful firewall and nftables).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = []string{"fw-tcp"}

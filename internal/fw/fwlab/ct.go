@@ -337,8 +337,8 @@ func primeFlow(c, srv *net.UDPConn, f udpFlow, buf []byte) error {
 	return nil
 }
 
-// registerCt adds the stateful rows and their groups: fw-ct for lab bench,
-// fw-ct-tcp for lab tcp.
+// registerCt adds the stateful rows and their groups: fw-stateful for lab bench,
+// fw-stateful-tcp for lab tcp.
 func registerCt() {
 	fwCt, nftCt := &ctRow{}, &ctRow{}
 	lab.Register(lab.Scenario{
@@ -365,6 +365,6 @@ func registerCt() {
 		Layout:      lab.LayoutDUT, Order: 59, Routed: true, SYNFlood: true,
 		Setup: (&ctRow{}).setupNftCt(true),
 	})
-	lab.RegisterGroup("fw-ct", "routed", "fw-0", "fw-ct", "nft-ct")
-	lab.RegisterGroup("fw-ct-tcp", "routed", "fw-ct-synflood", "nft-ct-synflood")
+	lab.RegisterGroup("fw-stateful", "routed", "fw-0", "fw-ct", "nft-ct")
+	lab.RegisterGroup("fw-stateful-tcp", "routed", "fw-ct-synflood", "nft-ct-synflood")
 }
