@@ -37,7 +37,7 @@ import (
 func ctRules(tb lab.Testbed, tcp bool) (*fw.RuleSet, error) {
 	src, _ := labFlow(tb)
 	var b strings.Builder
-	fmt.Fprintf(&b, "default = \"drop\"\n\n[[rule]]\naction = \"pass\"\nct_state = [\"established\", \"related\"]\n\n")
+	b.WriteString("default = \"drop\"\n\n[[rule]]\naction = \"pass\"\nct_state = [\"established\", \"related\"]\n\n")
 	fmt.Fprintf(&b, "[[rule]]\naction = \"pass\"\nct_state = \"new\"\nsrc = %q\n", src)
 	if tcp {
 		fmt.Fprintf(&b, "\n[[rule]]\naction = \"pass\"\nct_state = \"new\"\nproto = \"tcp\"\ndst = %q\ndport = %d\n", tb.Sink().Addr.Addr(), lab.IperfPort)
@@ -237,6 +237,15 @@ func describeFwFlood(tb lab.Testbed) (string, error) {
 	return fmt.Sprintf("fw ct: %d new, %d established, %d invalid", c["ct_new"], c["ct_established"], c["ct_invalid"]), nil
 }
 
+// describeNftFlood says what nftables' rules counted in a SYN-flood row.
+func describeNftFlood(tb lab.Testbed) (string, error) {
+	c, err := nftCtCounts(tb)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("nft: %d new, %d established, %d dropped", c["ct_new"], c["ct_est"], c["dropped"]), nil
+}
+
 // udpFlow is one flow of the generator's UDP packets.
 type udpFlow struct{ src, dst netip.AddrPort }
 
@@ -363,7 +372,7 @@ func registerCt() {
 		Name:        "nft-ct-synflood",
 		Description: "nft-ct's policy + new TCP to the iperf3 port: iperf3 alone, then under a SYN flood to that port",
 		Layout:      lab.LayoutDUT, Order: 59, Routed: true, SYNFlood: true,
-		Setup: (&ctRow{}).setupNftCt(true),
+		Setup: (&ctRow{}).setupNftCt(true), Describe: describeNftFlood,
 	})
 	lab.RegisterGroup("fw-stateful", "routed", "fw-0", "fw-ct", "nft-ct")
 	lab.RegisterGroup("fw-stateful-tcp", "routed", "fw-ct-synflood", "nft-ct-synflood")
