@@ -229,10 +229,18 @@ static long tcp_option(__u64 i, void *data)
 static __noinline int ct_read_tcp(struct xdp_md *ctx, const struct fw_pkt *p, struct tcp_seg *s)
 {
 	struct tcp_opts o = {.s = s};
-	__u8 th[20];
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u64 off = p->l4;
+	__u8 *th;
 	__u32 doff;
 
-	if (bpf_xdp_load_bytes(ctx, p->l4, th, sizeof(th)))
+	/* Bounded, so that the verifier can give the pointer a range: headers
+	 * are in a frame's first page anyway. */
+	if (off > 4096)
+		return 0;
+	th = data + off;
+	if (!PKT_HAS(th, 20, end))
 		return 0;
 	doff = (th[12] >> 4) * 4;
 	if (doff < 20 || doff > p->l4_len)
@@ -308,7 +316,7 @@ static __always_inline void ct_account(struct fw_ct_entry *e, __u32 dir, __u64 l
 	e->bytes[dir & 1] += len;
 }
 
-static __noinline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
+static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
 				    struct ct_result *r)
 {
 	struct tcp_seg s;

@@ -48,7 +48,8 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		return fw.OpenPinned(name)
 	}
 	cmd.AddCommand(fwAttachCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
-		fwListCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open))
+		fwListCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open),
+		fwCtCmd(open), fwMetricsCmd(open))
 	return cmd
 }
 
@@ -60,13 +61,15 @@ func fwAttachCmd(name *string) *cobra.Command {
 		generic    bool
 		noFallback bool
 		maxFlows   uint32
+		ctMax      uint32
+		ctEmbryo   uint32
 	)
 	cmd := &cobra.Command{
 		Use:   "attach [--rules FILE] IFACE...",
 		Short: "attach the firewall to devices (again: swap the program, keep rules and flows)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := fw.AttachOptions{Name: *name, Devices: ifaces(ns, args), NoFallback: noFallback, Warn: os.Stderr, MaxFlows: maxFlows}
+			o := fw.AttachOptions{Name: *name, Devices: ifaces(ns, args), NoFallback: noFallback, Warn: os.Stderr, MaxFlows: maxFlows, CtMax: ctMax, CtEmbryonic: ctEmbryo}
 			if generic {
 				o.Mode = xdp.Generic
 			}
@@ -92,6 +95,8 @@ func fwAttachCmd(name *string) *cobra.Command {
 	cmd.Flags().BoolVar(&generic, "generic", false, "attach in generic (skb) mode")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
 	cmd.Flags().Uint32Var(&maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow table tracks (both families), in a new instance (rounded up to a power of two)")
+	cmd.Flags().Uint32Var(&ctMax, "ct-max", fw.DefaultCtMax, "connections the established table holds (never evicted), in a new instance")
+	cmd.Flags().Uint32Var(&ctEmbryo, "ct-embryonic", fw.DefaultCtEmbryonic, "connections the embryonic table (an LRU: handshakes, unanswered flows) holds, in a new instance")
 	return cmd
 }
 
@@ -187,15 +192,16 @@ func fwCheckCmd() *cobra.Command {
 }
 
 // ruleFlags are the match fields of fw add.
-type ruleFlags struct{ action, src, dst, proto, sport, dport string }
+type ruleFlags struct{ action, src, dst, proto, sport, dport, ctState string }
 
 func (r *ruleFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&r.action, "action", "", "drop or pass (required)")
+	fs.StringVar(&r.action, "action", "", "drop, pass or synproxy (required)")
 	fs.StringVar(&r.src, "src", "", "source address or prefix")
 	fs.StringVar(&r.dst, "dst", "", "destination address or prefix")
 	fs.StringVar(&r.proto, "proto", "", "tcp, udp, icmp, icmpv6, any or a number")
 	fs.StringVar(&r.sport, "sport", "", "source port or range lo-hi (tcp/udp)")
 	fs.StringVar(&r.dport, "dport", "", "destination port or range lo-hi (tcp/udp)")
+	fs.StringVar(&r.ctState, "ct-state", "", "connection-tracking states, e.g. established,related")
 }
 
 // rule parses the flags the way a rules file is parsed.
@@ -205,7 +211,7 @@ func (r *ruleFlags) rule() (fw.Rule, error) {
 	}
 	var b strings.Builder
 	b.WriteString("[[rule]]\n")
-	for _, kv := range [][2]string{{"action", r.action}, {"src", r.src}, {"dst", r.dst}, {"proto", r.proto}, {"sport", r.sport}, {"dport", r.dport}} {
+	for _, kv := range [][2]string{{"action", r.action}, {"src", r.src}, {"dst", r.dst}, {"proto", r.proto}, {"sport", r.sport}, {"dport", r.dport}, {"ct_state", r.ctState}} {
 		if kv[1] != "" {
 			fmt.Fprintf(&b, "%s = %s\n", kv[0], strconv.Quote(kv[1]))
 		}

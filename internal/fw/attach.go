@@ -22,8 +22,9 @@ type AttachOptions struct {
 	// Rules to install; nil keeps the instance's rules, or for a new
 	// instance installs an empty set that passes everything.
 	Rules *RuleSet
-	// MaxFlows sizes the flow table of a new instance.
-	MaxFlows uint32
+	// MaxFlows sizes the flow table of a new instance; CtMax and
+	// CtEmbryonic its connection-tracking tables (LoadOptions).
+	MaxFlows, CtMax, CtEmbryonic uint32
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -76,7 +77,7 @@ func Attach(o AttachOptions) error {
 	fresh := len(xdp.Links(dir)) == 0
 	lo := LoadOptions{PinPath: dir}
 	if fresh {
-		lo.MaxFlows = o.MaxFlows
+		lo.MaxFlows, lo.CtMax, lo.CtEmbryonic = o.MaxFlows, o.CtMax, o.CtEmbryonic
 	}
 	f, err := Load(lo)
 	if err != nil {

@@ -1,8 +1,11 @@
 package fw
 
 import (
+	"net"
+
 	"errors"
 	"fmt"
+	"github.com/google/gopacket/layers"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -368,5 +371,65 @@ func BenchmarkNestedRanges(b *testing.B) {
 				b.ReportMetric(c.median(), "ns")
 			}
 		})
+	}
+}
+
+// BenchmarkConntrack reports connection tracking's costs per packet: a
+// packet of an established TCP connection through a `ct_state established`
+// rule (est-ns) beside the same packet with tracking off (off-ns), and a new
+// connection's three handshake packets (handshake-ns: SYN, SYN/ACK and ACK
+// of connections not seen before, their sum). Medians of 45 batches, in
+// rounds that alternate the three. Run it under the bench lock:
+//
+//	flock /tmp/fastpath-bench.lock go test -run '^$' -bench Conntrack -benchtime 1x ./internal/fw/
+func BenchmarkConntrack(b *testing.B) {
+	const rounds, batches, per = 9, 5, 1998
+	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
+	frame := func(from, to net.IP, sg seg) []byte {
+		sg.noOpts = true
+		f := ctFrame(b, from, to, layers.IPProtocolTCP, sg.layers()...)
+		return append(f, make([]byte, 64-len(f))...)
+	}
+	ctRules, err := ParseRules("ct.toml", []byte("default = \"drop\"\n[[rule]]\naction = \"pass\"\nct_state = [\"established\", \"related\"]\n[[rule]]\naction = \"pass\"\nct_state = \"new\"\nproto = \"tcp\"\ndport = 80\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	on, off := installed(b, ctRules), installed(b, &RuleSet{})
+	for range b.N {
+		total := rounds * batches * per
+		hs := make([][]byte, total)
+		for i := 0; i < total; i += 3 {
+			sp := uint16(1024 + i/3%60000)
+			src := net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).To4()
+			hs[i] = frame(src, s, seg{sport: sp, dport: 80, seq: 1, flags: "S"})
+			hs[i+1] = frame(s, src, seg{sport: 80, dport: sp, seq: 100, ack: 2, flags: "SA"})
+			hs[i+2] = frame(src, s, seg{sport: sp, dport: 80, seq: 2, ack: 101, flags: "A"})
+		}
+		for _, p := range [][]byte{hs[0], hs[1], hs[2]} {
+			run(b, on, p)
+		}
+		data := frame(c, s, seg{sport: 40000, dport: 80, seq: 2, ack: 101, flags: "A"})
+		for _, p := range [][]byte{frame(c, s, seg{sport: 40000, dport: 80, seq: 1, flags: "S"}), frame(s, c, seg{sport: 80, dport: 40000, seq: 100, ack: 2, flags: "SA"}), data} {
+			run(b, on, p)
+		}
+		same := make([][]byte, total)
+		for i := range same {
+			same[i] = data
+		}
+		runs := map[string]*costRun{"est-ns": newCostRun(b, on, same), "off-ns": newCostRun(b, off, same), "handshake-ns": newCostRun(b, on, hs)}
+		for range rounds {
+			for _, r := range runs {
+				for range batches {
+					r.batch(b, per)
+				}
+			}
+		}
+		for unit, r := range runs {
+			m := r.median()
+			if unit == "handshake-ns" {
+				m *= 3
+			}
+			b.ReportMetric(m, unit)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,7 +128,7 @@ func ctTraces(t testing.TB) []ctTrace {
 	}
 	return []ctTrace{
 		{name: "handshake, data, FIN both ways, TIME_WAIT reopened by a SYN", steps: func(c, s, _ net.IP, p uint16) []ctStep {
-			return append([]ctStep{
+			return []ctStep{
 				tcpStep(t, "SYN", c, s, seg{sport: p, dport: 80, seq: 1000, flags: "S"}),
 				tcpStep(t, "SYN retransmitted", c, s, seg{sport: p, dport: 80, seq: 1000, flags: "S"}),
 				tcpStep(t, "SYN/ACK", s, c, seg{sport: 80, dport: p, seq: 5000, ack: 1001, flags: "SA"}),
@@ -142,7 +143,7 @@ func ctTraces(t testing.TB) []ctTrace {
 				tcpStep(t, "last ACK", c, s, seg{sport: p, dport: 80, seq: 1102, ack: 6002, flags: "A"}),
 				tcpStep(t, "a new SYN on the tuple in TIME_WAIT", c, s, seg{sport: p, dport: 80, seq: 90000, flags: "S"}),
 				tcpStep(t, "its SYN/ACK", s, c, seg{sport: 80, dport: p, seq: 70000, ack: 90001, flags: "SA"}),
-			})
+			}
 		}},
 		{name: "out of window, RSTs", steps: func(c, s, _ net.IP, p uint16) []ctStep {
 			return append(hs(c, s, p),
@@ -301,29 +302,47 @@ func TestConntrackAgreesWithNftables(t *testing.T) {
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
 	}
-	b := make([]byte, 2)
-	rand.Read(b)
-	ref, err := ctref.Open("fp-cta" + hex.EncodeToString(b))
-	if err != nil {
-		t.Fatal(err)
+	// The options against the sysctls they stand for.
+	for _, opt := range []struct {
+		name, conntrack string
+		sysctls         map[string]string
+	}{
+		{"defaults", "", nil},
+		{"no_pickup", "no_pickup = true\n", map[string]string{"net/netfilter/nf_conntrack_tcp_loose": "0"}},
+		{"liberal", "liberal = true\n", map[string]string{"net/netfilter/nf_conntrack_tcp_be_liberal": "1"}},
+	} {
+		t.Run(opt.name, func(t *testing.T) {
+			b := make([]byte, 2)
+			rand.Read(b)
+			ref, err := ctref.Open("fp-cta" + hex.EncodeToString(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			// The timeout trace waits out a UDP entry of 1 s in the kernel.
+			sysctls := map[string]string{"net/netfilter/nf_conntrack_udp_timeout": "1"}
+			for k, v := range opt.sysctls {
+				sysctls[k] = v
+			}
+			for k, v := range sysctls {
+				if err := ref.Sysctl(k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f, err := Load(LoadOptions{MaxFlows: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			installRules(t, f, "[conntrack]\nenabled = true\n"+opt.conntrack)
+			compareTraces(t, ref, f)
+		})
 	}
-	defer ref.Close()
-	// The timeout trace waits out a UDP entry of 1 s in the kernel.
-	if err := ref.Sysctl("net/netfilter/nf_conntrack_udp_timeout", "1"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := Load(LoadOptions{MaxFlows: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rs, err := ParseRules("ct.toml", []byte("[conntrack]\nenabled = true\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Install(rs); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// compareTraces sends every trace in both families through the reference
+// and the firewall and compares each packet's state.
+func compareTraces(t *testing.T, ref *ctref.Ref, f *Firewall) {
 	fams := []struct {
 		fam     int
 		c, s, r net.IP
@@ -352,5 +371,326 @@ func TestConntrackAgreesWithNftables(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func installRules(t testing.TB, f *Firewall, text string) {
+	t.Helper()
+	rs, err := ParseRules("rules.toml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Install(rs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// statefulService is a firewall whose rules pass established and related
+// packets and new TCP connections to port 80, and drop the rest.
+func statefulService(t *testing.T) *Firewall {
+	t.Helper()
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	f, err := Load(LoadOptions{MaxFlows: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	installRules(t, f, `
+default = "drop"
+[[rule]]
+action = "pass"
+ct_state = ["established", "related"]
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "tcp"
+dport = 80
+`)
+	return f
+}
+
+// The first rule of nearly every stateful firewall: established and related
+// pass, new only to a service; a new packet that is dropped leaves no entry,
+// so its answer is no reply of anything.
+func TestCtStateRules(t *testing.T) {
+	f := statefulService(t)
+	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
+	for _, st := range []struct {
+		what     string
+		from, to net.IP
+		s        seg
+		want     uint32
+	}{
+		{"SYN to the service", c, s, seg{sport: 30000, dport: 80, seq: 1, flags: "S"}, xdpPass},
+		{"its SYN/ACK", s, c, seg{sport: 80, dport: 30000, seq: 100, ack: 2, flags: "SA"}, xdpPass},
+		{"ACK", c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "A"}, xdpPass},
+		{"data, twice (the second from the flow cache)", c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "PA", data: 10}, xdpPass},
+		{"data again", c, s, seg{sport: 30000, dport: 80, seq: 12, ack: 101, flags: "PA", data: 10}, xdpPass},
+		{"ACK far out of window (invalid)", c, s, seg{sport: 30000, dport: 80, seq: 1 << 30, ack: 101, flags: "A"}, xdpDrop},
+		{"SYN to another port", c, s, seg{sport: 30001, dport: 81, seq: 1, flags: "S"}, xdpDrop},
+		{"a SYN/ACK as if it had passed", s, c, seg{sport: 81, dport: 30001, seq: 100, ack: 2, flags: "SA"}, xdpDrop},
+		{"a server opening a connection", s, c, seg{sport: 80, dport: 30002, seq: 1, flags: "S"}, xdpDrop},
+	} {
+		if got := run(t, f, ctFrame(t, st.from, st.to, layers.IPProtocolTCP, st.s.layers()...)); got != st.want {
+			t.Errorf("%s: %s, want %s", st.what, verdictName(got), verdictName(st.want))
+		}
+	}
+	conns, err := f.Conns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(conns) != 1 || conns[0].State != "ESTABLISHED" || !conns[0].Assured || conns[0].Table != "established" ||
+		conns[0].SPort != 30000 || conns[0].Src.String() != "192.0.2.1" {
+		t.Errorf("connections %+v: want the one to port 80, assured, in the established table", conns)
+	}
+}
+
+// A flood of new connections churns the embryonic table, never the
+// established one: a connection that completed its handshake before the
+// flood is still known after 3 tables' worth of spoofed SYNs.
+func TestCtFloodKeepsEstablished(t *testing.T) {
+	f := statefulService(t)
+	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
+	for _, st := range []struct {
+		from, to net.IP
+		s        seg
+	}{
+		{c, s, seg{sport: 30000, dport: 80, seq: 1, flags: "S"}},
+		{s, c, seg{sport: 80, dport: 30000, seq: 100, ack: 2, flags: "SA"}},
+		{c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "A"}},
+	} {
+		run(t, f, ctFrame(t, st.from, st.to, layers.IPProtocolTCP, st.s.layers()...))
+	}
+	n := int(f.objs.FwCtNew.MaxEntries()) * 3
+	syn := ctFrame(t, net.IPv4(10, 0, 0, 1).To4(), s, layers.IPProtocolTCP, seg{sport: 1, dport: 80, seq: 1, flags: "S"}.layers()...)
+	for i := range n {
+		// Another source and port each time; the checksums are not
+		// checked on the way in.
+		syn[14+12+1], syn[14+12+2], syn[14+12+3] = byte(i>>16), byte(i>>8), byte(i)
+		syn[34], syn[35] = byte(i>>8), byte(i)|1
+		if got := run(t, f, syn); got != xdpPass {
+			t.Fatalf("flood SYN %d: %s", i, verdictName(got))
+		}
+	}
+	cnt, err := f.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cnt["ct_created"] < uint64(n) {
+		t.Errorf("%d entries created for %d SYNs", cnt["ct_created"], n)
+	}
+	if got := run(t, f, ctFrame(t, s, c, layers.IPProtocolTCP, seg{sport: 80, dport: 30000, seq: 101, ack: 2, flags: "PA", data: 10}.layers()...)); got != xdpPass {
+		t.Errorf("the established connection's data after the flood: %s", verdictName(got))
+	}
+	st, err := f.ConntrackStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Established != 1 || st.Embryonic == 0 || st.Embryonic > int(st.EmbryoMax) {
+		t.Errorf("after the flood: %d established, %d of %d embryonic entries", st.Established, st.Embryonic, st.EmbryoMax)
+	}
+}
+
+// fw ct gc removes expired connections, flush all; the metrics name them.
+func TestCtExpireFlushMetrics(t *testing.T) {
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	f, err := Load(LoadOptions{MaxFlows: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	installRules(t, f, "[conntrack]\nenabled = true\n")
+	c, s := net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1")
+	udp := func(sp, dp uint16) []byte {
+		return ctFrame(t, c, s, layers.IPProtocolUDP, &layers.UDP{SrcPort: layers.UDPPort(sp), DstPort: layers.UDPPort(dp)}, gopacket.Payload([]byte("x")))
+	}
+	run(t, f, udp(1000, 53))
+	run(t, f, ctFrame(t, c, s, layers.IPProtocolTCP, seg{sport: 1001, dport: 80, seq: 1, flags: "S"}.layers()...))
+	conns, err := f.Conns()
+	if err != nil || len(conns) != 2 {
+		t.Fatalf("connections %+v, %v: want 2", conns, err)
+	}
+	var b strings.Builder
+	if err := f.WriteMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`fastpath_fw_ct_packets_total{state="new"} 2`, `fastpath_fw_ct_entries{table="embryonic"} 2`, `fastpath_fw_ct_tcp_connections{state="SYN_SENT"} 1`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, b.String())
+		}
+	}
+	// UDP lives 30 s unanswered, a SYN 120 s.
+	skewClock(t, f, 60*time.Second)
+	if n, err := f.ExpireConns(); err != nil || n != 1 {
+		t.Errorf("expire after 60 s: %d removed, %v; want the UDP one", n, err)
+	}
+	if n, err := f.FlushConns(); err != nil || n != 1 {
+		t.Errorf("flush: %d removed, %v; want 1", n, err)
+	}
+	if conns, _ := f.Conns(); len(conns) != 0 {
+		t.Errorf("after flush: %+v", conns)
+	}
+}
+
+// TestCtRulesAgreeWithNftables runs the traces through rule sets written
+// for both, fastpath's rules file and nft statements: every packet's state
+// and verdict equal. A new packet a rule drops leaves no entry on either
+// side, so the traces go on differently than without rules.
+func TestCtRulesAgreeWithNftables(t *testing.T) {
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	sets := []struct {
+		name, rules string
+		policy      string
+		nft         []string
+	}{
+		{"a stateful service", `
+default = "drop"
+[[rule]]
+action = "pass"
+ct_state = ["established", "related"]
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "tcp"
+dport = 80
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "udp"
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "icmp"
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "icmpv6"
+`, "drop", []string{
+			"ct state established,related accept",
+			"ct state new meta l4proto tcp th dport 80 accept",
+			"ct state new meta l4proto udp accept",
+			"ct state new meta l4proto { icmp, ipv6-icmp } accept",
+		}},
+		{"invalid dropped, the server opens nothing", `
+[[rule]]
+action = "drop"
+ct_state = "invalid"
+[[rule]]
+action = "drop"
+ct_state = "new"
+src = "198.51.100.1"
+[[rule]]
+action = "drop"
+ct_state = "new"
+src = "2001:db8:1::1"
+`, "accept", []string{
+			"ct state invalid drop",
+			"ct state new ip saddr 198.51.100.1 drop",
+			"ct state new ip6 saddr 2001:db8:1::1 drop",
+		}},
+	}
+	fams := []struct {
+		fam     int
+		c, s, r net.IP
+	}{
+		{4, net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("203.0.113.1").To4()},
+		{6, net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1"), net.ParseIP("2001:db8:2::1")},
+	}
+	for _, set := range sets {
+		t.Run(set.name, func(t *testing.T) {
+			b := make([]byte, 2)
+			rand.Read(b)
+			ref, err := ctref.Open("fp-ctr" + hex.EncodeToString(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			if err := ref.Sysctl("net/netfilter/nf_conntrack_udp_timeout", "1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.Filter(set.policy, set.nft); err != nil {
+				t.Fatal(err)
+			}
+			f, err := Load(LoadOptions{MaxFlows: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			installRules(t, f, set.rules)
+			port := uint16(30000)
+			for _, tr := range ctTraces(t) {
+				for _, fm := range fams {
+					if tr.family != 0 && tr.family != fm.fam {
+						continue
+					}
+					port += 100
+					for i, st := range tr.steps(fm.c, fm.s, fm.r, port) {
+						if st.wait {
+							time.Sleep(1500 * time.Millisecond)
+							skewClock(t, f, 31*time.Second)
+						}
+						wantState, wantPass, err := ref.SendVerdict(st.frame)
+						if err != nil {
+							t.Fatalf("IPv%d %s, step %d (%s): nftables: %v", fm.fam, tr.name, i+1, st.what, err)
+						}
+						want := map[bool]uint32{true: xdpPass, false: xdpDrop}[wantPass]
+						before, _ := f.Counters()
+						got := run(t, f, st.frame)
+						after, _ := f.Counters()
+						gotState := "none"
+						for _, s := range []string{ctref.New, ctref.Established, ctref.Related, ctref.Invalid, ctref.Untracked} {
+							if after["ct_"+s] > before["ct_"+s] {
+								gotState = s
+							}
+						}
+						if got != want || gotState != wantState {
+							t.Errorf("IPv%d %s, step %d (%s): %s %s, nftables: %s %s", fm.fam, tr.name, i+1, st.what,
+								gotState, verdictName(got), wantState, verdictName(want))
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// strict = true makes invalid what conntrack lets through unchanged.
+func TestCtStrict(t *testing.T) {
+	if err := preflight.BPF(); err != nil {
+		t.Fatalf("kernel test: %v", err)
+	}
+	f, err := Load(LoadOptions{MaxFlows: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	installRules(t, f, "[conntrack]\nenabled = true\nstrict = true\n")
+	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
+	for _, st := range []struct {
+		what     string
+		from, to net.IP
+		s        seg
+		want     string
+	}{
+		{"SYN", c, s, seg{sport: 30000, dport: 80, seq: 1, flags: "S"}, ctref.New},
+		{"SYN/ACK", s, c, seg{sport: 80, dport: 30000, seq: 100, ack: 2, flags: "SA"}, ctref.Established},
+		{"ACK", c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "A"}, ctref.Established},
+		{"a SYN on the live connection (conntrack: ignored, established)", c, s, seg{sport: 30000, dport: 80, seq: 5000, flags: "S"}, ctref.Invalid},
+		{"an old retransmission far behind (conntrack: ignored)", c, s, seg{sport: 30000, dport: 80, seq: 1 << 31, ack: 101, flags: "A", data: 10}, ctref.Invalid},
+		{"data in window", c, s, seg{sport: 30000, dport: 80, seq: 2, ack: 101, flags: "PA", data: 10}, ctref.Established},
+	} {
+		if got := ctStateOf(t, f, ctFrame(t, st.from, st.to, layers.IPProtocolTCP, st.s.layers()...)); got != st.want {
+			t.Errorf("%s: %s, want %s", st.what, got, st.want)
+		}
+	}
+	rs, err := f.Rules()
+	if err != nil || rs.Conntrack == nil || !rs.Conntrack.Strict {
+		t.Errorf("rules read back: conntrack %+v, %v; want strict", rs.Conntrack, err)
 	}
 }

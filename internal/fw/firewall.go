@@ -38,7 +38,19 @@ type LoadOptions struct {
 	// DefaultMaxFlows), rounded up to a power of two. Ignored when the
 	// maps are reused from pins.
 	MaxFlows uint32
+	// CtMax and CtEmbryonic size connection tracking's tables: the
+	// established one (never evicts) and the embryonic LRU. 0: the
+	// defaults. Ignored when the maps are reused from pins.
+	CtMax, CtEmbryonic uint32
 }
+
+// Connection tracking's table sizes by default: some 20 MB for the
+// established table of 131,072 entries (128 bytes each, key and hash
+// overhead aside), 5 MB for the embryonic one.
+const (
+	DefaultCtMax       = 131072
+	DefaultCtEmbryonic = 32768
+)
 
 // Firewall is a loaded firewall: its program and maps.
 type Firewall struct {
@@ -66,6 +78,12 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	sets := flowSets(opts.MaxFlows)
 	spec.Maps["fw_flows"].MaxEntries = sets * uint32(ncpu)
 	spec.Maps["fw_tags"].MaxEntries = sets * uint32(ncpu)
+	if opts.CtMax > 0 {
+		spec.Maps["fw_ct_est"].MaxEntries = opts.CtMax
+	}
+	if opts.CtEmbryonic > 0 {
+		spec.Maps["fw_ct_new"].MaxEntries = opts.CtEmbryonic
+	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
@@ -80,6 +98,12 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load the firewall program: %+v", ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			// An instance pinned by a fastpath whose maps had another
+			// layout (this one added connection tracking to the
+			// settings, for one).
+			return nil, fmt.Errorf("the maps pinned in %s were made by another version of fastpath and do not fit this one (%w): detach the instance with the fastpath that attached it, or `fastpath fw detach --name %s`, then attach again with your rules file", opts.PinPath, err, filepath.Base(opts.PinPath))
+		}
 		return nil, fmt.Errorf("load the firewall program: %w", err)
 	}
 	// The data path finds a flow's set with this mask.
@@ -91,10 +115,11 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	return f, nil
 }
 
-// sizeFromPins gives the flow table the size of the one pinned in dir, if
-// any: its size was chosen when the instance was created.
+// sizeFromPins gives the flow table and the conntrack tables the sizes of
+// those pinned in dir, if any: their sizes were chosen when the instance was
+// created.
 func sizeFromPins(spec *ebpf.CollectionSpec, dir string) error {
-	for _, name := range []string{"fw_flows", "fw_tags"} {
+	for _, name := range []string{"fw_flows", "fw_tags", "fw_ct_est", "fw_ct_new"} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue

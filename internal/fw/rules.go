@@ -291,12 +291,12 @@ func (p Prefix) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 // Rule matches packets on every field it sets (AND); unset fields match
 // anything.
 type Rule struct {
-	Action  Action `toml:"action" json:"action"`
-	Src     Prefix `toml:"src" json:"src"`
-	Dst     Prefix `toml:"dst" json:"dst"`
-	Proto   Proto  `toml:"proto" json:"proto"`
-	SPort   Ports  `toml:"sport" json:"sport"`
-	DPort   Ports  `toml:"dport" json:"dport"`
+	Action Action `toml:"action" json:"action"`
+	Src    Prefix `toml:"src" json:"src"`
+	Dst    Prefix `toml:"dst" json:"dst"`
+	Proto  Proto  `toml:"proto" json:"proto"`
+	SPort  Ports  `toml:"sport" json:"sport"`
+	DPort  Ports  `toml:"dport" json:"dport"`
 	// CtState is the connection-tracking states the rule matches (0: any).
 	CtState CtStates `toml:"ct_state" json:"ct_state,omitempty"`
 	Comment string   `toml:"comment" json:"comment,omitempty"`

@@ -83,11 +83,16 @@ func Open(ns string) (r *Ref, err error) {
 	for _, s := range states {
 		rules += fmt.Sprintf("  counter %s { }\n", s)
 	}
+	rules += "  counter passed { }\n"
 	rules += "  chain pre {\n    type filter hook prerouting priority -150; policy accept;\n"
 	for _, s := range states {
 		rules += fmt.Sprintf("    ct state %s counter name %q\n", s, s)
 	}
-	rules += "  }\n}\n"
+	rules += "  }\n"
+	// Filter (priority -140) holds the rules under test; what it passes
+	// is counted after it.
+	rules += "  chain filter {\n    type filter hook prerouting priority -140; policy accept;\n  }\n"
+	rules += "  chain post {\n    type filter hook prerouting priority -130; policy accept;\n    counter name \"passed\"\n  }\n}\n"
 	if err := netns.Run(ns, func() error {
 		// Forward everything (to the dummy device), whatever its source;
 		// IPv6 on without router advertisements, solicitations or DAD.
@@ -131,29 +136,58 @@ func Open(ns string) (r *Ref, err error) {
 // counted it in none within a second (a frame the stack dropped before
 // prerouting: a bad IP header, say).
 func (r *Ref) Send(frame []byte) (string, error) {
+	st, _, err := r.SendVerdict(frame)
+	return st, err
+}
+
+// Filter replaces the rules of the filter chain, which sees each frame after
+// conntrack and the state count: nft statements, one per line, such as
+// "ct state established,related accept". A frame the chain drops leaves no
+// conntrack entry, as in a forward chain.
+func (r *Ref) Filter(policy string, rules []string) error {
+	text := fmt.Sprintf("flush chain inet %s filter\ntable inet %s {\n  chain filter {\n    type filter hook prerouting priority -140; policy %s;\n", table, table, policy)
+	for _, l := range rules {
+		text += "    " + l + "\n"
+	}
+	text += "  }\n}\n"
+	return netns.Run(r.ns, func() error {
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(text)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nft -f: %v: %s\n%s", err, out, text)
+		}
+		return nil
+	})
+}
+
+// SendVerdict is Send, and also says whether the filter chain passed the
+// frame.
+func (r *Ref) SendVerdict(frame []byte) (string, bool, error) {
 	before, err := r.counts()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	f := append([]byte(nil), frame...)
 	copy(f[0:6], r.mac)
 	sa := &unix.SockaddrLinklayer{Ifindex: r.ifidx, Halen: 6}
 	copy(sa.Addr[:], r.mac)
 	if err := unix.Sendto(r.fd, f, 0, sa); err != nil {
-		return "", fmt.Errorf("send: %w", err)
+		return "", false, fmt.Errorf("send: %w", err)
 	}
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		after, err := r.counts()
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		for _, s := range states {
 			if after[s] > before[s] {
-				return s, nil
+				// The chains run in one pass over the frame: by the
+				// time its state is counted, so is its verdict.
+				return s, after["passed"] > before["passed"], nil
 			}
 		}
 	}
-	return "", errors.New("nftables counted the frame in no state")
+	return "", false, errors.New("nftables counted the frame in no state")
 }
 
 // counts reads the counters.

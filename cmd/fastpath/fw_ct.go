@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fastpath-dev/fastpath/internal/fw"
+)
+
+func fwCtCmd(open openFunc) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ct",
+		Short: "connection tracking: list, flush, stats, gc",
+		Long: `Connection tracking gives each packet a state (new, established, related, invalid,
+untracked) that rules match with ct_state. It is on while a rule uses ct_state or
+synproxy, or the rules file says [conntrack] enabled = true. See docs/fw.md.`,
+	}
+	cmd.AddCommand(fwCtListCmd(open), fwCtFlushCmd(open), fwCtStatsCmd(open), fwCtGCCmd(open))
+	return cmd
+}
+
+func fwCtListCmd(open openFunc) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "the tracked connections, in their original direction",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			conns, err := f.Conns()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if conns == nil {
+					conns = []fw.Conn{}
+				}
+				return printJSON(conns)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PROTO\tORIGINAL\tSTATE\tFLAGS\tTABLE\tEXPIRES IN\tPACKETS\tBYTES")
+			for _, c := range conns {
+				ends := fmt.Sprintf("%s → %s", addrPort(c.Src, c.SPort), addrPort(c.Dst, c.DPort))
+				if c.Proto != 6 && c.Proto != 17 {
+					ends = fmt.Sprintf("%s → %s id %d", c.Src, c.Dst, c.SPort)
+					if c.Proto != 1 && c.Proto != 58 {
+						ends = fmt.Sprintf("%s → %s", c.Src, c.Dst)
+					}
+				}
+				flags := ""
+				if !c.Replied {
+					flags += "[UNREPLIED]"
+				}
+				if c.Assured {
+					flags += "[ASSURED]"
+				}
+				if c.Synproxy {
+					flags += "[SYNPROXY]"
+				}
+				state := c.State
+				if state == "" {
+					state = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d/%d\n", c.Proto, ends, state, flags, c.Table,
+					time.Until(c.Expires).Round(time.Second), c.Packets[0], c.Packets[1], c.Bytes[0], c.Bytes[1])
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func addrPort(a interface{ String() string }, p uint16) string {
+	s := a.String()
+	if ip := net.ParseIP(s); ip != nil && ip.To4() == nil {
+		s = "[" + s + "]"
+	}
+	return fmt.Sprintf("%s:%d", s, p)
+}
+
+// fwCtSweepCmd is a command that removes connections with remove and says
+// how many.
+func fwCtSweepCmd(open openFunc, use, short, done string, remove func(*fw.Firewall) (int, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			n, err := remove(f)
+			if err != nil {
+				return err
+			}
+			fmt.Printf(done+"\n", n)
+			return nil
+		},
+	}
+}
+
+func fwCtFlushCmd(open openFunc) *cobra.Command {
+	return fwCtSweepCmd(open, "flush", "forget every tracked connection (their next packets are new)", "flushed %d connections", (*fw.Firewall).FlushConns)
+}
+
+func fwCtGCCmd(open openFunc) *cobra.Command {
+	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw metrics does it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
+}
+
+func fwCtStatsCmd(open openFunc) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "packets per ct state, and the tables' fill",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			st, err := f.ConntrackStats()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(st)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "tracking\t%s\n", map[bool]string{true: "on", false: "off"}[st.On])
+			for _, s := range []string{"new", "established", "related", "invalid", "untracked"} {
+				fmt.Fprintf(w, "packets %s\t%d\n", s, st.Packets[s])
+			}
+			fmt.Fprintf(w, "established table\t%d of %d\n", st.Established, st.EstMax)
+			fmt.Fprintf(w, "embryonic table\t%d of %d\n", st.Embryonic, st.EmbryoMax)
+			for s, n := range st.ByState {
+				fmt.Fprintf(w, "tcp %s\t%d\n", s, n)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func fwMetricsCmd(open openFunc) *cobra.Command {
+	var listen string
+	var gcEvery time.Duration
+	cmd := &cobra.Command{
+		Use:   "metrics",
+		Short: "serve Prometheus metrics (counters, rules, conntrack) and remove expired connections",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", listen, err)
+			}
+			mux := http.NewServeMux()
+			mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+				var b bytes.Buffer
+				if err := f.WriteMetrics(&b); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+				w.Write(b.Bytes())
+			})
+			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() {
+				<-ctx.Done()
+				srv.Close()
+			}()
+			if gcEvery > 0 {
+				go func() {
+					t := time.NewTicker(gcEvery)
+					defer t.Stop()
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-t.C:
+							if _, err := f.ExpireConns(); err != nil {
+								fmt.Fprintf(os.Stderr, "remove expired connections: %v\n", err)
+							}
+						}
+					}
+				}()
+			}
+			fmt.Fprintf(os.Stderr, "serving metrics on http://%s/metrics\n", ln.Addr())
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9436", "address for /metrics")
+	cmd.Flags().DurationVar(&gcEvery, "gc-interval", 10*time.Second, "how often to remove expired connections (0: never)")
+	return cmd
+}

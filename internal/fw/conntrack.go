@@ -1,0 +1,268 @@
+package fw
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// TCP states by number (enum fw_tcp_state), as conntrack -L names them.
+var tcpStateNames = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "LAST_ACK",
+	"TIME_WAIT", "CLOSE", "SYN_SENT2", "MAX", "IGNORE", "SYNPROXY_SYN"}
+
+// Conn is a tracked connection as fw ct list shows it: its original
+// direction (the first packet's), TCP state, flags and counters.
+type Conn struct {
+	Proto   Proto      `json:"proto"`
+	Src     netip.Addr `json:"src"`
+	Dst     netip.Addr `json:"dst"`
+	SPort   uint16     `json:"sport"`
+	DPort   uint16     `json:"dport"`
+	State   string     `json:"state,omitempty"`
+	Replied bool       `json:"replied"`
+	Assured bool       `json:"assured"`
+	// Table is "established" (never evicted) or "embryonic" (an LRU).
+	Table    string    `json:"table"`
+	Expires  time.Time `json:"expires"`
+	Packets  [2]uint64 `json:"packets"`
+	Bytes    [2]uint64 `json:"bytes"`
+	Synproxy bool      `json:"synproxy,omitempty"`
+}
+
+func (c Conn) String() string {
+	ends := fmt.Sprintf("%s → %s", netip.AddrPortFrom(c.Src, c.SPort), netip.AddrPortFrom(c.Dst, c.DPort))
+	if c.Proto != 6 && c.Proto != 17 {
+		ends = fmt.Sprintf("%s → %s", c.Src, c.Dst)
+	}
+	return fmt.Sprintf("%s %s %s", c.Proto, ends, c.State)
+}
+
+// Status bits of an entry (enum fw_ct_status).
+const (
+	ctsSeenReply = 1
+	ctsAssured   = 2
+	ctsSynproxy  = 4
+)
+
+func ctAddr(family uint8, w [4]uint32) netip.Addr {
+	a := netip.AddrFrom16(unwords(w))
+	if family == 4 {
+		return a.Unmap()
+	}
+	return a
+}
+
+// connOf reads an entry back in its original direction.
+func connOf(k fwFwCtKey, e fwFwCtEntry, table string, now time.Time, clock uint64) Conn {
+	o := e.Orig & 1
+	c := Conn{
+		Proto: Proto(k.Proto), Src: ctAddr(k.Family, k.Addr[o]), Dst: ctAddr(k.Family, k.Addr[1-o]),
+		SPort: k.Port[o], DPort: k.Port[1-o], Replied: e.Status&ctsSeenReply != 0, Assured: e.Status&ctsAssured != 0,
+		Synproxy: e.Status&ctsSynproxy != 0, Table: table, Packets: e.Packets, Bytes: e.Bytes,
+		Expires: now.Add(time.Duration(int64(e.ExpiresNs - clock))),
+	}
+	if c.Proto == 1 || c.Proto == 58 {
+		// ICMP: the identifier, and the request's type in place of ports.
+		c.SPort, c.DPort = k.Port[0], k.Port[1]
+	}
+	if c.Proto == 6 && int(e.State) < len(tcpStateNames) {
+		c.State = tcpStateNames[e.State]
+	}
+	return c
+}
+
+// ctClock is conntrack's clock now (bpf_ktime_get_coarse_ns plus the skew).
+func (f *Firewall) ctClock() (uint64, error) {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return 0, fmt.Errorf("read the settings: %w", err)
+	}
+	return uint64(int64(monotonic()) + c.CtSkewNs), nil
+}
+
+// ctTables are the two tables by name.
+func (f *Firewall) ctTables() []struct {
+	name string
+	m    *ebpf.Map
+} {
+	return []struct {
+		name string
+		m    *ebpf.Map
+	}{{"established", f.objs.FwCtEst}, {"embryonic", f.objs.FwCtNew}}
+}
+
+// Conns lists the live connections of both tables; expired entries not yet
+// removed are left out.
+func (f *Firewall) Conns() ([]Conn, error) {
+	clock, err := f.ctClock()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var out []Conn
+	for _, t := range f.ctTables() {
+		var k fwFwCtKey
+		var e fwFwCtEntry
+		it := t.m.Iterate()
+		for it.Next(&k, &e) {
+			if e.ExpiresNs > clock {
+				out = append(out, connOf(k, e, t.name, now, clock))
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read the %s connections: %w", t.name, err)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Expires.Before(out[j].Expires) })
+	return out, nil
+}
+
+// ctSweep deletes the entries keep refuses, in both tables; it returns how
+// many it deleted.
+func (f *Firewall) ctSweep(keep func(fwFwCtEntry) bool) (int, error) {
+	n := 0
+	for _, t := range f.ctTables() {
+		var k fwFwCtKey
+		var e fwFwCtEntry
+		var doomed []fwFwCtKey
+		it := t.m.Iterate()
+		for it.Next(&k, &e) {
+			if !keep(e) {
+				doomed = append(doomed, k)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return n, fmt.Errorf("read the %s connections: %w", t.name, err)
+		}
+		for _, k := range doomed {
+			if err := t.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return n, fmt.Errorf("delete a %s connection: %w", t.name, err)
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// FlushConns forgets every tracked connection: their next packets are
+// new (TCP ones picked up mid-stream, unless no_pickup).
+func (f *Firewall) FlushConns() (int, error) {
+	return f.ctSweep(func(fwFwCtEntry) bool { return false })
+}
+
+// ExpireConns removes expired entries. The data path deletes an expired
+// entry when it meets it, but a connection whose peers went silent is never
+// met again: without this, dead entries would fill the established table,
+// which never evicts.
+func (f *Firewall) ExpireConns() (int, error) {
+	clock, err := f.ctClock()
+	if err != nil {
+		return 0, err
+	}
+	return f.ctSweep(func(e fwFwCtEntry) bool { return e.ExpiresNs > clock })
+}
+
+// CtStats are connection tracking's figures: packets by state (from the
+// counters), and the tables' fill.
+type CtStats struct {
+	On          bool              `json:"on"`
+	Packets     map[string]uint64 `json:"packets"`
+	Established int               `json:"established_entries"`
+	EstMax      uint32            `json:"established_max"`
+	Embryonic   int               `json:"embryonic_entries"`
+	EmbryoMax   uint32            `json:"embryonic_max"`
+	ByState     map[string]int    `json:"tcp_states"`
+}
+
+// ConntrackStats counts the live entries and reads the counters.
+func (f *Firewall) ConntrackStats() (*CtStats, error) {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return nil, fmt.Errorf("read the settings: %w", err)
+	}
+	cnt, err := f.Counters()
+	if err != nil {
+		return nil, err
+	}
+	conns, err := f.Conns()
+	if err != nil {
+		return nil, err
+	}
+	st := &CtStats{On: c.CtFlags&ctfOn != 0, Packets: map[string]uint64{}, ByState: map[string]int{},
+		EstMax: f.objs.FwCtEst.MaxEntries(), EmbryoMax: f.objs.FwCtNew.MaxEntries()}
+	for _, s := range []string{"new", "established", "related", "invalid", "untracked"} {
+		st.Packets[s] = cnt["ct_"+s]
+	}
+	for _, cn := range conns {
+		if cn.Table == "established" {
+			st.Established++
+		} else {
+			st.Embryonic++
+		}
+		if cn.State != "" {
+			st.ByState[cn.State]++
+		}
+	}
+	return st, nil
+}
+
+// WriteMetrics writes the firewall's counters, per-rule counters and
+// connection tracking's figures in Prometheus' text format.
+func (f *Firewall) WriteMetrics(w io.Writer) error {
+	cnt, err := f.Counters()
+	if err != nil {
+		return err
+	}
+	ct, err := f.ConntrackStats()
+	if err != nil {
+		return err
+	}
+	rules, err := f.Stats()
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(cnt))
+	for k := range cnt {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "# HELP fastpath_fw_packets_total Packets by verdict reason and conntrack event.")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_packets_total counter")
+	for _, k := range names {
+		fmt.Fprintf(w, "fastpath_fw_packets_total{reason=%q} %d\n", k, cnt[k])
+	}
+	fmt.Fprintln(w, "# HELP fastpath_fw_ct_packets_total Packets by connection-tracking state.")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_packets_total counter")
+	for _, s := range []string{"new", "established", "related", "invalid", "untracked"} {
+		fmt.Fprintf(w, "fastpath_fw_ct_packets_total{state=%q} %d\n", s, ct.Packets[s])
+	}
+	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries Tracked connections by table.")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_entries gauge")
+	fmt.Fprintf(w, "fastpath_fw_ct_entries{table=\"established\"} %d\nfastpath_fw_ct_entries{table=\"embryonic\"} %d\n", ct.Established, ct.Embryonic)
+	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries_max Size of each table.")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_entries_max gauge")
+	fmt.Fprintf(w, "fastpath_fw_ct_entries_max{table=\"established\"} %d\nfastpath_fw_ct_entries_max{table=\"embryonic\"} %d\n", ct.EstMax, ct.EmbryoMax)
+	fmt.Fprintln(w, "# HELP fastpath_fw_ct_tcp_connections Tracked TCP connections by state.")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_tcp_connections gauge")
+	for _, s := range tcpStateNames {
+		if n, ok := ct.ByState[s]; ok {
+			fmt.Fprintf(w, "fastpath_fw_ct_tcp_connections{state=%q} %d\n", s, n)
+		}
+	}
+	fmt.Fprintln(w, "# HELP fastpath_fw_rule_packets_total Packets per rule (0: the default policy).")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_rule_packets_total counter")
+	for i, r := range rules {
+		fmt.Fprintf(w, "fastpath_fw_rule_packets_total{rule=\"%d\"} %d\n", i, r.Packets)
+	}
+	fmt.Fprintln(w, "# HELP fastpath_fw_rule_bytes_total Bytes per rule (0: the default policy).")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_rule_bytes_total counter")
+	for i, r := range rules {
+		fmt.Fprintf(w, "fastpath_fw_rule_bytes_total{rule=\"%d\"} %d\n", i, r.Bytes)
+	}
+	return nil
+}
