@@ -45,6 +45,11 @@ volatile const __u32 gen_window_offset = 0;
 volatile const __u32 gen_flows = 0;
 volatile const __u32 gen_flow_bits = 32;
 
+/* Flood mode with a fixed destination port (a SYN flood at one service):
+ * only the source port varies, so the bijection runs over the host bits
+ * plus 16 bits of port, and the template's destination port stays. */
+volatile const __u32 gen_flow_keep_dport = 0;
+
 /* Index of the next packet, and runs so far. Not atomic: one generator runs
  * on one CPU. gen_runs is the authority on what was sent, since the test run
  * may be interrupted and restarted by a signal. */
@@ -163,10 +168,11 @@ static __always_inline int vary_flow(struct xdp_md *ctx, const struct gen_packet
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 host_bits = gen_flow_bits - 32;
+	__u32 port_bits = gen_flow_keep_dport ? 16 : 32;
+	__u32 host_bits = gen_flow_bits - port_bits;
 	__u64 v = mix_bits(run % gen_flows, gen_flow_bits);
 	__u32 ports = (__u32)v; /* sport << 16 | dport, host order */
-	__u32 host = (__u32)(v >> 32);
+	__u32 host = (__u32)(v >> port_bits);
 	__u32 l3 = pkt->l3_off, l4 = pkt->l4_off, csum = pkt->csum_off;
 	__u32 addr_off = pkt->family == 4 ? l3 + 12 : l3 + 8 + 12; /* IPv6: the low 32 bits */
 	__be32 *a;
@@ -185,7 +191,7 @@ static __always_inline int vary_flow(struct xdp_md *ctx, const struct gen_packet
 	old_a = bpf_ntohl(*a);
 	new_a = host_bits ? (old_a & ~pkt->host_mask) | (host & pkt->host_mask) : old_a;
 	old_p = bpf_ntohl(*(__be32 *)p);
-	new_p = ports;
+	new_p = gen_flow_keep_dport ? (ports & 0xffff) << 16 | (old_p & 0xffff) : ports;
 	*a = bpf_htonl(new_a);
 	*(__be32 *)p = bpf_htonl(new_p);
 

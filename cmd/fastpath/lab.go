@@ -525,7 +525,7 @@ type report interface {
 
 func labTCPCmd(prefix *string) *cobra.Command {
 	var (
-		runs, seconds           int
+		runs, seconds, cpu      int
 		jsonOut, mdOut, plotOut string
 	)
 	cmd := &cobra.Command{
@@ -533,12 +533,14 @@ func labTCPCmd(prefix *string) *cobra.Command {
 		Short: "TCP throughput (iperf3) through routed scenarios, e.g. the group fw-tcp",
 		Long: `Run iperf3 from the generator's namespace to a server in the sink's, through the DUT's
 kernel routing and what each scenario attaches there, on a fresh testbed per scenario.
-Without arguments: routed, xdp-pass and the firewall's TCP rows (group fw-tcp).`,
+Without arguments: routed, xdp-pass and the firewall's TCP rows (group fw-tcp).
+Rows named *-synflood measure each run alone and then under a SYN flood from the
+generator (group fw-stateful-tcp: the stateful firewall and nftables).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = []string{"fw-tcp"}
 			}
-			o := lab.TCPOptions{Scenarios: args, Runs: runs, Seconds: seconds, Prefix: *prefix,
+			o := lab.TCPOptions{Scenarios: args, Runs: runs, Seconds: seconds, Prefix: *prefix, CPU: cpu,
 				Command: "fastpath " + strings.Join(os.Args[1:], " "), Log: os.Stderr}
 			if _, err := o.Validate(); err != nil {
 				return err
@@ -557,6 +559,7 @@ Without arguments: routed, xdp-pass and the firewall's TCP rows (group fw-tcp).`
 	f := cmd.Flags()
 	f.IntVar(&runs, "runs", 3, "runs per scenario")
 	f.IntVar(&seconds, "seconds", 5, "seconds per iperf3 run")
+	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the SYN flood's generator, and the flood's whole path, run on (*-synflood rows)")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
 	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
 	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")

@@ -48,6 +48,7 @@ func TestBadInput(t *testing.T) {
 		"fw block mixed":                  {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "2001:db8::1", "--proto", "udp"}, "mixes IPv4 and IPv6"},
 		"fw bad name":                     {[]string{"fw", "attach", "--name", "../x", "eth0"}, "instance name"},
 		"unknown scenario":                {[]string{"lab", "bench", "veth", "nosuch", "--prefix", "fp-tcli-"}, `unknown scenario "nosuch"`},
+		"bench a TCP row":                 {[]string{"lab", "bench", "fw-ct-synflood", "--prefix", "fp-tcli-"}, "run it with fastpath lab tcp fw-ct-synflood"},
 		"unknown layout":                  {[]string{"lab", "up", "--layout", "mesh", "--prefix", "fp-tcli-"}, `unknown layout "mesh"`},
 		"missing pcap":                    {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", filepath.Join(dir, "nope.pcap"), "--count", "1"}, "no such file"},
 		"empty pcap":                      {[]string{"lab", "gen", "--dev", "fp-veth0", "--pcap", empty, "--count", "1"}, "holds no packets"},

@@ -65,6 +65,9 @@ func (o *BenchOptions) Validate() ([]Scenario, error) {
 		if _, ok := fixtures[s.Fixture]; s.Fixture != "" && !ok {
 			return nil, fmt.Errorf("scenario %s needs fixture %q, which no package registered", s.Name, s.Fixture)
 		}
+		if s.SYNFlood {
+			return nil, fmt.Errorf("scenario %s measures TCP under a SYN flood with iperf3: run it with fastpath lab tcp %s", s.Name, s.Name)
+		}
 		if s.Layout == LayoutNone && s.Ends == nil {
 			return nil, fmt.Errorf("scenario %s brings its own network but names no ends for the generator and the sink", s.Name)
 		}

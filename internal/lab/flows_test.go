@@ -81,18 +81,23 @@ func TestGenFloodMakesDistinctValidFlows(t *testing.T) {
 		templates [][]byte
 		src       netip.Prefix
 		wantBits  int // host bits of the source that may vary
+		keepDport bool
 	}{
-		"udp4 ports only":     {[][]byte{floodTemplate(t, 4, layers.IPProtocolUDP)}, netip.Prefix{}, 0},
-		"udp+tcp4 from /8":    {[][]byte{floodTemplate(t, 4, layers.IPProtocolUDP), floodTemplate(t, 4, layers.IPProtocolTCP)}, netip.MustParsePrefix("10.0.0.0/8"), 24},
-		"tcp6 from /64":       {[][]byte{floodTemplate(t, 6, layers.IPProtocolTCP)}, netip.MustParsePrefix("fd00:aa::/64"), 32},
-		"udp6 from /120":      {[][]byte{floodTemplate(t, 6, layers.IPProtocolUDP)}, netip.MustParsePrefix("fd00:bb::/120"), 8},
-		"udp4 from a /30 (4)": {[][]byte{floodTemplate(t, 4, layers.IPProtocolUDP)}, netip.MustParsePrefix("192.0.2.4/30"), 2},
+		"udp4 ports only":     {[][]byte{floodTemplate(t, 4, layers.IPProtocolUDP)}, netip.Prefix{}, 0, false},
+		"udp+tcp4 from /8":    {[][]byte{floodTemplate(t, 4, layers.IPProtocolUDP), floodTemplate(t, 4, layers.IPProtocolTCP)}, netip.MustParsePrefix("10.0.0.0/8"), 24, false},
+		"tcp6 from /64":       {[][]byte{floodTemplate(t, 6, layers.IPProtocolTCP)}, netip.MustParsePrefix("fd00:aa::/64"), 32, false},
+		"udp6 from /120":      {[][]byte{floodTemplate(t, 6, layers.IPProtocolUDP)}, netip.MustParsePrefix("fd00:bb::/120"), 8, false},
+		"udp4 from a /30 (4)": {[][]byte{floodTemplate(t, 4, layers.IPProtocolUDP)}, netip.MustParsePrefix("192.0.2.4/30"), 2, false},
+		// A SYN flood at one service: source and source port vary, the
+		// destination port is the template's (80).
+		"tcp4 SYN from /8 to one port":  {[][]byte{floodTemplate(t, 4, layers.IPProtocolTCP)}, netip.MustParsePrefix("10.0.0.0/8"), 24, true},
+		"tcp6 SYN from /64 to one port": {[][]byte{floodTemplate(t, 6, layers.IPProtocolTCP)}, netip.MustParsePrefix("fd00:aa::/64"), 32, true},
 	}
 	const flows = 3000
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			tb := testTestbed(t, LayoutVeth)
-			g, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: c.templates, CPU: -1, Flows: flows, FlowSrc: c.src})
+			g, err := NewGenerator(GenOptions{Iface: tb.Gen().Iface(), Packets: c.templates, CPU: -1, Flows: flows, FlowSrc: c.src, FlowKeepDport: c.keepDport})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,6 +124,9 @@ func TestGenFloodMakesDistinctValidFlows(t *testing.T) {
 					t.Fatalf("run %d: source %s outside %s", run, src, c.src)
 				}
 				srcs[src] = true
+				if dst := binary.BigEndian.Uint16(tl.TransportFlow().Dst().Raw()); c.keepDport && dst != 80 {
+					t.Fatalf("run %d: destination port %d, want the template's 80", run, dst)
+				}
 				key := nl.NetworkFlow().String() + " " + tl.TransportFlow().String() + " " + tl.LayerType().String()
 				if run < flows {
 					if prev, dup := seen[key]; dup {

@@ -55,6 +55,10 @@ type GenOptions struct {
 	// prefix keeps each template's source and varies only the ports. At
 	// most the low 32 bits of an address vary.
 	FlowSrc netip.Prefix
+	// FlowKeepDport varies only the source port in flood mode: every flow
+	// goes to the template's destination port, as a SYN flood at one
+	// service does.
+	FlowKeepDport bool
 	// Fixed sends the first packet as it is on every run, writing nothing:
 	// the generator's own ceiling, against which its per-packet cost shows.
 	Fixed bool
@@ -131,6 +135,8 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 			return nil, err
 		}
 		opts.Window = false
+	} else if opts.FlowKeepDport {
+		return nil, errors.New("a fixed destination port is for flood mode: give a flow count")
 	}
 
 	spec, err := loadGen()
@@ -141,7 +147,14 @@ func NewGenerator(opts GenOptions) (*Generator, error) {
 		if err := spec.Variables["gen_flows"].Set(opts.Flows); err != nil {
 			return nil, err
 		}
-		if err := spec.Variables["gen_flow_bits"].Set(uint32(32 + flows[0].hostBits)); err != nil {
+		portBits := 32
+		if opts.FlowKeepDport {
+			portBits = 16
+			if err := spec.Variables["gen_flow_keep_dport"].Set(uint32(1)); err != nil {
+				return nil, err
+			}
+		}
+		if err := spec.Variables["gen_flow_bits"].Set(uint32(portBits + flows[0].hostBits)); err != nil {
 			return nil, err
 		}
 	}

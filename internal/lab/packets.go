@@ -82,3 +82,30 @@ func UDPPackets(o UDPOptions) ([][]byte, error) {
 	}
 	return pkts, nil
 }
+
+// SYNPacket is a TCP SYN from src to dst:dport, addressed to dstMAC, with
+// the options a Linux client sends (MSS, SACK permitted, timestamps, window
+// scale): the template of a SYN flood, whose sources and source ports the
+// generator varies (GenOptions.Flows, FlowKeepDport).
+func SYNPacket(srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, dport uint16) ([]byte, error) {
+	if !src.Is4() || !dst.Is4() {
+		return nil, fmt.Errorf("addresses %s → %s: SYN templates are IPv4", src, dst)
+	}
+	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice(), Flags: layers.IPv4DontFragment}
+	tcp := &layers.TCP{SrcPort: 40000, DstPort: layers.TCPPort(dport), Seq: 0x5eed5eed, SYN: true, Window: 64240, Options: []layers.TCPOption{
+		{OptionType: layers.TCPOptionKindMSS, OptionLength: 4, OptionData: []byte{0x05, 0xb4}},
+		{OptionType: layers.TCPOptionKindSACKPermitted, OptionLength: 2},
+		{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: []byte{0, 0, 0, 1, 0, 0, 0, 0}},
+		{OptionType: layers.TCPOptionKindNop},
+		{OptionType: layers.TCPOptionKindWindowScale, OptionLength: 3, OptionData: []byte{7}},
+	}}
+	if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+		return nil, err
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp); err != nil {
+		return nil, fmt.Errorf("build SYN: %w", err)
+	}
+	return buf.Bytes(), nil
+}

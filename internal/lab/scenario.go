@@ -69,6 +69,13 @@ type Scenario struct {
 	// and passes the rest (AttachSCIONSink): a sink on a SCION router's link
 	// must leave its BFD and beacons alone.
 	SCIONSink bool
+	// SYNFlood makes a row of lab tcp measure each run twice: iperf3
+	// alone, then while the generator floods the sink's iperf3 port with
+	// SYNs from random sources and source ports (SYNFloodSrc) as fast as
+	// the path takes them. Its figure is the throughput under the flood,
+	// beside the one without. lab bench's sink would drop iperf3's
+	// traffic, so such a row is lab tcp's only.
+	SYNFlood bool
 }
 
 // Fixture is a set-up that several scenarios share for a whole bench, such

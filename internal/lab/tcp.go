@@ -19,8 +19,12 @@ type TCPOptions struct {
 	Runs      int
 	Seconds   int
 	Prefix    string
-	Command   string
-	Log       io.Writer
+	// CPU the SYN flood's generator is pinned to (rows with
+	// Scenario.SYNFlood), which is also where the flood's whole path runs;
+	// -1 leaves it to the scheduler.
+	CPU     int
+	Command string
+	Log     io.Writer
 }
 
 // Validate checks the options and resolves the scenarios before anything is
@@ -73,6 +77,18 @@ type TCPRow struct {
 	MaxGbps     float64   `json:"max_gbps"`
 	Ratio       float64   `json:"ratio"`
 	Note        string    `json:"note,omitempty"`
+	// A row with a SYN flood (Scenario.SYNFlood): Gbps are its runs under
+	// the flood, QuietGbps its runs without (measured first, on tables the
+	// flood has not filled yet), FloodMpps the rate at which each flood
+	// entered the DUT (FloodSentMpps: was sent, the rest dropped by the
+	// DUT's full veth ring, which iperf3's packets share),
+	// and FloodRatio the median under the flood over the median without.
+	QuietGbps       []float64 `json:"quiet_gbps_runs,omitempty"`
+	MedianQuietGbps float64   `json:"median_quiet_gbps,omitempty"`
+	FloodMpps       []float64 `json:"flood_mpps_runs,omitempty"`
+	MedianFloodMpps float64   `json:"median_flood_mpps,omitempty"`
+	FloodSentMpps   []float64 `json:"flood_sent_mpps_runs,omitempty"`
+	FloodRatio      float64   `json:"flood_ratio,omitempty"`
 }
 
 const iperfPort = 5201
@@ -121,15 +137,67 @@ func tcpScenario(ctx context.Context, s Scenario, o TCPOptions) (row TCPRow, err
 	}
 	defer servers.Close()
 	row = TCPRow{Scenario: s.Name, Description: s.Description}
+	if s.SYNFlood {
+		err = synFloodRuns(ctx, tb, s, o, &row)
+	} else {
+		for i := 0; i < o.Runs && err == nil; i++ {
+			var gbps float64
+			if gbps, err = iperfRun(ctx, tb, o.Seconds); err == nil {
+				row.Gbps = append(row.Gbps, gbps)
+				fmt.Fprintf(o.Log, "%-16s run %d/%d: %.2f Gbit/s\n", s.Name, i+1, o.Runs, gbps)
+			}
+		}
+	}
+	// A SYN-flood row says what the DUT made of the flood. Other rows'
+	// Describe speaks of lab bench's frames, which did not come.
+	if err == nil && s.SYNFlood && s.Describe != nil {
+		var what string
+		if what, err = s.Describe(tb); err == nil {
+			row.Note = joinNotes(what, row.Note)
+		}
+	}
+	return row, err
+}
+
+// synFloodRuns measures a SYN-flood row: its runs without the flood, then
+// its runs under it.
+func synFloodRuns(ctx context.Context, tb Testbed, s Scenario, o TCPOptions, row *TCPRow) error {
+	if err := routeSYNFlood(tb); err != nil {
+		return err
+	}
+	flood, err := newSYNFlood(tb, o.CPU)
+	if err != nil {
+		return err
+	}
+	defer flood.Close()
 	for i := 0; i < o.Runs; i++ {
 		gbps, err := iperfRun(ctx, tb, o.Seconds)
 		if err != nil {
-			return row, err
+			return err
+		}
+		row.QuietGbps = append(row.QuietGbps, gbps)
+		fmt.Fprintf(o.Log, "%-16s run %d/%d without the flood: %.2f Gbit/s\n", s.Name, i+1, o.Runs, gbps)
+	}
+	for i := 0; i < o.Runs; i++ {
+		var gbps float64
+		st, err := duringSYNFlood(ctx, flood, func() (err error) {
+			gbps, err = iperfRun(ctx, tb, o.Seconds)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		// The flood's rate is what entered the DUT: the generator sends
+		// faster than the DUT's veth takes, and its ring drops the rest.
+		var mpps float64
+		if in := st.Sent - st.Drops - st.Vanished; st.Elapsed > 0 && in <= st.Sent {
+			mpps = float64(in) / st.Elapsed.Seconds() / 1e6
 		}
 		row.Gbps = append(row.Gbps, gbps)
-		fmt.Fprintf(o.Log, "%-16s run %d/%d: %.2f Gbit/s\n", s.Name, i+1, o.Runs, gbps)
+		row.FloodMpps, row.FloodSentMpps = append(row.FloodMpps, mpps), append(row.FloodSentMpps, st.Mpps())
+		fmt.Fprintf(o.Log, "%-16s run %d/%d under a SYN flood of %.2f Mpps (%.2f Mpps sent, %d dropped at the DUT's veth): %.2f Gbit/s\n", s.Name, i+1, o.Runs, mpps, st.Mpps(), st.Drops+st.Vanished, gbps)
 	}
-	return row, nil
+	return nil
 }
 
 // iperfRun runs one client from the generator to the sink and returns the
@@ -146,6 +214,13 @@ func (r *TCPReport) finish() {
 		row.MedianGbps = median(row.Gbps)
 		if len(row.Gbps) > 0 {
 			row.MinGbps, row.MaxGbps = slices.Min(row.Gbps), slices.Max(row.Gbps)
+		}
+		if len(row.QuietGbps) > 0 {
+			row.MedianQuietGbps, row.MedianFloodMpps = median(row.QuietGbps), median(row.FloodMpps)
+			if row.MedianQuietGbps > 0 {
+				row.FloodRatio = row.MedianGbps / row.MedianQuietGbps
+			}
+			row.Note = joinNotes(fmt.Sprintf("under a SYN flood of %.2f Mpps (%.2f Mpps sent): %.2f× its %.2f Gbit/s without", row.MedianFloodMpps, median(row.FloodSentMpps), row.FloodRatio, row.MedianQuietGbps), row.Note)
 		}
 		if row.Scenario == r.Baseline {
 			base = row.MedianGbps

@@ -1,6 +1,8 @@
 // Package fwlab holds the firewall's lab rows: the same rule sets in
 // fastpath fw, iptables (a linear chain), nftables (an interval set) and
-// xdp-filter (addresses only), each on the routed DUT's ingress.
+// xdp-filter (addresses only), each on the routed DUT's ingress; and the
+// stateful rows (ct.go), fastpath fw's connection tracking beside
+// nftables'.
 package fwlab
 
 import (
@@ -209,9 +211,9 @@ func setupXDPFilter(n int) func(lab.Testbed) (func() error, error) {
 func init() {
 	lab.RegisterCleanup(func(tb lab.Testbed) error {
 		var errs []error
-		for _, g := range []bool{false, true} {
-			if _, err := os.Stat(fw.PinDir(labInstance(tb, g))); err == nil {
-				errs = append(errs, fw.Detach(labInstance(tb, g), nil))
+		for _, name := range []string{labInstance(tb, false), labInstance(tb, true), ctInstance(tb)} {
+			if _, err := os.Stat(fw.PinDir(name)); err == nil {
+				errs = append(errs, fw.Detach(name, nil))
 			}
 		}
 		return errors.Join(errs...)
@@ -260,6 +262,7 @@ func init() {
 	lab.RegisterGroup("fw", group...)
 	lab.RegisterGroup("fw-tcp", tcp...)
 	registerFloods(nft, xf)
+	registerCt()
 }
 
 // The flood rows: a flood of new flows (every packet a flow not seen
