@@ -225,17 +225,16 @@ func TestSynproxyThroughRouter(t *testing.T) {
 	}
 }
 
-// TestSynproxyFlood floods the server's port with SYNs from spoofed
-// sources while a connection the proxy opened before carries data: every
-// SYN is answered with a cookie and none leaves an entry behind, and the
-// connection's data keeps flowing. Its rate with and without the flood
+// TestSynproxyFlood floods the listener's port with SYNs from spoofed
+// sources and ports while a connection the proxy opened before carries
+// data: every SYN is answered with a cookie and none leaves an entry
+// behind, and the connection's data keeps flowing. Its rate with and without the flood
 // is logged, not asserted: both share the machine's CPUs with the
 // generator, and the client's namespace is the flood's too, so that the
 // cookie SYN/ACKs flood the client's veth and stack as well (on a real
 // network they go back to the spoofed sources).
 func TestSynproxyFlood(t *testing.T) {
-	// Every port: the generator's flood draws destination ports too.
-	tb, f, server, _ := synproxyLab(t, AnyPort)
+	tb, f, server, _ := synproxyLab(t, Ports{8080, 8080, true})
 	c, err := dialFromGen(tb, server)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +252,7 @@ func TestSynproxyFlood(t *testing.T) {
 	syn := spSeg{src: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.100"), 1), dst: server, seq: 1, syn: true,
 		win: 64240, mss: 1460, full: true}.frame(t, tb.Gen().MAC, tb.DUTIn().MAC)
 	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: [][]byte{syn}, CPU: -1,
-		Flows: 1 << 20, FlowSrc: netip.MustParsePrefix("198.18.0.0/24")})
+		Flows: 1 << 20, FlowSrc: netip.MustParsePrefix("198.18.0.0/24"), FlowKeepDport: true})
 	if err != nil {
 		t.Fatal(err)
 	}
