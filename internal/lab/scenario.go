@@ -310,16 +310,35 @@ func setupRedirect(tb Testbed) (func() error, error) {
 
 // setupPass attaches the pass-everything program to veth1.
 func setupPass(tb Testbed) (func() error, error) {
-	var objs passObjects
-	if err := loadPassObjects(&objs, nil); err != nil {
-		return nil, fmt.Errorf("load pass program: %w", err)
-	}
-	l, err := xdp.Attach(tb.DUTIn().Iface(), objs.LabPass, xdp.Native)
+	l, err := AttachPass(tb.DUTIn().Iface())
 	if err != nil {
-		objs.Close()
 		return nil, err
 	}
-	return func() error { return errors.Join(l.Close(), objs.Close()) }, nil
+	return l.Close, nil
+}
+
+// Attached is a program attached to a device until Close.
+type Attached struct {
+	l    link.Link
+	objs passObjects
+}
+
+func (a *Attached) Close() error { return errors.Join(a.l.Close(), a.objs.Close()) }
+
+// AttachPass attaches the pass-everything program to a device in native
+// mode: also what a veth needs to deliver promptly the frames its peer
+// sends back with XDP_TX.
+func AttachPass(dev xdp.Iface) (*Attached, error) {
+	a := &Attached{}
+	if err := loadPassObjects(&a.objs, nil); err != nil {
+		return nil, fmt.Errorf("load pass program: %w", err)
+	}
+	var err error
+	if a.l, err = xdp.Attach(dev, a.objs.LabPass, xdp.Native); err != nil {
+		a.objs.Close()
+		return nil, err
+	}
+	return a, nil
 }
 
 // RoutedUDP are the default UDP packets addressed to the DUT's MAC, for

@@ -35,11 +35,21 @@ import (
 // tcp adds the rule that lets any source open a connection to the sink's
 // iperf3 port, which is what a SYN flood aims at.
 func ctRules(tb lab.Testbed, tcp bool) (*fw.RuleSet, error) {
+	return ctRulesAction(tb, tcp, fw.Pass)
+}
+
+// ctRulesAction is ctRules whose rule for the iperf3 port has action act:
+// pass, or synproxy (then before the generator's rule, which would pass
+// the iperf3 client's own SYNs first).
+func ctRulesAction(tb lab.Testbed, tcp bool, act fw.Action) (*fw.RuleSet, error) {
 	src, _ := labFlow(tb)
 	var b strings.Builder
 	b.WriteString("default = \"drop\"\n\n[[rule]]\naction = \"pass\"\nct_state = [\"established\", \"related\"]\n\n")
+	if tcp && act == fw.Synproxy {
+		fmt.Fprintf(&b, "[[rule]]\naction = \"synproxy\"\nct_state = \"new\"\nproto = \"tcp\"\ndst = %q\ndport = %d\n\n", tb.Sink().Addr.Addr(), lab.IperfPort)
+	}
 	fmt.Fprintf(&b, "[[rule]]\naction = \"pass\"\nct_state = \"new\"\nsrc = %q\n", src)
-	if tcp {
+	if tcp && act != fw.Synproxy {
 		fmt.Fprintf(&b, "\n[[rule]]\naction = \"pass\"\nct_state = \"new\"\nproto = \"tcp\"\ndst = %q\ndport = %d\n", tb.Sink().Addr.Addr(), lab.IperfPort)
 	}
 	name := "lab ct rules"
@@ -384,6 +394,65 @@ func registerCt() {
 		Layout:      lab.LayoutDUT, Order: 59, Routed: true, SYNFlood: true,
 		Setup: (&ctRow{}).setupNftCt(true), Describe: describeNftFlood,
 	})
+	lab.Register(lab.Scenario{
+		Name:        "fw-ct-synproxy-synflood",
+		Description: "fw-ct-synflood with action synproxy on the iperf3 port: SYNs answered with cookies in XDP; full checksums from the ends (tx offload off), as the synproxy needs",
+		Layout:      lab.LayoutDUT, Order: 49, Routed: true, SYNFlood: true,
+		Setup: setupSynproxy, Describe: describeFwFlood,
+	})
 	lab.RegisterGroup("fw-stateful", "routed", "fw-0", "fw-ct", "nft-ct")
-	lab.RegisterGroup("fw-stateful-tcp", "routed", "fw-ct-synflood", "fw-ct-generic-synflood", "nft-ct-synflood")
+	lab.RegisterGroup("fw-stateful-tcp", "routed", "fw-ct-synflood", "fw-ct-generic-synflood", "fw-ct-synproxy-synflood", "nft-ct-synflood")
+}
+
+// setupSynproxy attaches the firewall with a synproxy rule for the iperf3
+// port to both DUT veths. The ends send full checksums (a veth hands on a
+// local stack's partial ones, which the synproxy's shift of seq/ack would
+// spoil: a NIC delivers full ones) and carry a program that passes all, for
+// a veth delivers the frames its peer sends back with XDP_TX (the cookies,
+// the ACK to the server) promptly only to a peer with an XDP program.
+func setupSynproxy(tb lab.Testbed) (func() error, error) {
+	rs, err := ctRulesAction(tb, true, fw.Synproxy)
+	if err != nil {
+		return nil, err
+	}
+	var undo []func() error
+	teardown := func() error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			errs = append(errs, undo[i]())
+		}
+		return errors.Join(errs...)
+	}
+	for _, ep := range []lab.Endpoint{tb.Gen(), tb.Sink()} {
+		if err := ethtoolTx(ep, "off"); err != nil {
+			return nil, errors.Join(err, teardown())
+		}
+		undo = append(undo, func() error { return ethtoolTx(ep, "on") })
+		l, err := lab.AttachPass(ep.Iface())
+		if err != nil {
+			return nil, errors.Join(err, teardown())
+		}
+		undo = append(undo, l.Close)
+	}
+	name := ctInstance(tb)
+	o := fw.AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}, Rules: rs, NoFallback: true, Mode: xdp.Native}
+	if err := fw.Attach(o); err != nil {
+		return nil, errors.Join(err, teardown())
+	}
+	undo = append(undo, func() error { return fw.Detach(name, nil) })
+	return teardown, nil
+}
+
+// ethtoolTx turns an end's tx checksum offload on or off.
+func ethtoolTx(ep lab.Endpoint, state string) error {
+	var out []byte
+	err := netns.Run(ep.Netns, func() error {
+		var err error
+		out, err = exec.Command("ethtool", "-K", ep.Dev, "tx", state).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ethtool -K %s tx %s in %s: %v: %s", ep.Dev, state, ep.Netns, err, out)
+	}
+	return nil
 }
