@@ -263,7 +263,16 @@ func TestIncrementalAgainstOracle(t *testing.T) {
 		}
 	}
 	// The flow cache's verdicts name rules by their numbers after the
-	// changes too.
+	// changes too. A flow is tracked at its second packet on the same
+	// CPU: a few flows, twice each, on one CPU.
+	want0 := &RuleSet{Default: rs.Default, Rules: model}
+	onOneCPU(t, func() {
+		for i := 0; i < 50; i++ {
+			pkt := packet(t, Hitting(rng, want0), 8)
+			run(t, f, pkt)
+			run(t, f, pkt)
+		}
+	})
 	flows, err := f.Flows()
 	if err != nil {
 		t.Fatal(err)
