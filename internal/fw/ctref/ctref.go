@@ -103,7 +103,7 @@ func Open(ns string) (r *Ref, err error) {
 			// reports, sent again a while after it comes up) would be
 			// counted as frames the chains passed.
 			"net/ipv6/conf/v0/disable_ipv6": "1",
-			"net/ipv6/conf/all/accept_ra": "0", "net/ipv6/conf/all/router_solicitations": "0",
+			"net/ipv6/conf/all/accept_ra":   "0", "net/ipv6/conf/all/router_solicitations": "0",
 		} {
 			if err := netns.Sysctl(key, val); err != nil {
 				return err
