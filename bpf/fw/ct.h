@@ -367,12 +367,6 @@ static __always_inline void ct_tcp_handle_invalid(struct fw_ct_entry *e, __u32 d
 	}
 }
 
-/* The timeout of a TCP state: FW_CTT_SYN_SENT is state 1, and so on. */
-static __always_inline __u64 ct_tcp_state_timeout(const struct fw_config *cfg, __u32 state)
-{
-	return ct_timeout(cfg, state);
-}
-
 /* nf_conntrack_tcp_packet on entry e for a segment in direction dir
  * (0: original). Sets *timeout to the entry's new lifetime (0: keep the
  * old expiry) and *kill when the entry is over at once. */
@@ -515,7 +509,7 @@ in_window:
 	if (old != new && new == FW_TCP_FIN_WAIT)
 		e->dir[dir & 1].flags |= FW_CTH_CLOSE_INIT;
 
-	t = ct_tcp_state_timeout(cfg, new);
+	t = ct_timeout(cfg, new); /* FW_CTT_SYN_SENT is state 1, and so on */
 	if (e->retrans >= 3 && t > ct_timeout(cfg, FW_CTT_RETRANS))
 		t = ct_timeout(cfg, FW_CTT_RETRANS);
 	else if (index == TCP_RST_SET)

@@ -155,6 +155,13 @@ static __always_inline void ct_promote(const struct fw_ct_key *key, struct fw_ct
 	}
 }
 
+/* Whether an entry of the embryonic table has just proved both ends real
+ * (assured) and is to move to the established table. */
+static __always_inline int ct_wants_promotion(const struct ct_found *f, const struct fw_ct_entry *e)
+{
+	return !f->est && (e->status & (FW_CTS_ASSURED | FW_CTS_EST_TABLE)) == FW_CTS_ASSURED;
+}
+
 /* The scratch entry a first packet fills, zeroed. */
 static __always_inline struct fw_ct_entry *ct_fresh(void)
 {
@@ -292,15 +299,9 @@ struct ct_tcp_out {
 __attribute__((noinline)) int fw_ct_tcp(struct fw_ct_entry *e, const struct tcp_seg *s, const struct fw_config *cfg,
 					struct ct_tcp_out *out)
 {
-	__u64 timeout = 0;
-	int kill = 0, res;
-
 	if (!e || !s || !cfg || !out)
 		return CTV_INVALID;
-	res = ct_tcp(e, out->dir & 1, s, cfg, out->now, &timeout, &kill);
-	out->timeout = timeout;
-	out->kill = kill;
-	return res;
+	return ct_tcp(e, out->dir & 1, s, cfg, out->now, &out->timeout, &out->kill);
 }
 
 /* The state of a packet of a found entry as nftables names it: a reply,
@@ -353,7 +354,7 @@ static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_con
 				e->expires_ns = out.now + out.timeout;
 			ct_account(e, out.dir, len);
 		}
-		promote = !f.est && (e->status & (FW_CTS_ASSURED | FW_CTS_EST_TABLE)) == FW_CTS_ASSURED;
+		promote = ct_wants_promotion(&f, e);
 		ct_unlock(e, held);
 		if (res == CTV_IGNORE)
 			count(FW_C_CT_IGNORED);
@@ -397,27 +398,22 @@ static __noinline __u8 ct_track_stream(const struct fw_config *cfg, struct ct_re
 	struct fw_ct_entry *e;
 	__u64 now = ct_now(cfg);
 	__u32 dir;
-	int promote = 0;
+	int promote = 0, stream;
 	__u8 st;
 
 	if (ct_lookup(&r->key, now, &f)) {
 		e = f.e;
 		dir = r->end != e->orig;
 		st = ct_seen_state(e, dir);
-		if (e->status & FW_CTS_SEEN_REPLY) {
-			if (now > e->start_ns + CT_STREAM_AFTER_NS) {
-				e->expires_ns = now + ct_timeout(cfg, t_stream);
-				e->status |= FW_CTS_ASSURED;
-			} else {
-				e->expires_ns = now + ct_timeout(cfg, t_unreplied);
-			}
-		} else {
-			e->expires_ns = now + ct_timeout(cfg, t_unreplied);
-		}
+		/* Answered before this packet, and still alive after 2 s. */
+		stream = (e->status & FW_CTS_SEEN_REPLY) && now > e->start_ns + CT_STREAM_AFTER_NS;
+		e->expires_ns = now + ct_timeout(cfg, stream ? t_stream : t_unreplied);
+		if (stream)
+			e->status |= FW_CTS_ASSURED;
 		if (dir)
 			e->status |= FW_CTS_SEEN_REPLY;
 		ct_account(e, dir, len);
-		promote = !f.est && (e->status & (FW_CTS_ASSURED | FW_CTS_EST_TABLE)) == FW_CTS_ASSURED;
+		promote = ct_wants_promotion(&f, e);
 		if (promote)
 			ct_promote(&r->key, e);
 		return st;
