@@ -329,12 +329,7 @@ func TestConntrackAgreesWithNftables(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f, err := Load(LoadOptions{MaxFlows: 4096})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			installRules(t, f, "[conntrack]\nenabled = true\n"+opt.conntrack)
+			f := ctFirewall(t, "[conntrack]\nenabled = true\n"+opt.conntrack)
 			compareTraces(t, ref, f, false)
 		})
 	}
@@ -389,9 +384,8 @@ func installRules(t testing.TB, f *Firewall, text string) {
 	}
 }
 
-// statefulService is a firewall whose rules pass established and related
-// packets and new TCP connections to port 80, and drop the rest.
-func statefulService(t *testing.T) *Firewall {
+// ctFirewall is a firewall, closed when the test ends, running rules.
+func ctFirewall(t *testing.T, rules string) *Firewall {
 	t.Helper()
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
@@ -401,7 +395,14 @@ func statefulService(t *testing.T) *Firewall {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	installRules(t, f, `
+	installRules(t, f, rules)
+	return f
+}
+
+// statefulService is a firewall whose rules pass established and related
+// packets and new TCP connections to port 80, and drop the rest.
+func statefulService(t *testing.T) *Firewall {
+	return ctFirewall(t, `
 default = "drop"
 [[rule]]
 action = "pass"
@@ -412,7 +413,6 @@ ct_state = "new"
 proto = "tcp"
 dport = 80
 `)
-	return f
 }
 
 // The first rule of nearly every stateful firewall: established and related
@@ -499,15 +499,7 @@ func TestCtFloodKeepsEstablished(t *testing.T) {
 
 // fw ct gc removes expired connections, flush all; the metrics name them.
 func TestCtExpireFlushMetrics(t *testing.T) {
-	if err := preflight.BPF(); err != nil {
-		t.Fatalf("kernel test: %v", err)
-	}
-	f, err := Load(LoadOptions{MaxFlows: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	installRules(t, f, "[conntrack]\nenabled = true\n")
+	f := ctFirewall(t, "[conntrack]\nenabled = true\n")
 	c, s := net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1")
 	udp := func(sp, dp uint16) []byte {
 		return ctFrame(t, c, s, layers.IPProtocolUDP, &layers.UDP{SrcPort: layers.UDPPort(sp), DstPort: layers.UDPPort(dp)}, gopacket.Payload([]byte("x")))
@@ -614,12 +606,7 @@ src = "2001:db8:1::1"
 			if err := ref.Filter(set.policy, set.nft); err != nil {
 				t.Fatal(err)
 			}
-			f, err := Load(LoadOptions{MaxFlows: 4096})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			installRules(t, f, set.rules)
+			f := ctFirewall(t, set.rules)
 			compareTraces(t, ref, f, true)
 		})
 	}
@@ -627,15 +614,7 @@ src = "2001:db8:1::1"
 
 // strict = true makes invalid what conntrack lets through unchanged.
 func TestCtStrict(t *testing.T) {
-	if err := preflight.BPF(); err != nil {
-		t.Fatalf("kernel test: %v", err)
-	}
-	f, err := Load(LoadOptions{MaxFlows: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	installRules(t, f, "[conntrack]\nenabled = true\nstrict = true\n")
+	f := ctFirewall(t, "[conntrack]\nenabled = true\nstrict = true\n")
 	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
 	for _, st := range []struct {
 		what     string

@@ -196,14 +196,20 @@ func (r *Ref) SendVerdict(frame []byte) (string, bool, error) {
 
 // counts reads the counters.
 func (r *Ref) counts() (map[string]uint64, error) {
+	return Counters(r.ns, "inet", table)
+}
+
+// Counters reads the packets of an nftables table's named counters, in
+// namespace ns.
+func Counters(ns, family, table string) (map[string]uint64, error) {
 	var out []byte
-	err := netns.Run(r.ns, func() error {
+	err := netns.Run(ns, func() error {
 		var err error
-		out, err = exec.Command("nft", "-j", "list", "counters", "table", "inet", table).Output()
+		out, err = exec.Command("nft", "-j", "list", "counters", "table", family, table).Output()
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("nft list counters: %w", err)
+		return nil, fmt.Errorf("nft list counters of table %s %s: %w", family, table, err)
 	}
 	var doc struct {
 		Nftables []struct {

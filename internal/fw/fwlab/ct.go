@@ -2,7 +2,6 @@ package fwlab
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
+	"github.com/fastpath-dev/fastpath/internal/fw/ctref"
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
@@ -191,31 +191,9 @@ func (r *ctRow) setupNftCt(tcp bool) func(lab.Testbed) (func() error, error) {
 
 // nftCtCounts reads the table's named counters (packets).
 func nftCtCounts(tb lab.Testbed) (map[string]uint64, error) {
-	var out []byte
-	err := netns.Run(tb.DUTIn().Netns, func() error {
-		var err error
-		out, err = exec.Command("nft", "-j", "list", "counters", "table", "ip", "fpct").Output()
-		return err
-	})
+	counts, err := ctref.Counters(tb.DUTIn().Netns, "ip", "fpct")
 	if err != nil {
-		return nil, fmt.Errorf("nft list counters: %w", err)
-	}
-	var res struct {
-		Nftables []struct {
-			Counter *struct {
-				Name    string `json:"name"`
-				Packets uint64 `json:"packets"`
-			} `json:"counter"`
-		} `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, fmt.Errorf("nft's JSON: %w", err)
-	}
-	counts := map[string]uint64{}
-	for _, o := range res.Nftables {
-		if o.Counter != nil {
-			counts[o.Counter.Name] = o.Counter.Packets
-		}
+		return nil, err
 	}
 	for _, k := range []string{"ct_est", "ct_new", "dropped"} {
 		if _, ok := counts[k]; !ok {
