@@ -124,16 +124,10 @@ func (d *decoder) expression(e *unstable.Node) error {
 		parts, line := d.keyOf(e)
 		name := strings.Join(parts, ".")
 		switch {
-		case e.Kind == unstable.Table && name == "rate_limit":
-			if d.rs.RateLimit != nil {
-				return d.errorf(line, "[rate_limit] is defined twice: keep one")
+		case e.Kind == unstable.Table && (name == "rate_limit" || name == "conntrack"):
+			if !d.openTable(name) {
+				return d.errorf(line, "[%s] is defined twice: keep one", name)
 			}
-			d.rs.RateLimit = &RateLimit{}
-		case e.Kind == unstable.Table && name == "conntrack":
-			if d.rs.Conntrack != nil {
-				return d.errorf(line, "[conntrack] is defined twice: keep one")
-			}
-			d.rs.Conntrack = &Conntrack{}
 		case e.Kind == unstable.ArrayTable && name == "rule":
 			d.newRule(line)
 		case e.Kind == unstable.Table && name == "rule":
@@ -167,16 +161,29 @@ func (d *decoder) newRule(line int) {
 	d.hasAction = append(d.hasAction, false)
 }
 
+// openTable makes the set's table of that name (rate_limit, conntrack);
+// false if it was there already.
+func (d *decoder) openTable(name string) bool {
+	switch name {
+	case "rate_limit":
+		if d.rs.RateLimit == nil {
+			d.rs.RateLimit = &RateLimit{}
+			return true
+		}
+	case "conntrack":
+		if d.rs.Conntrack == nil {
+			d.rs.Conntrack = &Conntrack{}
+			return true
+		}
+	}
+	return false
+}
+
 // keyValue sets one key of table (dotted parts are relative to it).
 func (d *decoder) keyValue(table string, parts []string, v *unstable.Node, line int) error {
 	if table == "" && len(parts) > 1 {
 		table, parts = parts[0], parts[1:]
-		if table == "rate_limit" && d.rs.RateLimit == nil {
-			d.rs.RateLimit = &RateLimit{}
-		}
-		if table == "conntrack" && d.rs.Conntrack == nil {
-			d.rs.Conntrack = &Conntrack{}
-		}
+		d.openTable(table) // dotted keys may set one table's keys on several lines
 	}
 	key := parts[0]
 	if len(parts) > 1 {
@@ -194,24 +201,14 @@ func (d *decoder) keyValue(table string, parts []string, v *unstable.Node, line 
 				return d.errorf(line, "default: %v", err)
 			}
 			return nil
-		case "rate_limit":
+		case "rate_limit", "conntrack":
 			if v.Kind != unstable.InlineTable {
-				return d.errorf(line, "rate_limit is a table: write [rate_limit] and its keys on the lines below")
+				return d.errorf(line, "%s is a table: write [%s] and its keys on the lines below", key, key)
 			}
-			if d.rs.RateLimit != nil {
-				return d.errorf(line, "rate_limit is defined twice: keep one")
+			if !d.openTable(key) {
+				return d.errorf(line, "%s is defined twice: keep one", key)
 			}
-			d.rs.RateLimit = &RateLimit{}
-			return d.inlineTable("rate_limit", v)
-		case "conntrack":
-			if v.Kind != unstable.InlineTable {
-				return d.errorf(line, "conntrack is a table: write [conntrack] and its keys on the lines below")
-			}
-			if d.rs.Conntrack != nil {
-				return d.errorf(line, "conntrack is defined twice: keep one")
-			}
-			d.rs.Conntrack = &Conntrack{}
-			return d.inlineTable("conntrack", v)
+			return d.inlineTable(key, v)
 		case "rule":
 			if v.Kind != unstable.Array {
 				return d.errorf(line, "rule is a list of tables: write [[rule]] before each rule's keys")
