@@ -193,28 +193,88 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 			}
 		}
 	}
-	src, dst := firstLastLeaf(as)
-	fmt.Fprintf(o.Log, "waiting for a path from %s to %s\n", src.IA, dst.IA)
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	for {
-		if _, err := n.Scion(ctx, src, "showpaths", dst.IA.String(), "--timeout", "2s"); err == nil {
-			break
+	if o.Topo == nil {
+		// A leaf's control service asks the core for another leaf's down
+		// segments once and keeps the answer for 5 minutes (its
+		// query_interval): asked before every parallel link's segment is
+		// registered, it would give paths over one link only, and a flap
+		// of that link would leave a leaf without a path although the
+		// network has one.
+		if err := n.waitSegments(ctx, st, as, links, o); err != nil {
+			return st, err
 		}
-		for _, p := range st.Procs {
-			if !p.Alive() {
-				return st, fmt.Errorf("%s exited; its log: %s\n%s", p.Name, p.Log, tail(p.Log, 15))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return st, fmt.Errorf("no path from %s to %s after %s: see the control services' logs in %s", src.IA, dst.IA, o.Timeout, n.logDir())
-		case <-time.After(200 * time.Millisecond):
-		}
+	}
+	src, dst := firstLastLeaf(as)
+	fmt.Fprintf(o.Log, "waiting for a path from %s to %s\n", src.IA, dst.IA)
+	if err := n.waitUntil(ctx, st, func() error {
+		_, err := n.Scion(ctx, src, "showpaths", dst.IA.String(), "--timeout", "2s")
+		return err
+	}, func(error) error {
+		return fmt.Errorf("no path from %s to %s after %s: see the control services' logs in %s", src.IA, dst.IA, o.Timeout, n.logDir())
+	}); err != nil {
+		return st, err
 	}
 	st.PathsAfter = time.Since(st.Started)
 	fmt.Fprintf(o.Log, "first path after %.1f s\n", st.PathsAfter.Seconds())
 	return st, n.writeState(st)
+}
+
+// waitSegments waits until, for every leaf, the core and the leaf each
+// have one segment per link between them: the core's down segments and the
+// leaf's up segments, asked with --refresh of the AS that holds them.
+func (n Network) waitSegments(ctx context.Context, st *State, as []AS, links []Link, o UpOptions) error {
+	perLeaf := make([]int, len(as))
+	for _, l := range links {
+		if as[l.Parent].Core && !as[l.Child].Core {
+			perLeaf[l.Child]++
+		}
+	}
+	fmt.Fprintf(o.Log, "waiting for every leaf's segments at the core and at the leaf\n")
+	for i, want := range perLeaf {
+		if want == 0 {
+			continue
+		}
+		for _, end := range [][2]AS{{as[0], as[i]}, {as[i], as[0]}} {
+			from, to := end[0], end[1]
+			got := 0
+			if err := n.waitUntil(ctx, st, func() error {
+				ps, err := n.showpaths(ctx, from, to, 2*want, "--refresh")
+				if got = len(ps); err == nil && got < want {
+					err = fmt.Errorf("%d of %d paths", got, want)
+				}
+				return err
+			}, func(last error) error {
+				return fmt.Errorf("%s has %d of its %d paths to %s (one per link) after %s (%v): see the control services' logs in %s",
+					from.IA, got, want, to.IA, o.Timeout, last, n.logDir())
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// waitUntil calls try every 200 ms until it succeeds or a process of the
+// network exits; when ctx ends first, it says why with timedOut.
+func (n Network) waitUntil(ctx context.Context, st *State, try func() error, timedOut func(last error) error) error {
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		for _, p := range st.Procs {
+			if !p.Alive() {
+				return fmt.Errorf("%s exited; its log: %s\n%s", p.Name, p.Log, tail(p.Log, 15))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return timedOut(err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // sameShape says whether the recorded network is the one o asks for.

@@ -494,8 +494,8 @@ func formatProof(p KindProof) string {
 }
 
 // showpaths lists paths from src's host to dst, probed.
-func (n Network) showpaths(ctx context.Context, src, dst AS, max int) ([]scionPath, error) {
-	out, err := n.Scion(ctx, src, "showpaths", dst.IA.String(), "--format", "json", "--maxpaths", fmt.Sprint(max), "--timeout", "5s")
+func (n Network) showpaths(ctx context.Context, src, dst AS, max int, flags ...string) ([]scionPath, error) {
+	out, err := n.Scion(ctx, src, append([]string{"showpaths", dst.IA.String(), "--format", "json", "--maxpaths", fmt.Sprint(max), "--timeout", "5s"}, flags...)...)
 	if err != nil {
 		return nil, err
 	}
