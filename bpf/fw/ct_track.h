@@ -162,6 +162,14 @@ static __always_inline int ct_wants_promotion(const struct ct_found *f, const st
 	return !f->est && (e->status & (FW_CTS_ASSURED | FW_CTS_EST_TABLE)) == FW_CTS_ASSURED;
 }
 
+/* A new connection's entry into the embryonic table; one another CPU
+ * entered first stays. */
+static __always_inline void ct_insert(const struct fw_ct_key *key, const struct fw_ct_entry *e)
+{
+	if (bpf_map_update_elem(&fw_ct_new, key, e, BPF_NOEXIST) == 0)
+		count(FW_C_CT_CREATED);
+}
+
 /* The scratch entry a first packet fills, zeroed. */
 static __always_inline struct fw_ct_entry *ct_fresh(void)
 {
@@ -647,10 +655,8 @@ static __always_inline void ct_confirm(const struct ct_result *r)
 	if (r->commit != CT_CREATE)
 		return;
 	l = bpf_map_lookup_elem(&fw_ct_scratch, &zero);
-	if (!l)
-		return;
-	if (bpf_map_update_elem(&fw_ct_new, &r->key, l, BPF_NOEXIST) == 0)
-		count(FW_C_CT_CREATED);
+	if (l)
+		ct_insert(&r->key, l);
 }
 
 #endif

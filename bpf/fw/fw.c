@@ -1243,7 +1243,7 @@ int fw_xdp(struct xdp_md *ctx)
 	/* The synproxy: the action's handshake, and every packet of the
 	 * connections it opened (whatever rule passed them). */
 	if ((rc == FW_ACT_SYNPROXY || (ct.status & FW_CTS_SYNPROXY)) &&
-	    (rc = synproxy(ctx, cfg, &key, &pkt, &ct)) != CONTINUE)
+	    (rc = fw_synproxy(ctx, &pkt, &ct)) != CONTINUE)
 		return rc;
 	ct_confirm(&ct);
 	return XDP_PASS;

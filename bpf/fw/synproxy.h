@@ -299,8 +299,7 @@ static __always_inline int sp_open(struct xdp_md *ctx, const struct fw_config *c
 	e->start_ns = now;
 	e->expires_ns = now + ct_timeout(cfg, FW_CTT_SYN_SENT);
 	ct_account(e, 0, r->len);
-	if (bpf_map_update_elem(&fw_ct_new, &r->key, e, BPF_NOEXIST) == 0)
-		count(FW_C_CT_CREATED);
+	ct_insert(&r->key, e);
 	count(FW_C_SYNPROXY_ACK_OK);
 	return sp_syn_to_server(ctx, p, h, v6, isn, win, mss);
 }
@@ -499,12 +498,6 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 malformed:
 	count(FW_C_DROP_MALFORMED);
 	return XDP_DROP;
-}
-
-static __always_inline int synproxy(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
-				    const struct fw_pkt *p, struct ct_result *r)
-{
-	return fw_synproxy(ctx, p, r);
 }
 
 #endif
