@@ -42,11 +42,11 @@ func (c Conn) String() string {
 	return fmt.Sprintf("%s %s %s", c.Proto, ends, c.State)
 }
 
-// Status bits of an entry (enum fw_ct_status).
+// Status bits of an entry (enum fw_ct_status), in its field's width.
 const (
-	ctsSeenReply = 1
-	ctsAssured   = 2
-	ctsSynproxy  = 4
+	ctsSeenReply = uint8(fwFwCtStatusFW_CTS_SEEN_REPLY)
+	ctsAssured   = uint8(fwFwCtStatusFW_CTS_ASSURED)
+	ctsSynproxy  = uint8(fwFwCtStatusFW_CTS_SYNPROXY)
 )
 
 func ctAddr(family uint8, w [4]uint32) netip.Addr {
@@ -181,13 +181,18 @@ type CtStats struct {
 
 // ConntrackStats counts the live entries and reads the counters.
 func (f *Firewall) ConntrackStats() (*CtStats, error) {
-	var c fwFwConfig
-	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
-		return nil, fmt.Errorf("read the settings: %w", err)
-	}
 	cnt, err := f.Counters()
 	if err != nil {
 		return nil, err
+	}
+	return f.ctStats(cnt)
+}
+
+// ctStats are the figures with the counters already read.
+func (f *Firewall) ctStats(cnt Counters) (*CtStats, error) {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return nil, fmt.Errorf("read the settings: %w", err)
 	}
 	conns, err := f.Conns()
 	if err != nil {
@@ -195,7 +200,7 @@ func (f *Firewall) ConntrackStats() (*CtStats, error) {
 	}
 	st := &CtStats{On: c.CtFlags&ctfOn != 0, Packets: map[string]uint64{}, ByState: map[string]int{},
 		EstMax: f.objs.FwCtEst.MaxEntries(), EmbryoMax: f.objs.FwCtNew.MaxEntries()}
-	for _, s := range []string{"new", "established", "related", "invalid", "untracked"} {
+	for _, s := range CtStateNames() {
 		st.Packets[s] = cnt["ct_"+s]
 	}
 	for _, cn := range conns {
@@ -218,7 +223,7 @@ func (f *Firewall) WriteMetrics(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ct, err := f.ConntrackStats()
+	ct, err := f.ctStats(cnt)
 	if err != nil {
 		return err
 	}
@@ -238,7 +243,7 @@ func (f *Firewall) WriteMetrics(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "# HELP fastpath_fw_ct_packets_total Packets by connection-tracking state.")
 	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_packets_total counter")
-	for _, s := range []string{"new", "established", "related", "invalid", "untracked"} {
+	for _, s := range CtStateNames() {
 		fmt.Fprintf(w, "fastpath_fw_ct_packets_total{state=%q} %d\n", s, ct.Packets[s])
 	}
 	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries Tracked connections by table.")

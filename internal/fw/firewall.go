@@ -257,20 +257,21 @@ func (f *Firewall) Install(rs *RuleSet) error {
 
 // Connection tracking's defaults: Linux's timeouts (seconds, by enum
 // fw_ct_timeout) and the synproxy's MSS and TTL.
-var ctTimeouts = map[int]uint32{
-	1: 120, 2: 60, 3: 432000, 4: 120, 5: 60, 6: 30, 7: 120, 8: 10, 9: 120, // TCP states
-	10: 300, 11: 300, // RETRANS, UNACK
-	12: 30, 13: 120, // UDP unreplied, stream
-	14: 30,  // ICMP
-	15: 600, // generic
+var ctTimeouts = map[fwFwCtTimeout]uint32{
+	fwFwCtTimeoutFW_CTT_SYN_SENT: 120, fwFwCtTimeoutFW_CTT_SYN_RECV: 60, fwFwCtTimeoutFW_CTT_ESTABLISHED: 432000,
+	fwFwCtTimeoutFW_CTT_FIN_WAIT: 120, fwFwCtTimeoutFW_CTT_CLOSE_WAIT: 60, fwFwCtTimeoutFW_CTT_LAST_ACK: 30,
+	fwFwCtTimeoutFW_CTT_TIME_WAIT: 120, fwFwCtTimeoutFW_CTT_CLOSE: 10, fwFwCtTimeoutFW_CTT_SYN_SENT2: 120,
+	fwFwCtTimeoutFW_CTT_RETRANS: 300, fwFwCtTimeoutFW_CTT_UNACK: 300,
+	fwFwCtTimeoutFW_CTT_UDP: 30, fwFwCtTimeoutFW_CTT_UDP_STREAM: 120,
+	fwFwCtTimeoutFW_CTT_ICMP: 30, fwFwCtTimeoutFW_CTT_GENERIC: 600,
 }
 
-// Flags of fw_config.ct_flags (enum fw_ct_flag).
+// Flags of fw_config.ct_flags (enum fw_ct_flag), in its field's width.
 const (
-	ctfOn      = 1
-	ctfLoose   = 2
-	ctfLiberal = 4
-	ctfStrict  = 8
+	ctfOn      = uint32(fwFwCtFlagFW_CTF_ON)
+	ctfLoose   = uint32(fwFwCtFlagFW_CTF_LOOSE)
+	ctfLiberal = uint32(fwFwCtFlagFW_CTF_LIBERAL)
+	ctfStrict  = uint32(fwFwCtFlagFW_CTF_STRICT)
 )
 
 // setConntrack turns tracking on with the options of opts (nil: the

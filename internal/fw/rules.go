@@ -83,6 +83,16 @@ var ctStateNames = []struct {
 	name string
 }{{CtNew, "new"}, {CtEstablished, "established"}, {CtRelated, "related"}, {CtInvalid, "invalid"}, {CtUntracked, "untracked"}}
 
+// CtStateNames are the states' names in their order: new, established,
+// related, invalid, untracked.
+func CtStateNames() []string {
+	names := make([]string, len(ctStateNames))
+	for i, n := range ctStateNames {
+		names[i] = n.name
+	}
+	return names
+}
+
 func (c CtStates) String() string {
 	var names []string
 	for _, n := range ctStateNames {

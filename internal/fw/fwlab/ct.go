@@ -61,8 +61,15 @@ func ctRulesAction(tb lab.Testbed, tcp bool, act fw.Action) (*fw.RuleSet, error)
 
 func ctInstance(tb lab.Testbed) string { return tb.Prefix + "fw-ct" }
 
-// The counters by ct state, under the names fw stats gives them.
-var ctStates = []string{"ct_new", "ct_established", "ct_related", "ct_invalid", "ct_untracked"}
+// ctCounters are the counters a row checks: the packets by ct state, under
+// the names fw stats gives them, and the default policy's drops.
+func ctCounters() []string {
+	var names []string
+	for _, s := range fw.CtStateNames() {
+		names = append(names, "ct_"+s)
+	}
+	return append(names, "drop_default")
+}
 
 // ctRow is one stateful row's state between its set-up and its Describe:
 // what the DUT had counted once the flows were primed.
@@ -89,19 +96,26 @@ func (r *ctRow) setupFwCt(tcp bool, mode xdp.Mode) func(lab.Testbed) (func() err
 		if tcp {
 			return teardown, nil
 		}
-		if r.flows, err = primeFlows(tb); err != nil {
-			return nil, errors.Join(err, teardown())
-		}
-		if r.primed, err = fwCtCounts(tb); err != nil {
-			return nil, errors.Join(err, teardown())
-		}
-		// One packet each way per flow: new from the generator, then the
-		// reply that makes it established.
-		if n := uint64(r.flows); r.primed["ct_new"] != n || r.primed["ct_established"] != n {
-			return nil, errors.Join(fmt.Errorf("priming %d flows counted %v: want %d new and %d established", r.flows, r.primed, n, n), teardown())
-		}
-		return teardown, nil
+		return r.prime(tb, fwCtCounts, "ct_established", teardown)
 	}
+}
+
+// prime makes the row's flows established and keeps what the DUT counted
+// (by count, whose established counter is est): one packet each way per
+// flow, new from the generator, then the reply that makes it established.
+// On failure it tears down.
+func (r *ctRow) prime(tb lab.Testbed, count func(lab.Testbed) (map[string]uint64, error), est string, teardown func() error) (func() error, error) {
+	var err error
+	if r.flows, err = primeFlows(tb); err != nil {
+		return nil, errors.Join(err, teardown())
+	}
+	if r.primed, err = count(tb); err != nil {
+		return nil, errors.Join(err, teardown())
+	}
+	if n := uint64(r.flows); r.primed["ct_new"] != n || r.primed[est] != n {
+		return nil, errors.Join(fmt.Errorf("priming %d flows counted %v: want %d new and %d established", r.flows, r.primed, n, n), teardown())
+	}
+	return teardown, nil
 }
 
 // fwCtCounts reads the firewall's packets by ct state.
@@ -116,7 +130,7 @@ func fwCtCounts(tb lab.Testbed) (map[string]uint64, error) {
 		return nil, err
 	}
 	out := map[string]uint64{}
-	for _, k := range append(ctStates, "drop_default") {
+	for _, k := range ctCounters() {
 		v, ok := c[k]
 		if !ok {
 			return nil, fmt.Errorf("the firewall's counters have no %q", k)
@@ -134,7 +148,7 @@ func (r *ctRow) describeFwCt(tb lab.Testbed) (string, error) {
 		return "", err
 	}
 	var others []string
-	for _, k := range append(ctStates, "drop_default") {
+	for _, k := range ctCounters() {
 		if d := now[k] - r.primed[k]; d > 0 && k != "ct_established" {
 			others = append(others, fmt.Sprintf("%d %s", d, k))
 		}
@@ -175,17 +189,7 @@ func (r *ctRow) setupNftCt(tcp bool) func(lab.Testbed) (func() error, error) {
 		if tcp {
 			return teardown, nil
 		}
-		var err error
-		if r.flows, err = primeFlows(tb); err != nil {
-			return nil, errors.Join(err, teardown())
-		}
-		if r.primed, err = nftCtCounts(tb); err != nil {
-			return nil, errors.Join(err, teardown())
-		}
-		if n := uint64(r.flows); r.primed["ct_new"] != n || r.primed["ct_est"] != n {
-			return nil, errors.Join(fmt.Errorf("priming %d flows counted %v: want %d new and %d established", r.flows, r.primed, n, n), teardown())
-		}
-		return teardown, nil
+		return r.prime(tb, nftCtCounts, "ct_est", teardown)
 	}
 }
 
