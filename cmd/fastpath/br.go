@@ -325,7 +325,7 @@ func brStatsCmd() *cobra.Command {
 				}
 			}
 			if metrics != "" {
-				return serveMetrics(cmd, metrics, routers)
+				return serveRouterMetrics(cmd, metrics, routers)
 			}
 			all := map[string]map[string]map[string]br.Stat{}
 			for _, id := range routers {
@@ -374,10 +374,9 @@ func brStatsCmd() *cobra.Command {
 	return cmd
 }
 
-func serveMetrics(cmd *cobra.Command, addr string, routers []string) error {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+// serveRouterMetrics serves the routers' counters until fastpath is stopped.
+func serveRouterMetrics(cmd *cobra.Command, addr string, routers []string) error {
+	return serveMetrics(cmd.Context(), addr, func(w http.ResponseWriter, _ *http.Request) {
 		for _, id := range routers {
 			p, err := br.OpenPinned(id)
 			if err != nil {
@@ -404,16 +403,6 @@ func serveMetrics(cmd *cobra.Command, addr string, routers []string) error {
 			}
 		}
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-cmd.Context().Done()
-		srv.Close()
-	}()
-	fmt.Fprintf(os.Stderr, "serving metrics on http://%s/metrics\n", addr)
-	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
-		return err
-	}
-	return nil
 }
 
 func brWatchCmd() *cobra.Command {

@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"net"
+	"maps"
 	"net/http"
+	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -55,7 +53,7 @@ func fwCtListCmd(open openFunc) *cobra.Command {
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PROTO\tORIGINAL\tSTATE\tFLAGS\tTABLE\tEXPIRES IN\tPACKETS\tBYTES")
 			for _, c := range conns {
-				ends := fmt.Sprintf("%s → %s", addrPort(c.Src, c.SPort), addrPort(c.Dst, c.DPort))
+				ends := fmt.Sprintf("%s → %s", netip.AddrPortFrom(c.Src, c.SPort), netip.AddrPortFrom(c.Dst, c.DPort))
 				if c.Proto != 6 && c.Proto != 17 {
 					ends = fmt.Sprintf("%s → %s id %d", c.Src, c.Dst, c.SPort)
 					if c.Proto != 1 && c.Proto != 58 {
@@ -84,14 +82,6 @@ func fwCtListCmd(open openFunc) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-func addrPort(a interface{ String() string }, p uint16) string {
-	s := a.String()
-	if ip := net.ParseIP(s); ip != nil && ip.To4() == nil {
-		s = "[" + s + "]"
-	}
-	return fmt.Sprintf("%s:%d", s, p)
 }
 
 // fwCtSweepCmd is a command that removes connections with remove and says
@@ -146,13 +136,13 @@ func fwCtStatsCmd(open openFunc) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "tracking\t%s\n", map[bool]string{true: "on", false: "off"}[st.On])
-			for _, s := range []string{"new", "established", "related", "invalid", "untracked"} {
+			for _, s := range fw.CtStateNames() {
 				fmt.Fprintf(w, "packets %s\t%d\n", s, st.Packets[s])
 			}
 			fmt.Fprintf(w, "established table\t%d of %d\n", st.Established, st.EstMax)
 			fmt.Fprintf(w, "embryonic table\t%d of %d\n", st.Embryonic, st.EmbryoMax)
-			for s, n := range st.ByState {
-				fmt.Fprintf(w, "tcp %s\t%d\n", s, n)
+			for _, s := range slices.Sorted(maps.Keys(st.ByState)) {
+				fmt.Fprintf(w, "tcp %s\t%d\n", s, st.ByState[s])
 			}
 			return w.Flush()
 		},
@@ -174,27 +164,7 @@ func fwMetricsCmd(open openFunc) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", listen, err)
-			}
-			mux := http.NewServeMux()
-			mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-				var b bytes.Buffer
-				if err := f.WriteMetrics(&b); err != nil {
-					http.Error(w, err.Error(), http.StatusInternalServerError)
-					return
-				}
-				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-				w.Write(b.Bytes())
-			})
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			go func() {
-				<-ctx.Done()
-				srv.Close()
-			}()
+			ctx := cmd.Context()
 			if gcEvery > 0 {
 				go func() {
 					t := time.NewTicker(gcEvery)
@@ -211,11 +181,14 @@ func fwMetricsCmd(open openFunc) *cobra.Command {
 					}
 				}()
 			}
-			fmt.Fprintf(os.Stderr, "serving metrics on http://%s/metrics\n", ln.Addr())
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
+			return serveMetrics(ctx, listen, func(w http.ResponseWriter, _ *http.Request) {
+				var b bytes.Buffer
+				if err := f.WriteMetrics(&b); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.Write(b.Bytes())
+			})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9436", "address for /metrics")
