@@ -202,7 +202,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		// registered, it would give paths over one link only, and a flap
 		// of that link would leave a leaf without a path although the
 		// network has one.
-		if err := n.waitSegments(ctx, st, as, links, o); err != nil {
+		if err := n.waitSegments(ctx, st, as, o); err != nil {
 			return st, err
 		}
 	}
@@ -221,22 +221,15 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	return st, n.writeState(st)
 }
 
-// waitSegments waits until, for every leaf, the core and the leaf each
+// waitSegments waits until, for every leaf of a planned network (the core
+// first, each leaf with o.Links links to it), the core and the leaf each
 // have one segment per link between them: the core's down segments and the
 // leaf's up segments, asked with --refresh of the AS that holds them.
-func (n Network) waitSegments(ctx context.Context, st *State, as []AS, links []Link, o UpOptions) error {
-	perLeaf := make([]int, len(as))
-	for _, l := range links {
-		if as[l.Parent].Core && !as[l.Child].Core {
-			perLeaf[l.Child]++
-		}
-	}
+func (n Network) waitSegments(ctx context.Context, st *State, as []AS, o UpOptions) error {
 	fmt.Fprintf(o.Log, "waiting for every leaf's segments at the core and at the leaf\n")
-	for i, want := range perLeaf {
-		if want == 0 {
-			continue
-		}
-		for _, end := range [][2]AS{{as[0], as[i]}, {as[i], as[0]}} {
+	core, want := as[0], o.Links
+	for _, leaf := range as[1:] {
+		for _, end := range [][2]AS{{core, leaf}, {leaf, core}} {
 			from, to := end[0], end[1]
 			got := 0
 			if err := n.waitUntil(ctx, st, func() error {
