@@ -75,18 +75,48 @@ struct {
 	__type(value, struct br_counter);
 } br_counters SEC(".maps");
 
-/* Devices the router may send frames to, by ifindex: those attach found
- * able to take XDP frames (a veth only when its peer runs XDP or GRO). A
- * next hop on any other device goes up the stack, to the reference router.
- * br_egress answers whether a device is one (before anything is written),
- * br_tx_ports redirects to it in bulk. */
+/* Values that change apart from the configuration, one writer each
+ * (enum br_var). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BR_VAR_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} br_vars SEC(".maps");
+
+/* The devices the router is attached to and those its next hops leave by,
+ * as the control plane last found them (struct br_dev): which take XDP
+ * frames, in one buffer or several; which face the AS and which an
+ * external link; their MACs. Indexed by ifindex modulo the size, so that a
+ * lookup is an array's; a device whose slot another holds is in
+ * br_devs_more. A device in neither is one the router knows nothing of. */
+#define BR_DEV_SLOTS 256 /* power of two */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BR_DEV_SLOTS);
+	__type(key, __u32);
+	__type(value, struct br_dev);
+} br_devs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
 	__type(key, __u32);
-	__type(value, __u8);
-} br_egress SEC(".maps");
+	__type(value, struct br_dev);
+} br_devs_more SEC(".maps");
 
+/* The device each external interface's neighbour is reached by, by counter
+ * slot (0: not known, no check): its traffic arriving by another device is
+ * what a strict reverse-path check refuses, and goes to the kernel. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BR_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} br_slot_devs SEC(".maps");
+
+/* Devices the router redirects frames to, by ifindex: those of br_devs
+ * that take XDP frames. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__uint(max_entries, 64);
@@ -95,10 +125,15 @@ struct {
 } br_tx_ports SEC(".maps");
 
 /* Addresses of this host besides loopback, written at attach: a next hop
- * there is delivered by the kernel, not forwarded. */
+ * there is delivered by the kernel, not forwarded, and a plain-IP packet
+ * from one is a martian. A host with more than fit is told so; a next hop
+ * at an address left out goes up as fib_pass instead of local. */
+#ifndef BR_LOCAL_ADDRS
+#define BR_LOCAL_ADDRS 4096
+#endif
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
+	__uint(max_entries, BR_LOCAL_ADDRS);
 	__type(key, struct br_addr);
 	__type(value, __u8);
 } br_local_addrs SEC(".maps");
@@ -113,8 +148,9 @@ struct {
 	__type(value, struct br_tx_slot);
 } br_tx_slots SEC(".maps");
 
-/* When BFD last arrived on each external interface, by counter slot
- * (br_pkt's now). In hybrid mode the reference router runs BFD
+/* When BFD last arrived on each external interface, by counter slot, on
+ * the monotonic clock (br_pkt's mono): a step of the system clock must not
+ * make a link look silent. In hybrid mode the reference router runs BFD
  * and knows a link is down; fastpath would keep sending into it, and the
  * senders would never hear (SCMP external interface down) and fail over.
  * The neighbour's BFD falling silent is the same signal, seen in XDP. */
@@ -128,7 +164,7 @@ struct {
 /* Next hops the FIB gave for an egress interface ID, per CPU, for
  * BR_NH_CACHE_NS: the FIB lookup is the costliest step after the MAC. */
 struct br_nh {
-	__u64 expires;
+	__u64 expires; /* monotonic */
 	__u32 ifindex;
 	__u8 smac[6];
 	__u8 dmac[6];
@@ -189,7 +225,8 @@ struct {
 struct br_mac_entry {
 	__u32 in[4];
 	__u32 mac_hi;
-	__u32 mac_lo_gen; /* MAC bytes 4-5 << 16 | key generation & 0xffff */
+	__u32 mac_lo; /* MAC bytes 4-5 */
+	__u64 key_gen; /* BR_VAR_KEY_GEN when it was verified */
 };
 
 struct {
@@ -203,10 +240,12 @@ struct {
 /* 0: every MAC is computed (`mac_cache = false`, and the cold benchmark). */
 volatile const __u32 br_use_mac_cache = 1;
 
-/* Unused by the program: it puts enum br_verdict into BTF, where bpf2go
- * finds the verdict names for the Go side. */
+/* Unused by the program: they put the enums into BTF, where bpf2go finds
+ * their names for the Go side. */
 volatile const enum br_verdict br_verdict_anchor = BR_VERDICT_MAX;
 volatile const enum br_ip_verdict br_ip_verdict_anchor = BR_IP_VERDICT_MAX;
+volatile const enum br_var br_var_anchor = BR_VAR_MAX;
+volatile const enum br_dev_flags br_dev_flags_anchor = BR_DEV_XMIT;
 
 /* Worker CPUs for spreading: br_cpu_ids[0..br_num_cpus-1] are the CPU
  * numbers, which are also br_cpus' keys; 0 CPUs: spreading is off. */
@@ -231,6 +270,7 @@ struct br_pkt {
 	void *data;
 	void *data_end;
 	struct br_config *cfg;
+	const struct br_dev *dev; /* the ingress device's entry in br_devs */
 	__u32 ingress_ifindex;
 	/* The whole frame: more than data_end - data when it came in several
 	 * buffers (a jumbo frame), whose first holds every header. */
@@ -238,6 +278,10 @@ struct br_pkt {
 
 	/* Underlay */
 	__u8 family;   /* 4 or 6 */
+	__u8 ip_options; /* an IPv4 header with options */
+	/* 1 in the worker-CPU copy: a CPU map has no XDP_TX, so a frame that
+	 * leaves by the device it came in by is redirected there. */
+	__u8 in_cpumap;
 	__u16 l3_off;
 	__u16 udp_off;
 	__u16 udp_len; /* UDP length field: the datagram the socket would see */
@@ -281,7 +325,8 @@ struct br_pkt {
 	__u16 egress;
 	/* Interface ID whose next hop may come from br_nh_cache; 0: look up. */
 	__u16 nh_cache_key;
-	__u64 now;
+	__u64 mono; /* CLOCK_MONOTONIC_COARSE, ns: caches, BFD, the tap */
+	__u64 now;  /* Unix time, ns: hop-field expiry */
 
 	/* SegID updates to write when forwarding: up to two info fields change
 	 * (against construction before a crossover, along it after). */
@@ -361,6 +406,51 @@ static __always_inline __u32 load_be32(const __u8 *b)
 }
 #endif
 
+/* A br_vars value; 0 if it cannot be read. */
+static __always_inline __u64 var(__u32 key)
+{
+	__u64 *v = bpf_map_lookup_elem(&br_vars, &key);
+
+	return v ? *v : 0;
+}
+
+/* What br_devs knows of a device, or NULL. */
+static __always_inline const struct br_dev *dev_info(__u32 ifindex)
+{
+	__u32 key = ifindex & (BR_DEV_SLOTS - 1);
+	struct br_dev *d = bpf_map_lookup_elem(&br_devs, &key);
+
+	if (d && d->ifindex == ifindex)
+		return d;
+	return bpf_map_lookup_elem(&br_devs_more, &ifindex);
+}
+
+/* ---- Arrival ------------------------------------------------------------ */
+
+/* The kernel takes a frame whose Ethernet destination is another host's
+ * (PACKET_OTHERHOST: a veth or a bridge port sees those, a NIC in
+ * promiscuous mode too) no further than the link layer: the reference
+ * router never sees it, and neither does the kernel's forwarding. Broadcast
+ * and multicast destinations go on: a socket takes a unicast datagram in
+ * such a frame. A device the router has no entry for (it was created again
+ * since attach and the keeper has not looked yet) goes to the kernel whole. */
+static __always_inline int check_arrival(struct br_pkt *p)
+{
+	const struct ethhdr *eth = p->data;
+	const __u16 *d, *m;
+
+	p->dev = dev_info(p->ingress_ifindex);
+	if (!p->dev)
+		return verdict(p, BR_UNKNOWN_DEVICE, XDP_PASS);
+	if (!PKT_HAS(eth, sizeof(*eth), p->data_end) || (eth->h_dest[0] & 1))
+		return CONTINUE;
+	d = (const __u16 *)eth->h_dest;
+	m = (const __u16 *)p->dev->mac;
+	if ((m[0] | m[1] | m[2]) && (d[0] != m[0] || d[1] != m[1] || d[2] != m[2]))
+		return verdict(p, BR_OTHER_HOST, XDP_PASS);
+	return CONTINUE;
+}
+
 /* ---- Underlay ---------------------------------------------------------- */
 
 static __always_inline int parse_underlay(struct br_pkt *p)
@@ -385,7 +475,10 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 		ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))
 			return not_scion(p);
-		if (bpf_ntohs(ip->tot_len) < ihl + sizeof(struct udphdr))
+		/* The kernel drops a packet longer than its frame (and trims a
+		 * shorter one to tot_len). */
+		if (bpf_ntohs(ip->tot_len) < ihl + sizeof(struct udphdr) ||
+		    bpf_ntohs(ip->tot_len) > p->frame_len - sizeof(*eth))
 			return not_scion(p);
 		/* A header the kernel would refuse never reaches the reference
 		 * router; the kernel may have it. (Ours is rebuilt on output.) */
@@ -393,6 +486,7 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 			return not_scion(p);
 		l3_payload = bpf_ntohs(ip->tot_len) - ihl;
 		p->family = 4;
+		p->ip_options = ihl > sizeof(*ip);
 		__builtin_memcpy(p->ul_src, &ip->saddr, 4);
 		__builtin_memcpy(p->ul_dst, &ip->daddr, 4);
 		p->udp_off = (sizeof(*eth) + ihl) & 0x7f;
@@ -402,9 +496,11 @@ static __always_inline int parse_underlay(struct br_pkt *p)
 		if (!PKT_HAS(ip6, sizeof(*ip6), p->data_end))
 			return not_scion(p);
 		/* Extension headers go to the kernel. */
-		if (ip6->nexthdr != IPPROTO_UDP)
+		if (ip6->nexthdr != IPPROTO_UDP || ip6->version != 6)
 			return not_scion(p);
 		l3_payload = bpf_ntohs(ip6->payload_len);
+		if (l3_payload + sizeof(*ip6) > p->frame_len - sizeof(*eth))
+			return not_scion(p);
 		p->family = 6;
 		__builtin_memcpy(p->ul_src, &ip6->saddr, 16);
 		__builtin_memcpy(p->ul_dst, &ip6->daddr, 16);
@@ -487,6 +583,31 @@ static __always_inline int check_underlay_source(struct br_pkt *p)
 	if (ifc->remote.family != p->family || ifc->remote.port != p->ul_sport ||
 	    !addr_eq(ifc->remote.addr, p->ul_src, p->family))
 		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
+	return CONTINUE;
+}
+
+/* Where the reference router's socket would get the datagram from. The
+ * kernel runs IPv4 options (a source route it refuses, say) before any
+ * socket sees them. An external interface's traffic arrives by the device
+ * its neighbour is reached by, and internal_addr's by a device facing the
+ * AS: a frame by another device (a neighbour sending to internal_addr with
+ * a sibling's source, over its external link) is what a strict reverse-path
+ * check drops, and a loose one lets through; the kernel decides, as it
+ * would for the reference router. */
+static __always_inline int check_arrival_device(struct br_pkt *p)
+{
+	__u32 key = p->slot, *want;
+
+	if (p->ip_options)
+		return verdict(p, BR_NOT_IMPLEMENTED, XDP_PASS);
+	if (p->ingress == 0) {
+		if (!(p->dev->flags & BR_DEV_INTERNAL))
+			return verdict(p, BR_WRONG_DEVICE, XDP_PASS);
+		return CONTINUE;
+	}
+	want = bpf_map_lookup_elem(&br_slot_devs, &key);
+	if (want && *want && *want != p->ingress_ifindex)
+		return verdict(p, BR_WRONG_DEVICE, XDP_PASS);
 	return CONTINUE;
 }
 
@@ -585,6 +706,11 @@ static __always_inline int validate_udp_checksum(struct xdp_md *ctx, struct br_p
 
 /* ---- SCION common and address header ------------------------------------ */
 
+/* The reference router reads each datagram into a buffer of this many bytes
+ * (router/dataplane.go bufSize): a longer one arrives cut short, and what
+ * it makes of that is its to decide. */
+#define SCION_MAX_DATAGRAM 9000
+
 static __always_inline int parse_scion(struct br_pkt *p)
 {
 	__u8 *c;
@@ -607,6 +733,8 @@ static __always_inline int parse_scion(struct br_pkt *p)
 	__builtin_memcpy(&p->src_ia, c + SCION_CMN_LEN + 8, 8);
 
 	datagram = p->udp_len - sizeof(struct udphdr);
+	if (datagram > SCION_MAX_DATAGRAM)
+		return slow_path(p, BR_BAD_LENGTH);
 	if (datagram < SCION_CMN_LEN + addr_len)
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 	/* HdrLen must cover common and address header, and the datagram the header. */
@@ -630,7 +758,7 @@ static __always_inline int note_bfd(struct br_pkt *p)
 	__u64 *seen;
 
 	if (p->ingress != 0 && (seen = bpf_map_lookup_elem(&br_bfd_seen, &key)))
-		*seen = p->now;
+		*seen = p->mono;
 	return verdict(p, BR_BFD, XDP_PASS);
 }
 
@@ -983,14 +1111,14 @@ static __always_inline int verify_current_mac(struct br_pkt *p)
 		.mac_hi = load_be32(p->hf.mac),
 		.mac_lo = load_be16(p->hf.mac + 4),
 	};
-	__u32 lo_gen = m.mac_lo << 16 | (p->cfg->key_gen & 0xffff);
+	__u64 gen = var(BR_VAR_KEY_GEN);
 	struct br_mac_entry *e = NULL;
 	struct br_key *k;
 	__u32 slot = 0;
 
 	if (br_use_mac_cache) {
 		e = mac_cache_slot(&m);
-		if (e && e->mac_hi == m.mac_hi && e->mac_lo_gen == lo_gen && e->in[0] == m.in[0] &&
+		if (e && e->mac_hi == m.mac_hi && e->mac_lo == m.mac_lo && e->key_gen == gen && e->in[0] == m.in[0] &&
 		    e->in[1] == m.in[1] && e->in[2] == m.in[2] && e->in[3] == m.in[3])
 			return CONTINUE;
 	}
@@ -1010,7 +1138,8 @@ valid:
 		e->in[2] = m.in[2];
 		e->in[3] = m.in[3];
 		e->mac_hi = m.mac_hi;
-		e->mac_lo_gen = lo_gen;
+		e->mac_lo = m.mac_lo;
+		e->key_gen = gen;
 	}
 	return CONTINUE;
 #else
@@ -1066,7 +1195,10 @@ static __always_inline int resolve_inbound(struct br_pkt *p)
 		port = pkt_be16(l4 + 2);
 		break;
 	case SCION_PROTO_SCMP:
-		if (l4_len < 4 || !PKT_HAS(l4, 8, p->data_end))
+		/* The reference decodes type, code and checksum, and for a reply
+		 * its whole body (echo: identifier and sequence; traceroute: also
+		 * the ISD-AS and interface), and discards what is too short. */
+		if (l4_len < SCMP_HDR_LEN || !PKT_HAS(l4, SCMP_HDR_LEN, p->data_end))
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 		switch (l4[0]) {
 		case SCMP_ECHO_REQUEST:
@@ -1075,7 +1207,8 @@ static __always_inline int resolve_inbound(struct br_pkt *p)
 			break;
 		case SCMP_ECHO_REPLY:
 		case SCMP_TRACEROUTE_REPLY:
-			if (l4_len < 8)
+			if (l4_len < (l4[0] == SCMP_ECHO_REPLY ? SCMP_ECHO_LEN : SCMP_TRACEROUTE_LEN) ||
+			    !PKT_HAS(l4, SCMP_HDR_LEN + 2, p->data_end))
 				return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 			port = pkt_be16(l4 + 4); /* Identifier */
 			break;
@@ -1172,7 +1305,7 @@ static __always_inline int check_link_alive(struct br_pkt *p, const struct br_if
 	if (!p->cfg->link_timeout_ns || !(seen = bpf_map_lookup_elem(&br_bfd_seen, &key)))
 		return CONTINUE;
 	last = *seen;
-	if (last && p->now - last > p->cfg->link_timeout_ns)
+	if (last && last < p->mono && p->mono - last > p->cfg->link_timeout_ns)
 		return verdict(p, BR_LINK_DOWN, XDP_PASS);
 	return CONTINUE;
 }
@@ -1240,6 +1373,27 @@ static __always_inline __u32 ip_len(const struct br_pkt *p)
 	return p->udp_len + (p->next_hop.family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
 }
 
+/* Whether the frame can leave by the device in XDP, as br_devs says now
+ * (asked for a cached next hop too: the device may have stopped since).
+ * The native program's frames need the device's own XDP transmit
+ * (ndo_xdp_xmit: a bridge, a macvlan, a VXLAN device have none, a veth has
+ * it while its peer runs XDP or GRO, some NIC drivers only while a program
+ * of their own is attached), and a frame in several buffers needs it for
+ * those too; the generic copy's are skbs, which any device that is up
+ * takes. Otherwise the reference router's socket sends it: the kernel would
+ * drop the frame, or the device lose it without a word. */
+static __always_inline int check_egress_device(struct br_pkt *p, __u32 ifindex)
+{
+	const struct br_dev *d = dev_info(ifindex);
+	__u16 need = br_generic ? BR_DEV_UP : BR_DEV_XMIT;
+
+	if (!d || (d->flags & need) != need)
+		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
+	if (!br_generic && p->frame_len > (__u32)(p->data_end - p->data) && !(d->flags & BR_DEV_XMIT_SG))
+		return verdict(p, BR_TX_NO_SG, XDP_PASS);
+	return CONTINUE;
+}
+
 /* Next-hop MAC and device from the kernel's FIB, looked up as the
  * reference router's socket sends: from lo (the kernel's input device for
  * what the host itself sends), from src to the next hop. The kernel answers
@@ -1267,13 +1421,13 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		__builtin_memset(nh->dmac, 0, ETH_ALEN);
 		return CONTINUE;
 	}
-	if (key && nh->expires > p->now) {
+	if (key && nh->expires > p->mono) {
 		/* A veth drops an XDP frame longer than its MTU without a word:
 		 * the reference router's socket sends it (fragmented in the
 		 * underlay; v0.12.0 sends no SCMP packet too big). */
 		if (ip_len(p) > nh->mtu)
 			return verdict(p, BR_TOO_BIG, XDP_PASS);
-		return CONTINUE;
+		return check_egress_device(p, nh->ifindex);
 	}
 	key = 0;
 	fib = (struct bpf_fib_lookup *)bpf_map_lookup_elem(&br_fib_req, &key);
@@ -1319,12 +1473,9 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		 * the userspace router sends it and the kernel resolves. */
 		return verdict(p, BR_FIB_PASS, XDP_PASS);
 	}
-	/* A device the frame cannot leave by (a veth whose peer runs neither
-	 * XDP nor GRO drops XDP frames without a word): the reference router's
-	 * socket sends it instead. */
-	if (!bpf_map_lookup_elem(&br_egress, &fib->ifindex))
-		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
-	nh->expires = p->nh_cache_key ? p->now + BR_NH_CACHE_NS : 0;
+	if ((rc = check_egress_device(p, fib->ifindex)) != CONTINUE)
+		return rc;
+	nh->expires = p->nh_cache_key ? p->mono + BR_NH_CACHE_NS : 0;
 	nh->ifindex = fib->ifindex;
 	/* On success mtu_result (tot_len's place) holds the egress MTU. */
 	nh->mtu = fib->mtu_result;
@@ -1517,13 +1668,16 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 		p->frame_len = p->frame_len - delta - (excess > 0 ? excess : 0);
 	}
 
-	count(p, BR_FORWARDED);
 	if (br_skip_fib)
-		return XDP_TX;
+		return verdict(p, BR_FORWARDED, XDP_TX);
 	note_tx(p, nh->ifindex);
-	if (nh->ifindex == p->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect_map(&br_tx_ports, nh->ifindex, 0);
+	if (nh->ifindex == p->ingress_ifindex && !p->in_cpumap)
+		return verdict(p, BR_FORWARDED, XDP_TX);
+	/* The device may have left the redirect map since br_devs said yes
+	 * (the keeper takes it out of br_devs first): the frame, rewritten
+	 * already, is dropped and counted so. */
+	ret = bpf_redirect_map(&br_tx_ports, nh->ifindex, XDP_DROP);
+	return verdict(p, ret == XDP_REDIRECT ? BR_FORWARDED : BR_TX_FAILED, ret);
 }
 
 /* ---- The pipeline ------------------------------------------------------- */
@@ -1605,7 +1759,7 @@ static __always_inline void note_frame_len(struct xdp_md *ctx, struct br_pkt *p)
 }
 
 /* ---- The tap ---------------------------------------------------------------
- * Only while br_config.capture_until is ahead (the lab's check replays what the
+ * Only while BR_VAR_CAPTURE_UNTIL is ahead (the lab's check replays what the
  * router forwarded through the reference router): the frame is kept as it
  * arrived, per CPU, and handed to userspace with the frame as it left when it
  * was forwarded. */
@@ -1624,7 +1778,9 @@ struct {
 
 static __always_inline int capturing(const struct br_pkt *p)
 {
-	return p->cfg->capture_until && (__u32)(p->now >> 30) < p->cfg->capture_until;
+	__u64 until = var(BR_VAR_CAPTURE_UNTIL);
+
+	return until && p->mono < until;
 }
 
 /* The frame's bytes into buf (BR_CAPTURE_MAX long); its length, or 0 if it
@@ -1670,7 +1826,7 @@ static __noinline int capture_departure(struct xdp_md *ctx)
 	return 0;
 }
 
-static __always_inline int router_main(struct xdp_md *ctx, void *next)
+static __always_inline int router_main(struct xdp_md *ctx, void *next, int in_cpumap)
 {
 	struct br_pkt p = {};
 	__u32 zero = 0;
@@ -1679,17 +1835,21 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 	p.data = (void *)(long)ctx->data;
 	p.data_end = (void *)(long)ctx->data_end;
 	p.ingress_ifindex = ctx->ingress_ifindex;
+	p.in_cpumap = in_cpumap;
 	p.slot = BR_SLOT_UNMATCHED;
 	p.cfg = bpf_map_lookup_elem(&br_conf, &zero);
 	if (!p.cfg)
 		return XDP_PASS;
 	/* The coarse clock (a few ms) costs a quarter of the precise ones here;
 	 * hop expiry has a granularity of 337.5 s. */
-	p.now = bpf_ktime_get_coarse_ns() + p.cfg->mono_to_unix_ns;
+	p.mono = bpf_ktime_get_coarse_ns();
+	p.now = p.mono + var(BR_VAR_MONO_TO_UNIX);
 
 	note_frame_len(ctx, &p);
 	if (capturing(&p))
 		capture_arrival(ctx);
+	if ((ret = check_arrival(&p)) != CONTINUE)
+		return ret;
 	ret = parse_underlay(&p);
 	if (ret == CONTINUE)
 		ret = lookup_socket(&p);
@@ -1702,6 +1862,8 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 		return XDP_PASS;
 	}
 	if (ret != CONTINUE)
+		return ret;
+	if ((ret = check_arrival_device(&p)) != CONTINUE)
 		return ret;
 	if ((ret = check_underlay_source(&p)) != CONTINUE)
 		return ret;
@@ -1720,7 +1882,7 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 SEC("xdp.frags")
 int br_router(struct xdp_md *ctx)
 {
-	return router_main(ctx, &br_next);
+	return router_main(ctx, &br_next, 0);
 }
 
 /* The same router for the worker CPUs of a CPU map, which only runs
@@ -1728,7 +1890,7 @@ int br_router(struct xdp_md *ctx)
 SEC("xdp.frags/cpumap")
 int br_router_cpu(struct xdp_md *ctx)
 {
-	return router_main(ctx, &br_next_cpu);
+	return router_main(ctx, &br_next_cpu, 1);
 }
 
 /* With `cpus`: spread packets over the worker CPUs by a hash of the underlay
@@ -1815,20 +1977,97 @@ static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
 	ip->ttl--;
 }
 
-static __always_inline int forward_ip(struct xdp_md *ctx)
+/* IPv4 sources and destinations the kernel's input refuses as martians
+ * (ip_route_input_slow): a multicast, limited-broadcast, 0/8 or loopback
+ * source; a 0/8 or loopback destination. */
+static __always_inline int ipv4_martian(__be32 saddr, __be32 daddr)
+{
+	__u32 s = bpf_ntohl(saddr), d = bpf_ntohl(daddr);
+
+	return (s >> 28) == 0xe || s == 0xffffffff || (s >> 24) == 0 || (s >> 24) == 127 ||
+	       (d >> 24) == 0 || (d >> 24) == 127;
+}
+
+/* :: or ::1. */
+static __always_inline int ipv6_any_or_loopback(const struct in6_addr *a)
+{
+	const __u32 *w = a->in6_u.u6_addr32;
+
+	return (w[0] | w[1] | w[2]) == 0 && (w[3] == 0 || w[3] == bpf_htonl(1));
+}
+
+/* What the kernel's IPv6 input and forwarding refuse (ipv6_rcv,
+ * ip6_forward): an unspecified, loopback or IPv4-mapped source, a loopback
+ * or unspecified destination. */
+static __always_inline int ipv6_martian(const struct ipv6hdr *ip6)
+{
+	const __u32 *s = ip6->saddr.in6_u.u6_addr32;
+
+	return ipv6_any_or_loopback(&ip6->saddr) || ipv6_any_or_loopback(&ip6->daddr) ||
+	       ((s[0] | s[1]) == 0 && s[2] == bpf_htonl(0xffff));
+}
+
+/* IPv4's source validation (fib_validate_source), which the kernel runs on
+ * every packet it forwards. With rp_filter off (the larger of all's and the
+ * device's, as the keeper read them) it refuses a source that is one of
+ * the host's own addresses; on, the route back to the source must be
+ * unicast (loose, 2) and leave by the device the packet came in by
+ * (strict, 1), which the FIB answers when asked from lo, as the kernel
+ * asks it. Anything it does not answer plainly goes up, and the kernel
+ * decides. fib is the caller's, overwritten. */
+static __always_inline int ipv4_source_ok(struct xdp_md *ctx, const struct br_dev *dev,
+					  const struct iphdr *ip, struct bpf_fib_lookup *fib)
+{
+	struct br_addr a = { .family = 4 };
+
+	if (!(dev->flags & (BR_DEV_RPF_STRICT | BR_DEV_RPF_LOOSE))) {
+		__builtin_memcpy(a.addr, &ip->saddr, 4);
+		return bpf_map_lookup_elem(&br_local_addrs, &a) == NULL;
+	}
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = AF_INET;
+	fib->ifindex = LOOPBACK_IFINDEX;
+	fib->tos = ip->tos;
+	fib->ipv4_dst = ip->saddr;
+	fib->ipv4_src = ip->daddr;
+	if (bpf_fib_lookup(ctx, fib, sizeof(*fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_SUCCESS)
+		return 0;
+	return !(dev->flags & BR_DEV_RPF_STRICT) || fib->ifindex == ctx->ingress_ifindex;
+}
+
+/* The plain-IP forwarder, as the kernel's ip_rcv/ip_forward and
+ * ipv6_rcv/ip6_forward would forward: what they would drop or answer goes
+ * up unchanged, and they do it. in_cpumap: the worker-CPU copy, which has
+ * no XDP_TX. */
+static __always_inline int forward_ip(struct xdp_md *ctx, int in_cpumap)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct ethhdr old_eth;
-	struct bpf_fib_lookup fib = {};
+	struct bpf_fib_lookup fib;
+	const struct br_dev *dev, *out;
+	struct br_config *cfg;
 	struct iphdr *ip = NULL;
 	struct ipv6hdr *ip6 = NULL;
-	__u32 len = bpf_xdp_get_buff_len(ctx);
-	int rc;
+	__u32 len = bpf_xdp_get_buff_len(ctx), zero = 0, ip_len;
+	int rc, excess;
 
 	if (!PKT_HAS(eth, sizeof(*eth), data_end))
 		return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+	/* The router checked the device and that the frame is not another
+	 * host's; ip_forward and ip6_forward forward nothing that came in a
+	 * broadcast or multicast frame either. */
+	dev = dev_info(ctx->ingress_ifindex);
+	cfg = bpf_map_lookup_elem(&br_conf, &zero);
+	if (!dev || !cfg || (eth->h_dest[0] & 1))
+		return ip_verdict(BR_IP_NOT_HOST, len, XDP_PASS);
+	/* A neighbour AS's plain IP is the kernel's to forward or not, where
+	 * the operator's forwarding switches and firewall see it: in XDP it
+	 * would reach the AS's hosts (the control service, the dispatched
+	 * ports) past both, with no hop field checked. */
+	if ((dev->flags & (BR_DEV_EXTERNAL | BR_DEV_INTERNAL)) == BR_DEV_EXTERNAL && !cfg->ip_from_external)
+		return ip_verdict(BR_IP_EXTERNAL, len, XDP_PASS);
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		ip6 = (void *)(eth + 1);
 		if (!PKT_HAS(ip6, sizeof(*ip6), data_end) || ip6->version != 6)
@@ -1838,12 +2077,17 @@ static __always_inline int forward_ip(struct xdp_md *ctx)
 		if (ip6->nexthdr == IPPROTO_HOPOPTS || ipv6_link_scoped(&ip6->saddr) ||
 		    ipv6_link_scoped(&ip6->daddr))
 			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		ip_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		if (ip_len > len - sizeof(*eth))
+			return ip_verdict(BR_IP_BAD_HEADER, len, XDP_PASS);
+		if (ipv6_martian(ip6))
+			return ip_verdict(BR_IP_MARTIAN, len, XDP_PASS);
 		if (ip6->hop_limit <= 1)
 			return ip_verdict(BR_IP_HOP_LIMIT, len, XDP_PASS);
+		__builtin_memset(&fib, 0, sizeof(fib));
 		fib.family = AF_INET6;
 		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
 		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
 		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
 		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
 	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
@@ -1851,17 +2095,25 @@ static __always_inline int forward_ip(struct xdp_md *ctx)
 		/* Options (record route, timestamps) are the kernel's to fill. */
 		if (!PKT_HAS(ip, sizeof(*ip), data_end) || ip->version != 4 || ip->ihl != 5)
 			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		ip_len = bpf_ntohs(ip->tot_len);
+		if (!ipv4_hdr_ok(ip, data_end, 5) || ip_len < sizeof(*ip) || ip_len > len - sizeof(*eth))
+			return ip_verdict(BR_IP_BAD_HEADER, len, XDP_PASS);
+		if (ipv4_martian(ip->saddr, ip->daddr))
+			return ip_verdict(BR_IP_MARTIAN, len, XDP_PASS);
 		if (ip->ttl <= 1)
 			return ip_verdict(BR_IP_HOP_LIMIT, len, XDP_PASS);
+		if (!ipv4_source_ok(ctx, dev, ip, &fib))
+			return ip_verdict(BR_IP_REVERSE_PATH, len, XDP_PASS);
+		__builtin_memset(&fib, 0, sizeof(fib));
 		fib.family = AF_INET;
 		fib.tos = ip->tos;
 		fib.l4_protocol = ip->protocol;
-		fib.tot_len = bpf_ntohs(ip->tot_len);
 		fib.ipv4_src = ip->saddr;
 		fib.ipv4_dst = ip->daddr;
 	} else {
 		return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
 	}
+	fib.tot_len = ip_len;
 	fib.ifindex = ctx->ingress_ifindex;
 
 	/* From XDP the helper checks the length against the egress MTU:
@@ -1882,15 +2134,33 @@ static __always_inline int forward_ip(struct xdp_md *ctx)
 		 * not follow. */
 		return ip_verdict(BR_IP_NO_ROUTE, len, XDP_PASS);
 	}
-	/* The FIB checked the IP header's length; the frame is what leaves (a
-	 * multi-buffer frame longer than its header says, say). mtu_result
-	 * shares tot_len's place and holds the egress MTU on success. */
-	if (len > fib.mtu_result + sizeof(*eth))
+	/* What leaves is the IP packet; mtu_result shares tot_len's place and
+	 * holds the egress MTU on success. */
+	if (ip_len > fib.mtu_result)
 		return ip_verdict(BR_IP_TOO_BIG, len, XDP_PASS);
 	/* Checked before anything is written: a frame passed up must reach the
-	 * kernel as it arrived. */
-	if (!bpf_map_lookup_elem(&br_egress, &fib.ifindex))
+	 * kernel as it arrived. As for SCION: the device's own XDP transmit,
+	 * and for a frame in several buffers its scatter-gather one. */
+	out = dev_info(fib.ifindex);
+	if (!out || !(out->flags & BR_DEV_XMIT) ||
+	    (len > (__u32)(data_end - data) && !(out->flags & BR_DEV_XMIT_SG)))
 		return ip_verdict(BR_IP_NOT_READY, len, XDP_PASS);
+	/* The kernel trims what follows the IP packet (Ethernet padding). */
+	excess = (int)len - (int)(sizeof(*eth) + ip_len);
+	if (excess > 0) {
+		if (bpf_xdp_adjust_tail(ctx, -excess))
+			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		len -= excess;
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		eth = data;
+		if (!PKT_HAS(eth, sizeof(*eth) + (ip6 ? sizeof(*ip6) : sizeof(*ip)), data_end))
+			return ip_verdict(BR_IP_OTHER, len, XDP_PASS);
+		if (ip6)
+			ip6 = (void *)(eth + 1);
+		else
+			ip = (void *)(eth + 1);
+	}
 
 	__builtin_memcpy(&old_eth, eth, sizeof(old_eth));
 	if (ip6)
@@ -1899,14 +2169,14 @@ static __always_inline int forward_ip(struct xdp_md *ctx)
 		ipv4_decrease_ttl(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	if (fib.ifindex == ctx->ingress_ifindex)
+	if (fib.ifindex == ctx->ingress_ifindex && !in_cpumap)
 		return ip_verdict(BR_IP_FORWARDED, len, XDP_TX);
 	rc = bpf_redirect_map(&br_tx_ports, fib.ifindex, XDP_PASS);
 	if (rc == XDP_REDIRECT)
 		return ip_verdict(BR_IP_FORWARDED, len, rc);
-	/* The device left the redirect map since br_egress said yes (the
-	 * keeper takes it out of br_egress first): the kernel forwards the
-	 * frame as it arrived. */
+	/* The device left the redirect map since br_devs said yes (the keeper
+	 * takes it out of br_devs first): the kernel forwards the frame as it
+	 * arrived. */
 	__builtin_memcpy(eth, &old_eth, sizeof(old_eth));
 	if (ip6)
 		ip6->hop_limit++;
@@ -1922,14 +2192,14 @@ static __always_inline int forward_ip(struct xdp_md *ctx)
 SEC("xdp.frags")
 int br_forward_ip(struct xdp_md *ctx)
 {
-	return forward_ip(ctx);
+	return forward_ip(ctx, 0);
 }
 
 /* The same for the worker-CPU router's slot. */
 SEC("xdp.frags/cpumap")
 int br_forward_ip_cpu(struct xdp_md *ctx)
 {
-	return forward_ip(ctx);
+	return forward_ip(ctx, 1);
 }
 
 /* ---- Transmit failures --------------------------------------------------- */
@@ -1945,14 +2215,12 @@ int br_forward_ip_cpu(struct xdp_md *ctx)
 static __always_inline void charge_tx_failure(const struct net_device *dev, __u32 ifindex, int drops)
 {
 	struct br_counter *fwd, *failed;
-	struct br_config *cfg;
 	struct br_tx_slot *t;
-	__u32 zero = 0, key;
+	__u32 key;
 
 	if (drops <= 0)
 		return;
-	cfg = bpf_map_lookup_elem(&br_conf, &zero);
-	if (!cfg || dev->nd_net.net->ns.inum != cfg->netns_ino)
+	if (dev->nd_net.net->ns.inum != var(BR_VAR_NETNS_INO))
 		return;
 	key = ifindex & (BR_TX_SLOTS - 1);
 	t = bpf_map_lookup_elem(&br_tx_slots, &key);

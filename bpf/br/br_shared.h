@@ -40,6 +40,10 @@ enum br_verdict {
 	BR_LINK_DOWN,          /* the egress link's BFD fell silent: passed, the reference router answers */
 	BR_MULTI_BUFFER,       /* a frame in several buffers (GRO, jumbo): passed, the kernel's stack takes it */
 	BR_TOO_BIG,            /* longer than the egress device's MTU: passed, the reference router sends it */
+	BR_TX_NO_SG,           /* a frame in several buffers for a device that takes XDP frames in one only: passed */
+	BR_OTHER_HOST,         /* Ethernet destination another host's: passed, the kernel drops it */
+	BR_WRONG_DEVICE,       /* for a socket whose traffic does not arrive by this device: passed, the kernel decides */
+	BR_UNKNOWN_DEVICE,     /* arrived on a device the router has no entry for: passed */
 	BR_VERDICT_MAX,
 };
 
@@ -55,6 +59,11 @@ enum br_ip_verdict {
 	BR_IP_NOT_READY,     /* the egress device takes no XDP frames now: passed, the kernel forwards */
 	BR_IP_FWD_DISABLED,  /* forwarding is off on the ingress device: passed */
 	BR_IP_OTHER,         /* not IPv4/IPv6, IPv4 options, IPv6 hop-by-hop options, link-local, multicast: passed */
+	BR_IP_NOT_HOST,      /* Ethernet destination not this device's (another host's, broadcast, multicast): passed */
+	BR_IP_BAD_HEADER,    /* IPv4 header checksum, a length longer than the frame: passed, the kernel drops it */
+	BR_IP_MARTIAN,       /* a source or destination the kernel refuses (loopback, 0/8, multicast source, its own): passed */
+	BR_IP_REVERSE_PATH,  /* IPv4 rp_filter on the device, and the source is not reached back through it: passed */
+	BR_IP_EXTERNAL,      /* arrived on a SCION external interface's device (forward_ip_external off): passed */
 	BR_IP_VERDICT_MAX,
 };
 
@@ -126,33 +135,65 @@ struct br_iface {
 	struct br_addr remote; /* external: the neighbour's end; sibling: its internal_addr */
 };
 
-/* The single entry of br_config. */
+/* The single entry of br_config: the configuration file's, written whole
+ * by attach (and a reload) and by nothing else. What changes for other
+ * reasons lives in br_vars, an entry per writer. */
 struct br_config {
 	__u64 local_ia;          /* network byte order, as in the SCION header */
 	struct br_addr internal; /* this router's internal_addr */
 	__u16 dispatched_port_start; /* host byte order */
 	__u16 dispatched_port_end;
 	__u8 scmp_action;        /* enum br_scmp_action */
-	__u8 pad[3];
-	/* A tap (`br.OpenTap`) wants every frame forwarded in XDP, as it
-	 * arrived and as it left, in br_capture until this Unix time, in units
-	 * of 2^30 ns (about a second; 0: no tap). The tap moves it on while it
-	 * lives, so that a tap killed stops the copying within seconds. */
-	__u32 capture_until;
-	/* Added to bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC_COARSE) to get Unix
-	 * time in ns: CLOCK_REALTIME - CLOCK_MONOTONIC when the control plane
-	 * configured the router. Both run at the same NTP-disciplined rate, so it
-	 * holds until the clock is stepped; `br attach` measures it anew. */
-	__s64 mono_to_unix_ns;
-	/* Bumped whenever a key changes: MAC cache entries of an older
-	 * generation no longer count. */
-	__u32 key_gen;
-	/* Inode of the network namespace the router's devices live in: the
-	 * transmit tracepoints fire for every namespace. */
-	__u32 netns_ino;
+	/* 1: plain IP arriving on a device of an external interface only is
+	 * forwarded too (`forward_ip_external`). */
+	__u8 ip_from_external;
+	__u8 pad[2];
 	/* An external interface whose neighbour sent BFD once and then nothing
 	 * for this long is down (0: never). */
 	__u64 link_timeout_ns;
+};
+
+/* Keys of br_vars: values that change apart from the configuration, each
+ * written whole by one writer, so that no writer can put back another's
+ * older value (a read-modify-write of one shared struct could). */
+enum br_var {
+	/* Added to bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC_COARSE) to get
+	 * Unix time in ns: CLOCK_REALTIME - CLOCK_MONOTONIC, measured by attach
+	 * and again every second by `br serve` (a clock step moves it). Used
+	 * for hop-field expiry only; everything else runs on the monotonic
+	 * clock, which steps do not move. */
+	BR_VAR_MONO_TO_UNIX = 0,
+	/* Changed whenever a key changes, to a value never used before (the
+	 * monotonic clock when it changed): MAC cache entries of another
+	 * generation no longer count. */
+	BR_VAR_KEY_GEN = 1,
+	/* A tap (`br.OpenTap`) wants every frame forwarded in XDP, as it
+	 * arrived and as it left, in br_capture until this CLOCK_MONOTONIC
+	 * time, in ns (0: no tap). The tap moves it on while it lives, so that
+	 * a tap killed stops the copying within seconds. */
+	BR_VAR_CAPTURE_UNTIL = 2,
+	/* Inode of the network namespace the router's devices live in: the
+	 * transmit tracepoints fire for every namespace. */
+	BR_VAR_NETNS_INO = 3,
+	BR_VAR_MAX,
+};
+
+/* What the router knows of a device of its namespace (br_devs): the
+ * devices it is attached to and those its next hops leave by. */
+enum br_dev_flags {
+	BR_DEV_XMIT = 1 << 0,     /* takes XDP frames from a native program (NETDEV_XDP_ACT_NDO_XMIT) */
+	BR_DEV_XMIT_SG = 1 << 1,  /* also in several buffers (NETDEV_XDP_ACT_NDO_XMIT_SG) */
+	BR_DEV_UP = 1 << 2,       /* up: takes frames from the generic copy, which sends skbs */
+	BR_DEV_INTERNAL = 1 << 3, /* faces the AS: internal_addr's traffic and plain IP arrive by it */
+	BR_DEV_EXTERNAL = 1 << 4, /* an external interface's neighbour is reached by it */
+	BR_DEV_RPF_STRICT = 1 << 5, /* IPv4 rp_filter 1 (the larger of all's and the device's) */
+	BR_DEV_RPF_LOOSE = 1 << 6,  /* IPv4 rp_filter 2 */
+};
+
+struct br_dev {
+	__u32 ifindex; /* whose entry this is: br_devs is indexed by ifindex modulo its size */
+	__u16 flags;   /* enum br_dev_flags */
+	__u8 mac[6];   /* all zero: a device without one (no Ethernet check) */
 };
 
 /* A frame forwarded in XDP as the tap gets it (br_capture): as it arrived

@@ -47,6 +47,11 @@
 #define SCMP_ECHO_REPLY 129
 #define SCMP_TRACEROUTE_REQUEST 130
 #define SCMP_TRACEROUTE_REPLY 131
+/* SCMP message lengths: the header (type, code, checksum), and the shortest
+ * echo and traceroute messages with it (draft-dekater-scion-dataplane). */
+#define SCMP_HDR_LEN 4
+#define SCMP_ECHO_LEN (SCMP_HDR_LEN + 4)        /* identifier, sequence */
+#define SCMP_TRACEROUTE_LEN (SCMP_HDR_LEN + 20) /* identifier, sequence, ISD-AS, interface */
 
 /* Hop expiry unit: 24 h / 256 = 337.5 s, in ns. */
 #define SCION_EXP_UNIT_NS 337500000000ULL

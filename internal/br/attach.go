@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -90,10 +89,6 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if len(devs) > 0 {
 		ns = devs[0].Netns
 	}
-	tx, err := usableEgress(cfg, ns, devs, opts.Warn)
-	if err != nil {
-		return err
-	}
 	warnForwarding(cfg, ns, opts.Warn)
 	name := opts.Name
 	if name == "" {
@@ -109,7 +104,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		return err
 	}
 	defer r.Close()
-	if err := r.SetHost(ns, tx); err != nil {
+	if err := r.setHost(ns, devs, opts.Warn); err != nil {
 		xdp.RemoveIfEmpty(dir)
 		return err
 	}
@@ -166,29 +161,6 @@ func (r *Router) attachTracing(dir string, flushes bool) error {
 		}
 	}
 	return nil
-}
-
-// usableEgress are the devices a forwarded frame may leave by
-// (egressCandidates) less those that would drop XDP frames, each of which
-// gets a warning naming the fix.
-func usableEgress(cfg *Config, ns string, devs []xdp.Iface, warn io.Writer) ([]xdp.Iface, error) {
-	all, err := egressCandidates(cfg, ns, devs)
-	if err != nil {
-		return nil, err
-	}
-	var ok []xdp.Iface
-	for _, d := range all {
-		problem, err := xdp.TxProblem(d)
-		if err != nil {
-			return nil, err
-		}
-		if problem != "" {
-			fmt.Fprintf(warn, "warning: %s. Until it is fixed the fast path leaves what goes out by %s to the reference router (verdict tx_unusable); `fastpath br serve` picks the fix up within a second, a one-shot `br attach` must be run again.\n", problem, d)
-			continue
-		}
-		ok = append(ok, d)
-	}
-	return ok, nil
 }
 
 // egressCandidates are the devices a forwarded frame may leave by: those
@@ -271,29 +243,14 @@ func configDevices(cfg *Config, ns string) ([]xdp.Iface, error) {
 	for _, d := range cfg.InternalInterfaces {
 		add(d)
 	}
-	addrs := map[string]string{} // IP → device
-	err := netns.Run(ns, func() error {
-		ifs, err := net.Interfaces()
-		if err != nil {
-			return err
-		}
-		for _, i := range ifs {
-			as, _ := i.Addrs()
-			for _, a := range as {
-				if n, ok := a.(*net.IPNet); ok {
-					addrs[n.IP.String()] = i.Name
-				}
-			}
-		}
-		return nil
-	})
+	addrs, err := addrDevices(ns)
 	if err != nil {
 		return nil, err
 	}
 	if len(cfg.InternalInterfaces) == 0 {
-		d, ok := addrs[cfg.Internal.Addr().String()]
+		d, ok := addrs[cfg.Internal.Addr().Unmap()]
 		if !ok {
-			return nil, fmt.Errorf("%s: no device holds internal_addr %s; name the devices on the command line or in internal_interfaces", cfg.Path, cfg.Internal.Addr())
+			return nil, fmt.Errorf("%s: %w holds internal_addr %s; name the devices on the command line or in internal_interfaces", cfg.Path, xdp.ErrNoDevice, cfg.Internal.Addr())
 		}
 		add(d)
 	}
@@ -301,9 +258,9 @@ func configDevices(cfg *Config, ns string) ([]xdp.Iface, error) {
 		if i.Kind != External {
 			continue
 		}
-		d, ok := addrs[i.Local.Addr().String()]
+		d, ok := addrs[i.Local.Addr().Unmap()]
 		if !ok {
-			return nil, fmt.Errorf("%s: interface %d: no device holds its underlay local address %s; name the devices on the command line", cfg.Path, i.ID, i.Local.Addr())
+			return nil, fmt.Errorf("%s: interface %d: %w holds its underlay local address %s; name the devices on the command line", cfg.Path, i.ID, xdp.ErrNoDevice, i.Local.Addr())
 		}
 		add(d)
 	}

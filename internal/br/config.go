@@ -93,6 +93,13 @@ type Config struct {
 	// not SCION (plain IPv4 and IPv6 not for this host) is forwarded in XDP
 	// by the kernel's FIB instead of being passed up to the kernel.
 	ForwardIP bool
+	// ForwardIPExternal (toml "forward_ip_external", default false): with
+	// ForwardIP, plain IP arriving on a device that faces only neighbour
+	// ASes (it holds an external interface's address or reaches its
+	// neighbour, and faces no internal network) is forwarded in XDP too,
+	// past the kernel's forwarding switches and firewall; off, it goes up
+	// to the kernel, which forwards it or not as without fastpath.
+	ForwardIPExternal bool
 
 	// Resolved from the topology and keys:
 	IA                                     addr.IA
@@ -154,6 +161,7 @@ type tomlFile struct {
 	UDPChecksum        string   `toml:"udp_checksum"`
 	LinkTimeout        string   `toml:"link_timeout"`
 	ForwardIP          bool     `toml:"forward_ip"`
+	ForwardIPExternal  bool     `toml:"forward_ip_external"`
 }
 
 // minMasterKeyLen is the shortest master key accepted; scion's generator writes 16 random bytes.
@@ -291,6 +299,7 @@ func (c *Config) decodeTOML() error {
 	c.XDPMode = raw.XDPMode
 	c.UDPChecksum = raw.UDPChecksum
 	c.ForwardIP = raw.ForwardIP
+	c.ForwardIPExternal = raw.ForwardIPExternal
 	d, err := time.ParseDuration(raw.LinkTimeout)
 	if err != nil || d < 0 {
 		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)
@@ -602,6 +611,9 @@ func (c *Config) validateSettings() error {
 		// The generic-mode copy of the router is not frags-aware, and a
 		// program array takes programs of one kind: its slot stays empty.
 		return errorf(c.Path, "forward_ip", nil, "needs native XDP (xdp_mode = %q); in generic mode plain IP would go up to the kernel all the same: drop one of the two", XDPModeNative)
+	}
+	if c.ForwardIPExternal && !c.ForwardIP {
+		return errorf(c.Path, "forward_ip_external", nil, "forwards plain IP from neighbour ASes, which needs forward_ip = true; set both, or drop forward_ip_external")
 	}
 	if c.UDPChecksum != UDPChecksumUpdate && c.UDPChecksum != UDPChecksumVerify {
 		return errorf(c.Path, "udp_checksum", nil, "%q is not valid; use %q (default) or %q",

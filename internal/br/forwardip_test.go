@@ -78,6 +78,10 @@ type ipBed struct {
 func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
 	t.Helper()
 	b := &ipBed{hostBed: newHostBed(t, v6), forwardIP: forwardIP, txToB: txToB}
+	if !txToB {
+		// d1 takes no XDP frames while its peer runs neither XDP nor GRO.
+		b.setGRO(t, b.b, "b0", false)
+	}
 	fam := "ipv4"
 	if v6 {
 		fam = "ipv6"
@@ -91,11 +95,7 @@ func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
 	}
 	t.Cleanup(func() { r.Close() })
 	b.r = r
-	tx := []xdp.Iface{{Netns: b.dut, Name: "d0"}}
-	if txToB {
-		tx = append(tx, xdp.Iface{Netns: b.dut, Name: "d1"})
-	}
-	if err := r.SetHost(b.dut, tx); err != nil {
+	if err := r.SetHost(b.dut, []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []struct {
@@ -251,7 +251,10 @@ func TestForwardIPLeavesSCIONAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got[i] = b.run(t, frames[0])
+			// Each bed's d0 has a MAC of its own.
+			f := append([]byte(nil), frames[0]...)
+			copy(f, b.d0.HardwareAddr)
+			got[i] = b.run(t, f)
 			if got[i].verdict != "forwarded" || got[i].ipVerdct != "" {
 				t.Fatalf("v6 %v, forward_ip %v: router's verdict %q, forwarder's %q", v6, on, got[i].verdict, got[i].ipVerdct)
 			}
@@ -325,7 +328,9 @@ func TestServeForwardIP(t *testing.T) {
 	b.ip(t, b.b, "-6", "route", "add", "fd00:1::/64", "via", b.d1Addr.String())
 	setForwardIP := func(on bool) {
 		t.Helper()
-		text := fmt.Sprintf("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nforward_ip = %v\n", on)
+		// B is the router's parent AS, reached by d1 alone: its plain IP
+		// is forwarded in XDP only with forward_ip_external.
+		text := fmt.Sprintf("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nforward_ip = %v\nforward_ip_external = %v\n", on, on)
 		if err := os.WriteFile(b.cfg.Path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}

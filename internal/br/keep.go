@@ -32,6 +32,12 @@ import (
 // DefaultKeepInterval is how often a Keeper looks when no event comes.
 const DefaultKeepInterval = time.Second
 
+// clockSlack is how far the measured offset from the monotonic clock to
+// Unix time may move before the keeper writes it again: far more than its
+// measurement's jitter (microseconds), far less than anything hop-field
+// expiry (337.5 s steps) could notice.
+const clockSlack = time.Millisecond
+
 // ErrHostGone is returned by a Keeper whose network namespace was deleted.
 var ErrHostGone = errors.New("the router's network namespace is gone")
 
@@ -44,6 +50,12 @@ type KeepOptions struct {
 	// Log receives a line for each change the keeper acts on; nothing is
 	// logged while nothing changes.
 	Log io.Writer
+	// Reattach, if set, attaches the router again in place (Serve: as it
+	// attached first): the keeper calls it when a device the router was
+	// attached to was deleted and created again, which leaves its link
+	// defunct and the new device without the program. Without it, the
+	// keeper says so in an error at each check.
+	Reattach func() error
 }
 
 // Keeper keeps an attached router's host state in step with the host.
@@ -54,13 +66,18 @@ type Keeper struct {
 	ns       string
 	interval time.Duration
 	log      io.Writer
+	reattach func() error
 	maps     hostMaps
+	vars     *ebpf.Map
 
 	// What the last check found, to log changes only.
-	tx    map[xdp.Iface]bool // device → takes XDP frames
-	loOff []string           // families with forwarding off on lo
-	errs  map[string]bool    // errors logged and not seen again since
-	first bool
+	tx        map[xdp.Iface]xdp.Tx // device → what it takes of XDP frames
+	prev      map[uint32]xdp.Tx    // on the first check: what attach wrote, by ifindex
+	gone      map[xdp.Iface]bool   // devices found deleted (said once)
+	loOff     []string             // families with forwarding off on lo
+	localFull bool                 // said that the host's addresses do not all fit
+	errs      map[string]bool      // errors logged and not seen again since
+	first     bool
 
 	// Checks and the time they took, for Stats (read while Run runs).
 	checks  atomic.Int64
@@ -83,13 +100,16 @@ func OpenKeeper(cfg *Config, o KeepOptions) (*Keeper, error) {
 	if o.Name == "" {
 		o.Name = cfg.RouterID
 	}
-	k := &Keeper{cfg: cfg, name: o.Name, dir: PinDir(o.Name), interval: o.Interval, log: o.Log, tx: map[xdp.Iface]bool{}, errs: map[string]bool{}, first: true}
+	k := &Keeper{cfg: cfg, name: o.Name, dir: PinDir(o.Name), interval: o.Interval, log: o.Log, reattach: o.Reattach,
+		tx: map[xdp.Iface]xdp.Tx{}, gone: map[xdp.Iface]bool{}, errs: map[string]bool{}, first: true}
 	devs, err := k.devices()
 	if err != nil {
 		return nil, err
 	}
 	k.ns = devs[0].Netns
-	for name, dst := range map[string]**ebpf.Map{"br_local_addrs": &k.maps.localAddrs, "br_tx_ports": &k.maps.txPorts, "br_egress": &k.maps.egress, "br_nh_cache": &k.maps.nhCache} {
+	names := append(slices.Clone(hostMapNames), "br_vars")
+	dsts := append(k.maps.ptrs(), &k.vars)
+	for i, name := range names {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(k.dir, name), nil)
 		if err != nil {
 			k.Close()
@@ -98,16 +118,16 @@ func OpenKeeper(cfg *Config, o KeepOptions) (*Keeper, error) {
 			}
 			return nil, fmt.Errorf("open %s of router %s: %w", name, k.name, err)
 		}
-		*dst = m
+		*dsts[i] = m
 	}
 	return k, nil
 }
 
 // Close closes the maps (the pins stay).
 func (k *Keeper) Close() {
-	for _, m := range []*ebpf.Map{k.maps.localAddrs, k.maps.txPorts, k.maps.egress, k.maps.nhCache} {
-		if m != nil {
-			m.Close()
+	for _, m := range append(k.maps.ptrs(), &k.vars) {
+		if *m != nil {
+			(*m).Close()
 		}
 	}
 }
@@ -150,92 +170,176 @@ func (k *Keeper) Check() error {
 	if err != nil {
 		return err
 	}
-	if err := k.checkEgress(devs); err != nil {
+	if err := k.checkLinks(devs); err != nil {
 		return err
 	}
-	if err := k.checkAddrs(); err != nil {
+	if err := k.checkClock(); err != nil {
+		return err
+	}
+	if err := k.checkHost(devs); err != nil {
 		return err
 	}
 	k.checkForwarding()
 	return nil
 }
 
-// checkEgress finds the devices that take XDP frames now and writes them.
-func (k *Keeper) checkEgress(devs []xdp.Iface) error {
-	cands, err := egressCandidates(k.cfg, k.ns, devs)
+// checkLinks finds devices that were deleted and created again while the
+// router was attached: the link the pin holds went with the old device,
+// and the new one runs nothing. It attaches again, or says what to do.
+func (k *Keeper) checkLinks(devs []xdp.Iface) error {
+	var again []xdp.Iface
+	for _, d := range devs {
+		if !errors.Is(xdp.PinnedLinkState(filepath.Join(k.dir, xdp.LinkPinName(d))), xdp.ErrLinkGone) {
+			continue
+		}
+		if _, err := xdp.Lookup(d); err == nil {
+			again = append(again, d)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	if k.reattach == nil {
+		return fmt.Errorf("router %s: %v deleted and created again since the router was attached: nothing runs there; attach it again (`fastpath br attach`)", k.name, again)
+	}
+	if err := k.reattach(); err != nil {
+		return fmt.Errorf("router %s: %v deleted and created again; attaching again failed: %w", k.name, again, err)
+	}
+	fmt.Fprintf(k.log, "%s: %v deleted and created again: attached again\n", k.name, again)
+	return nil
+}
+
+// checkClock measures the offset from the monotonic clock to Unix time
+// and writes it when it moved: the system clock was stepped (chrony's
+// makestep at boot, a virtual machine restored, date -s). Hop-field
+// expiry reads it; nothing else does.
+func (k *Keeper) checkClock() error {
+	var have uint64
+	if err := k.vars.Lookup(uint32(routerBrVarBR_VAR_MONO_TO_UNIX), &have); err != nil {
+		return fmt.Errorf("read the clock offset: %w", err)
+	}
+	now, err := monoToUnix()
 	if err != nil {
 		return err
 	}
-	h, err := netns.Handle(k.ns)
-	if err != nil {
+	step := time.Duration(now - int64(have))
+	if step.Abs() < clockSlack {
+		return nil
+	}
+	if _, err := setClock(k.vars); err != nil {
 		return err
 	}
-	defer h.Close()
-	var was map[uint32]bool
+	fmt.Fprintf(k.log, "%s: the system clock moved by %s against the monotonic one: hop-field expiry follows it\n", k.name, step.Round(time.Millisecond))
+	return nil
+}
+
+// checkHost looks at the devices and addresses again and writes the view.
+func (k *Keeper) checkHost(devs []xdp.Iface) error {
 	if k.first {
 		// Before the first check, what attach (or an earlier keeper)
 		// wrote is what the router does.
-		if was, err = keys[uint32, uint8](k.maps.egress); err != nil {
-			return fmt.Errorf("read the egress devices: %w", err)
+		prev, err := k.maps.readDevs()
+		if err != nil {
+			return err
+		}
+		k.prev = map[uint32]xdp.Tx{}
+		for _, d := range prev {
+			k.prev[d.Ifindex] = devTx(d.Flags)
 		}
 	}
-	ports := map[uint32]bool{}
+	v, err := lookHost(k.cfg, k.ns, devs, k.txLook)
+	if err != nil {
+		return err
+	}
+	k.logChanges(v)
+	added, removed, err := k.maps.write(k.ns, k.cfg, v)
+	if errors.Is(err, errLocalAddrsFull) {
+		if !k.localFull {
+			fmt.Fprintf(k.log, "%s: %s: %v\n", k.name, nsName(k.ns), err)
+		}
+		k.localFull = true
+	} else if err != nil {
+		return err
+	} else {
+		k.localFull = false
+	}
+	if len(added)+len(removed) > 0 && !k.first {
+		fmt.Fprintf(k.log, "%s: the host's addresses changed (%s): next hops at its own addresses are left to the kernel\n", k.name, addrChange(added, removed))
+	}
+	return nil
+}
+
+// devTx is what br_devs' flags say a device takes.
+func devTx(flags uint16) xdp.Tx {
+	return xdp.Tx{Frames: flags&uint16(routerBrDevFlagsBR_DEV_XMIT) != 0, MultiBuffer: flags&uint16(routerBrDevFlagsBR_DEV_XMIT_SG) != 0}
+}
+
+// txLook is lookHost's look at what a device takes: the device's own
+// namespace tells cheaply whether anything changed; the peer of a veth is
+// looked for (TxState) only when it did, to say why.
+func (k *Keeper) txLook(d xdp.Iface, l netlink.Link) (xdp.Tx, string, error) {
+	tx, sure := xdp.TxReadyLink(k.ns, l)
+	before, known := k.before(d, l)
+	if sure && known && tx == before {
+		return tx, "", nil
+	}
+	return xdp.TxState(d)
+}
+
+// before is what the keeper last knew a device to take.
+func (k *Keeper) before(d xdp.Iface, l netlink.Link) (xdp.Tx, bool) {
+	if k.first {
+		tx, ok := k.prev[uint32(l.Attrs().Index)]
+		return tx, ok
+	}
+	tx, ok := k.tx[d]
+	return tx, ok
+}
+
+// logChanges says what changed in what the devices take, and which are
+// gone, a line each.
+func (k *Keeper) logChanges(v hostView) {
 	seen := map[xdp.Iface]bool{}
-	for _, d := range cands {
+	for _, d := range v.gone {
+		if !k.gone[d] {
+			detach := fmt.Sprintf("fastpath br detach --router %s %s", k.name, d.Name)
+			if d.Netns != "" {
+				detach = fmt.Sprintf("fastpath br detach --router %s --netns %s %s", k.name, d.Netns, d.Name)
+			}
+			fmt.Fprintf(k.log, "%s: %s is gone (deleted, or its namespace was): nothing leaves by it; `%s` drops its link pin\n", k.name, d, detach)
+		}
 		seen[d] = true
-		l, err := h.LinkByName(d.Name)
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			if ok, known := k.tx[d]; ok || !known {
-				detach := fmt.Sprintf("fastpath br detach --router %s %s", k.name, d.Name)
-				if d.Netns != "" {
-					detach = fmt.Sprintf("fastpath br detach --router %s --netns %s %s", k.name, d.Netns, d.Name)
-				}
-				fmt.Fprintf(k.log, "%s: %s is gone (deleted, or its namespace was): nothing leaves by it; `%s` drops its link pin\n", k.name, d, detach)
-			}
-			k.tx[d] = false
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("interface %s: %w", d, err)
-		}
-		before, known := k.tx[d]
+	}
+	k.gone = seen
+	now := map[xdp.Iface]xdp.Tx{}
+	for _, d := range v.devs {
+		var before xdp.Tx
+		var known bool
 		if k.first {
-			before, known = was[uint32(l.Attrs().Index)], true
+			before, known = k.prev[d.index]
+		} else {
+			before, known = k.tx[d.iface]
 		}
-		// The device's own namespace tells cheaply whether anything
-		// changed; the peer is looked for (TxState) only when it did, to
-		// say why.
-		ok, sure := xdp.TxReadyLink(k.ns, l)
-		var why string
-		if !sure || !known || ok != before {
-			if ok, why, err = xdp.TxState(d); err != nil {
-				return err
-			}
-		}
+		tx := d.tx
 		switch {
-		case ok && (!known || !before):
-			fmt.Fprintf(k.log, "%s: %s takes XDP frames now (%s): what leaves by it is forwarded in XDP\n", k.name, d, why)
-		case !ok && known && before:
-			fmt.Fprintf(k.log, "%s: what leaves by %s falls back to the reference router (verdict tx_unusable): %s. %s\n", k.name, d, why, k.again())
-		case !ok && !known:
+		case tx.Frames && (!known || !before.Frames):
+			fmt.Fprintf(k.log, "%s: %s takes XDP frames now (%s): what leaves by it is forwarded in XDP\n", k.name, d.iface, d.why)
+		case !tx.Frames && known && before.Frames:
+			fmt.Fprintf(k.log, "%s: what leaves by %s falls back to the reference router (verdict tx_unusable): %s. %s\n", k.name, d.iface, d.why, k.again())
+		case !tx.Frames && !known:
 			// A device a next hop newly leaves by (attach warned of those
 			// it knew).
-			fmt.Fprintf(k.log, "%s: what leaves by %s goes to the reference router (verdict tx_unusable): %s. %s\n", k.name, d, why, k.again())
+			fmt.Fprintf(k.log, "%s: what leaves by %s goes to the reference router (verdict tx_unusable): %s. %s\n", k.name, d.iface, d.why, k.again())
+		case tx.Frames && known && before.Frames && tx.MultiBuffer != before.MultiBuffer:
+			if tx.MultiBuffer {
+				fmt.Fprintf(k.log, "%s: %s takes XDP frames in several buffers now (%s): jumbo frames leaving by it are forwarded in XDP\n", k.name, d.iface, d.why)
+			} else {
+				fmt.Fprintf(k.log, "%s: %s takes XDP frames in one buffer only now: %s\n", k.name, d.iface, d.why)
+			}
 		}
-		k.tx[d] = ok
-		if ok {
-			ports[uint32(l.Attrs().Index)] = true
-		}
+		now[d.iface] = tx
 	}
-	for d := range k.tx {
-		if !seen[d] {
-			// No longer a device a next hop is reached through.
-			delete(k.tx, d)
-		}
-	}
-	_, _, err = k.maps.setEgress(k.ns, ports, k.cfg)
-	return err
+	k.tx = now
 }
 
 // again says when the fast path takes a device back.
@@ -244,22 +348,6 @@ func (k *Keeper) again() string {
 		return "fastpath forwards it in XDP again within a second of the fix."
 	}
 	return fmt.Sprintf("fastpath forwards it in XDP again within %s of the fix.", k.interval)
-}
-
-// checkAddrs writes the host's addresses when they changed.
-func (k *Keeper) checkAddrs() error {
-	want, err := hostAddrs(k.ns)
-	if err != nil {
-		return err
-	}
-	added, removed, err := k.maps.setLocalAddrs(want)
-	if err != nil {
-		return err
-	}
-	if len(added)+len(removed) > 0 && !k.first {
-		fmt.Fprintf(k.log, "%s: the host's addresses changed (%s): next hops at its own addresses are left to the kernel\n", k.name, addrChange(added, removed))
-	}
-	return nil
 }
 
 func addrChange(added, removed []routerBrAddr) string {
@@ -295,18 +383,6 @@ func (k *Keeper) checkForwarding() {
 		}
 	}
 	k.loOff = off
-}
-
-// keys are the keys of a hash map.
-func keys[K comparable, V any](m *ebpf.Map) (map[K]bool, error) {
-	out := map[K]bool{}
-	var k K
-	var v V
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		out[k] = true
-	}
-	return out, it.Err()
 }
 
 // Stats are how many checks the keeper made and the mean time one took.

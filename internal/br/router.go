@@ -4,12 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"net/netip"
-	"sort"
+	"path/filepath"
 
 	"github.com/cilium/ebpf"
-	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 	"github.com/scionproto/scion/pkg/addr"
 	"golang.org/x/sys/unix"
@@ -48,6 +47,10 @@ var verdictNames = map[Verdict]string{
 	routerBrVerdictBR_FWD_DISABLED:      "fwd_disabled",
 	routerBrVerdictBR_TX_UNUSABLE:       "tx_unusable",
 	routerBrVerdictBR_TX_FAILED:         "tx_failed",
+	routerBrVerdictBR_TX_NO_SG:          "tx_no_sg",
+	routerBrVerdictBR_OTHER_HOST:        "other_host",
+	routerBrVerdictBR_WRONG_DEVICE:      "wrong_device",
+	routerBrVerdictBR_UNKNOWN_DEVICE:    "unknown_device",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -77,7 +80,10 @@ type objects struct {
 	Ifaces     *ebpf.Map     `ebpf:"br_ifaces"`
 	Counters   *ebpf.Map     `ebpf:"br_counters"`
 	TxPorts    *ebpf.Map     `ebpf:"br_tx_ports"`
-	Egress     *ebpf.Map     `ebpf:"br_egress"`
+	Vars       *ebpf.Map     `ebpf:"br_vars"`
+	Devs       *ebpf.Map     `ebpf:"br_devs"`
+	DevsMore   *ebpf.Map     `ebpf:"br_devs_more"`
+	SlotDevs   *ebpf.Map     `ebpf:"br_slot_devs"`
 	LocalAddrs *ebpf.Map     `ebpf:"br_local_addrs"`
 	CPUs       *ebpf.Map     `ebpf:"br_cpus"`
 	Next       *ebpf.Map     `ebpf:"br_next"`
@@ -87,7 +93,7 @@ type objects struct {
 
 func (o *objects) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.Egress, o.LocalAddrs, o.CPUs, o.Next, o.NextCPU, o.IPCounters} {
+	for _, c := range []interface{ Close() error }{o.Router, o.Spread, o.Conf, o.Keys, o.Sockets, o.Ports, o.Ifaces, o.Counters, o.TxPorts, o.Vars, o.Devs, o.DevsMore, o.SlotDevs, o.LocalAddrs, o.CPUs, o.Next, o.NextCPU, o.IPCounters} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -159,6 +165,9 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("the kernel refused the router program: %+v", ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("the maps pinned in %s were made by another version of fastpath and do not fit this one (%w): detach the router (`fastpath br detach --router %s`) and attach it again", opts.PinPath, err, filepath.Base(opts.PinPath))
+		}
 		return nil, fmt.Errorf("load router: %w", err)
 	}
 	// Assign takes the maps it hands out off the collection: keep them all.
@@ -180,6 +189,14 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 	if err := r.configure(); err != nil {
 		r.Close()
 		return nil, err
+	}
+	if opts.PinPath == "" {
+		// An offline router runs frames that come in by lo (a test run's
+		// ingress device), which it must know.
+		if err := r.writeHost("", hostView{}, io.Discard); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 	if err := r.setForwardIP(cfg.ForwardIP); err != nil {
 		r.Close()
@@ -414,7 +431,8 @@ func socketKey(a netip.AddrPort) routerBrSocketKey {
 
 var linkTypes = map[string]uint8{"core": 1, "parent": 2, "child": 3, "peer": 4}
 
-// monoToUnix is what turns the kernel's monotonic clock into Unix time.
+// monoToUnix is what turns the kernel's monotonic clock into Unix time:
+// BR_VAR_MONO_TO_UNIX.
 func monoToUnix() (int64, error) {
 	var mono, real unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
@@ -426,39 +444,58 @@ func monoToUnix() (int64, error) {
 	return real.Nano() - mono.Nano(), nil
 }
 
+// varNames say what each of br_vars is, for errors.
+var varNames = map[routerBrVar]string{
+	routerBrVarBR_VAR_MONO_TO_UNIX:  "the clock offset",
+	routerBrVarBR_VAR_KEY_GEN:       "the key generation",
+	routerBrVarBR_VAR_CAPTURE_UNTIL: "the tap's lease",
+	routerBrVarBR_VAR_NETNS_INO:     "the namespace",
+}
+
+// setVar writes one of br_vars, whole.
+func setVar(vars *ebpf.Map, v routerBrVar, val uint64) error {
+	if err := vars.Put(uint32(v), val); err != nil {
+		return fmt.Errorf("write %s: %w", varNames[v], err)
+	}
+	return nil
+}
+
+// setClock measures BR_VAR_MONO_TO_UNIX and writes it.
+func setClock(vars *ebpf.Map) (int64, error) {
+	off, err := monoToUnix()
+	if err != nil {
+		return 0, fmt.Errorf("read clocks: %w", err)
+	}
+	return off, setVar(vars, routerBrVarBR_VAR_MONO_TO_UNIX, uint64(off))
+}
+
 // configure writes the configuration into the maps.
 func (r *Router) configure() error {
 	cfg := r.cfg
-	off, err := monoToUnix()
-	if err != nil {
-		return fmt.Errorf("read clocks: %w", err)
-	}
 	conf := routerBrConfig{
 		LocalIa:             beIA(cfg.IA),
 		Internal:            brAddr(cfg.Internal),
 		DispatchedPortStart: cfg.DispatchedPortStart,
 		DispatchedPortEnd:   cfg.DispatchedPortEnd,
-		MonoToUnixNs:        off,
 		LinkTimeoutNs:       uint64(cfg.LinkTimeout),
 	}
 	if cfg.SCMP == SCMPDrop {
 		conf.ScmpAction = 1
 	}
-	// A reload keeps the key generation counting: cached MACs of the old
-	// keys must not match the new generation.
-	var old routerBrConfig
-	if err := r.objs.Conf.Lookup(uint32(0), &old); err == nil {
-		conf.KeyGen = old.KeyGen
-		conf.NetnsIno = old.NetnsIno
+	if cfg.ForwardIPExternal {
+		conf.IpFromExternal = 1
 	}
 	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("write router config: %w", err)
+	}
+	if _, err := setClock(r.objs.Vars); err != nil {
+		return err
 	}
 	var k1 []byte
 	if cfg.KeyRollover {
 		k1 = cfg.Keys[1]
 	}
-	if err := setKeys(r.objs.Conf, r.objs.Keys, map[int][]byte{0: cfg.Keys[0], 1: k1}); err != nil {
+	if err := setKeys(r.objs.Vars, r.objs.Keys, map[int][]byte{0: cfg.Keys[0], 1: k1}); err != nil {
 		return err
 	}
 
@@ -467,19 +504,14 @@ func (r *Router) configure() error {
 		socketKey(cfg.Internal): {Ifid: 0, Slot: slotInternal},
 	}
 	ifaces := make(map[uint32]routerBrIface)
-	var ext []Interface
+	r.slots = counterSlots(cfg)
+	if len(r.slots) > maxSlots-2 {
+		return fmt.Errorf("%s: %d external interfaces; the router counts at most %d", cfg.Path, len(r.slots), maxSlots-2)
+	}
 	for _, i := range cfg.Interfaces {
 		if i.Kind == External {
-			ext = append(ext, i)
+			sockets[socketKey(i.Local)] = routerBrSocket{Ifid: i.ID, Slot: r.slots[i.ID]}
 		}
-	}
-	sort.Slice(ext, func(a, b int) bool { return ext[a].ID < ext[b].ID })
-	if len(ext) > maxSlots-2 {
-		return fmt.Errorf("%s: %d external interfaces; the router counts at most %d", cfg.Path, len(ext), maxSlots-2)
-	}
-	for n, i := range ext {
-		r.slots[i.ID] = uint16(n + 1)
-		sockets[socketKey(i.Local)] = routerBrSocket{Ifid: i.ID, Slot: uint16(n + 1)}
 	}
 	for _, i := range cfg.Interfaces {
 		v := routerBrIface{LinkType: linkTypes[i.LinkType], NeighborIa: beIA(i.NeighborIA)}
@@ -579,13 +611,18 @@ func (r *Router) writePorts(sockets map[routerBrSocketKey]routerBrSocket, old []
 // key) into a slot, or clears the slot for a nil key. Slot 1 is checked only
 // after slot 0 fails: it serves key rollovers.
 func (r *Router) SetKey(slot int, key []byte) error {
-	return setKeys(r.objs.Conf, r.objs.Keys, map[int][]byte{slot: key})
+	return setKeys(r.objs.Vars, r.objs.Keys, map[int][]byte{slot: key})
 }
 
-// setKeys writes key slots between two bumps of the key generation: before,
-// so that no packet checked with an old key is cached as the new generation
-// while the keys change; after, so that none checked during the change is.
-func setKeys(conf, keys *ebpf.Map, slots map[int][]byte) error {
+// setKeys writes key slots between two changes of the key generation:
+// before, so that no packet checked with an old key is cached as the new
+// generation while the keys change; after, so that none checked during the
+// change is. Each change writes a value never used before (the monotonic
+// clock), never the old one plus one: two processes changing keys at once
+// (a reload and `br key add`) could then write the same generation twice,
+// one of them after the other's keys, and MACs cached under an old key
+// would count again.
+func setKeys(vars, keys *ebpf.Map, slots map[int][]byte) error {
 	vals := map[int]routerBrKey{}
 	for slot, key := range slots {
 		if slot < 0 || slot > 1 {
@@ -602,7 +639,7 @@ func setKeys(conf, keys *ebpf.Map, slots map[int][]byte) error {
 		}
 		vals[slot] = k
 	}
-	if err := bumpKeyGen(conf); err != nil {
+	if err := newKeyGen(vars); err != nil {
 		return err
 	}
 	for slot, k := range vals {
@@ -610,19 +647,17 @@ func setKeys(conf, keys *ebpf.Map, slots map[int][]byte) error {
 			return fmt.Errorf("write key slot %d: %w", slot, err)
 		}
 	}
-	return bumpKeyGen(conf)
+	return newKeyGen(vars)
 }
 
-func bumpKeyGen(conf *ebpf.Map) error {
-	var c routerBrConfig
-	if err := conf.Lookup(uint32(0), &c); err != nil {
-		return fmt.Errorf("read router config: %w", err)
+// newKeyGen writes a key generation no process wrote before: the
+// monotonic clock in ns, which no two reads share.
+func newKeyGen(vars *ebpf.Map) error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return fmt.Errorf("read the clock: %w", err)
 	}
-	c.KeyGen++
-	if err := conf.Put(uint32(0), &c); err != nil {
-		return fmt.Errorf("write router config: %w", err)
-	}
-	return nil
+	return setVar(vars, routerBrVarBR_VAR_KEY_GEN, uint64(ts.Nano()))
 }
 
 // Counts are the router's counters summed over CPUs: [slot][verdict].
@@ -664,171 +699,57 @@ func (r *Router) IPCounters() (map[string]Stat, error) { return readIPCounters(r
 
 // SetHost tells the router about the host it runs on: the network
 // namespace of its devices (the transmit tracepoints see every namespace),
-// the addresses there that are the host's own (a next hop there is
-// delivered by the kernel), and the devices it may send frames to.
-func (r *Router) SetHost(ns string, tx []xdp.Iface) error {
+// the devices it is (or would be) attached to, and from them what it looks
+// up itself: the devices a next hop leaves by, what each takes of XDP
+// frames and whether it faces the AS or a neighbour, and the host's own
+// addresses (a next hop there is delivered by the kernel).
+func (r *Router) SetHost(ns string, devs []xdp.Iface) error {
+	return r.setHost(ns, devs, io.Discard)
+}
+
+// offlineLo is lo as an offline router knows it: a test run's frames come
+// in by it (no Ethernet check: it has no MAC).
+var offlineLo = hostDev{
+	iface: xdp.Iface{Name: "lo"}, index: 1, tx: xdp.Tx{Frames: true, MultiBuffer: true},
+	flags: uint16(routerBrDevFlagsBR_DEV_XMIT | routerBrDevFlagsBR_DEV_XMIT_SG | routerBrDevFlagsBR_DEV_UP | routerBrDevFlagsBR_DEV_INTERNAL),
+}
+
+// setHost is SetHost, warning on w (naming the fix) of devices a frame
+// may leave by that take no XDP frames, and of addresses left out.
+func (r *Router) setHost(ns string, devs []xdp.Iface, w io.Writer) error {
+	v, err := lookHost(r.cfg, ns, devs, txState)
+	if err != nil {
+		return err
+	}
+	warnHost(v, w)
+	return r.writeHost(ns, v, w)
+}
+
+// writeHost writes a view of the host into the maps.
+func (r *Router) writeHost(ns string, v hostView, w io.Writer) error {
 	ino, err := xdp.NetnsInode(ns)
 	if err != nil {
 		return err
 	}
-	var conf routerBrConfig
-	if err := r.objs.Conf.Lookup(uint32(0), &conf); err != nil {
-		return fmt.Errorf("read router config: %w", err)
-	}
-	conf.NetnsIno = uint32(ino)
-	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
-		return fmt.Errorf("write router config: %w", err)
-	}
-	m := r.hostMaps()
-	local, err := hostAddrs(ns)
-	if err != nil {
+	if err := setVar(r.objs.Vars, routerBrVarBR_VAR_NETNS_INO, ino); err != nil {
 		return err
 	}
-	if _, _, err := m.setLocalAddrs(local); err != nil {
-		return err
+	if r.opts.PinPath == "" {
+		// Offline, every frame comes in by lo: no external interface's
+		// traffic arrives where its neighbour is reached.
+		v.devs = append(v.devs, offlineLo)
+		v.slotDevs = nil
 	}
-	ports := map[uint32]bool{}
-	for _, d := range tx {
-		a, err := xdp.Lookup(d)
-		if err != nil {
-			return err
-		}
-		ports[uint32(a.Index)] = true
+	_, _, err = r.hostMaps().write(ns, r.cfg, v)
+	if errors.Is(err, errLocalAddrsFull) {
+		fmt.Fprintf(w, "warning: %s: %v\n", nsName(ns), err)
+		return nil
 	}
-	_, _, err = m.setEgress(ns, ports, r.cfg)
 	return err
 }
 
-// hostMaps are the maps that hold what the router knows of its host: they
-// are written at attach and kept in step by a Keeper.
-type hostMaps struct {
-	localAddrs, txPorts, egress, nhCache *ebpf.Map
-}
-
 func (r *Router) hostMaps() hostMaps {
-	return hostMaps{localAddrs: r.objs.LocalAddrs, txPorts: r.objs.TxPorts, egress: r.objs.Egress, nhCache: r.maps["br_nh_cache"]}
-}
-
-// hostAddrs are the addresses of the namespace's devices, as
-// br_local_addrs keys them.
-func hostAddrs(ns string) (map[routerBrAddr]bool, error) {
-	local := map[routerBrAddr]bool{}
-	err := netns.Run(ns, func() error {
-		addrs, err := net.InterfaceAddrs()
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					local[brAddr(netip.AddrPortFrom(ip.Unmap(), 0))] = true
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("addresses of %s: %w", nsName(ns), err)
-	}
-	return local, nil
-}
-
-// setLocalAddrs makes br_local_addrs hold exactly the addresses given and
-// says what it added and removed.
-func (m hostMaps) setLocalAddrs(want map[routerBrAddr]bool) (added, removed []routerBrAddr, err error) {
-	added, removed, err = syncSet(m.localAddrs, want, uint8(1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("write local addresses: %w", err)
-	}
-	return added, removed, nil
-}
-
-// setEgress makes the devices of ports (by index) the ones frames may be
-// redirected to, and says which it added and removed. A device is added
-// to the redirect map before br_egress lets a packet choose it, and taken
-// out of br_egress before the redirect map, so that no packet is passed
-// up for a device that stays usable, and none redirected to a missing
-// entry. Next hops the router cached on a removed device (up to half a
-// second) are dropped with it, so that its traffic falls back at once
-// instead of being sent into a device that drops it.
-func (m hostMaps) setEgress(ns string, ports map[uint32]bool, cfg *Config) (added, removed []uint32, err error) {
-	// A devmap resolves indexes in the namespace of the thread updating it.
-	err = netns.Run(ns, func() error {
-		have, err := keys[uint32, uint32](m.txPorts)
-		if err != nil {
-			return fmt.Errorf("read the redirect map: %w", err)
-		}
-		for idx := range ports {
-			if !have[idx] {
-				if err := m.txPorts.Put(idx, idx); err != nil {
-					return fmt.Errorf("add device %d to the redirect map: %w", idx, err)
-				}
-			}
-		}
-		if added, removed, err = syncSet(m.egress, ports, uint8(1)); err != nil {
-			return fmt.Errorf("write the egress devices: %w", err)
-		}
-		if len(removed) > 0 && m.nhCache != nil {
-			if err := clearNextHops(m.nhCache, cfg); err != nil {
-				return err
-			}
-		}
-		for idx := range have {
-			if !ports[idx] {
-				if err := m.txPorts.Delete(idx); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return fmt.Errorf("remove device %d from the redirect map: %w", idx, err)
-				}
-			}
-		}
-		return nil
-	})
-	return added, removed, err
-}
-
-// clearNextHops empties the next-hop cache entries of the configuration's
-// interfaces on every CPU: the next packet to each asks the FIB and
-// br_egress again.
-func clearNextHops(m *ebpf.Map, cfg *Config) error {
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return err
-	}
-	zero := make([]routerBrNh, ncpu)
-	for _, i := range cfg.Interfaces {
-		if err := m.Put(uint32(i.ID), zero); err != nil {
-			return fmt.Errorf("clear the next hop of interface %d: %w", i.ID, err)
-		}
-	}
-	return nil
-}
-
-// syncSet makes a hash map hold exactly the keys of want, each with val:
-// new keys first, then stale ones go. It says which keys it added and
-// which it removed.
-func syncSet[K comparable, V any](m *ebpf.Map, want map[K]bool, val V) (added, removed []K, err error) {
-	have, err := keys[K, V](m)
-	if err != nil {
-		return nil, nil, err
-	}
-	for k := range want {
-		if have[k] {
-			continue
-		}
-		if err := m.Put(k, val); err != nil {
-			return added, removed, err
-		}
-		added = append(added, k)
-	}
-	for k := range have {
-		if want[k] {
-			continue
-		}
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return added, removed, err
-		}
-		removed = append(removed, k)
-	}
-	return added, removed, nil
+	return hostMaps{localAddrs: r.objs.LocalAddrs, txPorts: r.objs.TxPorts, devs: r.objs.Devs, devsMore: r.objs.DevsMore, slotDevs: r.objs.SlotDevs, nhCache: r.maps["br_nh_cache"]}
 }
 
 func nsName(ns string) string {

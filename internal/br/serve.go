@@ -2,9 +2,13 @@ package br
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // ServeOptions configure Serve.
@@ -25,10 +29,16 @@ type ServeOptions struct {
 }
 
 // Serve attaches the router exactly as Attach does and then keeps its view
-// of the host in step (a Keeper) until ctx ends. A reload that fails leaves
-// the router as it was, and says why. Serve never detaches: when it
-// returns, the fast path keeps forwarding as the host stood last, and a
-// new Serve attaches again in place.
+// of the host in step (a Keeper) until ctx ends. A device or address that
+// is not there yet (a namespace, an address or a device that comes up
+// late at boot) is waited for: the attach is tried again after 1 s, 2 s,
+// 4 s … up to a minute, and each new reason is logged; a configuration
+// that is wrong ends it at once. A reload that fails leaves the router as
+// it was, and says why. A device deleted and created again is attached
+// again. Serve never detaches: when it returns, the fast path keeps
+// forwarding as the host stood last, and a new Serve attaches again in
+// place. When the router is detached (`br detach`) it returns nil: a
+// service manager that restarts it on failure must not attach it again.
 func Serve(ctx context.Context, o ServeOptions) error {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -45,14 +55,17 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	opts := o.Attach
 	opts.Warn = o.Log
-	if err := Attach(cfg, opts); err != nil {
+	if err := attachWhenReady(ctx, cfg, opts, o.Log); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return nil
 	}
 	name := opts.Name
 	if name == "" {
 		name = cfg.RouterID
 	}
-	k, err := OpenKeeper(cfg, KeepOptions{Name: name, Interval: o.Interval, Log: o.Log})
+	k, err := OpenKeeper(cfg, KeepOptions{Name: name, Interval: o.Interval, Log: o.Log, Reattach: func() error { return Attach(cfg, opts) }})
 	if err != nil {
 		return err
 	}
@@ -78,6 +91,38 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		fmt.Fprintf(o.Log, "router %s: %s reloaded and attached again in place\n", name, o.Config)
 	})
 	checks, mean := k.Stats()
+	if errors.Is(err, ErrNotAttached) {
+		fmt.Fprintf(o.Log, "router %s was detached (%d checks of the host, %s each on average): serve ends; start it again to attach\n", name, checks, mean.Round(time.Microsecond))
+		return nil
+	}
 	fmt.Fprintf(o.Log, "router %s stays attached and forwards as the host stood last (%d checks of the host, %s each on average); `fastpath br serve` again keeps it, `fastpath br detach --router %s` removes it\n", name, checks, mean.Round(time.Microsecond), name)
 	return err
+}
+
+// attachBackoff is the longest wait between two attaches of a router
+// whose host is not ready.
+const attachBackoff = time.Minute
+
+// attachWhenReady attaches, and while what fails is the host not being
+// ready yet — a device, the device holding an address, or the network
+// namespace missing — tries again with a growing wait until ctx ends.
+func attachWhenReady(ctx context.Context, cfg *Config, opts AttachOptions, log io.Writer) error {
+	wait := time.Second
+	var last string
+	for {
+		err := Attach(cfg, opts)
+		if err == nil || !(errors.Is(err, xdp.ErrNoDevice) || errors.Is(err, netns.ErrNotExist)) {
+			return err
+		}
+		if err.Error() != last {
+			fmt.Fprintf(log, "attach: %v; trying again in %s, and less often after (at most every %s)\n", err, wait, attachBackoff)
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, attachBackoff)
+	}
 }

@@ -31,6 +31,11 @@ var ipVerdictNames = map[routerBrIpVerdict]string{
 	routerBrIpVerdictBR_IP_NOT_READY:    "not_ready",
 	routerBrIpVerdictBR_IP_FWD_DISABLED: "fwd_disabled",
 	routerBrIpVerdictBR_IP_OTHER:        "other",
+	routerBrIpVerdictBR_IP_NOT_HOST:     "not_host",
+	routerBrIpVerdictBR_IP_BAD_HEADER:   "bad_header",
+	routerBrIpVerdictBR_IP_MARTIAN:      "martian",
+	routerBrIpVerdictBR_IP_REVERSE_PATH: "reverse_path",
+	routerBrIpVerdictBR_IP_EXTERNAL:     "external",
 }
 
 // readIPCounters sums br_ip_counters over CPUs by verdict name, leaving

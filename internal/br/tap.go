@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 // ForwardedFrame is a frame an attached router forwarded in XDP: as it
@@ -24,13 +25,13 @@ const captureMax = 2048
 
 // Tap gets every frame an attached router forwards in XDP, from the moment
 // it opens until Close: the router keeps each frame as it arrived while
-// br_config.capture_until is ahead (the tap moves it on every second, a
+// BR_VAR_CAPTURE_UNTIL is ahead (the tap moves it on every second, a
 // lease of tapLease), and hands it to br_capture with the frame as it left
 // when it forwards it. What the router does with the frame does not
 // change; one tap at a time.
 type Tap struct {
 	name   string
-	conf   *ebpf.Map
+	vars   *ebpf.Map
 	ring   *ebpf.Map
 	reader *ringbuf.Reader
 	mu     sync.Mutex
@@ -38,7 +39,6 @@ type Tap struct {
 	long   int // frames longer than the tap takes
 	done   chan struct{}
 	stop   chan struct{}
-	confMu sync.Mutex
 }
 
 // OpenTap starts capturing what the attached router of that pin name
@@ -52,12 +52,12 @@ func OpenTap(name string) (*Tap, error) {
 		}
 		return nil, err
 	}
-	conf, err := ebpf.LoadPinnedMap(filepath.Join(dir, "br_conf"), nil)
+	vars, err := ebpf.LoadPinnedMap(filepath.Join(dir, "br_vars"), nil)
 	if err != nil {
 		ring.Close()
 		return nil, err
 	}
-	t := &Tap{name: name, conf: conf, ring: ring, done: make(chan struct{}), stop: make(chan struct{})}
+	t := &Tap{name: name, vars: vars, ring: ring, done: make(chan struct{}), stop: make(chan struct{})}
 	if t.reader, err = ringbuf.NewReader(ring); err != nil {
 		t.closeMaps()
 		return nil, err
@@ -84,9 +84,13 @@ func OpenTap(name string) (*Tap, error) {
 // it lives: a tap killed stops the copying within it.
 const tapLease = 5 * time.Second
 
-// tapUntil is br_config.capture_until for a lease from now: Unix time in
-// units of 2^30 ns.
-func tapUntil() uint32 { return uint32(time.Now().Add(tapLease).UnixNano() >> 30) }
+// tapUntil is BR_VAR_CAPTURE_UNTIL for a lease from now: the monotonic
+// clock in ns, which a step of the system clock does not move.
+func tapUntil() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano() + int64(tapLease))
+}
 
 // renew moves the lease on every second until the tap closes.
 func (t *Tap) renew() {
@@ -102,17 +106,10 @@ func (t *Tap) renew() {
 	}
 }
 
-func (t *Tap) setCapture(until uint32) error {
-	t.confMu.Lock()
-	defer t.confMu.Unlock()
-	var c routerBrConfig
-	zero := uint32(0)
-	if err := t.conf.Lookup(zero, &c); err != nil {
-		return fmt.Errorf("router %s: read br_conf: %w", t.name, err)
-	}
-	c.CaptureUntil = until
-	if err := t.conf.Update(zero, &c, ebpf.UpdateExist); err != nil {
-		return fmt.Errorf("router %s: write br_conf: %w", t.name, err)
+// setCapture writes the lease, the tap's own entry of br_vars.
+func (t *Tap) setCapture(until uint64) error {
+	if err := setVar(t.vars, routerBrVarBR_VAR_CAPTURE_UNTIL, until); err != nil {
+		return fmt.Errorf("router %s: %w", t.name, err)
 	}
 	return nil
 }
@@ -166,6 +163,6 @@ func (t *Tap) Close() error {
 }
 
 func (t *Tap) closeMaps() {
-	t.conf.Close()
+	t.vars.Close()
 	t.ring.Close()
 }

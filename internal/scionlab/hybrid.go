@@ -165,7 +165,8 @@ func loForwarding(ns string) error {
 const reloadedLine = "reloaded and attached again in place"
 
 // SetForwardIP has fastpath's router in front of AS a forward plain IP in
-// XDP (br's forward_ip) or stop doing so: it rewrites the AS's
+// XDP (br's forward_ip, and forward_ip_external: the lab's plain IP
+// crosses the inter-AS links) or stop doing so: it rewrites the AS's
 // fastpath-br.toml and reloads its `br serve` (SIGHUP), which takes the
 // change on without detaching, and returns once the reload is logged.
 // Hybrid mode only.
@@ -195,7 +196,9 @@ func (n Network) SetForwardIP(a AS, on bool) error {
 		}
 	}
 	if on {
-		lines = append(lines, "forward_ip = true")
+		// The lab's plain IP crosses the ASes over their SCION links,
+		// which a router leaves to the kernel unless told otherwise.
+		lines = append(lines, "forward_ip = true", "forward_ip_external = true")
 	}
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		return err

@@ -21,6 +21,7 @@ const (
 	netdevADevIfindex     = 1
 	netdevADevXDPFeatures = 3
 	netdevXDPActNdoXmit   = 1 << 2 // NETDEV_XDP_ACT_NDO_XMIT: takes redirected frames
+	netdevXDPActNdoXmitSG = 1 << 6 // NETDEV_XDP_ACT_NDO_XMIT_SG: also in several buffers
 )
 
 // netdevFamily is the family's ID, asked once: it stays while the kernel runs.
@@ -28,16 +29,18 @@ var netdevFamily = sync.OnceValues(func() (*netlink.GenlFamily, error) {
 	return netlink.GenlFamilyGet(netdevFamilyName)
 })
 
-// takesRedirects says whether the kernel lets the device take redirected
-// XDP frames (NETDEV_XDP_ACT_NDO_XMIT: __xdp_enqueue drops frames to a
-// device without it). A veth has it exactly while its peer runs an XDP
-// program or GRO, wherever the peer lives. known is false when the kernel
-// does not say (no netdev family, before Linux 6.3; a request that failed):
-// the caller then asks the peer.
-func takesRedirects(ns string, ifindex int) (ok, known bool) {
+// xdpFeatures are the device's XDP features (NETDEV_XDP_ACT_*) as the
+// kernel states them: among them whether it takes redirected XDP frames
+// (NDO_XMIT: __xdp_enqueue drops frames to a device without it) and frames
+// in several buffers (NDO_XMIT_SG). A veth has both exactly while its peer
+// runs an XDP program or GRO, wherever the peer lives; a bridge, macvlan or
+// VXLAN device never; a NIC driver as its driver says (some only while an
+// XDP program of their own is attached). known is false when the kernel
+// does not say (no netdev family, before Linux 6.3; a request that failed).
+func xdpFeatures(ns string, ifindex int) (feat uint64, known bool) {
 	fam, err := netdevFamily()
 	if err != nil {
-		return false, false
+		return 0, false
 	}
 	var msgs [][]byte
 	err = netns.Run(ns, func() error {
@@ -49,8 +52,7 @@ func takesRedirects(ns string, ifindex int) (ok, known bool) {
 		return err
 	})
 	if err != nil {
-		// Not an answer: the caller asks the peer instead.
-		return false, false
+		return 0, false
 	}
 	for _, m := range msgs {
 		if len(m) < nl.SizeofGenlmsg {
@@ -58,13 +60,13 @@ func takesRedirects(ns string, ifindex int) (ok, known bool) {
 		}
 		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
 		if err != nil {
-			return false, false
+			return 0, false
 		}
 		for _, a := range attrs {
 			if a.Attr.Type == netdevADevXDPFeatures && len(a.Value) == 8 {
-				return binary.NativeEndian.Uint64(a.Value)&netdevXDPActNdoXmit != 0, true
+				return binary.NativeEndian.Uint64(a.Value), true
 			}
 		}
 	}
-	return false, false
+	return 0, false
 }

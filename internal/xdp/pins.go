@@ -74,7 +74,8 @@ func (o PinOptions) progFor(mode Mode, prog *ebpf.Program) (*ebpf.Program, error
 
 // AttachPinned attaches prog to each device and pins the links in dir. A
 // device that already has a link there gets the program swapped in place,
-// without a moment unattached. On error the links this call made are
+// without a moment unattached; one whose link is defunct (the device was
+// deleted and one of its name made since) is attached anew. On error the links this call made are
 // removed; the directory too if it holds no other link.
 func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) error {
 	if o.Warn == nil {
@@ -86,6 +87,13 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 	var made []string
 	for _, d := range devs {
 		pin := filepath.Join(dir, LinkPinName(d))
+		if errors.Is(PinnedLinkState(pin), ErrLinkGone) {
+			// The device was deleted (and this one made since): its link
+			// went with it, and only the pin is left.
+			if err := os.Remove(pin); err != nil {
+				return errors.Join(fmt.Errorf("remove the defunct link pin of %s: %w", d, err), rollback(dir, made))
+			}
+		}
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 			mode, err := AttachedMode(d)
 			var p *ebpf.Program

@@ -13,46 +13,85 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
-// TxProblem says why XDP frames sent to the device (XDP_TX, or a redirect)
-// would be dropped without an error reaching the program, or "" if nothing
-// is known to stop them: the device is down, or it is a veth whose peer
-// runs neither an XDP program nor GRO (a veth hands XDP frames to its
-// peer's NAPI poll, which only those two turn on). The answer names the
-// fix.
+// Tx is what a device takes of the XDP frames a natively attached program
+// sends it (XDP_TX, a redirect): frames it would drop, or lose without an
+// error reaching the program, are not taken.
+type Tx struct {
+	// Frames: frames in one buffer (the device has an XDP transmit,
+	// ndo_xdp_xmit, and is up with carrier).
+	Frames bool `json:"frames"`
+	// MultiBuffer: frames in several buffers too (jumbo frames;
+	// ndo_xdp_xmit with scatter-gather).
+	MultiBuffer bool `json:"multi_buffer"`
+}
+
+// TxProblem says why XDP frames sent to the device would be dropped, or
+// "" if nothing is known to stop them; the answer names the fix. Frames
+// in several buffers are not asked about (TxState).
 func TxProblem(i Iface) (string, error) {
-	ok, why, err := TxState(i)
-	if ok || err != nil {
+	tx, why, err := TxState(i)
+	if tx.Frames || err != nil {
 		return "", err
 	}
 	return why, nil
 }
 
-// TxState says whether the device takes XDP frames, and why: for a device
-// that does, what makes it (for a log line when that changes); for one
-// that does not, the problem, naming the fix, as TxProblem gives it. The
-// answer is TxReady's where that knows; the peer of a veth is looked for
-// only to name it.
-func TxState(i Iface) (ok bool, why string, err error) {
+// TxState says what the device takes of XDP frames, and why: for a device
+// that takes them, what makes it (for a log line when that changes), and
+// whether frames in several buffers are refused; for one that does not,
+// the problem, naming the fix, as TxProblem gives it. The answer is
+// TxReadyLink's where that knows; the peer of a veth is looked for only to
+// name it.
+func TxState(i Iface) (tx Tx, why string, err error) {
 	h, err := netns.Handle(i.Netns)
 	if err != nil {
-		return false, "", err
+		return Tx{}, "", err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(i.Name)
 	if err != nil {
-		return false, "", fmt.Errorf("interface %s: %w", i, err)
+		return Tx{}, "", fmt.Errorf("interface %s: %w", i, err)
 	}
 	a := l.Attrs()
 	if a.Flags&unix.IFF_UP == 0 {
-		return false, fmt.Sprintf("%s is down: frames sent to it are dropped; bring it up (ip link set %s up)", i, i.Name), nil
+		return Tx{}, fmt.Sprintf("%s is down: frames sent to it are dropped; bring it up (ip link set %s up)", i, i.Name), nil
 	}
-	if l.Type() != "veth" {
-		return true, "it is up and not a veth", nil
+	if l.Type() == "veth" {
+		return vethTxState(i, h, l)
 	}
-	ready, known := TxReadyLink(i.Netns, l)
+	tx, _ = TxReadyLink(i.Netns, l)
+	switch {
+	case a.RawFlags&unix.IFF_LOWER_UP == 0:
+		return Tx{}, fmt.Sprintf("%s has no carrier: frames sent to it are lost", i), nil
+	case !tx.Frames:
+		return Tx{}, noXmit(i, l.Type()), nil
+	case !tx.MultiBuffer:
+		return tx, fmt.Sprintf("the kernel says %s takes XDP frames, in one buffer only: frames longer than a page (jumbo frames) that leave by it go to the reference router (verdict tx_no_sg)", i), nil
+	}
+	return tx, fmt.Sprintf("the kernel says %s takes XDP frames, in one buffer or several", i), nil
+}
+
+// noXmit names why a device that is not a veth has no XDP transmit, and
+// what to do.
+func noXmit(i Iface, kind string) string {
+	switch kind {
+	case "device":
+		return fmt.Sprintf("%s takes no XDP frames: its driver has no XDP transmit, or offers it only while an XDP program is attached to the device itself; attach fastpath to %s too (name it among the devices), or what leaves by it goes to the reference router", i, i.Name)
+	default:
+		return fmt.Sprintf("%s is a %s device, which takes no XDP frames (it has no XDP transmit): what leaves by it goes to the reference router; to forward it in XDP, put the address on the device beneath it (a bridge's port, a macvlan's parent) and attach there", i, kind)
+	}
+}
+
+// vethTxState is TxState for a veth: it takes XDP frames while its peer is
+// up and runs an XDP program or GRO (a veth hands XDP frames to its peer's
+// NAPI poll, which only those two turn on), and then in several buffers
+// too.
+func vethTxState(i Iface, h *netlink.Handle, l netlink.Link) (Tx, string, error) {
+	a := l.Attrs()
+	tx, known := TxReadyLink(i.Netns, l)
 	peer, err := vethPeer(i, h, l)
 	if err != nil {
-		return false, "", err
+		return Tx{}, "", err
 	}
 	peerName, up, fix := "(in a network namespace without a name here)", "bring it up", "turn GRO on there or attach an XDP program to it"
 	if peer != nil {
@@ -62,53 +101,62 @@ func TxState(i Iface) (ok bool, why string, err error) {
 	}
 	if a.RawFlags&unix.IFF_LOWER_UP == 0 {
 		// A veth has carrier exactly while its peer is up too.
-		return false, fmt.Sprintf("%s's peer %s is down: frames sent to %s are dropped; %s", i, peerName, i.Name, up), nil
+		return Tx{}, fmt.Sprintf("%s's peer %s is down: frames sent to %s are dropped; %s", i, peerName, i.Name, up), nil
 	}
 	problem := fmt.Sprintf("frames sent to %s are dropped: its peer %s runs neither an XDP program nor GRO; %s", i, peerName, fix)
 	peerXDP := peer != nil && peer.link.Attrs().Xdp != nil && peer.link.Attrs().Xdp.Attached
+	both := Tx{Frames: true, MultiBuffer: true}
 	switch {
-	case known && !ready:
-		return false, problem, nil
+	case known && !tx.Frames:
+		return Tx{}, problem, nil
 	case known && peerXDP:
-		return true, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
+		return tx, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
 	case known && peer != nil:
-		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
+		return tx, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
 	case known:
-		return true, "its peer runs an XDP program or GRO (the kernel says so; the peer is in a network namespace without a name here)", nil
+		return tx, "its peer runs an XDP program or GRO (the kernel says so; the peer is in a network namespace without a name here)", nil
 	case peerXDP:
-		return true, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
+		return both, fmt.Sprintf("its peer %s runs an XDP program", peer.iface), nil
 	case peer == nil:
-		return true, "its peer lives in a network namespace without a name here, so fastpath cannot look: assumed to take them", nil
+		return both, "its peer lives in a network namespace without a name here, so fastpath cannot look: assumed to take them", nil
 	}
 	// A kernel without the netdev family (before 6.3): ask the peer.
 	gro, err := groOn(peer.iface)
 	if err != nil {
-		return false, "", err
+		return Tx{}, "", err
 	}
 	if gro {
-		return true, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
+		return both, fmt.Sprintf("its peer %s has GRO on", peer.iface), nil
 	}
-	return false, problem, nil
+	return Tx{}, problem, nil
 }
 
 // TxReadyLink gives TxState's answer, without its reason, from what the
-// device's own namespace knows: the device is up and, for a veth, has
-// carrier (its peer is up) and the kernel's NDO_XMIT feature (its peer runs
-// an XDP program or GRO). No peer is looked for, so it is cheap enough to
-// ask every second. known is false for a veth whose kernel does not say
-// (no netdev netlink family, before 6.3): TxState then asks the peer.
-func TxReadyLink(ns string, l netlink.Link) (ok, known bool) {
+// device's own namespace knows: the device is up with carrier (a veth has
+// it while its peer is up) and the kernel's XDP features say it has an XDP
+// transmit (a veth: while its peer runs an XDP program or GRO), and one
+// for several buffers. No peer is looked for, so it is cheap enough to ask
+// every second. known is false for a veth whose kernel does not say (no
+// netdev netlink family, before 6.3): TxState then asks the peer. On such
+// a kernel a device with a driver of its own is taken to take frames in one
+// buffer, and virtual devices other than veths (bridge, macvlan, VXLAN, …)
+// none.
+func TxReadyLink(ns string, l netlink.Link) (tx Tx, known bool) {
 	a := l.Attrs()
-	if a.Flags&unix.IFF_UP == 0 {
-		return false, true
+	if a.Flags&unix.IFF_UP == 0 || a.RawFlags&unix.IFF_LOWER_UP == 0 {
+		return Tx{}, true
 	}
-	if l.Type() != "veth" {
-		return true, true
+	if feat, ok := xdpFeatures(ns, a.Index); ok {
+		frames := feat&netdevXDPActNdoXmit != 0
+		return Tx{Frames: frames, MultiBuffer: frames && feat&netdevXDPActNdoXmitSG != 0}, true
 	}
-	if a.RawFlags&unix.IFF_LOWER_UP == 0 {
-		return false, true
+	switch l.Type() {
+	case "veth":
+		return Tx{}, false
+	case "device":
+		return Tx{Frames: true}, true
 	}
-	return takesRedirects(ns, a.Index)
+	return Tx{}, true
 }
 
 func inNS(ns, cmd string) string {

@@ -137,12 +137,12 @@ func TestWatchHearsThePeer(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatalf("%s: no event in %s's namespace", s.name, a)
 		}
-		ok, why, err := TxState(a)
+		tx, why, err := TxState(a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok != s.usable {
-			t.Fatalf("%s: TxState says %v (%s), want %v", s.name, ok, why, s.usable)
+		if ok := tx.Frames && tx.MultiBuffer; ok != s.usable {
+			t.Fatalf("%s: TxState says %+v (%s), want frames in one and several buffers %v", s.name, tx, why, s.usable)
 		}
 	}
 }

@@ -24,6 +24,11 @@ const (
 	Generic Mode = "generic"
 )
 
+// ErrNoDevice is matched by errors.Is for a device that does not exist (a
+// name looked up, or the device holding an address): a device that may yet
+// appear, unlike a wrong configuration.
+var ErrNoDevice = errors.New("no device")
+
 // ErrNativeUnsupported is returned when the driver refuses native XDP.
 var ErrNativeUnsupported = errors.New("native XDP not supported by the device")
 
@@ -63,7 +68,7 @@ func Lookup(i Iface) (*netlink.LinkAttrs, error) {
 		if i.Netns != "" {
 			where = "network namespace " + i.Netns
 		}
-		return nil, fmt.Errorf("interface %s not found in %s", i.Name, where)
+		return nil, fmt.Errorf("interface %s not found in %s: %w", i.Name, where, ErrNoDevice)
 	}
 	return l.Attrs(), nil
 }
