@@ -159,6 +159,9 @@ type SCIONPacket struct {
 	SrcHost, DstHost addr.Host
 	SrcPort, DstPort uint16 // SCION/UDP ports
 	Payload          []byte
+	// SCMP, if set, is carried instead of SCION/UDP: the SCMP message as it
+	// is, any length (the ports and Payload are not used).
+	SCMP []byte
 	// Underlay: Ethernet, IPv4 or IPv6 by the address family, UDP.
 	SrcMAC, DstMAC           net.HardwareAddr
 	UnderlaySrc, UnderlayDst netip.AddrPort
@@ -186,11 +189,18 @@ func (p SCIONPacket) SCIONBytes() ([]byte, error) {
 	if err := s.SetSrcAddr(p.SrcHost); err != nil {
 		return nil, err
 	}
-	u := &slayers.UDP{SrcPort: p.SrcPort, DstPort: p.DstPort}
-	u.SetNetworkLayerForChecksum(s)
+	parts := []gopacket.SerializableLayer{s}
+	if p.SCMP != nil {
+		s.NextHdr = slayers.L4SCMP
+		parts = append(parts, gopacket.Payload(p.SCMP))
+	} else {
+		u := &slayers.UDP{SrcPort: p.SrcPort, DstPort: p.DstPort}
+		u.SetNetworkLayerForChecksum(s)
+		parts = append(parts, u, gopacket.Payload(p.Payload))
+	}
 	buf := gopacket.NewSerializeBuffer()
 	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	if err := gopacket.SerializeLayers(buf, opts, s, u, gopacket.Payload(p.Payload)); err != nil {
+	if err := gopacket.SerializeLayers(buf, opts, parts...); err != nil {
 		return nil, fmt.Errorf("serialize SCION packet: %w", err)
 	}
 	b := buf.Bytes()

@@ -203,7 +203,7 @@ func TestAgreesWithReferenceRouter(t *testing.T) {
 	r := loadTestRouter(t, xcfg)
 
 	usable := func(c pktCase) bool {
-		if c.cfg != nil || c.in.ifid == 3 || c.in.ifid == 6 {
+		if c.cfg != nil || c.frame != nil || c.in.ifid == 3 || c.in.ifid == 6 {
 			return false
 		}
 		for _, s := range c.path.Segments {

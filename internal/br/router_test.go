@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/scionproto/scion/pkg/addr"
 
+	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
 )
 
@@ -172,6 +174,9 @@ type pktCase struct {
 	mutate   func([]byte)
 	mac      func(*SCIONPacket)
 	cfg      func(*Config)
+	// frame, if set, edits the whole frame, underlay included: a case for
+	// the XDP program alone (the reference's socket never sees underlays).
+	frame func([]byte) []byte
 
 	wantAction  uint32
 	wantVerdict string
@@ -642,7 +647,115 @@ func routerCases() map[string]pktCase {
 			wantAction: xdpPass, wantVerdict: "invalid_mac",
 		},
 	}
+	// The underlay as the kernel's input checks it: what it would drop or
+	// process first goes to it unchanged.
+	transit6 := PathSpec{Segments: []Segment{seg(true, 1, hopPair{0, 11}, hopPair{7, 1}, hopPair{21, 0})}, CurrHF: 1}
+	underlay := map[string]func([]byte) []byte{
+		"IPv4 total length beyond the frame": func(f []byte) []byte {
+			binary.BigEndian.PutUint16(f[16:], binary.BigEndian.Uint16(f[16:])+100)
+			return fixIPv4Checksum(f)
+		},
+		"IPv4 source route option": func(f []byte) []byte {
+			// A loose source route (type 131) with one address, and a
+			// pad: what the kernel refuses unless accept_source_route.
+			opt := []byte{131, 7, 4, 198, 18, 1, 9, 0}
+			f = append(f[:34:34], append(opt, f[34:]...)...)
+			f[14] = 0x47
+			binary.BigEndian.PutUint16(f[16:], binary.BigEndian.Uint16(f[16:])+uint16(len(opt)))
+			return fixIPv4Checksum(f)
+		},
+		"IPv6 of another version": func(f []byte) []byte {
+			f[14] = 0x50 | f[14]&0x0f
+			return f
+		},
+		"IPv6 payload length beyond the frame": func(f []byte) []byte {
+			binary.BigEndian.PutUint16(f[18:], binary.BigEndian.Uint16(f[18:])+100)
+			return f
+		},
+	}
+	for name, mut := range underlay {
+		c := pktCase{
+			path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+			src:  childIA, dst: farIA, in: arrival{ifid: 1},
+			frame: mut, wantAction: xdpPass, wantVerdict: "not_scion",
+		}
+		if strings.HasPrefix(name, "IPv6") {
+			c.path, c.dst, c.in = transit6, childIA, arrival{ifid: 7}
+		}
+		if strings.Contains(name, "option") {
+			c.wantVerdict = "not_implemented"
+		}
+		cases[name+" goes to the kernel"] = c
+	}
+	// SCMP to a local host, delivered as the reference decodes it: the
+	// header (4 bytes) for a request, and a reply's whole body (echo:
+	// identifier and sequence; traceroute: 20 bytes) for its identifier,
+	// else the reference discards it.
+	inbound := PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2}
+	scmp := func(typ byte, n int) func(*SCIONPacket) {
+		return func(p *SCIONPacket) {
+			p.SCMP = make([]byte, n)
+			p.SCMP[0] = typ
+			if n >= 6 {
+				binary.BigEndian.PutUint16(p.SCMP[4:], 31001) // identifier
+			}
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		typ     byte
+		n       int
+		verdict string
+		port    uint16
+	}{
+		{"echo request of 4 bytes", 128, 4, "forwarded", 30041},
+		{"echo request of 7 bytes", 128, 7, "forwarded", 30041},
+		{"echo reply of 7 bytes", 129, 7, "parse_error", 0},
+		{"echo reply of 8 bytes", 129, 8, "forwarded", 31001},
+		{"traceroute request of 4 bytes", 130, 4, "forwarded", 30041},
+		{"traceroute reply of 8 bytes", 131, 8, "parse_error", 0},
+		{"traceroute reply of 23 bytes", 131, 23, "parse_error", 0},
+		{"traceroute reply of 24 bytes", 131, 24, "forwarded", 31001},
+		{"message of 3 bytes", 128, 3, "parse_error", 0},
+	} {
+		pc := pktCase{
+			path: inbound, src: farIA, dst: localIA, dstHost: hostA, in: arrival{ifid: 2},
+			mac:        scmp(c.typ, c.n),
+			wantAction: xdpDrop, wantVerdict: c.verdict,
+		}
+		if c.verdict == "forwarded" {
+			pc.wantAction, pc.wantPath = xdpTX, inbound
+			pc.wantFrom, pc.wantTo = internal, netip.AddrPortFrom(hostA.IP(), c.port)
+		}
+		cases["SCMP "+c.name+" to a local host"] = pc
+	}
+	// The reference reads a datagram into 9,000 bytes: a longer one is its
+	// to answer or discard.
+	cases["datagram over 9,000 bytes goes to the slow path"] = pktCase{
+		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+		src:  childIA, dst: farIA, in: arrival{ifid: 1},
+		mac:        func(p *SCIONPacket) { p.Payload = make([]byte, 9001) },
+		wantAction: xdpPass, wantVerdict: "bad_length",
+	}
+	cases["datagram of 9,000 bytes is forwarded"] = pktCase{
+		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+		src:  childIA, dst: farIA, in: arrival{ifid: 1},
+		mac: func(p *SCIONPacket) {
+			p.Payload = nil
+			b, _ := p.SCIONBytes()
+			p.Payload = make([]byte, 9000-len(b))
+		},
+		wantAction: xdpTX, wantVerdict: "forwarded",
+	}
 	return cases
+}
+
+// fixIPv4Checksum sets the IPv4 header checksum of an Ethernet frame.
+func fixIPv4Checksum(f []byte) []byte {
+	ihl := int(f[14]&0x0f) * 4
+	f[24], f[25] = 0, 0
+	binary.BigEndian.PutUint16(f[24:], ^checksum.Fold(checksum.Sum(f[14:14+ihl], 0)))
+	return f
 }
 
 func checkCase(t *testing.T, r *Router, c pktCase) {
@@ -651,6 +764,9 @@ func checkCase(t *testing.T, r *Router, c pktCase) {
 	frame, err := p.Frame()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.frame != nil {
+		frame = c.frame(frame)
 	}
 	res := r.runOne(t, frame)
 	if res.action != c.wantAction || res.verdict != c.wantVerdict {
