@@ -2007,23 +2007,28 @@ static __always_inline int ipv6_martian(const struct ipv6hdr *ip6)
 	       ((s[0] | s[1]) == 0 && s[2] == bpf_htonl(0xffff));
 }
 
-/* IPv4's source validation (fib_validate_source), which the kernel runs on
- * every packet it forwards. With rp_filter off (the larger of all's and the
- * device's, as the keeper read them) it refuses a source that is one of
- * the host's own addresses; on, the route back to the source must be
- * unicast (loose, 2) and leave by the device the packet came in by
- * (strict, 1), which the FIB answers when asked from lo, as the kernel
- * asks it. Anything it does not answer plainly goes up, and the kernel
- * decides. fib is the caller's, overwritten. */
-static __always_inline int ipv4_source_ok(struct xdp_md *ctx, const struct br_dev *dev,
-					  const struct iphdr *ip, struct bpf_fib_lookup *fib)
+/* A source that is one of the host's own addresses: a martian to the
+ * kernel's source validation (fib_validate_source), whatever rp_filter. */
+static __always_inline int ipv4_from_host(__be32 saddr)
 {
 	struct br_addr a = { .family = 4 };
 
-	if (!(dev->flags & (BR_DEV_RPF_STRICT | BR_DEV_RPF_LOOSE))) {
-		__builtin_memcpy(a.addr, &ip->saddr, 4);
-		return bpf_map_lookup_elem(&br_local_addrs, &a) == NULL;
-	}
+	__builtin_memcpy(a.addr, &saddr, 4);
+	return bpf_map_lookup_elem(&br_local_addrs, &a) != NULL;
+}
+
+/* IPv4's reverse-path filter (rp_filter, the larger of all's and the
+ * device's, as the keeper read them), which the kernel's source validation
+ * applies to every packet it forwards: the route back to the source must be
+ * unicast (loose, 2) and leave by the device the packet came in by
+ * (strict, 1). The FIB answers when asked from lo, as the kernel asks it.
+ * Anything it does not answer plainly goes up, and the kernel decides. fib
+ * is the caller's, overwritten. */
+static __always_inline int ipv4_reverse_path_ok(struct xdp_md *ctx, const struct br_dev *dev,
+						const struct iphdr *ip, struct bpf_fib_lookup *fib)
+{
+	if (!(dev->flags & (BR_DEV_RPF_STRICT | BR_DEV_RPF_LOOSE)))
+		return 1;
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = AF_INET;
 	fib->ifindex = LOOPBACK_IFINDEX;
@@ -2098,11 +2103,11 @@ static __always_inline int forward_ip(struct xdp_md *ctx, int in_cpumap)
 		ip_len = bpf_ntohs(ip->tot_len);
 		if (!ipv4_hdr_ok(ip, data_end, 5) || ip_len < sizeof(*ip) || ip_len > len - sizeof(*eth))
 			return ip_verdict(BR_IP_BAD_HEADER, len, XDP_PASS);
-		if (ipv4_martian(ip->saddr, ip->daddr))
+		if (ipv4_martian(ip->saddr, ip->daddr) || ipv4_from_host(ip->saddr))
 			return ip_verdict(BR_IP_MARTIAN, len, XDP_PASS);
 		if (ip->ttl <= 1)
 			return ip_verdict(BR_IP_HOP_LIMIT, len, XDP_PASS);
-		if (!ipv4_source_ok(ctx, dev, ip, &fib))
+		if (!ipv4_reverse_path_ok(ctx, dev, ip, &fib))
 			return ip_verdict(BR_IP_REVERSE_PATH, len, XDP_PASS);
 		__builtin_memset(&fib, 0, sizeof(fib));
 		fib.family = AF_INET;

@@ -69,15 +69,25 @@ func ipFrame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, hops uint8, p
 // attached, and told its host.
 type ipBed struct {
 	*hostBed
-	r                *Router
-	d0, d1           *netlink.LinkAttrs
-	aMAC, bMAC       net.HardwareAddr
-	forwardIP, txToB bool
+	r          *Router
+	d0, d1     *netlink.LinkAttrs
+	aMAC, bMAC net.HardwareAddr
+	ipBedOptions
 }
 
-func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
+// ipBedOptions say how the bed's router is configured.
+type ipBedOptions struct {
+	v6, forwardIP bool
+	txToB         bool // d1 takes XDP frames (b0 has GRO)
+	external      bool // forward_ip_external
+	// setup, if set, changes the host before the router looks at it.
+	setup func(t *testing.T, b *ipBed)
+}
+
+func newIPBed(t *testing.T, o ipBedOptions) *ipBed {
 	t.Helper()
-	b := &ipBed{hostBed: newHostBed(t, v6), forwardIP: forwardIP, txToB: txToB}
+	v6, forwardIP, txToB := o.v6, o.forwardIP, o.txToB
+	b := &ipBed{hostBed: newHostBed(t, v6), ipBedOptions: o}
 	if !txToB {
 		// d1 takes no XDP frames while its peer runs neither XDP nor GRO.
 		b.setGRO(t, b.b, "b0", false)
@@ -87,8 +97,12 @@ func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
 		fam = "ipv6"
 	}
 	b.sysctl(t, b.dut, "net."+fam+".conf.d0.forwarding", "1")
+	if o.setup != nil {
+		o.setup(t, b)
+	}
 	cfg := *b.cfg
 	cfg.ForwardIP = forwardIP
+	cfg.ForwardIPExternal = o.external
 	r, err := Load(&cfg, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -113,9 +127,9 @@ func newIPBed(t *testing.T, v6, forwardIP, txToB bool) *ipBed {
 	return b
 }
 
-// ipResult is one run of the router on a frame from A: its action, the
-// frame after, and which of the router's and the forwarder's counters
-// moved.
+// ipResult is one run of the router on a frame from A (from B with
+// runFromB): its action, the frame after, and which of the router's and the
+// forwarder's counters moved.
 type ipResult struct {
 	action   uint32
 	out      []byte
@@ -124,6 +138,11 @@ type ipResult struct {
 }
 
 func (b *ipBed) run(t *testing.T, frame []byte) ipResult {
+	t.Helper()
+	return b.runFrom(t, b.d0, frame)
+}
+
+func (b *ipBed) runFrom(t *testing.T, in *netlink.LinkAttrs, frame []byte) ipResult {
 	t.Helper()
 	before, err := b.r.Counters()
 	if err != nil {
@@ -134,7 +153,7 @@ func (b *ipBed) run(t *testing.T, frame []byte) ipResult {
 		t.Fatal(err)
 	}
 	out := make([]byte, len(frame)+256)
-	opts := ebpf.RunOptions{Data: frame, DataOut: out, Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(b.d0.Index)}}
+	opts := ebpf.RunOptions{Data: frame, DataOut: out, Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(in.Index)}}
 	var ret uint32
 	if err := netns.Run(b.dut, func() error {
 		var err error
@@ -172,60 +191,143 @@ func (b *ipBed) run(t *testing.T, frame []byte) ipResult {
 
 func TestForwardIP(t *testing.T) {
 	type ipCase struct {
-		v6, forwardIP bool
-		txToB         bool // d1 takes XDP frames (in br_egress)
-		dst           string
-		hops          uint8
-		payload       int
-		setup         func(t *testing.T, b *ipBed)
+		ipBedOptions
+		src, dst string // default A's and B's addresses
+		fromB    bool   // arrives from B on d1 (to A by default)
+		hops     uint8
+		payload  int
+		// frame, if set, edits the frame before the run.
+		frame func(f []byte) []byte
 
 		wantAction uint32
 		wantIP     string // the forwarder's verdict; "" none
+		wantRouter string // the router's; "not_scion" if empty
 		forwarded  bool   // out is the frame forwarded to B, else the frame unchanged
 	}
+	on := ipBedOptions{forwardIP: true, txToB: true}
+	on6 := ipBedOptions{v6: true, forwardIP: true, txToB: true}
+	rpFilter := func(v string) ipBedOptions {
+		o := on
+		o.setup = func(t *testing.T, b *ipBed) {
+			b.sysctl(t, b.dut, "net.ipv4.conf.all.rp_filter", v)
+			// A route back to sources in 10.2.9.0/24 through d1 (to B).
+			b.ip(t, b.dut, "route", "add", "10.2.9.0/24", "via", b.bAddr.String())
+		}
+		return o
+	}
+	withIPv4Checksum := func(f []byte) []byte {
+		binary.BigEndian.PutUint16(f[24:], 0)
+		binary.BigEndian.PutUint16(f[24:], ^checksum.Fold(checksum.Sum(f[14:34], 0)))
+		return f
+	}
 	cases := map[string]ipCase{
-		"ipv6 forwarded":       {v6: true, forwardIP: true, txToB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
-		"ipv4 forwarded":       {forwardIP: true, txToB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
-		"ipv4 ttl 2 forwarded": {forwardIP: true, txToB: true, hops: 2, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
-		"ipv6 hop limit 1":     {v6: true, forwardIP: true, txToB: true, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
-		"ipv4 ttl 1":           {forwardIP: true, txToB: true, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
-		"ipv6 too big":         {v6: true, forwardIP: true, txToB: true, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
-		"ipv4 too big":         {forwardIP: true, txToB: true, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
-		"ipv6 no route at all": {v6: true, forwardIP: true, txToB: true, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "local"},
-		"ipv4 no route at all": {forwardIP: true, txToB: true, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "local"},
-		"ipv6 unreachable route": {v6: true, forwardIP: true, txToB: true, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "no_route",
-			setup: func(t *testing.T, b *ipBed) { b.ip(t, b.dut, "-6", "route", "add", "unreachable", "fd00:9::/64") }},
-		"ipv4 unreachable route": {forwardIP: true, txToB: true, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "no_route",
-			setup: func(t *testing.T, b *ipBed) { b.ip(t, b.dut, "route", "add", "unreachable", "10.9.0.0/24") }},
-		"ipv6 no neighbour":  {v6: true, forwardIP: true, txToB: true, dst: "fd00:2::99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
-		"ipv4 no neighbour":  {forwardIP: true, txToB: true, dst: "10.2.0.99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
-		"ipv6 for this host": {v6: true, forwardIP: true, txToB: true, dst: "fd00:1::2", hops: 64, wantAction: xdpPass, wantIP: "local"},
-		"ipv6 link-local":    {v6: true, forwardIP: true, txToB: true, dst: "fe80::1", hops: 64, wantAction: xdpPass, wantIP: "other"},
-		"ipv6 not ready":     {v6: true, forwardIP: true, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
-		"ipv4 not ready":     {forwardIP: true, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
-		"ipv6 forwarding off": {v6: true, forwardIP: true, txToB: true, hops: 64, wantAction: xdpPass, wantIP: "fwd_disabled",
-			setup: func(t *testing.T, b *ipBed) { b.sysctl(t, b.dut, "net.ipv6.conf.d0.forwarding", "0") }},
-		"ipv6 slot empty": {v6: true, txToB: true, hops: 64, wantAction: xdpPass},
-		"ipv4 slot empty": {txToB: true, hops: 64, wantAction: xdpPass},
+		"ipv6 forwarded":       {ipBedOptions: on6, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 forwarded":       {ipBedOptions: on, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 ttl 2 forwarded": {ipBedOptions: on, hops: 2, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv6 hop limit 1":     {ipBedOptions: on6, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
+		"ipv4 ttl 1":           {ipBedOptions: on, hops: 1, wantAction: xdpPass, wantIP: "hop_limit"},
+		"ipv6 too big":         {ipBedOptions: on6, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
+		"ipv4 too big":         {ipBedOptions: on, hops: 64, payload: 1600, wantAction: xdpPass, wantIP: "too_big"},
+		"ipv6 no route at all": {ipBedOptions: on6, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv4 no route at all": {ipBedOptions: on, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv6 unreachable route": {ipBedOptions: ipBedOptions{v6: true, forwardIP: true, txToB: true, setup: func(t *testing.T, b *ipBed) {
+			b.ip(t, b.dut, "-6", "route", "add", "unreachable", "fd00:9::/64")
+		}}, dst: "fd00:9::1", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv4 unreachable route": {ipBedOptions: ipBedOptions{forwardIP: true, txToB: true, setup: func(t *testing.T, b *ipBed) {
+			b.ip(t, b.dut, "route", "add", "unreachable", "10.9.0.0/24")
+		}}, dst: "10.9.0.1", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv6 no neighbour":  {ipBedOptions: on6, dst: "fd00:2::99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv4 no neighbour":  {ipBedOptions: on, dst: "10.2.0.99", hops: 64, wantAction: xdpPass, wantIP: "no_route"},
+		"ipv6 for this host": {ipBedOptions: on6, dst: "fd00:1::2", hops: 64, wantAction: xdpPass, wantIP: "local"},
+		"ipv6 link-local":    {ipBedOptions: on6, dst: "fe80::1", hops: 64, wantAction: xdpPass, wantIP: "other"},
+		"ipv6 not ready":     {ipBedOptions: ipBedOptions{v6: true, forwardIP: true}, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
+		"ipv4 not ready":     {ipBedOptions: ipBedOptions{forwardIP: true}, hops: 64, wantAction: xdpPass, wantIP: "not_ready"},
+		"ipv6 forwarding off": {ipBedOptions: ipBedOptions{v6: true, forwardIP: true, txToB: true, setup: func(t *testing.T, b *ipBed) {
+			b.sysctl(t, b.dut, "net.ipv6.conf.d0.forwarding", "0")
+		}}, hops: 64, wantAction: xdpPass, wantIP: "fwd_disabled"},
+		"ipv6 slot empty": {ipBedOptions: ipBedOptions{v6: true, txToB: true}, hops: 64, wantAction: xdpPass},
+		"ipv4 slot empty": {ipBedOptions: ipBedOptions{txToB: true}, hops: 64, wantAction: xdpPass},
+
+		// What the kernel's input drops before routing (ip_rcv, ipv6_rcv,
+		// ip_route_input) or its forwarding refuses (ip_forward,
+		// ip6_forward) goes up unchanged.
+		"ipv4 in a broadcast frame": {ipBedOptions: on, hops: 64, wantAction: xdpPass, wantIP: "not_host",
+			frame: func(f []byte) []byte { copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}); return f }},
+		"ipv6 in a multicast frame": {ipBedOptions: on6, hops: 64, wantAction: xdpPass, wantIP: "not_host",
+			frame: func(f []byte) []byte { copy(f, []byte{0x33, 0x33, 0, 0, 0, 1}); return f }},
+		"ipv4 for another host's MAC": {ipBedOptions: on, hops: 64, wantAction: xdpPass, wantRouter: "other_host",
+			frame: func(f []byte) []byte { copy(f, []byte{0x02, 0, 0, 0, 0xbe, 0xef}); return f }},
+		"ipv4 header checksum wrong": {ipBedOptions: on, hops: 64, wantAction: xdpPass, wantIP: "bad_header",
+			frame: func(f []byte) []byte { f[24] ^= 0x40; return f }},
+		"ipv4 longer than its frame": {ipBedOptions: on, hops: 64, wantAction: xdpPass, wantIP: "bad_header",
+			frame: func(f []byte) []byte {
+				binary.BigEndian.PutUint16(f[16:], binary.BigEndian.Uint16(f[16:])+1)
+				return withIPv4Checksum(f)
+			}},
+		"ipv4 total length under its header": {ipBedOptions: on, hops: 64, wantAction: xdpPass, wantIP: "bad_header",
+			frame: func(f []byte) []byte { binary.BigEndian.PutUint16(f[16:], 19); return withIPv4Checksum(f) }},
+		"ipv6 longer than its frame": {ipBedOptions: on6, hops: 64, wantAction: xdpPass, wantIP: "bad_header",
+			frame: func(f []byte) []byte { binary.BigEndian.PutUint16(f[18:], binary.BigEndian.Uint16(f[18:])+1); return f }},
+		"ipv4 from loopback":           {ipBedOptions: on, src: "127.0.0.1", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 from 0/8":                {ipBedOptions: on, src: "0.1.2.3", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 from multicast":          {ipBedOptions: on, src: "224.0.0.5", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 from limited broadcast":  {ipBedOptions: on, src: "255.255.255.255", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 from the router itself":  {ipBedOptions: on, src: "10.2.0.2", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 to 0/8":                  {ipBedOptions: on, dst: "0.0.0.9", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 to loopback":             {ipBedOptions: on, dst: "127.0.0.2", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv6 from the unspecified":    {ipBedOptions: on6, src: "::", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv6 from an IPv4-mapped":     {ipBedOptions: on6, src: "::ffff:10.1.0.1", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv6 to loopback":             {ipBedOptions: on6, dst: "::1", hops: 64, wantAction: xdpPass, wantIP: "martian"},
+		"ipv4 padded frame is trimmed": {ipBedOptions: on, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true,
+			frame: func(f []byte) []byte { return append(f, make([]byte, 18)...) }},
+
+		// B is the router's parent AS, on d1 alone: its plain IP is the
+		// kernel's to forward (or not), unless forward_ip_external.
+		"ipv4 from a neighbour AS":     {ipBedOptions: on, fromB: true, hops: 64, wantAction: xdpPass, wantIP: "external"},
+		"ipv6 from a neighbour AS":     {ipBedOptions: on6, fromB: true, hops: 64, wantAction: xdpPass, wantIP: "external"},
+		"ipv4 from a neighbour AS too": {ipBedOptions: ipBedOptions{forwardIP: true, txToB: true, external: true, setup: func(t *testing.T, b *ipBed) {
+			b.sysctl(t, b.dut, "net.ipv4.conf.d1.forwarding", "1")
+		}}, fromB: true, hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+
+		// rp_filter: strict wants the route back to the source through the
+		// arrival device; loose, any unicast route back.
+		"ipv4 strict rp_filter, source routed back by d0": {ipBedOptions: rpFilter("1"), hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 strict rp_filter, source routed by d1":      {ipBedOptions: rpFilter("1"), src: "10.2.9.7", hops: 64, wantAction: xdpPass, wantIP: "reverse_path"},
+		"ipv4 loose rp_filter, source routed by d1":       {ipBedOptions: rpFilter("2"), src: "10.2.9.7", hops: 64, wantAction: xdpRedirect, wantIP: "forwarded", forwarded: true},
+		"ipv4 loose rp_filter, no route back":             {ipBedOptions: rpFilter("2"), src: "10.77.0.1", hops: 64, wantAction: xdpPass, wantIP: "reverse_path"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			b := newIPBed(t, c.v6, c.forwardIP, c.txToB)
-			if c.setup != nil {
-				c.setup(t, b)
+			b := newIPBed(t, c.ipBedOptions)
+			src, dst := b.aAddr, b.bAddr
+			inMAC, srcMAC, in := b.d0.HardwareAddr, b.aMAC, b.d0
+			outMAC, toMAC := b.d1.HardwareAddr, b.bMAC
+			if c.fromB {
+				src, dst = b.bAddr, b.aAddr
+				inMAC, srcMAC, in = b.d1.HardwareAddr, b.bMAC, b.d1
+				outMAC, toMAC = b.d0.HardwareAddr, b.aMAC
 			}
-			dst := b.bAddr
+			if c.src != "" {
+				src = netip.MustParseAddr(c.src)
+			}
 			if c.dst != "" {
 				dst = netip.MustParseAddr(c.dst)
 			}
-			in := ipFrame(b.d0.HardwareAddr, b.aMAC, b.aAddr, dst, c.hops, 100+c.payload)
-			res := b.run(t, in)
-			if res.action != c.wantAction || res.ipVerdct != c.wantIP || res.verdict != "not_scion" {
-				t.Fatalf("action %d, forwarder's verdict %q, router's %q; want %d, %q, not_scion", res.action, res.ipVerdct, res.verdict, c.wantAction, c.wantIP)
+			in0 := ipFrame(inMAC, srcMAC, src, dst, c.hops, 100+c.payload)
+			if c.frame != nil {
+				in0 = c.frame(in0)
 			}
-			want := in
+			res := b.runFrom(t, in, append([]byte(nil), in0...))
+			router := c.wantRouter
+			if router == "" {
+				router = "not_scion"
+			}
+			if res.action != c.wantAction || res.ipVerdct != c.wantIP || res.verdict != router {
+				t.Fatalf("action %d, forwarder's verdict %q, router's %q; want %d, %q, %s", res.action, res.ipVerdct, res.verdict, c.wantAction, c.wantIP, router)
+			}
+			want := in0
 			if c.forwarded {
-				want = ipFrame(b.bMAC, b.d1.HardwareAddr, b.aAddr, dst, c.hops-1, 100+c.payload)
+				want = ipFrame(toMAC, outMAC, src, dst, c.hops-1, 100+c.payload)
 			}
 			if !bytes.Equal(res.out, want) {
 				t.Fatalf("frame after\n%x\nwant\n%x", res.out, want)
@@ -244,7 +346,7 @@ func TestForwardIPLeavesSCIONAlone(t *testing.T) {
 		var got [2]ipResult
 		var frames [][]byte // one packet for both (its path is made anew each time)
 		for i, on := range []bool{false, true} {
-			b := newIPBed(t, v6, on, true)
+			b := newIPBed(t, ipBedOptions{v6: v6, forwardIP: on, txToB: true})
 			if frames == nil {
 				var err error
 				if frames, err = TransitPackets(b.cfg, TransitOptions{Count: 1, Size: 200, SrcMAC: b.aMAC, DstMAC: b.d0.HardwareAddr}); err != nil {
