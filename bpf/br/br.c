@@ -279,9 +279,6 @@ struct br_pkt {
 	/* Underlay */
 	__u8 family;   /* 4 or 6 */
 	__u8 ip_options; /* an IPv4 header with options */
-	/* 1 in the worker-CPU copy: a CPU map has no XDP_TX, so a frame that
-	 * leaves by the device it came in by is redirected there. */
-	__u8 in_cpumap;
 	__u16 l3_off;
 	__u16 udp_off;
 	__u16 udp_len; /* UDP length field: the datagram the socket would see */
@@ -1671,11 +1668,13 @@ static __noinline int forward(struct xdp_md *ctx, struct br_pkt *p)
 	if (br_skip_fib)
 		return verdict(p, BR_FORWARDED, XDP_TX);
 	note_tx(p, nh->ifindex);
-	if (nh->ifindex == p->ingress_ifindex && !p->in_cpumap)
-		return verdict(p, BR_FORWARDED, XDP_TX);
-	/* The device may have left the redirect map since br_devs said yes
-	 * (the keeper takes it out of br_devs first): the frame, rewritten
-	 * already, is dropped and counted so. */
+	/* A redirect also where the frame leaves by the device it came in by:
+	 * the worker-CPU copy runs in a CPU map, which has no XDP_TX, and a
+	 * veth flushes XDP_TX'd frames to its peer only while the peer runs an
+	 * XDP program (with GRO alone they wait in its ring), where a redirect
+	 * flushes them. The device may have left the redirect map since
+	 * br_devs said yes (the keeper takes it out of br_devs first): the
+	 * frame, rewritten already, is dropped and counted so. */
 	ret = bpf_redirect_map(&br_tx_ports, nh->ifindex, XDP_DROP);
 	return verdict(p, ret == XDP_REDIRECT ? BR_FORWARDED : BR_TX_FAILED, ret);
 }
@@ -1826,7 +1825,7 @@ static __noinline int capture_departure(struct xdp_md *ctx)
 	return 0;
 }
 
-static __always_inline int router_main(struct xdp_md *ctx, void *next, int in_cpumap)
+static __always_inline int router_main(struct xdp_md *ctx, void *next)
 {
 	struct br_pkt p = {};
 	__u32 zero = 0;
@@ -1835,7 +1834,6 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next, int in_cp
 	p.data = (void *)(long)ctx->data;
 	p.data_end = (void *)(long)ctx->data_end;
 	p.ingress_ifindex = ctx->ingress_ifindex;
-	p.in_cpumap = in_cpumap;
 	p.slot = BR_SLOT_UNMATCHED;
 	p.cfg = bpf_map_lookup_elem(&br_conf, &zero);
 	if (!p.cfg)
@@ -1882,7 +1880,7 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next, int in_cp
 SEC("xdp.frags")
 int br_router(struct xdp_md *ctx)
 {
-	return router_main(ctx, &br_next, 0);
+	return router_main(ctx, &br_next);
 }
 
 /* The same router for the worker CPUs of a CPU map, which only runs
@@ -1890,7 +1888,7 @@ int br_router(struct xdp_md *ctx)
 SEC("xdp.frags/cpumap")
 int br_router_cpu(struct xdp_md *ctx)
 {
-	return router_main(ctx, &br_next_cpu, 1);
+	return router_main(ctx, &br_next_cpu);
 }
 
 /* With `cpus`: spread packets over the worker CPUs by a hash of the underlay
@@ -2042,9 +2040,8 @@ static __always_inline int ipv4_reverse_path_ok(struct xdp_md *ctx, const struct
 
 /* The plain-IP forwarder, as the kernel's ip_rcv/ip_forward and
  * ipv6_rcv/ip6_forward would forward: what they would drop or answer goes
- * up unchanged, and they do it. in_cpumap: the worker-CPU copy, which has
- * no XDP_TX. */
-static __always_inline int forward_ip(struct xdp_md *ctx, int in_cpumap)
+ * up unchanged, and they do it. */
+static __always_inline int forward_ip(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -2174,8 +2171,7 @@ static __always_inline int forward_ip(struct xdp_md *ctx, int in_cpumap)
 		ipv4_decrease_ttl(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	if (fib.ifindex == ctx->ingress_ifindex && !in_cpumap)
-		return ip_verdict(BR_IP_FORWARDED, len, XDP_TX);
+	/* A redirect also back out of the arrival device, as for SCION. */
 	rc = bpf_redirect_map(&br_tx_ports, fib.ifindex, XDP_PASS);
 	if (rc == XDP_REDIRECT)
 		return ip_verdict(BR_IP_FORWARDED, len, rc);
@@ -2197,14 +2193,14 @@ static __always_inline int forward_ip(struct xdp_md *ctx, int in_cpumap)
 SEC("xdp.frags")
 int br_forward_ip(struct xdp_md *ctx)
 {
-	return forward_ip(ctx, 0);
+	return forward_ip(ctx);
 }
 
 /* The same for the worker-CPU router's slot. */
 SEC("xdp.frags/cpumap")
 int br_forward_ip_cpu(struct xdp_md *ctx)
 {
-	return forward_ip(ctx, 1);
+	return forward_ip(ctx);
 }
 
 /* ---- Transmit failures --------------------------------------------------- */

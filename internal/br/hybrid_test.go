@@ -294,6 +294,17 @@ func (l *listener) await(n int) [][]byte {
 	return append([][]byte(nil), l.got...)
 }
 
+// send sends the datagrams from the listener's socket to to.
+func (l *listener) send(t *testing.T, to netip.AddrPort, dgrams [][]byte) {
+	t.Helper()
+	for _, d := range dgrams {
+		if _, err := l.c.WriteToUDPAddrPort(d, to); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // send sends the datagrams from a socket bound at from (in ns) to to.
 func send(t *testing.T, ns string, from, to netip.AddrPort, dgrams [][]byte) {
 	t.Helper()
