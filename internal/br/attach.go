@@ -98,22 +98,28 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
 	}
+	// A first attach that fails leaves nothing: not the maps it pinned
+	// either. A reload that fails leaves the router as it was.
+	first := len(xdp.Links(dir)) == 0
+	undo := func(err error) error {
+		if first {
+			err = errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))
+		}
+		return err
+	}
 	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache})
 	if err != nil {
-		xdp.RemoveIfEmpty(dir)
-		return err
+		return undo(err)
 	}
 	defer r.Close()
 	if err := r.setHost(ns, devs, opts.Warn); err != nil {
-		xdp.RemoveIfEmpty(dir)
-		return err
+		return undo(err)
 	}
 	if err := r.fillCPUs(); err != nil {
-		xdp.RemoveIfEmpty(dir)
-		return err
+		return undo(err)
 	}
 	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
-		return err
+		return undo(err)
 	}
 	if err := r.attachTracing(dir, cfg.CountTxDrops); err != nil {
 		return errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))
@@ -309,7 +315,7 @@ type Pinned struct {
 	Counters *ebpf.Map
 	Keys     *ebpf.Map
 	Sockets  *ebpf.Map
-	Conf     *ebpf.Map
+	Vars     *ebpf.Map
 	// IPCounters are the plain-IP forwarder's (forward_ip); nil for a
 	// router attached by a fastpath that had none.
 	IPCounters *ebpf.Map
@@ -319,7 +325,7 @@ type Pinned struct {
 func OpenPinned(routerID string) (*Pinned, error) {
 	dir := PinDir(routerID)
 	p := &Pinned{ID: routerID}
-	for name, dst := range map[string]**ebpf.Map{"br_counters": &p.Counters, "br_keys": &p.Keys, "br_sockets": &p.Sockets, "br_conf": &p.Conf} {
+	for name, dst := range map[string]**ebpf.Map{"br_counters": &p.Counters, "br_keys": &p.Keys, "br_sockets": &p.Sockets, "br_vars": &p.Vars} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			p.Close()
@@ -339,7 +345,7 @@ func OpenPinned(routerID string) (*Pinned, error) {
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets, p.Conf, p.IPCounters} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Keys, p.Sockets, p.Vars, p.IPCounters} {
 		if m != nil {
 			m.Close()
 		}
@@ -348,7 +354,7 @@ func (p *Pinned) Close() {
 
 // SetKey writes a pre-derived forwarding key into a slot, or clears it.
 func (p *Pinned) SetKey(slot int, key []byte) error {
-	return setKeys(p.Conf, p.Keys, map[int][]byte{slot: key})
+	return setKeys(p.Vars, p.Keys, map[int][]byte{slot: key})
 }
 
 // KeySlots reports which slots hold a key; key material is never read out.

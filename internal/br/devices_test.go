@@ -15,6 +15,7 @@ import (
 	"github.com/scionproto/scion/pkg/addr"
 	"golang.org/x/sys/unix"
 
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -346,5 +347,76 @@ func TestLeavingByTheArrivalDevice(t *testing.T) {
 				t.Fatalf("plain IP A to C: forwarder's counts %v, want the 5 echo requests forwarded", ip)
 			}
 		})
+	}
+}
+
+// A next hop the router cached (for half a second) is checked against
+// what br_devs says of its device on every packet: a device that stopped
+// taking XDP frames since (the keeper clears the cache too, but a CPU may
+// have refilled it in the moment between) leaves the packet to the
+// reference router. A device missing from the redirect map (the keeper
+// takes it out of br_devs first, then from the map) drops the rewritten
+// frame and counts it tx_failed, not forwarded (before: aborted, and
+// counted forwarded).
+func TestCachedNextHopFollowsTheDevice(t *testing.T) {
+	tb := labtest.Testbed(t)
+	cfg := labConfig(t)
+	pkts, err := TransitPackets(cfg, TransitOptions{Count: 1, Size: 138, SrcMAC: tb.Gen().MAC, DstMAC: tb.DUTIn().MAC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Load(cfg, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dut := tb.DUTIn().Netns
+	if err := r.SetHost(dut, []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := xdp.Lookup(tb.DUTOut().Iface())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() result {
+		t.Helper()
+		var res result
+		if err := netns.Run(dut, func() error { res = r.runOne(t, pkts[0]); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := run(); res.verdict != "forwarded" || res.action != xdpRedirect {
+		t.Fatalf("first packet: %s (%d), want forwarded by a redirect", res.verdict, res.action)
+	}
+	m := r.hostMaps()
+	devs, err := m.readDevs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(flags uint16) {
+		t.Helper()
+		for _, d := range devs {
+			if d.Ifindex == uint32(out.Index) {
+				d.Flags = flags
+				if err := m.devs.Put(d.Ifindex%devSlots, d); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+		t.Fatalf("%s not in br_devs: %+v", tb.DUTOut().Iface(), devs)
+	}
+	ready := uint16(routerBrDevFlagsBR_DEV_XMIT | routerBrDevFlagsBR_DEV_XMIT_SG | routerBrDevFlagsBR_DEV_UP)
+	set(uint16(routerBrDevFlagsBR_DEV_UP))
+	if res := run(); res.verdict != "tx_unusable" || res.action != xdpPass {
+		t.Fatalf("cached next hop on a device that takes no XDP frames now: %s (%d), want tx_unusable", res.verdict, res.action)
+	}
+	set(ready)
+	if err := netns.Run(dut, func() error { return r.objs.TxPorts.Delete(uint32(out.Index)) }); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(); res.verdict != "tx_failed" || res.action != xdpDrop {
+		t.Fatalf("device gone from the redirect map: %s (%d), want tx_failed and a drop", res.verdict, res.action)
 	}
 }
