@@ -30,7 +30,7 @@ type OracleReplay struct {
 	// Differ: it sent other bytes, or to another address; Dropped: it sent
 	// nothing within a second.
 	Differ, Dropped int
-	// Long are frames longer than the tap keeps (2,048 bytes).
+	// Long are frames longer than the tap keeps (br.CaptureMax).
 	Long int
 	// Examples describe the first frames that differ or were dropped.
 	Examples []string
@@ -107,7 +107,7 @@ func (n Network) oracleNetns() string { return n.Prefix + "oracle" }
 
 // replay sends what router k of AS a forwarded in XDP through scionproto's
 // router of the same ID, and compares.
-func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, long int) (OracleReplay, error) {
+func (n Network) replay(a AS, k int, links []Link, frames []br.TapFrame, long int) (OracleReplay, error) {
 	r := a.Routers[k]
 	res := OracleReplay{Router: routerHybridName(r), RefID: r.ID, Long: long}
 	type pair struct{ in, out udpFrame }
@@ -298,9 +298,11 @@ func (n Network) replayAll(as []AS, links []Link, taps map[string]*br.Tap) ([]Or
 			if t == nil {
 				continue
 			}
-			frames, long := t.Frames()
+			frames, missed := t.Frames()
 			errs = append(errs, t.Close())
-			res, err := n.replay(a, k, links, frames, long)
+			// What it dropped is not replayed yet.
+			frames = slices.DeleteFunc(frames, br.TapFrame.Dropped)
+			res, err := n.replay(a, k, links, frames, missed.Long)
 			if err != nil {
 				errs = append(errs, err)
 				continue
