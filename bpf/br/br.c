@@ -353,10 +353,17 @@ static __always_inline void count(const struct br_pkt *p, __u32 verdict)
 	}
 }
 
+/* The tap (below) keeps what is dropped, with the verdict. */
+static __always_inline int capturing(const struct br_pkt *p);
+static __noinline int capture_drop(__u64 now, __u32 verdict);
+
 /* verdict: count it and return its action. */
 static __always_inline int verdict(const struct br_pkt *p, __u32 v, int action)
 {
 	count(p, v);
+	/* Constant at every call but slow_path's: a test on drops only. */
+	if (action == XDP_DROP && capturing(p))
+		capture_drop(p->mono, v);
 	return action;
 }
 
@@ -373,8 +380,7 @@ static __always_inline int not_scion(const struct br_pkt *p)
 /* A packet that needs an SCMP error: the slow path answers or it is dropped. */
 static __always_inline int slow_path(const struct br_pkt *p, __u32 v)
 {
-	count(p, v);
-	return p->cfg->scmp_action == BR_SCMP_DROP ? XDP_DROP : XDP_PASS;
+	return verdict(p, v, p->cfg->scmp_action == BR_SCMP_DROP ? XDP_DROP : XDP_PASS);
 }
 
 /* Big-endian words from the packet, where a word may be read unaligned (the
@@ -1759,13 +1765,16 @@ static __always_inline void note_frame_len(struct xdp_md *ctx, struct br_pkt *p)
 
 /* ---- The tap ---------------------------------------------------------------
  * Only while BR_VAR_CAPTURE_UNTIL is ahead (the lab's check replays what the
- * router forwarded through the reference router): the frame is kept as it
- * arrived, per CPU, and handed to userspace with the frame as it left when it
- * was forwarded. */
+ * router did through the reference router): the frame is kept as it arrived,
+ * per CPU, and handed to userspace with the frame as it left when it was
+ * forwarded in XDP, or with its verdict when it was dropped (verdict() calls
+ * capture_drop). What is passed up reaches the reference router itself. */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22); /* 4 MiB: a thousand frames between reads */
+	/* 4 MiB: records are as long as their frames, so about 12,000 pairs of
+	 * 160-byte frames or 260 of 8,000-byte frames between reads. */
+	__uint(max_entries, 1 << 22);
 } br_capture SEC(".maps");
 
 struct {
@@ -1782,46 +1791,85 @@ static __always_inline int capturing(const struct br_pkt *p)
 	return until && p->mono < until;
 }
 
-/* The frame's bytes into buf (BR_CAPTURE_MAX long); its length, or 0 if it
- * does not fit. */
-static __always_inline __u32 load_frame(struct xdp_md *ctx, __u8 *buf)
+/* How many bytes of a frame of len bytes the tap keeps: all or none. In a
+ * 64-bit variable, checked after barrier_var: with a 32-bit copy clang
+ * checked the copy and passed the helper the unchecked return value ("R4
+ * min value is negative, either use unsigned or 'var &= const'"). */
+static __always_inline __u64 kept(__u64 len)
 {
-	__u64 len = bpf_xdp_get_buff_len(ctx);
-
-	if (len == 0 || len > BR_CAPTURE_MAX)
-		return 0;
-	/* Bounds the verifier can follow into the helper. */
-	len &= 2 * BR_CAPTURE_MAX - 1;
-	if (len == 0 || len > BR_CAPTURE_MAX)
-		return 0;
-	if (bpf_xdp_load_bytes(ctx, 0, buf, len) != 0)
+	barrier_var(len);
+	if (len > BR_CAPTURE_MAX)
 		return 0;
 	return len;
 }
 
-static __noinline int capture_arrival(struct xdp_md *ctx)
+/* The record into the ring: the header and the kept bytes of both frames,
+ * which lie back to back in f->data. */
+static __always_inline void capture_send(struct br_capture_frame *f, __u64 used)
+{
+	/* Bounds the verifier can follow into the helper: the record never
+	 * reaches past the value. */
+	barrier_var(used);
+	if (used > 2 * BR_CAPTURE_MAX)
+		return;
+	/* A full ring loses the record: the tap says how many. */
+	if (bpf_ringbuf_output(&br_capture, &f->hdr, sizeof(f->hdr) + used, 0))
+		f->lost++;
+	f->arrived = 0;
+}
+
+static __noinline int capture_arrival(struct xdp_md *ctx, __u64 now)
 {
 	struct br_capture_frame *f;
 	__u32 zero = 0;
+	__u64 len, n;
 
 	f = bpf_map_lookup_elem(&br_capture_in, &zero);
 	if (!f)
 		return 0;
-	f->in_len = load_frame(ctx, f->in);
+	len = bpf_xdp_get_buff_len(ctx);
+	f->hdr.in_len = len;
+	f->arrived = now;
+	/* bpf_xdp_load_bytes reads across every buffer of a multi-buffer frame. */
+	n = kept(len);
+	if (n > 0 && bpf_xdp_load_bytes(ctx, 0, f->data, n))
+		f->arrived = 0;
 	return 0;
 }
 
-static __noinline int capture_departure(struct xdp_md *ctx)
+static __noinline int capture_departure(struct xdp_md *ctx, __u64 now)
+{
+	struct br_capture_frame *f;
+	__u32 zero = 0;
+	__u64 in, len, n;
+
+	f = bpf_map_lookup_elem(&br_capture_in, &zero);
+	if (!f || f->arrived != now)
+		return 0;
+	in = kept(f->hdr.in_len);
+	len = bpf_xdp_get_buff_len(ctx);
+	f->hdr.out_len = len;
+	f->hdr.verdict = BR_FORWARDED;
+	/* As it left, right after it as it arrived. */
+	n = kept(len);
+	if (n > 0 && bpf_xdp_load_bytes(ctx, 0, f->data + in, n))
+		n = 0;
+	capture_send(f, in + n);
+	return 0;
+}
+
+/* A dropped frame: as it arrived, and why. */
+static __noinline int capture_drop(__u64 now, __u32 verdict)
 {
 	struct br_capture_frame *f;
 	__u32 zero = 0;
 
 	f = bpf_map_lookup_elem(&br_capture_in, &zero);
-	if (!f)
+	if (!f || f->arrived != now)
 		return 0;
-	f->out_len = load_frame(ctx, f->out);
-	/* A full ring loses the frame: the lab replays only what reached it. */
-	bpf_ringbuf_output(&br_capture, f, sizeof(*f), 0);
+	f->hdr.out_len = 0;
+	f->hdr.verdict = verdict;
+	capture_send(f, kept(f->hdr.in_len));
 	return 0;
 }
 
@@ -1845,7 +1893,7 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 
 	note_frame_len(ctx, &p);
 	if (capturing(&p))
-		capture_arrival(ctx);
+		capture_arrival(ctx, p.mono);
 	if ((ret = check_arrival(&p)) != CONTINUE)
 		return ret;
 	ret = parse_underlay(&p);
@@ -1873,7 +1921,7 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 		return ret;
 	ret = process(ctx, &p);
 	if ((ret == XDP_TX || ret == XDP_REDIRECT) && capturing(&p))
-		capture_departure(ctx);
+		capture_departure(ctx, p.mono);
 	return ret;
 }
 

@@ -196,14 +196,32 @@ struct br_dev {
 	__u8 mac[6];   /* all zero: a device without one (no Ethernet check) */
 };
 
-/* A frame forwarded in XDP as the tap gets it (br_capture): as it arrived
- * and as it left. A frame longer than BR_CAPTURE_MAX has length 0. */
-#define BR_CAPTURE_MAX 2048
+
+/* The tap (br.OpenTap): each frame the router forwards or drops in XDP, as a
+ * record of br_capture — a br_capture_hdr, then the frame as it arrived
+ * (in_len bytes) and, when it was forwarded, as it left (out_len bytes),
+ * back to back, so that a record is only as long as its frames. A frame
+ * longer than BR_CAPTURE_MAX (9,000 bytes of IP and more) is not kept: its
+ * length is there, its bytes are not. */
+#ifndef BR_CAPTURE_MAX
+#define BR_CAPTURE_MAX 9216
+#endif
+struct br_capture_hdr {
+	__u32 in_len;  /* the frame's whole length as it arrived */
+	__u32 out_len; /* and as it left; 0 if it was dropped */
+	__u32 verdict; /* enum br_verdict: BR_FORWARDED, or why it was dropped */
+	__u32 pad;
+};
+
+/* Value of br_capture_in, per CPU: the record being made. */
 struct br_capture_frame {
-	__u32 in_len;
-	__u32 out_len;
-	__u8 in[BR_CAPTURE_MAX];
-	__u8 out[BR_CAPTURE_MAX];
+	/* Records the ring had no room for: the tap reports them. */
+	__u64 lost;
+	/* p->mono of the frame kept in data, so that a departure or a drop
+	 * sends only the arrival of its own frame. */
+	__u64 arrived;
+	struct br_capture_hdr hdr; /* from here, the record as it goes to the ring */
+	__u8 data[2 * BR_CAPTURE_MAX];
 };
 
 /* Value of br_tx_slots, per CPU: which counter slot last sent a frame to

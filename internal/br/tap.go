@@ -14,35 +14,58 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ForwardedFrame is a frame an attached router forwarded in XDP: as it
-// arrived and as it left.
-type ForwardedFrame struct {
+// TapFrame is a frame an attached router forwarded or dropped in XDP: as
+// it arrived and, when forwarded, as it left; Verdict is "forwarded" or
+// why it was dropped (a counter's name: parse_error, underlay_mismatch, …).
+type TapFrame struct {
 	In, Out []byte
+	Verdict string
 }
 
-// captureMax is BR_CAPTURE_MAX: longer frames come with length 0.
-const captureMax = 2048
+// Dropped says the router dropped the frame.
+func (f TapFrame) Dropped() bool { return f.Verdict != VerdictName(routerBrVerdictBR_FORWARDED) }
 
-// Tap gets every frame an attached router forwards in XDP, from the moment
-// it opens until Close: the router keeps each frame as it arrived while
-// BR_VAR_CAPTURE_UNTIL is ahead (the tap moves it on every second, a
-// lease of tapLease), and hands it to br_capture with the frame as it left
-// when it forwards it. What the router does with the frame does not
-// change; one tap at a time.
+// TapMissed are the frames a tap got no bytes of.
+type TapMissed struct {
+	// Long frames were longer than the tap keeps (CaptureMax).
+	Long int
+	// Lost records found the ring full: the reader fell behind.
+	Lost uint64
+}
+
+// CaptureMax is the longest frame the tap keeps (BR_CAPTURE_MAX): the
+// per-CPU record holds two of them, as it arrived and as it left.
+const CaptureMax = len(routerBrCaptureFrame{}.Data) / 2
+
+// captureHdrLen is the length of a record's header in the ring.
+var captureHdrLen = binary.Size(routerBrCaptureHdr{})
+
+// Tap gets every frame an attached router forwards or drops in XDP, from
+// the moment it opens until Close: the router keeps each frame as it
+// arrived while BR_VAR_CAPTURE_UNTIL is ahead (the tap moves it on
+// every second, a lease of tapLease), and hands it to br_capture with the
+// frame as it left when it forwards it, or with its verdict when it drops
+// it. What the router does with the frame does not change; one tap at a
+// time.
 type Tap struct {
-	name   string
-	vars   *ebpf.Map
-	ring   *ebpf.Map
-	reader *ringbuf.Reader
-	mu     sync.Mutex
-	frames []ForwardedFrame
-	long   int // frames longer than the tap takes
-	done   chan struct{}
-	stop   chan struct{}
+	name      string
+	vars      *ebpf.Map
+	ring      *ebpf.Map
+	in        *ebpf.Map // br_capture_in: the per-CPU records, and their lost counts
+	lost0     uint64    // what they counted before the tap opened
+	reader    *ringbuf.Reader
+	mu        sync.Mutex
+	frames    []TapFrame
+	long      int    // frames longer than the tap keeps
+	lost      uint64 // records the ring had no room for, as last read
+	closed    bool
+	done      chan struct{}
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
 // OpenTap starts capturing what the attached router of that pin name
-// forwards.
+// forwards and drops in XDP.
 func OpenTap(name string) (*Tap, error) {
 	dir := PinDir(name)
 	ring, err := ebpf.LoadPinnedMap(filepath.Join(dir, "br_capture"), nil)
@@ -52,15 +75,22 @@ func OpenTap(name string) (*Tap, error) {
 		}
 		return nil, err
 	}
-	vars, err := ebpf.LoadPinnedMap(filepath.Join(dir, "br_vars"), nil)
-	if err != nil {
-		ring.Close()
-		return nil, err
+	t := &Tap{name: name, ring: ring, done: make(chan struct{}), stop: make(chan struct{})}
+	if t.vars, err = ebpf.LoadPinnedMap(filepath.Join(dir, "br_vars"), nil); err == nil {
+		t.in, err = ebpf.LoadPinnedMap(filepath.Join(dir, "br_capture_in"), nil)
 	}
-	t := &Tap{name: name, vars: vars, ring: ring, done: make(chan struct{}), stop: make(chan struct{})}
-	if t.reader, err = ringbuf.NewReader(ring); err != nil {
+	if err == nil && t.in.ValueSize() != uint32(binary.Size(routerBrCaptureFrame{})) {
+		err = fmt.Errorf("its tap's records are of an older fastpath (br_capture_in of %d bytes): detach it and attach it again", t.in.ValueSize())
+	}
+	if err == nil {
+		t.lost0, err = t.lostCount()
+	}
+	if err == nil {
+		t.reader, err = ringbuf.NewReader(ring)
+	}
+	if err != nil {
 		t.closeMaps()
-		return nil, err
+		return nil, fmt.Errorf("router %s: open its tap: %w", name, err)
 	}
 	// What a tap that did not close left in the ring is not this tap's.
 	t.reader.SetDeadline(time.Now())
@@ -124,45 +154,106 @@ func (t *Tap) read() {
 			}
 			continue
 		}
-		s := rec.RawSample
-		if len(s) < 8+2*captureMax {
+		f, long, ok := parseTapRecord(rec.RawSample)
+		if !ok {
 			continue
 		}
-		in, out := int(binary.LittleEndian.Uint32(s[0:4])), int(binary.LittleEndian.Uint32(s[4:8]))
 		t.mu.Lock()
-		if in == 0 || out == 0 || in > captureMax || out > captureMax {
+		if long {
 			t.long++
 		} else {
-			t.frames = append(t.frames, ForwardedFrame{
-				In:  append([]byte(nil), s[8:8+in]...),
-				Out: append([]byte(nil), s[8+captureMax:8+captureMax+out]...),
-			})
+			t.frames = append(t.frames, f)
 		}
 		t.mu.Unlock()
 	}
 }
 
-// Frames are what the router forwarded since the tap opened, and how many
-// frames were too long for it (more than 2,048 bytes).
-func (t *Tap) Frames() ([]ForwardedFrame, int) {
+// parseTapRecord reads one record of br_capture: its header, then the
+// kept bytes of the frame as it arrived and as it left, back to back. long
+// says a frame was longer than the tap keeps; ok is false for a record
+// that does not add up.
+func parseTapRecord(s []byte) (f TapFrame, long, ok bool) {
+	var h routerBrCaptureHdr
+	if _, err := binary.Decode(s, binary.NativeEndian, &h); err != nil {
+		return f, false, false
+	}
+	s = s[captureHdrLen:]
+	kept := func(n uint32) int {
+		if n > uint32(CaptureMax) {
+			return 0
+		}
+		return int(n)
+	}
+	in, out := kept(h.InLen), kept(h.OutLen)
+	// The ring rounds a record up to 8 bytes.
+	if in+out > len(s) {
+		return f, false, false
+	}
+	f.Verdict = VerdictName(Verdict(h.Verdict))
+	if h.InLen == 0 || in == 0 || (h.OutLen > 0 && out == 0) {
+		return f, true, true
+	}
+	f.In = append([]byte(nil), s[:in]...)
+	if out > 0 {
+		f.Out = append([]byte(nil), s[in:in+out]...)
+	}
+	if !f.Dropped() && f.Out == nil {
+		return f, false, false
+	}
+	return f, false, true
+}
+
+// lostCount sums the per-CPU counts of records the ring had no room for.
+func (t *Tap) lostCount() (uint64, error) {
+	var vals []routerBrCaptureFrame
+	if err := t.in.Lookup(uint32(0), &vals); err != nil {
+		return 0, fmt.Errorf("read br_capture_in: %w", err)
+	}
+	var n uint64
+	for _, v := range vals {
+		n += v.Lost
+	}
+	return n, nil
+}
+
+// Frames are what the router forwarded or dropped in XDP since the tap
+// opened, and what the tap missed.
+func (t *Tap) Frames() ([]TapFrame, TapMissed) {
 	// What the router handed over last is read within a moment.
 	time.Sleep(50 * time.Millisecond)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]ForwardedFrame(nil), t.frames...), t.long
+	if !t.closed {
+		if n, err := t.lostCount(); err == nil {
+			t.lost = n - t.lost0
+		}
+	}
+	return append([]TapFrame(nil), t.frames...), TapMissed{Long: t.long, Lost: t.lost}
 }
 
-// Close stops the capture.
+// Close stops the capture; Frames still tells what it got.
 func (t *Tap) Close() error {
-	close(t.stop)
-	err := t.setCapture(0)
-	t.reader.Close()
-	<-t.done
-	t.closeMaps()
+	var err error
+	t.closeOnce.Do(func() {
+		close(t.stop)
+		err = t.setCapture(0)
+		t.reader.Close()
+		<-t.done
+		t.mu.Lock()
+		if n, lerr := t.lostCount(); lerr == nil {
+			t.lost = n - t.lost0
+		}
+		t.closed = true
+		t.mu.Unlock()
+		t.closeMaps()
+	})
 	return err
 }
 
 func (t *Tap) closeMaps() {
-	t.vars.Close()
-	t.ring.Close()
+	for _, m := range []*ebpf.Map{t.vars, t.in, t.ring} {
+		if m != nil {
+			m.Close()
+		}
+	}
 }

@@ -2,47 +2,85 @@ package scionlab
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/capture"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 // OracleReplay is what scionproto's router made of the frames fastpath's
-// router in front of it forwarded in XDP during a check: each frame as it
-// arrived, sent to a reference router of the same AS and router ID (the
-// same topology.json and keys, BFD off) in a namespace of its own, and what
-// it sent compared with what fastpath sent.
+// router in front of it forwarded or dropped in XDP during a check: each
+// frame as it arrived, sent to a reference router of the same AS and router
+// ID (the same topology.json and keys, BFD off) in a namespace of its own,
+// and what it sent compared with what fastpath sent.
 type OracleReplay struct {
-	Router string // fastpath's pin name
-	RefID  string // the reference router's ID
-	Frames int    // forwarded in XDP and replayed
-	Same   int    // the reference sent the same SCION bytes to the same address
-	// Differ: it sent other bytes, or to another address; Dropped: it sent
-	// nothing within a second.
+	Router  string // fastpath's pin name
+	RefID   string // the reference router's ID
+	Frames  int    // forwarded in XDP and replayed
+	Largest int    // the longest of them as it arrived, in bytes
+	// Same: the reference sent the same SCION bytes to the same address,
+	// and fastpath's underlay was right and as the reference's.
+	Same int
+	// Differ: it sent other bytes, to another address, or fastpath's
+	// frame had a wrong UDP checksum, IP header, source, TTL, DF or TOS
+	// (Faults counts each kind); Dropped: it sent nothing within a second.
 	Differ, Dropped int
-	// Long are frames longer than the tap keeps (2,048 bytes).
+	// Drops are the frames fastpath dropped in XDP. DropsAgreed: the
+	// reference sent nothing either, or a receiving kernel would have
+	// dropped the frame before any socket (KernelDrops of them: not
+	// replayed); DropsSent: it sent something — fastpath dropped what the
+	// reference forwards.
+	Drops, DropsAgreed, KernelDrops, DropsSent int
+	// Faults counts the differences by kind (faultUDPChecksum, …).
+	Faults map[string]int
+	// Unseen are frames of the reference whose underlay the capture on
+	// the replay's lo missed: only their source was compared.
+	Unseen int
+	// Long are frames longer than the tap keeps (br.CaptureMax), Lost the
+	// records its ring had no room for: neither is replayed.
 	Long int
-	// Examples describe the first frames that differ or were dropped.
+	Lost uint64
+	// Examples describe the first frames that differ.
 	Examples []string
 }
 
 // OK says the reference agreed on every frame.
-func (r OracleReplay) OK() bool { return r.Differ == 0 && r.Dropped == 0 }
+func (r OracleReplay) OK() bool { return r.Differ == 0 && r.Dropped == 0 && r.DropsSent == 0 }
 
 func (r OracleReplay) String() string {
-	s := fmt.Sprintf("%-28s %4d forwarded in XDP, replayed through %s: %d the same, %d differ, %d dropped", r.Router, r.Frames, r.RefID, r.Same, r.Differ, r.Dropped)
+	s := fmt.Sprintf("%-28s %4d forwarded in XDP (up to %d B), replayed through %s: %d the same, %d differ, %d dropped", r.Router, r.Frames, r.Largest, r.RefID, r.Same, r.Differ, r.Dropped)
+	s += fmt.Sprintf("; %d dropped in XDP by fastpath", r.Drops)
+	if r.Drops > 0 {
+		s += fmt.Sprintf(": %d by the reference too (%d by a kernel before any socket), %d sent by it", r.DropsAgreed, r.KernelDrops, r.DropsSent)
+	}
+	if len(r.Faults) > 0 {
+		var k []string
+		for _, f := range slices.Sorted(maps.Keys(r.Faults)) {
+			k = append(k, fmt.Sprintf("%s %d", f, r.Faults[f]))
+		}
+		s += " (differences: " + strings.Join(k, ", ") + ")"
+	}
 	if r.Long > 0 {
 		s += fmt.Sprintf(" (%d longer than the tap keeps, not replayed)", r.Long)
+	}
+	if r.Lost > 0 {
+		s += fmt.Sprintf(" (%d lost by the tap: its ring was full)", r.Lost)
+	}
+	if r.Unseen > 0 {
+		s += fmt.Sprintf(" (%d of the reference's frames not captured: their TTL, DF and TOS not compared)", r.Unseen)
 	}
 	for _, e := range r.Examples {
 		s += "\n      " + e
@@ -50,67 +88,20 @@ func (r OracleReplay) String() string {
 	return s
 }
 
-// udpFrame is an Ethernet frame's UDP datagram: its ends and payload.
-type udpFrame struct {
-	src, dst netip.AddrPort
-	payload  []byte
-}
-
-// parseUDPFrame reads an Ethernet frame carrying UDP over IPv4 (any
-// options) or IPv6 (no extension headers).
-func parseUDPFrame(f []byte) (udpFrame, error) {
-	if len(f) < 14 {
-		return udpFrame{}, errors.New("shorter than an Ethernet header")
-	}
-	var src, dst netip.Addr
-	var l4 []byte
-	switch binary.BigEndian.Uint16(f[12:14]) {
-	case 0x0800:
-		ip := f[14:]
-		if len(ip) < 20 || ip[9] != 17 {
-			return udpFrame{}, errors.New("IPv4, not UDP")
-		}
-		ihl := int(ip[0]&0x0f) * 4
-		tot := int(binary.BigEndian.Uint16(ip[2:4]))
-		if ihl < 20 || tot < ihl+8 || tot > len(ip) {
-			return udpFrame{}, errors.New("IPv4 lengths wrong")
-		}
-		src, dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
-		l4 = ip[ihl:tot]
-	case 0x86dd:
-		ip := f[14:]
-		if len(ip) < 48 || ip[6] != 17 {
-			return udpFrame{}, errors.New("IPv6, not UDP")
-		}
-		pl := int(binary.BigEndian.Uint16(ip[4:6]))
-		if pl < 8 || 40+pl > len(ip) {
-			return udpFrame{}, errors.New("IPv6 payload length wrong")
-		}
-		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
-		l4 = ip[40 : 40+pl]
-	default:
-		return udpFrame{}, errors.New("neither IPv4 nor IPv6")
-	}
-	ul := int(binary.BigEndian.Uint16(l4[4:6]))
-	if ul < 8 || ul > len(l4) {
-		return udpFrame{}, errors.New("UDP length wrong")
-	}
-	return udpFrame{
-		src:     netip.AddrPortFrom(src, binary.BigEndian.Uint16(l4[0:2])),
-		dst:     netip.AddrPortFrom(dst, binary.BigEndian.Uint16(l4[2:4])),
-		payload: l4[8:ul],
-	}, nil
-}
-
 // oracleNetns is the namespace replays run in, one at a time.
 func (n Network) oracleNetns() string { return n.Prefix + "oracle" }
 
-// replay sends what router k of AS a forwarded in XDP through scionproto's
-// router of the same ID, and compares.
-func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, long int) (OracleReplay, error) {
+// replay sends what router k of AS a forwarded or dropped in XDP through
+// scionproto's router of the same ID, and compares.
+func (n Network) replay(a AS, k int, links []Link, frames []br.TapFrame, missed br.TapMissed) (OracleReplay, error) {
 	r := a.Routers[k]
-	res := OracleReplay{Router: routerHybridName(r), RefID: r.ID, Long: long}
-	type pair struct{ in, out udpFrame }
+	res := OracleReplay{Router: routerHybridName(r), RefID: r.ID, Long: missed.Long, Lost: missed.Lost, Faults: map[string]int{}}
+	type pair struct {
+		in, out udpFrame
+		rawOut  []byte
+		dropped bool
+		verdict string
+	}
 	var pairs []pair
 	// Every address the reference binds or connects to (its interfaces'
 	// sockets are connected to the neighbours'), and those of the siblings.
@@ -124,15 +115,29 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 		}
 	}
 	for _, f := range frames {
-		in, err1 := parseUDPFrame(f.In)
+		in, err := parseUDPFrame(f.In)
+		if f.Dropped() {
+			res.Drops++
+			// The reference's kernel would not hand it to a socket: both
+			// drop it, and there is nothing to replay through a socket.
+			if err != nil || !in.kernelTakes() {
+				res.DropsAgreed++
+				res.KernelDrops++
+				continue
+			}
+			pairs = append(pairs, pair{in: in, dropped: true, verdict: f.Verdict})
+			addrs[in.src.Addr()], addrs[in.dst.Addr()] = true, true
+			continue
+		}
 		out, err2 := parseUDPFrame(f.Out)
-		if err := errors.Join(err1, err2); err != nil {
+		if err := errors.Join(err, err2); err != nil {
 			return res, fmt.Errorf("%s: a frame it forwarded: %w", res.Router, err)
 		}
-		pairs = append(pairs, pair{in, out})
+		pairs = append(pairs, pair{in: in, out: out, rawOut: f.Out, verdict: f.Verdict})
+		res.Largest = max(res.Largest, len(f.In))
 		addrs[in.src.Addr()], addrs[in.dst.Addr()], addrs[out.dst.Addr()] = true, true, true
+		res.Frames++
 	}
-	res.Frames = len(pairs)
 	if len(pairs) == 0 {
 		return res, nil
 	}
@@ -180,10 +185,17 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 		return res, err
 	}
 	defer ref.Stop()
+	// Every frame the reference sends, with the underlay its kernel gave
+	// it: the sockets below get only the datagrams.
+	wire, err := capture.Open(xdp.Iface{Netns: ns, Name: "lo"})
+	if err != nil {
+		return res, err
+	}
+	defer wire.Close()
 
 	type arrival struct {
-		at      netip.AddrPort
-		payload []byte
+		at, from netip.AddrPort
+		payload  []byte
 	}
 	arrived := make(chan arrival, 256)
 	socks := map[netip.AddrPort]*net.UDPConn{}
@@ -194,7 +206,10 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 	}()
 	var ends []netip.AddrPort
 	for _, p := range pairs {
-		ends = append(ends, p.in.src, p.out.dst)
+		ends = append(ends, p.in.src)
+		if !p.dropped {
+			ends = append(ends, p.out.dst)
+		}
 	}
 	if err := netns.Run(ns, func() error {
 		for _, e := range ends {
@@ -209,11 +224,11 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 			go func(e netip.AddrPort, c *net.UDPConn) {
 				buf := make([]byte, 9100)
 				for {
-					k, _, err := c.ReadFromUDPAddrPort(buf)
+					k, from, err := c.ReadFromUDPAddrPort(buf)
 					if err != nil {
 						return
 					}
-					arrived <- arrival{e, append([]byte(nil), buf[:k]...)}
+					arrived <- arrival{e, from, append([]byte(nil), buf[:k]...)}
 				}
 			}(e, c)
 		}
@@ -222,7 +237,7 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 		return res, err
 	}
 	note := func(s string) {
-		if len(res.Examples) < 3 {
+		if len(res.Examples) < 5 {
 			res.Examples = append(res.Examples, s)
 		}
 	}
@@ -238,25 +253,78 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.ForwardedFrame, l
 		if _, err := socks[p.in.src].WriteToUDPAddrPort(p.in.payload, p.in.dst); err != nil {
 			return res, fmt.Errorf("replay frame %d from %s to %s: %w", i, p.in.src, p.in.dst, err)
 		}
+		var got *arrival
 		select {
-		case got := <-arrived:
-			switch {
-			case got.at == p.out.dst && bytes.Equal(got.payload, p.out.payload):
-				res.Same++
-			default:
-				res.Differ++
-				note(fmt.Sprintf("frame %d (%s → %s): fastpath sent %d B to %s, the reference %d B to %s%s", i, p.in.src, p.in.dst,
-					len(p.out.payload), p.out.dst, len(got.payload), got.at, firstDiff(p.out.payload, got.payload)))
-			}
+		case g := <-arrived:
+			got = &g
 		case <-time.After(time.Second):
-			res.Dropped++
-			note(fmt.Sprintf("frame %d (%s → %s): fastpath sent %d B to %s, the reference nothing", i, p.in.src, p.in.dst, len(p.out.payload), p.out.dst))
 		}
 		if ref.Exited() {
 			return res, fmt.Errorf("scionproto's router %s exited on frame %d:\n%s", r.ID, i, ref.Logs.String())
 		}
+		if p.dropped {
+			if got == nil {
+				res.DropsAgreed++
+				continue
+			}
+			res.DropsSent++
+			note(fmt.Sprintf("frame %d (%s → %s, %d B): fastpath dropped it (%s), the reference sent %d B to %s", i, p.in.src, p.in.dst, len(p.in.payload), p.verdict, len(got.payload), got.at))
+			continue
+		}
+		if got == nil {
+			res.Dropped++
+			note(fmt.Sprintf("frame %d (%s → %s): fastpath sent %d B to %s, the reference nothing", i, p.in.src, p.in.dst, len(p.out.payload), p.out.dst))
+			continue
+		}
+		var diffs []difference
+		if got.at != p.out.dst {
+			diffs = append(diffs, difference{faultDestination, fmt.Sprintf("fastpath sent to %s, the reference to %s", p.out.dst, got.at)})
+		}
+		if !bytes.Equal(got.payload, p.out.payload) {
+			diffs = append(diffs, difference{faultSCION, fmt.Sprintf("fastpath sent %d B of SCION, the reference %d B%s", len(p.out.payload), len(got.payload), firstDiff(p.out.payload, got.payload))})
+		}
+		refFrame, ok := referenceFrame(wire, got.from, got.at, got.payload)
+		if !ok {
+			// Only the datagram: its source is what the socket says.
+			res.Unseen++
+			refFrame = p.out
+			refFrame.src = got.from
+		}
+		diffs = append(diffs, outDifferences(p.rawOut, p.out, refFrame)...)
+		if len(diffs) == 0 {
+			res.Same++
+			continue
+		}
+		res.Differ++
+		var texts []string
+		for _, d := range diffs {
+			res.Faults[d.kind]++
+			texts = append(texts, d.text)
+		}
+		note(fmt.Sprintf("frame %d (%s → %s): %s", i, p.in.src, p.in.dst, strings.Join(texts, "; ")))
 	}
 	return res, nil
+}
+
+// referenceFrame finds, among the frames sent on the oracle's lo, the one
+// that carried the reference's datagram, waiting a moment for the capture
+// to read it.
+func referenceFrame(wire *capture.Tap, from, to netip.AddrPort, payload []byte) (udpFrame, bool) {
+	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
+		frames := wire.Frames()
+		for _, f := range slices.Backward(frames) {
+			if !f.Outgoing {
+				continue
+			}
+			u, err := parseUDPFrame(f.Data)
+			if err == nil && u.src == from && u.dst == to && bytes.Equal(u.payload, payload) {
+				return u, true
+			}
+		}
+		if time.Now().After(deadline) {
+			return udpFrame{}, false
+		}
+	}
 }
 
 // firstDiff names the first byte where a and b differ ("" if one is a
@@ -288,7 +356,8 @@ func openTaps(as []AS) (map[string]*br.Tap, error) {
 	return taps, nil
 }
 
-// replayAll closes the taps and replays what each router forwarded.
+// replayAll closes the taps and replays what each router forwarded or
+// dropped.
 func (n Network) replayAll(as []AS, links []Link, taps map[string]*br.Tap) ([]OracleReplay, error) {
 	var out []OracleReplay
 	var errs []error
@@ -298,9 +367,9 @@ func (n Network) replayAll(as []AS, links []Link, taps map[string]*br.Tap) ([]Or
 			if t == nil {
 				continue
 			}
-			frames, long := t.Frames()
+			frames, missed := t.Frames()
 			errs = append(errs, t.Close())
-			res, err := n.replay(a, k, links, frames, long)
+			res, err := n.replay(a, k, links, frames, missed)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -310,4 +379,18 @@ func (n Network) replayAll(as []AS, links []Link, taps map[string]*br.Tap) ([]Or
 	}
 	slices.SortFunc(out, func(x, y OracleReplay) int { return y.Frames - x.Frames })
 	return out, errors.Join(errs...)
+}
+
+// writeOracleSummary says in a line what the replays found.
+func writeOracleSummary(w io.Writer, replays []OracleReplay) {
+	var frames, same, differ, dropped, routers, drops, dropsSent int
+	for _, r := range replays {
+		frames, same, differ, dropped = frames+r.Frames, same+r.Same, differ+r.Differ, dropped+r.Dropped
+		drops, dropsSent = drops+r.Drops, dropsSent+r.DropsSent
+		if r.Frames+r.Drops > 0 {
+			routers++
+		}
+	}
+	fmt.Fprintf(w, "  oracle: %d frames forwarded in XDP at %d routers, replayed through scionproto's router: %d the same, %d differ, %d dropped; %d dropped in XDP by fastpath, %d of them sent by the reference\n",
+		frames, routers, same, differ, dropped, drops, dropsSent)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/slayers/path"
 
+	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
@@ -178,9 +179,13 @@ func (s *Status) Write(w io.Writer) {
 	fmt.Fprintf(w, "logs: %s\n", s.Logs)
 }
 
-// Check runs scionproto's showpaths, ping and traceroute from the end host
-// of the first leaf AS to that of the last, and fails on the first that
-// fails. Their output goes to w.
+// Check runs scionproto's showpaths, ping (also at the path's MTU: jumbo
+// frames with --mtu 9000) and traceroute from the end host of the first
+// leaf AS to that of the last, and fails on the first that fails. In
+// hybrid mode it taps every fastpath router meanwhile and replays what each
+// forwarded or dropped in XDP through scionproto's router of the same ID
+// (the oracle), and fails if the reference disagrees. Their output goes to
+// w.
 func (n Network) Check(ctx context.Context, w io.Writer) error {
 	st, err := n.running()
 	if err != nil {
@@ -197,25 +202,61 @@ func (n Network) Check(ctx context.Context, w io.Writer) error {
 		}
 		return nil
 	}
-	as, _, err := n.plan(st)
+	_, err = n.checkDefault(ctx, st, w)
+	return err
+}
+
+// checkDefault is Check on the default network; it returns the oracle's
+// replays in hybrid mode.
+func (n Network) checkDefault(ctx context.Context, st *State, w io.Writer) ([]OracleReplay, error) {
+	as, links, err := n.plan(st)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	var taps map[string]*br.Tap
+	if len(st.Hybrid) > 0 {
+		if taps, err = openTaps(as); err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, t := range taps {
+				t.Close()
+			}
+		}()
 	}
 	src, dst := as[1], as[len(as)-1]
 	host := fmt.Sprintf("%s,%s", dst.IA, dst.Host)
 	for _, c := range [][]string{
 		{"showpaths", dst.IA.String(), "--timeout", "5s"},
 		{"ping", host, "-c", "3", "--timeout", "2s"},
+		{"ping", host, "-c", "3", "--max-mtu", "--interval", "50ms", "--timeout", "2s"},
 		{"traceroute", host, "--timeout", "2s"},
 	} {
 		fmt.Fprintf(w, "$ scion %s   (on %s's host)\n", strings.Join(c, " "), src.IA)
 		out, err := n.Scion(ctx, src, c...)
 		fmt.Fprintln(w, strings.TrimRight(out, "\n"))
 		if err != nil {
-			return fmt.Errorf("scion %s from %s to %s failed: see the output above and the logs in %s", c[0], src.IA, dst.IA, n.logDir())
+			return nil, fmt.Errorf("scion %s from %s to %s failed: see the output above and the logs in %s", c[0], src.IA, dst.IA, n.logDir())
 		}
 	}
-	return nil
+	if taps == nil {
+		return nil, nil
+	}
+	fmt.Fprintf(w, "the oracle: what each fastpath router forwarded or dropped in XDP during the check, replayed through scionproto's router of the same ID\n")
+	replays, err := n.replayAll(as, links, taps)
+	for _, r := range replays {
+		fmt.Fprintf(w, "  %s\n", r)
+	}
+	if err != nil {
+		return replays, err
+	}
+	writeOracleSummary(w, replays)
+	for _, r := range replays {
+		if !r.OK() {
+			return replays, fmt.Errorf("scionproto's router disagrees with fastpath's %s: see above", r.Router)
+		}
+	}
+	return replays, nil
 }
 
 // ASes is the plan of the running network.

@@ -240,7 +240,7 @@ func (n Network) CheckTopo(ctx context.Context, o TopoCheckOptions, w io.Writer)
 		res.Proofs = append(res.Proofs, proof)
 	}
 	if taps != nil {
-		fmt.Fprintf(w, "the oracle: what each fastpath router forwarded in XDP during the proofs, replayed through scionproto's router of the same ID\n")
+		fmt.Fprintf(w, "the oracle: what each fastpath router forwarded or dropped in XDP during the proofs, replayed through scionproto's router of the same ID\n")
 		res.Oracle, err = n.replayAll(as, links, taps)
 		for _, r := range res.Oracle {
 			fmt.Fprintf(w, "  %s\n", r)
@@ -577,13 +577,6 @@ func (c *TopoCheck) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "  %-36s no path of this kind in the network\n", k)
 	}
 	if len(c.Oracle) > 0 {
-		var frames, same, differ, dropped, routers int
-		for _, r := range c.Oracle {
-			frames, same, differ, dropped = frames+r.Frames, same+r.Same, differ+r.Differ, dropped+r.Dropped
-			if r.Frames > 0 {
-				routers++
-			}
-		}
-		fmt.Fprintf(w, "  oracle: %d frames forwarded in XDP at %d routers, replayed through scionproto's router: %d the same, %d differ, %d dropped\n", frames, routers, same, differ, dropped)
+		writeOracleSummary(w, c.Oracle)
 	}
 }

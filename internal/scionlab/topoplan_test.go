@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -134,7 +135,8 @@ func TestTopoNetwork(t *testing.T) {
 	if len(c.Oracle) != 16 || frames < 100 {
 		t.Fatalf("the oracle replayed %d frames of %d routers, want every router's and at least the proofs' 100", frames, len(c.Oracle))
 	}
-	// The oracle is not blind: a frame fastpath sent one byte off differs.
+	// The oracle is not blind: frames fastpath sent wrong, and one it
+	// dropped that the reference forwards, differ.
 	_, links, err := n.ASes()
 	if err != nil {
 		t.Fatal(err)
@@ -149,17 +151,10 @@ func TestTopoNetwork(t *testing.T) {
 		tap := taps[routerHybridName(r)]
 		got, _ := tap.Frames()
 		tap.Close()
-		if len(got) == 0 {
+		if len(slices.DeleteFunc(got, br.TapFrame.Dropped)) < 3 {
 			continue
 		}
-		got[0].Out[len(got[0].Out)-1] ^= 0x01
-		res, err := n.replay(a111, k, links, got, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Differ != 1 || res.Same != len(got)-1 {
-			t.Fatalf("a frame changed by one byte: %s", res)
-		}
+		replayTampered(t, n, a111, k, links, got)
 		tampered++
 	}
 	if tampered == 0 {
