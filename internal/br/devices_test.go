@@ -3,6 +3,7 @@ package br
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/scionproto/scion/pkg/addr"
@@ -418,5 +421,95 @@ func TestCachedNextHopFollowsTheDevice(t *testing.T) {
 	}
 	if res := run(); res.verdict != "tx_failed" || res.action != xdpDrop {
 		t.Fatalf("device gone from the redirect map: %s (%d), want tx_failed and a drop", res.verdict, res.action)
+	}
+}
+
+// attachedRouter is the program attached to a device of the router, for
+// test runs as if frames came in by any of its devices.
+func attachedRouter(t *testing.T, name string, d xdp.Iface) *ebpf.Program {
+	t.Helper()
+	l, err := link.LoadPinnedLink(filepath.Join(PinDir(name), xdp.LinkPinName(d)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Each socket's traffic arrives by the device it is reached by: internal_addr's
+// by a device facing the AS, an external interface's by the device its
+// neighbour is reached by. A neighbour that sends to internal_addr over its
+// external link (with a sibling's source, say), or to another interface's
+// socket with that neighbour's source, is what a strict reverse-path check
+// drops: it goes to the kernel, which decides as it would for the reference
+// router (before, the router took it as if it had come the right way).
+func TestTrafficByAnotherDevice(t *testing.T) {
+	b := newHostBed(t, false)
+	name, _ := b.attach(t, XDPModeNative)
+	prog := attachedRouter(t, name, xdp.Iface{Netns: b.dut, Name: "d1"})
+	d0, err := xdp.Lookup(xdp.Iface{Netns: b.dut, Name: "d0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, err := xdp.Lookup(xdp.Iface{Netns: b.dut, Name: "d1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bMAC, _ := net.ParseMAC(b.mac(t, b.b, "b0"))
+	aMAC, _ := net.ParseMAC(b.mac(t, b.a, "a0"))
+	frame := func(src, dst netip.AddrPort, srcMAC, dstMAC net.HardwareAddr) []byte {
+		f := b.transit(t, 1)[0]
+		out, err := Underlay(srcMAC, dstMAC, src, dst, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	run := func(in int, f []byte) (uint32, string) {
+		t.Helper()
+		before := verdicts(t, name)
+		var ret uint32
+		if err := netns.Run(b.dut, func() error {
+			var err error
+			ret, err = prog.Run(&ebpf.RunOptions{Data: f, DataOut: make([]byte, len(f)+256), Context: xdpMd{DataEnd: uint32(len(f)), IngressIfindex: uint32(in)}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		after := verdicts(t, name)
+		for v, n := range after {
+			if n != before[v] {
+				return ret, v
+			}
+		}
+		return ret, "none"
+	}
+	for _, c := range []struct {
+		name     string
+		in       int // the arrival device's index
+		src, dst netip.AddrPort
+		srcMAC   net.HardwareAddr
+		want     string
+	}{
+		{"A to interface 1, by d0", d0.Index, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), aMAC, "forwarded"},
+		{"A's source to interface 1, by d1 (B's link)", d1.Index, netip.AddrPortFrom(b.aAddr, 50000), netip.AddrPortFrom(b.d0Addr, 50000), bMAC, "wrong_device"},
+		{"to internal_addr by d1 (B's link alone)", d1.Index, netip.AddrPortFrom(b.aAddr, 30042), netip.AddrPortFrom(b.d0Addr, 30042), bMAC, "wrong_device"},
+	} {
+		dstMAC := d0.HardwareAddr
+		if c.in == d1.Index {
+			dstMAC = d1.HardwareAddr
+		}
+		if ret, v := run(c.in, frame(c.src, c.dst, c.srcMAC, dstMAC)); v != c.want || (c.want == "wrong_device" && ret != xdpPass) {
+			t.Errorf("%s: %s (action %d), want %s", c.name, v, ret, c.want)
+		}
 	}
 }
