@@ -71,12 +71,16 @@ type Keeper struct {
 	vars     *ebpf.Map
 
 	// What the last check found, to log changes only.
-	tx        map[xdp.Iface]xdp.Tx // device → what it takes of XDP frames
-	prev      map[uint32]xdp.Tx    // on the first check: what attach wrote, by ifindex
-	gone      map[xdp.Iface]bool   // devices found deleted (said once)
-	loOff     []string             // families with forwarding off on lo
-	localFull bool                 // said that the host's addresses do not all fit
-	errs      map[string]bool      // errors logged and not seen again since
+	tx    map[xdp.Iface]xdp.Tx // device → what it takes of XDP frames
+	prev  map[uint32]xdp.Tx    // on the first check: what attach wrote, by ifindex
+	gone  map[xdp.Iface]bool   // devices found deleted (said once)
+	loOff []string             // families with forwarding off on lo
+	// Devices created again that an attach failed on, by their index then:
+	// tried again only when the device is made anew once more (an attach
+	// loads the program, too costly to repeat every second).
+	failed    map[xdp.Iface]int
+	localFull bool            // said that the host's addresses do not all fit
+	errs      map[string]bool // errors logged and not seen again since
 	first     bool
 
 	// Checks and the time they took, for Stats (read while Run runs).
@@ -101,7 +105,7 @@ func OpenKeeper(cfg *Config, o KeepOptions) (*Keeper, error) {
 		o.Name = cfg.RouterID
 	}
 	k := &Keeper{cfg: cfg, name: o.Name, dir: PinDir(o.Name), interval: o.Interval, log: o.Log, reattach: o.Reattach,
-		tx: map[xdp.Iface]xdp.Tx{}, gone: map[xdp.Iface]bool{}, errs: map[string]bool{}, first: true}
+		tx: map[xdp.Iface]xdp.Tx{}, gone: map[xdp.Iface]bool{}, failed: map[xdp.Iface]int{}, errs: map[string]bool{}, first: true}
 	devs, err := k.devices()
 	if err != nil {
 		return nil, err
@@ -188,11 +192,18 @@ func (k *Keeper) Check() error {
 // and the new one runs nothing. It attaches again, or says what to do.
 func (k *Keeper) checkLinks(devs []xdp.Iface) error {
 	var again []xdp.Iface
+	index := map[xdp.Iface]int{}
 	for _, d := range devs {
 		if !errors.Is(xdp.PinnedLinkState(filepath.Join(k.dir, xdp.LinkPinName(d))), xdp.ErrLinkGone) {
+			delete(k.failed, d)
 			continue
 		}
-		if _, err := xdp.Lookup(d); err == nil {
+		a, err := xdp.Lookup(d)
+		if err != nil {
+			continue
+		}
+		index[d] = a.Index
+		if i, ok := k.failed[d]; !ok || i != a.Index {
 			again = append(again, d)
 		}
 	}
@@ -203,7 +214,10 @@ func (k *Keeper) checkLinks(devs []xdp.Iface) error {
 		return fmt.Errorf("router %s: %v deleted and created again since the router was attached: nothing runs there; attach it again (`fastpath br attach`)", k.name, again)
 	}
 	if err := k.reattach(); err != nil {
-		return fmt.Errorf("router %s: %v deleted and created again; attaching again failed: %w", k.name, again, err)
+		for _, d := range again {
+			k.failed[d] = index[d]
+		}
+		return fmt.Errorf("router %s: %v deleted and created again; attaching again failed (tried again when it is made anew, or `fastpath br attach`): %w", k.name, again, err)
 	}
 	fmt.Fprintf(k.log, "%s: %v deleted and created again: attached again\n", k.name, again)
 	return nil
