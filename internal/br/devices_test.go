@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/scionproto/scion/pkg/addr"
@@ -428,16 +427,7 @@ func TestCachedNextHopFollowsTheDevice(t *testing.T) {
 // test runs as if frames came in by any of its devices.
 func attachedRouter(t *testing.T, name string, d xdp.Iface) *ebpf.Program {
 	t.Helper()
-	l, err := link.LoadPinnedLink(filepath.Join(PinDir(name), xdp.LinkPinName(d)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ebpf.NewProgramFromID(info.Program)
+	p, err := xdp.PinnedProgram(filepath.Join(PinDir(name), xdp.LinkPinName(d)))
 	if err != nil {
 		t.Fatal(err)
 	}

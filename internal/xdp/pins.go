@@ -202,6 +202,21 @@ func Instances(root string) ([]string, error) {
 
 func loadPinnedLink(pin string) (link.Link, error) { return link.LoadPinnedLink(pin, nil) }
 
+// PinnedProgram is the program a device's link pin holds attached, for
+// test runs of what runs on the device; the caller closes it.
+func PinnedProgram(pin string) (*ebpf.Program, error) {
+	l, err := loadPinnedLink(pin)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(pin), err)
+	}
+	return ebpf.NewProgramFromID(info.Program)
+}
+
 // PinnedDevice is a device an instance has a link pin for, as it stands.
 type PinnedDevice struct {
 	Iface
