@@ -128,6 +128,14 @@ type AS struct {
 	// MTU of the internal network's devices; 0 in the default network,
 	// where up's --mtu gives both.
 	MTU, DevMTU int
+	// InternalKind is the kind of device that holds each router's
+	// Internal address (InternalDev, over a veth InternalDev+"v" unless it
+	// is the veth); the end host's is HostKind. With VXLAN, VNI is the
+	// internal network's and HostUnderlay the host's underlay address (on
+	// HostDev+"v"), each router's in its Underlay.
+	InternalKind DeviceKind
+	VNI          uint32
+	HostUnderlay netip.Prefix
 }
 
 // Router is a border router of an AS: its name in topology.json, the
@@ -136,6 +144,9 @@ type Router struct {
 	ID       string
 	Netns    string
 	Internal netip.Addr
+	// Underlay is the router's VXLAN underlay address on the internal
+	// network (on InternalDev+"v"), where the AS's InternalKind is VXLAN.
+	Underlay netip.Prefix
 }
 
 // RouterInternal is the router's internal_addr.
@@ -169,7 +180,8 @@ func (a AS) RouterInternal() netip.AddrPort {
 }
 
 // Link is an inter-AS link: a veth pair between the parent's namespace and
-// the child's, each end an interface of its AS's router. In a .topo
+// the child's, each end an interface of its AS's router, on the veth
+// itself or on a device over it (ParentKind, ChildKind). In a .topo
 // network "parent" is the link's first end (a), "child" its second (b),
 // whatever its type.
 type Link struct {
@@ -185,8 +197,19 @@ type Link struct {
 	// Routers.
 	ParentRouter, ChildRouter int
 	// SCIONMTU is the interfaces' MTU in topology.json and DevMTU the
-	// veths'; 0 in the default network, where up's --mtu gives both.
+	// MTU of the devices that hold the addresses; 0 in the default
+	// network, where up's --mtu gives both.
 	SCIONMTU, DevMTU int
+	// ParentKind and ChildKind are the kinds of device that hold each
+	// end's address (ParentDev, ChildDev), and ParentVeth and ChildVeth
+	// the veth pair under them: the devices themselves where they are
+	// veths. Devices.Apply sets them; the plans put every end on a veth.
+	ParentKind, ChildKind DeviceKind
+	ParentVeth, ChildVeth string
+	// With VXLAN (at both ends), VNI is the link's and ParentUnderlay and
+	// ChildUnderlay the veths' addresses.
+	VNI                           uint32
+	ParentUnderlay, ChildUnderlay netip.Prefix
 }
 
 // Plan is the network of n ASes: AS 0 the core, the others its children,
@@ -227,6 +250,7 @@ func (n Network) PlanLinks(ases, parallel int) ([]AS, []Link, error) {
 			Tag:       fmt.Sprint(asn),
 		}
 		a.Routers = []Router{{ID: a.RouterID(), Netns: a.Netns, Internal: a.Internal}}
+		a.InternalKind = Veth
 		as = append(as, a)
 	}
 	var links []Link
@@ -240,6 +264,8 @@ func (n Network) PlanLinks(ases, parallel int) ([]AS, []Link, error) {
 				ParentAddr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(255 - k), byte(i), 1}), LinkPort),
 				ChildAddr:  netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(255 - k), byte(i), 2}), LinkPort),
 				Type:       LinkChild,
+				ParentKind: Veth, ChildKind: Veth,
+				ParentVeth: fmt.Sprintf("if%d", parentIf), ChildVeth: fmt.Sprintf("if%d", 1+k),
 			})
 		}
 	}

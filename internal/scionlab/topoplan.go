@@ -92,14 +92,15 @@ func (n Network) PlanTopo(t *Topo) ([]AS, []Link, error) {
 		}
 		a := AS{
 			Index: i, IA: ta.IA, Core: ta.Core,
-			Netns:     n.Prefix + "as" + file,
-			HostNetns: n.Prefix + "h" + file,
-			Internal:  topoInternal(i, 0, v6),
-			Host:      topoHost(i, v6),
-			Dir:       filepath.Join(n.Dir, "gen", "AS"+addr.FormatAS(ta.IA.AS(), addr.WithFileSeparator())),
-			Tag:       file,
-			MTU:       mtu,
-			DevMTU:    devMTU(mtu, v6),
+			Netns:        n.Prefix + "as" + file,
+			HostNetns:    n.Prefix + "h" + file,
+			Internal:     topoInternal(i, 0, v6),
+			Host:         topoHost(i, v6),
+			Dir:          filepath.Join(n.Dir, "gen", "AS"+addr.FormatAS(ta.IA.AS(), addr.WithFileSeparator())),
+			Tag:          file,
+			MTU:          mtu,
+			DevMTU:       devMTU(mtu, v6),
+			InternalKind: Veth,
 		}
 		a.Subnet = netip.PrefixFrom(a.Internal, 24).Masked()
 		if v6 {
@@ -135,6 +136,8 @@ func (n Network) PlanTopo(t *Topo) ([]AS, []Link, error) {
 			Parent: index[l.A.IA], Child: index[l.B.IA],
 			ParentIf: l.A.IfID, ChildIf: l.B.IfID,
 			ParentDev: fmt.Sprintf("if%d", l.A.IfID), ChildDev: fmt.Sprintf("if%d", l.B.IfID),
+			ParentKind: Veth, ChildKind: Veth,
+			ParentVeth: fmt.Sprintf("if%d", l.A.IfID), ChildVeth: fmt.Sprintf("if%d", l.B.IfID),
 			ParentAddr:   netip.AddrPortFrom(topoLinkAddr(j, 1, v6), LinkPort),
 			ChildAddr:    netip.AddrPortFrom(topoLinkAddr(j, 2, v6), LinkPort),
 			Type:         l.Type,
