@@ -42,14 +42,15 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		hybrid    bool
 		sig       bool
 		timeout   time.Duration
-		links     int
+		nlinks    int
 		hopExpiry time.Duration
 		mtu       int
 		topoFile  string
 		renumber  bool
+		devices   string
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000] [--topo FILE.topo [--renumber]]",
+		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000] [--topo FILE.topo [--renumber]] [--devices bridge|macvlan|vxlan|veth,IA#IFID=KIND,...]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,7 +63,13 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 					return err
 				}
 			}
+			devs, err := scionlab.ParseDevices(devices)
+			if err != nil {
+				return err
+			}
 			var topo *scionlab.Topo
+			var as []scionlab.AS
+			var links []scionlab.Link
 			if topoFile != "" {
 				for _, f := range []string{"ases", "links", "mtu", "sig"} {
 					if cmd.Flags().Changed(f) {
@@ -77,12 +84,15 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 						return err
 					}
 				}
-				if _, _, err := n.PlanTopo(topo); err != nil {
+				if as, links, err = n.PlanTopo(topo); err != nil {
 					return err
 				}
 			} else if renumber {
 				return fmt.Errorf("--renumber renumbers the ASes of a --topo file; the default network's are BGP-style already")
-			} else if _, _, err := n.PlanLinks(ases, links); err != nil {
+			} else if as, links, err = n.PlanLinks(ases, nlinks); err != nil {
+				return err
+			}
+			if err := devs.Apply(as, links); err != nil {
 				return err
 			}
 			if hopExpiry != 0 {
@@ -93,7 +103,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			if err := scionlab.CheckMTU(mtu); err != nil {
 				return err
 			}
-			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: links, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Topo: topo, Renumber: renumber, Log: os.Stderr}); err != nil {
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: nlinks, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Topo: topo, Renumber: renumber, Devices: devices, Log: os.Stderr}); err != nil {
 				return err
 			}
 			if sig {
@@ -114,12 +124,13 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		},
 	}
 	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
-	up.Flags().IntVar(&links, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
+	up.Flags().IntVar(&nlinks, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "put fastpath's border router in front of every AS's reference router, core first, each kept by a fastpath br serve")
 	up.Flags().BoolVar(&sig, "sig", false, "also run scionproto's SCION-IP gateway on the end hosts of the first and last leaf AS (addresses 10.(200+i).0.1 and fd00:5c:i::1 behind them, i the AS's index)")
 	up.Flags().DurationVar(&hopExpiry, "hop-expiry", 0, "how long the hop fields of every path live, rounded up to a multiple of 337.5s (337.5s to 24h; 0: scionproto's default, 6h)")
 	up.Flags().IntVar(&mtu, "mtu", scionlab.DefaultMTU, fmt.Sprintf("MTU of every link (inter-AS, internal networks, end hosts), %d to %d; the topology files say %d less (the IPv4/UDP underlay)", scionlab.MinMTU, scionlab.MaxMTU, scionlab.UnderlayOverhead))
 	up.Flags().StringVar(&topoFile, "topo", "", "build the network of a .topo file (scionproto's format; the lab's own: "+strings.Join(scionlab.ShippedTopos(), ", ")+") instead of the default one: a namespace per border router, a switch where an AS has several, IPv6 underlays and MTUs as the file says")
+	up.Flags().StringVar(&devices, "devices", "veth", "which kind of device holds each address of the links and internal networks: veth (on the veth itself), bridge (on a Linux bridge, the veth a port), macvlan (on a macvlan in bridge mode over the veth) or vxlan (on a VXLAN device whose underlay, 172.16.0.0/12, is the veth); for one AS IA=KIND, one of its link ends IA#IFID=KIND, its internal network IA#internal=KIND; later rules win, e.g. veth,1-64512#2=bridge")
 	up.Flags().BoolVar(&renumber, "renumber", false, "with --topo: give the ASes BGP-style numbers from 64512 on (SM-IP addresses for their hosts)")
 	up.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the first path (and for the SIG to carry traffic)")
 

@@ -18,6 +18,8 @@ func TestScionBadInput(t *testing.T) {
 		"hop expiry too long":      {[]string{"up", "--hop-expiry", "25h"}, "--hop-expiry 25h0m0s"},
 		"MTU too small":            {[]string{"up", "--mtu", "1000"}, "--mtu 1000: the links' MTU must be 1308 to 9028 bytes"},
 		"MTU too large":            {[]string{"up", "--mtu", "9100"}, "--mtu 9100: the links' MTU must be 1308 to 9028 bytes"},
+		"unknown device kind":      {[]string{"up", "--devices", "vlan"}, `--devices "vlan": "vlan" has no device kind "vlan"`},
+		"devices of no AS":         {[]string{"up", "--devices", "1-64599=bridge"}, "--devices 1-64599=bridge: the network has no AS 1-64599"},
 		"unknown service":          {[]string{"restart", "1-64513", "dispatcher"}, `service "dispatcher": restart one of router, control, daemon`},
 		"restart one arg":          {[]string{"restart", "1-64513"}, "accepts 2 arg(s)"},
 		"interface not a number":   {[]string{"link", "1-64513", "if1", "down"}, `interface "if1": give the AS's SCION interface ID`},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -51,6 +49,11 @@ type UpOptions struct {
 	// device has the MTU its AS's or link's SCION MTU needs.
 	Topo     *Topo
 	Renumber bool
+	// Devices says which kind of device (veth, bridge, macvlan, vxlan)
+	// holds each link end's and each internal network's addresses, in
+	// ParseDevices' form ("bridge", "veth,1-64512#2=bridge"); "" is every
+	// address on a veth.
+	Devices string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -90,6 +93,11 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := CheckMTU(o.MTU); err != nil {
 		return nil, err
 	}
+	devices, err := ParseDevices(o.Devices)
+	if err != nil {
+		return nil, err
+	}
+	o.Devices = devices.String()
 	var as []AS
 	var links []Link
 	if o.Topo != nil {
@@ -99,6 +107,9 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		as, links, err = n.PlanLinks(o.ASes, o.Links)
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := devices.Apply(as, links); err != nil {
 		return nil, err
 	}
 	gen := genOptions{bfd: !o.NoBFD, mtu: o.MTU, trust: o.Topo}
@@ -134,7 +145,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU}
+	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU, Devices: o.Devices}
 	if o.Topo != nil {
 		st.Topo, st.Renumber = o.Topo.Path, o.Renumber
 		if err := os.WriteFile(n.topoPath(), o.Topo.Text, 0o644); err != nil {
@@ -275,11 +286,12 @@ func (s *State) sameShape(n Network, o UpOptions) bool {
 	if o.Topo != nil || s.Topo != "" {
 		old, err := os.ReadFile(n.topoPath())
 		return o.Topo != nil && err == nil && string(old) == string(o.Topo.Text) && s.Renumber == o.Renumber &&
-			s.Prefix == n.Prefix && (len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry
+			s.Prefix == n.Prefix && (len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
+			s.devices() == o.Devices
 	}
 	return s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
 		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
-		s.mtu() == o.MTU
+		s.mtu() == o.MTU && s.devices() == o.Devices
 }
 
 // firstLastLeaf are the first and the last non-core AS of a plan: up waits
@@ -348,8 +360,9 @@ func HybridName(a AS) string { return a.Netns + "-br" }
 // router of an AS.
 func routerHybridName(r Router) string { return r.Netns + "-br" }
 
-// build makes the namespaces, links and internal networks, every veth of
-// the given MTU where the plan names none.
+// build makes the namespaces, links and internal networks, every device
+// that holds an address of the given MTU where the plan names none, each
+// of the kind the plan says.
 func (n Network) build(as []AS, links []Link, mtu int) error {
 	v6 := ipv6Namespaces(as, links)
 	for _, ns := range Namespaces(as) {
@@ -368,12 +381,12 @@ func (n Network) build(as []AS, links []Link, mtu int) error {
 		if dm == 0 {
 			dm = mtu
 		}
-		bits := a.Subnet.Bits()
+		ends := internalEnds(a)
 		if a.Switch == "" {
-			if err := vethPair(a.Netns, InternalDev, netip.PrefixFrom(a.Internal, bits), a.HostNetns, HostDev, netip.PrefixFrom(a.Host, bits), dm); err != nil {
+			if err := joinEnds(ends[1], ends[0], dm); err != nil {
 				return err
 			}
-		} else if err := buildSwitch(a, dm); err != nil {
+		} else if err := buildSwitch(a, ends, dm); err != nil {
 			return err
 		}
 		// The end host's other traffic (SCION-IP translation later) goes by
@@ -392,20 +405,51 @@ func (n Network) build(as []AS, links []Link, mtu int) error {
 		}
 	}
 	for _, l := range links {
-		p, c := as[l.Parent].Routers[l.ParentRouter], as[l.Child].Routers[l.ChildRouter]
-		bits := 30
-		if l.ParentAddr.Addr().Is6() {
-			bits = 64
-		}
 		dm := l.DevMTU
 		if dm == 0 {
 			dm = mtu
 		}
-		if err := vethPair(p.Netns, l.ParentDev, netip.PrefixFrom(l.ParentAddr.Addr(), bits), c.Netns, l.ChildDev, netip.PrefixFrom(l.ChildAddr.Addr(), bits), dm); err != nil {
+		pe, ce := linkEnds(as, l)
+		if err := joinEnds(pe, ce, dm); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// linkEnds are the two ends of an inter-AS link, the parent's first.
+func linkEnds(as []AS, l Link) (devEnd, devEnd) {
+	p, c := as[l.Parent].Routers[l.ParentRouter], as[l.Child].Routers[l.ChildRouter]
+	bits := 30
+	if l.ParentAddr.Addr().Is6() {
+		bits = 64
+	}
+	pe := devEnd{ns: p.Netns, dev: l.ParentDev, kind: l.ParentKind, addr: netip.PrefixFrom(l.ParentAddr.Addr(), bits), underlay: l.ParentUnderlay, vni: l.VNI}
+	ce := devEnd{ns: c.Netns, dev: l.ChildDev, kind: l.ChildKind, addr: netip.PrefixFrom(l.ChildAddr.Addr(), bits), underlay: l.ChildUnderlay, vni: l.VNI}
+	if l.VNI != 0 {
+		pe.remotes, ce.remotes = []netip.Addr{l.ChildUnderlay.Addr()}, []netip.Addr{l.ParentUnderlay.Addr()}
+	}
+	return pe, ce
+}
+
+// internalEnds are the ends of an AS's internal network: the end host's
+// first, then each router's. With VXLAN each end sends to every other.
+func internalEnds(a AS) []devEnd {
+	bits := a.Subnet.Bits()
+	ends := []devEnd{{ns: a.HostNetns, dev: HostDev, kind: a.HostKind(), addr: netip.PrefixFrom(a.Host, bits), underlay: a.HostUnderlay, vni: a.VNI}}
+	for _, r := range a.Routers {
+		ends = append(ends, devEnd{ns: r.Netns, dev: InternalDev, kind: a.InternalKind, addr: netip.PrefixFrom(r.Internal, bits), underlay: r.Underlay, vni: a.VNI})
+	}
+	if a.VNI != 0 {
+		for i := range ends {
+			for j, o := range ends {
+				if j != i {
+					ends[i].remotes = append(ends[i].remotes, o.underlay.Addr())
+				}
+			}
+		}
+	}
+	return ends
 }
 
 // switchBridge is the bridge of an AS's internal network in its switch
@@ -414,41 +458,38 @@ const switchBridge = "br0"
 
 // buildSwitch makes the internal network of an AS with several routers: a
 // bridge in the AS's switch namespace, and a veth from each router's
-// namespace and from the host's to a port of it. The ports have GRO on,
-// so that a router's XDP may redirect frames into its own end.
-func buildSwitch(a AS, mtu int) error {
+// namespace and from the host's (ends, the host's first) to a port of it.
+// The ports have GRO on, so that a router's XDP may redirect frames into
+// its own end.
+func buildSwitch(a AS, ends []devEnd, mtu int) error {
 	h, err := netns.Handle(a.Switch)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: switchBridge, MTU: mtu}}
+	// Under VXLAN the switch carries the underlay.
+	swMTU := ends[0].vethMTU(mtu)
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: switchBridge, MTU: swMTU}}
 	if err := h.LinkAdd(br); err != nil {
 		return fmt.Errorf("bridge %s in %s: %w", switchBridge, a.Switch, err)
 	}
 	if err := h.LinkSetUp(br); err != nil {
 		return fmt.Errorf("bridge %s in %s up: %w", switchBridge, a.Switch, err)
 	}
-	bits := a.Subnet.Bits()
-	type end struct {
-		ns, dev string
-		addr    netip.Addr
-		port    string
-	}
-	ends := []end{{a.HostNetns, HostDev, a.Host, "h"}}
-	for k, r := range a.Routers {
-		ends = append(ends, end{r.Netns, InternalDev, r.Internal, fmt.Sprintf("r%d", k+1)})
-	}
-	for _, e := range ends {
-		if err := netns.Veth(e.ns, e.dev, a.Switch, e.port); err != nil {
+	for k, e := range ends {
+		port := "h"
+		if k > 0 {
+			port = fmt.Sprintf("r%d", k)
+		}
+		if err := netns.Veth(e.ns, e.veth(), a.Switch, port); err != nil {
 			return err
 		}
-		if err := configure(e.ns, e.dev, netip.PrefixFrom(e.addr, bits), mtu); err != nil {
+		if err := e.make(mtu); err != nil {
 			return err
 		}
-		l, err := h.LinkByName(e.port)
+		l, err := h.LinkByName(port)
 		if err == nil {
-			err = h.LinkSetMTU(l, mtu)
+			err = h.LinkSetMTU(l, swMTU)
 		}
 		if err == nil {
 			err = h.LinkSetMaster(l, br)
@@ -457,10 +498,10 @@ func buildSwitch(a AS, mtu int) error {
 			err = h.LinkSetUp(l)
 		}
 		if err == nil {
-			err = setGRO(a.Switch, e.port, true)
+			err = setGRO(a.Switch, port, true)
 		}
 		if err != nil {
-			return fmt.Errorf("port %s of %s's switch (%s): %w", e.port, a.IA, a.Switch, err)
+			return fmt.Errorf("port %s of %s's switch (%s): %w", port, a.IA, a.Switch, err)
 		}
 	}
 	return nil
@@ -510,24 +551,9 @@ func ipv6Settings(on bool) error {
 	return nil
 }
 
-// vethPair joins two namespaces, each end with an address and the MTU, up,
-// and with GRO on: a veth hands frames redirected by XDP to its peer only if
-// the peer runs XDP or GRO, and fastpath's router may run on either side.
-func vethPair(nsA, devA string, addrA netip.Prefix, nsB, devB string, addrB netip.Prefix, mtu int) error {
-	if err := netns.Veth(nsA, devA, nsB, devB); err != nil {
-		return err
-	}
-	for _, e := range []struct {
-		ns, dev string
-		a       netip.Prefix
-	}{{nsA, devA, addrA}, {nsB, devB, addrB}} {
-		if err := configure(e.ns, e.dev, e.a, mtu); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
+// configure gives a veth its address and MTU, sets it up and turns GRO on:
+// a veth hands frames redirected by XDP to its peer only if the peer runs
+// XDP or GRO, and fastpath's router may run on either side.
 func configure(ns, dev string, a netip.Prefix, mtu int) error {
 	h, err := netns.Handle(ns)
 	if err != nil {
@@ -541,15 +567,8 @@ func configure(ns, dev string, a netip.Prefix, mtu int) error {
 	if err := h.LinkSetMTU(l, mtu); err != nil {
 		return fmt.Errorf("MTU %d on %s/%s: %w", mtu, ns, dev, err)
 	}
-	na := &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}}
-	if a.Addr().Is6() {
-		na.Flags = unix.IFA_F_NODAD
-	}
-	if err := h.AddrReplace(l, na); err != nil {
-		return fmt.Errorf("address %s on %s/%s: %w", a, ns, dev, err)
-	}
-	if err := h.LinkSetUp(l); err != nil {
-		return fmt.Errorf("%s/%s up: %w", ns, dev, err)
+	if err := addrUp(h, ns, l, a); err != nil {
+		return err
 	}
 	return setGRO(ns, dev, true)
 }
@@ -586,11 +605,12 @@ func linkUp(ns, dev string) error {
 }
 
 // SetLink takes the veth of AS a's inter-AS interface ifid down or up, at
-// a's end only: its peer loses carrier with it, so both routers' BFD
-// sessions time out as they would on a cut cable, and each router's metrics
-// show the interface down (router_interface_up). The address and any XDP
-// program on the device stay, so setting it up again restores the link as
-// it was.
+// a's end only (the veth under the interface's bridge, macvlan or VXLAN
+// device where it has one): its peer loses carrier with it, so both
+// routers' BFD sessions time out as they would on a cut cable, and each
+// router's metrics show the interface down (router_interface_up). The
+// address and any XDP program on the device stay, so setting it up again
+// restores the link as it was.
 func (n Network) SetLink(a AS, ifid uint16, up bool) error {
 	_, links, err := n.ASes()
 	if err != nil {
@@ -619,15 +639,16 @@ func (n Network) SetLink(a AS, ifid uint16, up bool) error {
 	return nil
 }
 
-// interfaceDev is the namespace and device of AS a's interface ifid.
+// interfaceDev is the namespace and veth of AS a's interface ifid: the
+// device that holds its address, or the veth under it.
 func interfaceDev(a AS, links []Link, ifid uint16) (string, string, error) {
 	var ids []string
 	for _, l := range links {
 		switch {
 		case l.Parent == a.Index && l.ParentIf == ifid:
-			return a.Routers[l.ParentRouter].Netns, l.ParentDev, nil
+			return a.Routers[l.ParentRouter].Netns, l.ParentVeth, nil
 		case l.Child == a.Index && l.ChildIf == ifid:
-			return a.Routers[l.ChildRouter].Netns, l.ChildDev, nil
+			return a.Routers[l.ChildRouter].Netns, l.ChildVeth, nil
 		case l.Parent == a.Index:
 			ids = append(ids, fmt.Sprint(l.ParentIf))
 		case l.Child == a.Index:

@@ -56,12 +56,31 @@ type State struct {
 	// again when Renumber.
 	Topo     string `json:"topo,omitempty"`
 	Renumber bool   `json:"renumber,omitempty"`
+	// Devices is up's Devices in ParseDevices' form ("" in a record of
+	// before --devices: every address on a veth).
+	Devices string `json:"devices,omitempty"`
 }
 
 func (n Network) topoPath() string { return filepath.Join(n.Dir, "network.topo") }
 
-// plan is the plan of the recorded network.
+// plan is the plan of the recorded network, its devices laid out.
 func (n Network) plan(s *State) ([]AS, []Link, error) {
+	as, links, err := n.planShape(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := ParseDevices(s.Devices)
+	if err == nil {
+		err = d.Apply(as, links)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", n.statePath(), err)
+	}
+	return as, links, nil
+}
+
+// planShape is the recorded network's ASes and links.
+func (n Network) planShape(s *State) ([]AS, []Link, error) {
 	if s.Topo == "" {
 		return n.PlanLinks(s.ASes, s.links())
 	}
@@ -82,6 +101,13 @@ func (n Network) plan(s *State) ([]AS, []Link, error) {
 }
 
 func (s *State) links() int { return max(s.Links, 1) }
+
+func (s *State) devices() string {
+	if s.Devices == "" {
+		return DefaultDevices.String()
+	}
+	return s.Devices
+}
 
 func (s *State) mtu() int {
 	if s.MTU == 0 {

@@ -40,6 +40,9 @@ type Status struct {
 	// serve), each its proportional set size, summed.
 	Routers int    `json:"routers"`
 	MemKiB  uint64 `json:"mem_kib"`
+	// Devices is up's --devices: which kind of device holds each link
+	// end's and internal network's address.
+	Devices string `json:"devices"`
 }
 
 // HopExpiry is the network's hop-field lifetime: what up was asked for
@@ -83,6 +86,37 @@ type ASStatus struct {
 	Procs     []ProcStatus `json:"procs"`
 	// Hybrid names fastpath's router in front of the AS's, if attached.
 	Hybrid string `json:"hybrid,omitempty"`
+	// Devices are the AS's devices that hold an address and are not
+	// veths: its ends of links, its routers' and its host's devices on
+	// the internal network.
+	Devices []DeviceStatus `json:"devices,omitempty"`
+}
+
+// DeviceStatus is a device of the network that holds an address over a
+// veth of its own.
+type DeviceStatus struct {
+	Netns string     `json:"netns"`
+	Dev   string     `json:"dev"`
+	Kind  DeviceKind `json:"kind"`
+	Veth  string     `json:"veth"`
+	Addr  string     `json:"addr"`
+	// Underlay is the veth's address under a VXLAN device, and VNI the
+	// device's.
+	Underlay string `json:"underlay,omitempty"`
+	VNI      uint32 `json:"vni,omitempty"`
+}
+
+func (d DeviceStatus) String() string {
+	s := fmt.Sprintf("%s/%s %s: ", d.Netns, d.Dev, d.Addr)
+	switch d.Kind {
+	case Bridge:
+		return s + fmt.Sprintf("bridge, port %s", d.Veth)
+	case Macvlan:
+		return s + fmt.Sprintf("macvlan (bridge mode) over %s", d.Veth)
+	case VXLAN:
+		return s + fmt.Sprintf("VXLAN, VNI %d, over %s %s", d.VNI, d.Veth, d.Underlay)
+	}
+	return s + string(d.Kind)
 }
 
 // ProcStatus is one process.
@@ -112,12 +146,12 @@ func (n Network) Status() (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	as, _, err := n.plan(st)
+	as, links, err := n.plan(st)
 	if err != nil {
 		return nil, err
 	}
 	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir(), Hops: hopExpiry(st.HopExpiry),
-		MTU: st.mtu(), SCIONMTU: SCIONMTU(st.mtu()), Topo: st.Topo}
+		MTU: st.mtu(), SCIONMTU: SCIONMTU(st.mtu()), Topo: st.Topo, Devices: st.devices()}
 	hybrid := map[string]bool{}
 	for _, h := range st.Hybrid {
 		hybrid[h] = hybridAttached(h)
@@ -140,6 +174,7 @@ func (n Network) Status() (*Status, error) {
 				s.Procs = append(s.Procs, ps)
 			}
 		}
+		s.Devices = deviceStatus(a, as, links)
 		out.Routers += len(a.Routers)
 		out.ASes = append(out.ASes, s)
 	}
@@ -157,6 +192,7 @@ func (s *Status) Write(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "\nlinks of MTU %d (SCION MTU %d)", s.MTU, s.SCIONMTU)
 	}
+	fmt.Fprintf(w, "; addresses on devices %q", s.Devices)
 	fmt.Fprintf(w, "; its processes hold %.0f MiB\n%s\n%-9s %-5s %-13s %-12s %-11s %-11s %s\n", float64(s.MemKiB)/1024, s.Hops, "AS", "core", "namespace", "host ns", "internal", "host", "processes")
 	for _, a := range s.ASes {
 		var ps []string
@@ -176,7 +212,41 @@ func (s *Status) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-9s %-5s %-13s %-12s %-11s %-11s %s\n", a.IA, core, a.Netns, a.HostNetns, a.Internal, a.Host, strings.Join(ps, ", "))
 	}
+	for _, a := range s.ASes {
+		for _, d := range a.Devices {
+			fmt.Fprintf(w, "%-9s %s\n", a.IA, d)
+		}
+	}
 	fmt.Fprintf(w, "logs: %s\n", s.Logs)
+}
+
+// deviceStatus are the devices of an AS that are not veths, in the order
+// build makes them: its internal network's, then its ends of links.
+func deviceStatus(a AS, as []AS, links []Link) []DeviceStatus {
+	var out []DeviceStatus
+	add := func(e devEnd) {
+		if e.kind == Veth {
+			return
+		}
+		d := DeviceStatus{Netns: e.ns, Dev: e.dev, Kind: e.kind, Veth: e.veth(), Addr: e.addr.String(), VNI: e.vni}
+		if e.underlay.IsValid() {
+			d.Underlay = e.underlay.String()
+		}
+		out = append(out, d)
+	}
+	for _, e := range internalEnds(a) {
+		add(e)
+	}
+	for _, l := range links {
+		p, c := linkEnds(as, l)
+		if l.Parent == a.Index {
+			add(p)
+		}
+		if l.Child == a.Index {
+			add(c)
+		}
+	}
+	return out
 }
 
 // Check runs scionproto's showpaths, ping (also at the path's MTU: jumbo

@@ -17,8 +17,8 @@ import (
 
 // Transit is traffic across the core AS on a real path of the network:
 // a SCMP echo request as the first leaf AS's router sends it to the core,
-// and where the generator (the first leaf's link device) and the sink (the
-// last leaf's link device, before its router) go.
+// and where the generator (the first leaf's link veth) and the sink (the
+// last leaf's link veth, before its router) go.
 type Transit struct {
 	Template  []byte
 	Gen, Sink xdp.Iface
@@ -43,9 +43,17 @@ func (n Network) CaptureTransit(ctx context.Context) (*Transit, error) {
 			down = l
 		}
 	}
+	// The generator and the sink run on the leaves' veths, under a bridge
+	// or macvlan if the link end has one; a VXLAN underlay carries the
+	// frames encapsulated, which the rows do not make.
+	for _, l := range []Link{up, down} {
+		if l.ChildKind == VXLAN {
+			return nil, fmt.Errorf("%s's link to the core is VXLAN: transit is sent and counted as plain frames on the leaves' veths; bring the network up with another --devices", as[l.Child].IA)
+		}
+	}
 	tr := &Transit{
-		Gen:  xdp.Iface{Netns: src.Netns, Name: up.ChildDev},
-		Sink: xdp.Iface{Netns: dst.Netns, Name: down.ChildDev},
+		Gen:  xdp.Iface{Netns: src.Netns, Name: up.ChildVeth},
+		Sink: xdp.Iface{Netns: dst.Netns, Name: down.ChildVeth},
 	}
 	tap, err := capture.Open(tr.Gen)
 	if err != nil {
