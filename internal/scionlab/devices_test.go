@@ -97,13 +97,17 @@ func TestDevicesOnTheDefaultNetwork(t *testing.T) {
 		// the core's end of its link to 1-64514, 1-64514's end, the
 		// core's internal end and its host's
 		coreEnd, leafEnd, coreInt, coreHost endWant
+		// whether the core's and the leaves' fastpath must attach in
+		// native XDP
+		coreNative, leafNative bool
 	}{
 		"veth": {
 			devices: "veth", mtu: 1500,
-			coreEnd:  endWant{"fp-x-as64512", "if2", "if2", Veth, "10.255.2.1/30", 1500, "", 0, nil},
-			leafEnd:  endWant{"fp-x-as64514", "if1", "if1", Veth, "10.255.2.2/30", 1500, "", 0, nil},
-			coreInt:  endWant{"fp-x-as64512", "int0", "int0", Veth, "10.100.0.1/24", 1500, "", 0, nil},
-			coreHost: endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			coreEnd:    endWant{"fp-x-as64512", "if2", "if2", Veth, "10.255.2.1/30", 1500, "", 0, nil},
+			leafEnd:    endWant{"fp-x-as64514", "if1", "if1", Veth, "10.255.2.2/30", 1500, "", 0, nil},
+			coreInt:    endWant{"fp-x-as64512", "int0", "int0", Veth, "10.100.0.1/24", 1500, "", 0, nil},
+			coreHost:   endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			coreNative: true, leafNative: true,
 		},
 		"bridge": {
 			devices: "bridge", mtu: 1500,
@@ -139,20 +143,24 @@ func TestDevicesOnTheDefaultNetwork(t *testing.T) {
 			leafEnd:  endWant{"fp-x-as64514", "if1", "if1", Veth, "10.255.2.2/30", 1500, "", 0, nil},
 			coreInt:  endWant{"fp-x-as64512", "int0", "int0", Veth, "10.100.0.1/24", 1500, "", 0, nil},
 			coreHost: endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			// the leaves are all veths
+			leafNative: true,
 		},
 		"one end of a link VXLAN makes both": {
 			devices: "1-64512#2=vxlan", mtu: 1500,
-			coreEnd:  endWant{"fp-x-as64512", "if2", "if2v", VXLAN, "10.255.2.1/30", 1550, "172.16.0.5/30", 2, []string{"172.16.0.6"}},
-			leafEnd:  endWant{"fp-x-as64514", "if1", "if1v", VXLAN, "10.255.2.2/30", 1550, "172.16.0.6/30", 2, []string{"172.16.0.5"}},
-			coreInt:  endWant{"fp-x-as64512", "int0", "int0", Veth, "10.100.0.1/24", 1500, "", 0, nil},
-			coreHost: endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			coreEnd:    endWant{"fp-x-as64512", "if2", "if2v", VXLAN, "10.255.2.1/30", 1550, "172.16.0.5/30", 2, []string{"172.16.0.6"}},
+			leafEnd:    endWant{"fp-x-as64514", "if1", "if1v", VXLAN, "10.255.2.2/30", 1550, "172.16.0.6/30", 2, []string{"172.16.0.5"}},
+			coreInt:    endWant{"fp-x-as64512", "int0", "int0", Veth, "10.100.0.1/24", 1500, "", 0, nil},
+			coreHost:   endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			leafNative: false,
 		},
 		"an internal network alone": {
 			devices: "1-64512#internal=macvlan", mtu: 1500,
-			coreEnd:  endWant{"fp-x-as64512", "if2", "if2", Veth, "10.255.2.1/30", 1500, "", 0, nil},
-			leafEnd:  endWant{"fp-x-as64514", "if1", "if1", Veth, "10.255.2.2/30", 1500, "", 0, nil},
-			coreInt:  endWant{"fp-x-as64512", "int0", "int0v", Macvlan, "10.100.0.1/24", 1500, "", 0, nil},
-			coreHost: endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			coreEnd:    endWant{"fp-x-as64512", "if2", "if2", Veth, "10.255.2.1/30", 1500, "", 0, nil},
+			leafEnd:    endWant{"fp-x-as64514", "if1", "if1", Veth, "10.255.2.2/30", 1500, "", 0, nil},
+			coreInt:    endWant{"fp-x-as64512", "int0", "int0v", Macvlan, "10.100.0.1/24", 1500, "", 0, nil},
+			coreHost:   endWant{"fp-x-h64512", "eth0", "eth0", Veth, "10.100.0.2/24", 1500, "", 0, nil},
+			leafNative: true,
 		},
 	}
 	for name, c := range cases {
@@ -168,7 +176,7 @@ func TestDevicesOnTheDefaultNetwork(t *testing.T) {
 			if err := d.Apply(as, links); err != nil {
 				t.Fatal(err)
 			}
-			core := as[0]
+			core, leaf := as[0], as[2]
 			l := links[1]
 			if l.Parent != 0 || l.Child != 2 {
 				t.Fatalf("link 1 joins %d and %d", l.Parent, l.Child)
@@ -179,6 +187,12 @@ func TestDevicesOnTheDefaultNetwork(t *testing.T) {
 			ends := internalEnds(core)
 			checkEnd(t, "the core's end of its internal network", ends[1], c.mtu, c.coreInt)
 			checkEnd(t, "the core's host", ends[0], c.mtu, c.coreHost)
+			if got := onVeths(core, links, 0); got != c.coreNative {
+				t.Errorf("the core's fastpath must attach natively: %v, want %v", got, c.coreNative)
+			}
+			if got := onVeths(leaf, links, 0); got != c.leafNative {
+				t.Errorf("1-64514's fastpath must attach natively: %v, want %v", got, c.leafNative)
+			}
 			// SetLink cuts the veth, under whatever holds the address.
 			if ns, dev, err := interfaceDev(core, links, l.ParentIf); err != nil || ns != c.coreEnd.ns || dev != c.coreEnd.veth {
 				t.Errorf("the core's interface %d is cut at %s/%s (%v), want %s/%s", l.ParentIf, ns, dev, err, c.coreEnd.ns, c.coreEnd.veth)

@@ -50,8 +50,12 @@ func (n Network) ServeHybrid(ctx context.Context, a AS, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	_, links, err := n.plan(st)
+	if err != nil {
+		return err
+	}
 	for k := range a.Routers {
-		if err := n.serveHybrid(ctx, st, a, k, log); err != nil {
+		if err := n.serveHybrid(ctx, st, a, links, k, log); err != nil {
 			return err
 		}
 	}
@@ -60,8 +64,11 @@ func (n Network) ServeHybrid(ctx context.Context, a AS, log io.Writer) error {
 
 // serveHybrid starts the `br serve` of router k of the AS, records it in st
 // (before it is ready, so that down finds it whatever happens) and waits
-// until it has attached.
-func (n Network) serveHybrid(ctx context.Context, st *State, a AS, k int, log io.Writer) error {
+// until it has attached. On veths it must attach in native XDP
+// (--no-fallback); a router with a bridge, macvlan or VXLAN device, none
+// of which has native XDP, may fall back to generic XDP on that device,
+// and its log says so.
+func (n Network) serveHybrid(ctx context.Context, st *State, a AS, links []Link, k int, log io.Writer) error {
 	if log == nil {
 		log = io.Discard
 	}
@@ -74,7 +81,10 @@ func (n Network) serveHybrid(ctx context.Context, st *State, a AS, k int, log io
 		return err
 	}
 	name := routerHybridName(r)
-	args := []string{"br", "serve", "--config", filepath.Join(a.Dir, routerFile("fastpath-br", k)), "--netns", r.Netns, "--name", name, "--no-fallback"}
+	args := []string{"br", "serve", "--config", filepath.Join(a.Dir, routerFile("fastpath-br", k)), "--netns", r.Netns, "--name", name}
+	if onVeths(a, links, k) {
+		args = append(args, "--no-fallback")
+	}
 	p, err := n.startServe(ctx, st, Proc{Name: routerProcName(ServeService, a, k), AS: a.IA.String(), Netns: r.Netns, Args: append([]string{bin}, args...)})
 	if err != nil {
 		return fmt.Errorf("fastpath in front of %s: %w", r.ID, err)
@@ -85,6 +95,21 @@ func (n Network) serveHybrid(ctx context.Context, st *State, a AS, k int, log io
 	}
 	fmt.Fprintf(log, "fastpath br %s attached in front of %s and kept by %s (pid %d; log %s)\n", name, r.ID, p.Name, p.PID, p.Log)
 	return nil
+}
+
+// onVeths says whether every device of router k of an AS that holds an
+// address is a veth: its internal network's and its ends of links.
+func onVeths(a AS, links []Link, k int) bool {
+	if a.InternalKind != Veth {
+		return false
+	}
+	for _, l := range links {
+		if (l.Parent == a.Index && l.ParentRouter == k && l.ParentKind != Veth) ||
+			(l.Child == a.Index && l.ChildRouter == k && l.ChildKind != Veth) {
+			return false
+		}
+	}
+	return true
 }
 
 // startServe starts a `br serve` like want (name, AS, namespace, command

@@ -197,7 +197,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 					continue
 				}
 				for k := range a.Routers {
-					if err := n.serveHybrid(ctx, st, a, k, o.Log); err != nil {
+					if err := n.serveHybrid(ctx, st, a, links, k, o.Log); err != nil {
 						return st, err
 					}
 				}
@@ -337,6 +337,10 @@ func allAlive(s *State) bool {
 // neighbours' devices could not take when it attached stays with the
 // reference router.
 func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
+	_, links, err := n.ASes()
+	if err != nil {
+		return "", err
+	}
 	if err := loForwarding(a.Netns); err != nil {
 		return "", err
 	}
@@ -345,7 +349,7 @@ func (n Network) AttachHybrid(a AS, log io.Writer) (string, error) {
 		return "", err
 	}
 	name := HybridName(a)
-	if err := br.Attach(cfg, br.AttachOptions{Netns: a.Netns, Name: name, NoFallback: true, Warn: log}); err != nil {
+	if err := br.Attach(cfg, br.AttachOptions{Netns: a.Netns, Name: name, NoFallback: onVeths(a, links, 0), Warn: log}); err != nil {
 		return "", fmt.Errorf("attach fastpath in front of %s: %w", a.RouterID(), err)
 	}
 	fmt.Fprintf(log, "fastpath br %s attached in front of %s\n", name, a.RouterID())
