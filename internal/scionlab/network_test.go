@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/vishvananda/netlink"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/capture"
@@ -422,5 +423,156 @@ func TestHybridHealsCoreFirst(t *testing.T) {
 		if hybridAttached(h) {
 			t.Fatalf("fastpath %s still attached after down", h)
 		}
+	}
+}
+
+// One network on every kind of device but the plain veth, without
+// fastpath: the core's end of its link to the first leaf on a bridge, the
+// leaf's end on a macvlan, the link to the last leaf VXLAN, the first
+// leaf's internal network on a bridge and the last's on a macvlan. Each
+// device is of its kind, holds its address and MTU over a veth that holds
+// none (VXLAN's underlay but), and is what the neighbour reaches (its MAC
+// in the peer's neighbour table: a macvlan's veth must not answer ARP in
+// its place); status lists them, the check passes across all of them, and
+// a link cut under a bridge cuts the cable (the far end loses carrier).
+func TestNetworkOnOtherDevices(t *testing.T) {
+	const devices = "veth,1-64512#1=bridge,1-64513#1=macvlan,1-64514#1=vxlan,1-64513#internal=bridge,1-64514#internal=macvlan"
+	n, as := testNetwork(t, UpOptions{Devices: devices})
+	_, links, err := n.ASes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type end struct {
+		e, peer devEnd
+		mac     string // of e.dev
+	}
+	var ends []end
+	for _, l := range links {
+		p, c := linkEnds(as, l)
+		ends = append(ends, end{e: p, peer: c}, end{e: c, peer: p})
+	}
+	for _, a := range as[1:] {
+		ie := internalEnds(a)
+		ends = append(ends, end{e: ie[1], peer: ie[0]}, end{e: ie[0], peer: ie[1]})
+	}
+	kinds := map[DeviceKind]int{}
+	for i := range ends {
+		e := ends[i].e
+		h, err := netns.Handle(e.ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		dev, err := h.LinkByName(e.dev)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", e.ns, e.dev, err)
+		}
+		veth, err := h.LinkByName(e.veth())
+		if err != nil {
+			t.Fatalf("%s/%s: %v", e.ns, e.veth(), err)
+		}
+		kinds[e.kind]++
+		wantType := map[DeviceKind]string{Veth: "veth", Bridge: "bridge", Macvlan: "macvlan", VXLAN: "vxlan"}[e.kind]
+		if dev.Type() != wantType || veth.Type() != "veth" || dev.Attrs().MTU != DefaultMTU || veth.Attrs().MTU != e.vethMTU(DefaultMTU) {
+			t.Fatalf("%s/%s is a %s of MTU %d over %s, a %s of MTU %d; want a %s of MTU %d over a veth of MTU %d",
+				e.ns, e.dev, dev.Type(), dev.Attrs().MTU, e.veth(), veth.Type(), veth.Attrs().MTU, wantType, DefaultMTU, e.vethMTU(DefaultMTU))
+		}
+		addrs := func(l netlink.Link) []string {
+			t.Helper()
+			as, err := h.AddrList(l, netlink.FAMILY_ALL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, a := range as {
+				out = append(out, a.IPNet.String())
+			}
+			return out
+		}
+		if got := addrs(dev); !slices.Equal(got, []string{e.addr.String()}) {
+			t.Fatalf("%s/%s has addresses %v, want %s", e.ns, e.dev, got, e.addr)
+		}
+		if e.kind != Veth {
+			want := []string{}
+			if e.kind == VXLAN {
+				want = []string{e.underlay.String()}
+			}
+			if got := addrs(veth); !slices.Equal(got, want) {
+				t.Fatalf("%s/%s under the %s has addresses %v, want %v", e.ns, e.veth(), e.kind, got, want)
+			}
+		}
+		if e.kind == Bridge && veth.Attrs().MasterIndex != dev.Attrs().Index {
+			t.Fatalf("%s/%s is no port of bridge %s", e.ns, e.veth(), e.dev)
+		}
+		if e.kind == Macvlan && dev.Attrs().ParentIndex != veth.Attrs().Index {
+			t.Fatalf("macvlan %s/%s is not over %s", e.ns, e.dev, e.veth())
+		}
+		ends[i].mac = dev.Attrs().HardwareAddr.String()
+	}
+	if kinds[Bridge] != 2 || kinds[Macvlan] != 2 || kinds[VXLAN] != 2 {
+		t.Fatalf("devices by kind: %v; the rules %s make 2 bridges, 2 macvlans, 2 VXLAN devices", kinds, devices)
+	}
+
+	var out strings.Builder
+	if err := n.Check(context.Background(), &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	// The check's traffic found each device by ARP: the peer has its MAC.
+	// Every end of the check's path, both ways, was asked.
+	for _, x := range ends {
+		h, err := netns.Handle(x.peer.ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		peerDev, err := h.LinkByName(x.peer.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		neigh, err := h.NeighList(peerDev.Attrs().Index, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(neigh, func(nb netlink.Neigh) bool { return nb.IP.Equal(x.e.addr.Addr().AsSlice()) })
+		if i < 0 {
+			t.Fatalf("%s/%s has no neighbour entry for %s/%s's %s after the check", x.peer.ns, x.peer.dev, x.e.ns, x.e.dev, x.e.addr.Addr())
+		}
+		if got := neigh[i].HardwareAddr.String(); got != x.mac {
+			t.Fatalf("%s/%s reaches %s at %s, want %s/%s's %s", x.peer.ns, x.peer.dev, x.e.addr.Addr(), got, x.e.ns, x.e.dev, x.mac)
+		}
+	}
+
+	st, err := n.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	st.Write(&sb)
+	for _, want := range []string{
+		fmt.Sprintf("addresses on devices %q", devices),
+		fmt.Sprintf("%s/if1 10.255.1.1/30: bridge, port if1v", as[0].Netns),
+		fmt.Sprintf("%s/if1 10.255.1.2/30: macvlan (bridge mode) over if1v", as[1].Netns),
+		fmt.Sprintf("%s/if2 10.255.2.1/30: VXLAN, VNI 2, over if2v 172.16.0.5/30", as[0].Netns),
+		fmt.Sprintf("%s/int0 10.102.0.1/24: macvlan (bridge mode) over int0v", as[2].Netns),
+	} {
+		if !strings.Contains(sb.String(), want) {
+			t.Fatalf("status says\n%s\nwant %q in it", sb.String(), want)
+		}
+	}
+
+	// A cut at the veth under the core's bridge, as at a veth: the
+	// leaf's end loses carrier.
+	if err := n.SetLink(as[0], 1, false); err != nil {
+		t.Fatal(err)
+	}
+	peer, err := xdp.Lookup(xdp.Iface{Netns: as[1].Netns, Name: links[0].ChildVeth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peer.OperState == netlink.OperUp {
+		t.Fatalf("%s/%s still up with its peer under the core's bridge down", as[1].Netns, links[0].ChildVeth)
+	}
+	if err := n.SetLink(as[0], 1, true); err != nil {
+		t.Fatal(err)
 	}
 }
