@@ -50,7 +50,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		devices   string
 	)
 	up := &cobra.Command{
-		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000] [--topo FILE.topo [--renumber]] [--devices bridge|macvlan|vxlan|veth,IA#IFID=KIND,...]",
+		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000] [--topo FILE.topo [--renumber]] [--devices KIND[,IA#IFID=KIND,...]]",
 		Short: "build the network, start its services and wait for paths",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
