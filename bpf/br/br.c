@@ -1850,6 +1850,7 @@ static __noinline int capture_departure(struct xdp_md *ctx, __u64 now)
 	len = bpf_xdp_get_buff_len(ctx);
 	f->hdr.out_len = len;
 	f->hdr.verdict = BR_FORWARDED;
+	f->hdr.generic = br_generic;
 	/* As it left, right after it as it arrived. */
 	n = kept(len);
 	if (n > 0 && bpf_xdp_load_bytes(ctx, 0, f->data + in, n))
@@ -1869,6 +1870,7 @@ static __noinline int capture_drop(__u64 now, __u32 verdict)
 		return 0;
 	f->hdr.out_len = 0;
 	f->hdr.verdict = verdict;
+	f->hdr.generic = br_generic;
 	capture_send(f, kept(f->hdr.in_len));
 	return 0;
 }

@@ -210,7 +210,9 @@ struct br_capture_hdr {
 	__u32 in_len;  /* the frame's whole length as it arrived */
 	__u32 out_len; /* and as it left; 0 if it was dropped */
 	__u32 verdict; /* enum br_verdict: BR_FORWARDED, or why it was dropped */
-	__u32 pad;
+	/* 1: by the copy attached in generic mode, which leaves a pending UDP
+	 * checksum pending (its skb is completed by the device that sends it). */
+	__u32 generic;
 };
 
 /* Value of br_capture_in, per CPU: the record being made. */

@@ -262,7 +262,9 @@ var errLocalAddrsFull = errors.New("more addresses than the router keeps")
 // write makes the maps hold the view. Devices are written so that no
 // packet is redirected to a device missing from the redirect map: a device
 // is put there before br_devs lets a packet choose it, and taken out only
-// after br_devs stopped. Next hops the router cached on a device that
+// after br_devs stopped. The redirect map holds every device that is up
+// (the generic copy sends skbs, which any of them takes); br_devs says
+// which of them the native program may send to. Next hops the router cached on a device that
 // stopped taking frames or is gone are dropped, so that the next packet
 // asks the FIB again. It says whether addresses were left out
 // (errLocalAddrsFull, after everything else was written).
@@ -274,9 +276,11 @@ func (m hostMaps) write(ns string, cfg *Config, v hostView) (added, removed []ro
 		if err != nil {
 			return fmt.Errorf("read the redirect map: %w", err)
 		}
+		// The native program redirects to a device that takes XDP frames,
+		// the generic copy to any that is up (br_devs says which is which).
 		usable := map[uint32]bool{}
 		for _, d := range v.devs {
-			if d.tx.Frames {
+			if d.tx.Frames || d.flags&uint16(routerBrDevFlagsBR_DEV_UP) != 0 {
 				usable[d.index] = true
 				if !have[d.index] {
 					if err := m.txPorts.Put(d.index, d.index); err != nil {
@@ -348,7 +352,7 @@ func (m hostMaps) readDevs() ([]routerBrDev, error) {
 // writeDevs makes br_devs and br_devs_more hold the devices: each in its
 // slot of br_devs (ifindex modulo its size), the lowest ifindex where two
 // share one, the others in br_devs_more. It says whether a device that
-// took XDP frames no longer does, or is gone.
+// took XDP frames (or was up) no longer does (or is not), or is gone.
 func (m hostMaps) writeDevs(devs []hostDev) (lost bool, err error) {
 	want := map[uint32]routerBrDev{}
 	for _, d := range devs {
@@ -376,8 +380,9 @@ func (m hostMaps) writeDevs(devs []hostDev) (lost bool, err error) {
 	if err := it.Err(); err != nil {
 		return false, fmt.Errorf("read br_devs_more: %w", err)
 	}
+	sends := uint16(routerBrDevFlagsBR_DEV_XMIT | routerBrDevFlagsBR_DEV_UP)
 	for _, p := range prev {
-		if w, ok := want[p.Ifindex]; p.Flags&uint16(routerBrDevFlagsBR_DEV_XMIT) != 0 && (!ok || w.Flags&uint16(routerBrDevFlagsBR_DEV_XMIT) == 0) {
+		if w := want[p.Ifindex]; p.Flags&sends&^w.Flags != 0 {
 			lost = true
 		}
 	}

@@ -20,6 +20,9 @@ import (
 type TapFrame struct {
 	In, Out []byte
 	Verdict string
+	// Generic: by the copy attached in generic mode, which leaves a
+	// pending UDP checksum pending for the device to complete.
+	Generic bool
 }
 
 // Dropped says the router dropped the frame.
@@ -190,6 +193,7 @@ func parseTapRecord(s []byte) (f TapFrame, long, ok bool) {
 		return f, false, false
 	}
 	f.Verdict = VerdictName(Verdict(h.Verdict))
+	f.Generic = h.Generic != 0
 	if h.InLen == 0 || in == 0 || (h.OutLen > 0 && out == 0) {
 		return f, true, true
 	}

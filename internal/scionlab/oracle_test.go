@@ -99,11 +99,12 @@ func (s underlaySpec) pseudoSum() uint16 {
 // source, TTL (hop limit), DF and TOS scionproto's router sends with.
 func TestOracleChecksTheUnderlay(t *testing.T) {
 	cases := map[string]struct {
-		v6   bool
-		edit func(s *underlaySpec) // fastpath's frame
-		raw  func(f []byte)        // its bytes, after the build
-		want []string              // kinds of difference
-		text string                // in the example line
+		v6      bool
+		generic bool                  // sent by the copy attached in generic mode
+		edit    func(s *underlaySpec) // fastpath's frame
+		raw     func(f []byte)        // its bytes, after the build
+		want    []string              // kinds of difference
+		text    string                // in the example line
 	}{
 		"right, IPv4": {},
 		"right, IPv6": {v6: true},
@@ -119,6 +120,16 @@ func TestOracleChecksTheUnderlay(t *testing.T) {
 		"UDP checksum still owed": {
 			edit: func(s *underlaySpec) { s.csum, s.csumSet = s.pseudoSum(), true },
 			want: []string{faultUDPChecksum}, text: "pseudo-header's sum only",
+		},
+		// The generic copy's frame is an skb the device still completes.
+		"UDP checksum owed, by the generic copy": {
+			generic: true,
+			edit:    func(s *underlaySpec) { s.csum, s.csumSet = s.pseudoSum(), true },
+		},
+		"UDP checksum wrong, by the generic copy": {
+			generic: true,
+			edit:    func(s *underlaySpec) { s.csum, s.csumSet = 0x1234, true },
+			want:    []string{faultUDPChecksum}, text: "UDP checksum 0x1234 wrong",
 		},
 		"no UDP checksum, IPv4": {
 			edit: func(s *underlaySpec) { s.csum, s.csumSet = 0, true },
@@ -197,7 +208,7 @@ func TestOracleChecksTheUnderlay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			diffs := outDifferences(raw, fpFrame, refFrame)
+			diffs := outDifferences(raw, fpFrame, refFrame, c.generic)
 			var kinds, texts []string
 			for _, d := range diffs {
 				kinds = append(kinds, d.kind)
