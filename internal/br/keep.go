@@ -293,7 +293,7 @@ func devTx(flags uint16) xdp.Tx {
 // looked for (TxState) only when it did, to say why.
 func (k *Keeper) txLook(d xdp.Iface, l netlink.Link) (xdp.Tx, string, error) {
 	tx, sure := xdp.TxReadyLink(k.ns, l)
-	before, known := k.before(d, l)
+	before, known := k.before(d, uint32(l.Attrs().Index))
 	if sure && known && tx == before {
 		return tx, "", nil
 	}
@@ -301,9 +301,9 @@ func (k *Keeper) txLook(d xdp.Iface, l netlink.Link) (xdp.Tx, string, error) {
 }
 
 // before is what the keeper last knew a device to take.
-func (k *Keeper) before(d xdp.Iface, l netlink.Link) (xdp.Tx, bool) {
+func (k *Keeper) before(d xdp.Iface, index uint32) (xdp.Tx, bool) {
 	if k.first {
-		tx, ok := k.prev[uint32(l.Attrs().Index)]
+		tx, ok := k.prev[index]
 		return tx, ok
 	}
 	tx, ok := k.tx[d]
@@ -327,13 +327,7 @@ func (k *Keeper) logChanges(v hostView) {
 	k.gone = seen
 	now := map[xdp.Iface]xdp.Tx{}
 	for _, d := range v.devs {
-		var before xdp.Tx
-		var known bool
-		if k.first {
-			before, known = k.prev[d.index]
-		} else {
-			before, known = k.tx[d.iface]
-		}
+		before, known := k.before(d.iface, d.index)
 		tx := d.tx
 		switch {
 		case tx.Frames && (!known || !before.Frames):
