@@ -75,13 +75,14 @@ struct {
 	__type(value, struct br_counter);
 } br_counters SEC(".maps");
 
-/* Values that change apart from the configuration, one writer each
- * (enum br_var). */
+/* Values that change apart from the configuration, a writer each (struct
+ * br_vars_entry): mmapped, so that each writes its own field in place. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, BR_VAR_MAX);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct br_vars_entry);
 } br_vars SEC(".maps");
 
 /* The devices the router is attached to and those its next hops leave by,
@@ -165,12 +166,20 @@ struct {
  * BR_NH_CACHE_NS: the FIB lookup is the costliest step after the MAC. */
 struct br_nh {
 	__u64 expires; /* monotonic */
+	/* br_vars' devs_gen when the device was found usable: an entry of
+	 * another generation is looked up again, the device may have stopped
+	 * taking frames since. */
+	__u64 devs_gen;
 	__u32 ifindex;
 	__u8 smac[6];
 	__u8 dmac[6];
 	/* The egress device's MTU, as the FIB gave it: a packet from the cache
 	 * is checked against it as the FIB would have. */
 	__u32 mtu;
+	/* The device's br_devs flags then: what the generic copy and the
+	 * native program, which share the cache, may each send it, in one
+	 * buffer or several. */
+	__u16 dev_flags;
 };
 
 #ifndef BR_NH_CACHE_NS
@@ -226,7 +235,7 @@ struct br_mac_entry {
 	__u32 in[4];
 	__u32 mac_hi;
 	__u32 mac_lo; /* MAC bytes 4-5 */
-	__u64 key_gen; /* BR_VAR_KEY_GEN when it was verified */
+	__u64 key_gen; /* br_vars' key_gen when it was verified */
 };
 
 struct {
@@ -244,7 +253,6 @@ volatile const __u32 br_use_mac_cache = 1;
  * their names for the Go side. */
 volatile const enum br_verdict br_verdict_anchor = BR_VERDICT_MAX;
 volatile const enum br_ip_verdict br_ip_verdict_anchor = BR_IP_VERDICT_MAX;
-volatile const enum br_var br_var_anchor = BR_VAR_MAX;
 volatile const enum br_dev_flags br_dev_flags_anchor = BR_DEV_XMIT;
 
 /* Worker CPUs for spreading: br_cpu_ids[0..br_num_cpus-1] are the CPU
@@ -270,6 +278,7 @@ struct br_pkt {
 	void *data;
 	void *data_end;
 	struct br_config *cfg;
+	const struct br_vars_entry *vars;
 	const struct br_dev *dev; /* the ingress device's entry in br_devs */
 	__u32 ingress_ifindex;
 	/* The whole frame: more than data_end - data when it came in several
@@ -408,14 +417,6 @@ static __always_inline __u32 load_be32(const __u8 *b)
 	return ((__u32)b[0] << 24) | ((__u32)b[1] << 16) | ((__u32)b[2] << 8) | b[3];
 }
 #endif
-
-/* A br_vars value; 0 if it cannot be read. */
-static __always_inline __u64 var(__u32 key)
-{
-	__u64 *v = bpf_map_lookup_elem(&br_vars, &key);
-
-	return v ? *v : 0;
-}
 
 /* What br_devs knows of a device, or NULL. */
 static __always_inline const struct br_dev *dev_info(__u32 ifindex)
@@ -1114,7 +1115,7 @@ static __always_inline int verify_current_mac(struct br_pkt *p)
 		.mac_hi = load_be32(p->hf.mac),
 		.mac_lo = load_be16(p->hf.mac + 4),
 	};
-	__u64 gen = var(BR_VAR_KEY_GEN);
+	__u64 gen = p->vars->key_gen;
 	struct br_mac_entry *e = NULL;
 	struct br_key *k;
 	__u32 slot = 0;
@@ -1376,23 +1377,21 @@ static __always_inline __u32 ip_len(const struct br_pkt *p)
 	return p->udp_len + (p->next_hop.family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
 }
 
-/* Whether the frame can leave by the device in XDP, as br_devs says now
- * (asked for a cached next hop too: the device may have stopped since).
- * The native program's frames need the device's own XDP transmit
+/* Whether the frame can leave in XDP by a device with these br_devs
+ * flags. The native program's frames need the device's own XDP transmit
  * (ndo_xdp_xmit: a bridge, a macvlan, a VXLAN device have none, a veth has
  * it while its peer runs XDP or GRO, some NIC drivers only while a program
  * of their own is attached), and a frame in several buffers needs it for
  * those too; the generic copy's are skbs, which any device that is up
  * takes. Otherwise the reference router's socket sends it: the kernel would
  * drop the frame, or the device lose it without a word. */
-static __always_inline int check_egress_device(struct br_pkt *p, __u32 ifindex)
+static __always_inline int check_egress_device(struct br_pkt *p, __u16 flags)
 {
-	const struct br_dev *d = dev_info(ifindex);
 	__u16 need = br_generic ? BR_DEV_UP : BR_DEV_XMIT;
 
-	if (!d || (d->flags & need) != need)
+	if ((flags & need) != need)
 		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
-	if (!br_generic && p->frame_len > (__u32)(p->data_end - p->data) && !(d->flags & BR_DEV_XMIT_SG))
+	if (!br_generic && p->frame_len > (__u32)(p->data_end - p->data) && !(flags & BR_DEV_XMIT_SG))
 		return verdict(p, BR_TX_NO_SG, XDP_PASS);
 	return CONTINUE;
 }
@@ -1409,8 +1408,11 @@ static __always_inline int check_egress_device(struct br_pkt *p, __u32 ifindex)
 static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, struct br_nh **out)
 {
 	struct bpf_fib_lookup *fib;
+	const struct br_dev *dev;
 	struct br_nh *nh;
 	__u32 key = p->nh_cache_key;
+	/* Read before br_devs: a device that stops after this read bumps it. */
+	__u64 gen = p->vars->devs_gen;
 	int rc;
 
 	nh = bpf_map_lookup_elem(&br_nh_cache, &key);
@@ -1424,13 +1426,13 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		__builtin_memset(nh->dmac, 0, ETH_ALEN);
 		return CONTINUE;
 	}
-	if (key && nh->expires > p->mono) {
+	if (key && nh->expires > p->mono && nh->devs_gen == gen) {
 		/* A veth drops an XDP frame longer than its MTU without a word:
 		 * the reference router's socket sends it (fragmented in the
 		 * underlay; v0.12.0 sends no SCMP packet too big). */
 		if (ip_len(p) > nh->mtu)
 			return verdict(p, BR_TOO_BIG, XDP_PASS);
-		return check_egress_device(p, nh->ifindex);
+		return check_egress_device(p, nh->dev_flags);
 	}
 	key = 0;
 	fib = (struct bpf_fib_lookup *)bpf_map_lookup_elem(&br_fib_req, &key);
@@ -1476,9 +1478,14 @@ static __always_inline int fib_next_hop(struct xdp_md *ctx, struct br_pkt *p, st
 		 * the userspace router sends it and the kernel resolves. */
 		return verdict(p, BR_FIB_PASS, XDP_PASS);
 	}
-	if ((rc = check_egress_device(p, fib->ifindex)) != CONTINUE)
+	dev = dev_info(fib->ifindex);
+	if (!dev)
+		return verdict(p, BR_TX_UNUSABLE, XDP_PASS);
+	if ((rc = check_egress_device(p, dev->flags)) != CONTINUE)
 		return rc;
 	nh->expires = p->nh_cache_key ? p->mono + BR_NH_CACHE_NS : 0;
+	nh->devs_gen = gen;
+	nh->dev_flags = dev->flags;
 	nh->ifindex = fib->ifindex;
 	/* On success mtu_result (tot_len's place) holds the egress MTU. */
 	nh->mtu = fib->mtu_result;
@@ -1764,7 +1771,7 @@ static __always_inline void note_frame_len(struct xdp_md *ctx, struct br_pkt *p)
 }
 
 /* ---- The tap ---------------------------------------------------------------
- * Only while BR_VAR_CAPTURE_UNTIL is ahead (the lab's check replays what the
+ * Only while br_vars' capture_until is ahead (the lab's check replays what the
  * router did through the reference router): the frame is kept as it arrived,
  * per CPU, and handed to userspace with the frame as it left when it was
  * forwarded in XDP, or with its verdict when it was dropped (verdict() calls
@@ -1786,7 +1793,7 @@ struct {
 
 static __always_inline int capturing(const struct br_pkt *p)
 {
-	__u64 until = var(BR_VAR_CAPTURE_UNTIL);
+	__u64 until = p->vars->capture_until;
 
 	return until && p->mono < until;
 }
@@ -1886,12 +1893,13 @@ static __always_inline int router_main(struct xdp_md *ctx, void *next)
 	p.ingress_ifindex = ctx->ingress_ifindex;
 	p.slot = BR_SLOT_UNMATCHED;
 	p.cfg = bpf_map_lookup_elem(&br_conf, &zero);
-	if (!p.cfg)
+	p.vars = bpf_map_lookup_elem(&br_vars, &zero);
+	if (!p.cfg || !p.vars)
 		return XDP_PASS;
 	/* The coarse clock (a few ms) costs a quarter of the precise ones here;
 	 * hop expiry has a granularity of 337.5 s. */
 	p.mono = bpf_ktime_get_coarse_ns();
-	p.now = p.mono + var(BR_VAR_MONO_TO_UNIX);
+	p.now = p.mono + p.vars->mono_to_unix_ns;
 
 	note_frame_len(ctx, &p);
 	if (capturing(&p))
@@ -2267,11 +2275,13 @@ static __always_inline void charge_tx_failure(const struct net_device *dev, __u3
 {
 	struct br_counter *fwd, *failed;
 	struct br_tx_slot *t;
-	__u32 key;
+	struct br_vars_entry *vars;
+	__u32 key = 0;
 
 	if (drops <= 0)
 		return;
-	if (dev->nd_net.net->ns.inum != var(BR_VAR_NETNS_INO))
+	vars = bpf_map_lookup_elem(&br_vars, &key);
+	if (!vars || dev->nd_net.net->ns.inum != vars->netns_ino)
 		return;
 	key = ifindex & (BR_TX_SLOTS - 1);
 	t = bpf_map_lookup_elem(&br_tx_slots, &key);

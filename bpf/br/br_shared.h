@@ -153,29 +153,34 @@ struct br_config {
 	__u64 link_timeout_ns;
 };
 
-/* Keys of br_vars: values that change apart from the configuration, each
- * written whole by one writer, so that no writer can put back another's
- * older value (a read-modify-write of one shared struct could). */
-enum br_var {
+/* The single entry of br_vars: values that change apart from the
+ * configuration, each with a writer of its own. The map is mmapped, and
+ * each writer stores its own field in place, so that no writer can put
+ * back another's older value (a read-modify-write of one shared value
+ * could: a tap's lease restoring a replaced key's generation, say). */
+struct br_vars_entry {
 	/* Added to bpf_ktime_get_coarse_ns() (CLOCK_MONOTONIC_COARSE) to get
 	 * Unix time in ns: CLOCK_REALTIME - CLOCK_MONOTONIC, measured by attach
 	 * and again every second by `br serve` (a clock step moves it). Used
 	 * for hop-field expiry only; everything else runs on the monotonic
 	 * clock, which steps do not move. */
-	BR_VAR_MONO_TO_UNIX = 0,
+	__s64 mono_to_unix_ns;
 	/* Changed whenever a key changes, to a value never used before (the
 	 * monotonic clock when it changed): MAC cache entries of another
 	 * generation no longer count. */
-	BR_VAR_KEY_GEN = 1,
-	/* A tap (`br.OpenTap`) wants every frame forwarded in XDP, as it
-	 * arrived and as it left, in br_capture until this CLOCK_MONOTONIC
-	 * time, in ns (0: no tap). The tap moves it on while it lives, so that
-	 * a tap killed stops the copying within seconds. */
-	BR_VAR_CAPTURE_UNTIL = 2,
+	__u64 key_gen;
+	/* A tap (`br.OpenTap`) wants every frame forwarded or dropped in XDP
+	 * in br_capture until this CLOCK_MONOTONIC time, in ns (0: no tap).
+	 * The tap moves it on while it lives, so that a tap killed stops the
+	 * copying within seconds. */
+	__u64 capture_until;
 	/* Inode of the network namespace the router's devices live in: the
 	 * transmit tracepoints fire for every namespace. */
-	BR_VAR_NETNS_INO = 3,
-	BR_VAR_MAX,
+	__u64 netns_ino;
+	/* Changed, to a value never used before, whenever a device stops
+	 * taking what it took (br_devs): next hops cached under another
+	 * generation are looked up again. */
+	__u64 devs_gen;
 };
 
 /* What the router knows of a device of its namespace (br_devs): the

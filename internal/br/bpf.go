@@ -1,7 +1,7 @@
 package br
 
 // The router's XDP programs, with and without hop-field MAC checks.
-//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I../../bpf/br -I/usr/include/x86_64-linux-gnu" -target bpfel -type br_config -type br_key -type br_socket_key -type br_socket -type br_iface -type br_counter -type br_addr -type br_port -type br_dev -type br_capture_hdr -type br_capture_frame router ../../bpf/br/br.c
+//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I../../bpf/br -I/usr/include/x86_64-linux-gnu" -target bpfel -type br_config -type br_key -type br_socket_key -type br_socket -type br_iface -type br_counter -type br_addr -type br_port -type br_dev -type br_vars_entry -type br_capture_hdr -type br_capture_frame router ../../bpf/br/br.c
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -DBR_NO_MAC -I../../bpf/include -I../../bpf/br -I/usr/include/x86_64-linux-gnu" -target bpfel routernomac ../../bpf/br/br.c
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel -type bench_frame bench ../../bpf/br/bench.c
 // The AES test program, for the tests only.

@@ -21,11 +21,11 @@ import (
 // time by d: the router then reads Unix time as d off.
 func stepClock(t *testing.T, vars *ebpf.Map, d time.Duration) {
 	t.Helper()
-	var off uint64
-	if err := vars.Lookup(uint32(routerBrVarBR_VAR_MONO_TO_UNIX), &off); err != nil {
+	off, err := getVar(vars, varClock)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setVar(vars, routerBrVarBR_VAR_MONO_TO_UNIX, uint64(int64(off)+int64(d))); err != nil {
+	if err := setVar(vars, varClock, uint64(int64(off)+int64(d))); err != nil {
 		t.Fatal(err)
 	}
 }

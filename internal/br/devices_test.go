@@ -352,14 +352,15 @@ func TestLeavingByTheArrivalDevice(t *testing.T) {
 	}
 }
 
-// A next hop the router cached (for half a second) is checked against
-// what br_devs says of its device on every packet: a device that stopped
-// taking XDP frames since (the keeper clears the cache too, but a CPU may
-// have refilled it in the moment between) leaves the packet to the
-// reference router. A device missing from the redirect map (the keeper
-// takes it out of br_devs first, then from the map) drops the rewritten
-// frame and counts it tx_failed, not forwarded (before: aborted, and
-// counted forwarded).
+// A next hop the router cached (for half a second) holds the devices'
+// generation it was found usable under: a device that stopped taking XDP
+// frames since (the keeper writes br_devs, then a new generation) leaves
+// the next packet to the reference router, also one whose CPU looked the
+// device up just before the change and cached it after (before, the keeper
+// cleared the cache, which such a CPU refilled for half a second of lost
+// frames). A device missing from the redirect map (the keeper takes it out
+// of br_devs first, then from the map) drops the rewritten frame and counts
+// it tx_failed, not forwarded (before: aborted, and counted forwarded).
 func TestCachedNextHopFollowsTheDevice(t *testing.T) {
 	tb := labtest.Testbed(t)
 	cfg := labConfig(t)
@@ -411,6 +412,12 @@ func TestCachedNextHopFollowsTheDevice(t *testing.T) {
 	}
 	ready := uint16(routerBrDevFlagsBR_DEV_XMIT | routerBrDevFlagsBR_DEV_XMIT_SG | routerBrDevFlagsBR_DEV_UP)
 	set(uint16(routerBrDevFlagsBR_DEV_UP))
+	if res := run(); res.verdict != "forwarded" {
+		t.Fatalf("cached next hop before the new generation: %s, want forwarded (what the cache was told)", res.verdict)
+	}
+	if err := newGeneration(m.vars, varDevsGen); err != nil {
+		t.Fatal(err)
+	}
 	if res := run(); res.verdict != "tx_unusable" || res.action != xdpPass {
 		t.Fatalf("cached next hop on a device that takes no XDP frames now: %s (%d), want tx_unusable", res.verdict, res.action)
 	}

@@ -245,14 +245,14 @@ func hostAddrs(ns string) (map[routerBrAddr]bool, error) {
 // hostMaps are the maps that hold what the router knows of its host: they
 // are written at attach and kept in step by a Keeper.
 type hostMaps struct {
-	localAddrs, txPorts, devs, devsMore, slotDevs, nhCache *ebpf.Map
+	localAddrs, txPorts, devs, devsMore, slotDevs, vars *ebpf.Map
 }
 
 // hostMapNames are the pinned names of hostMaps' maps, in its order.
-var hostMapNames = []string{"br_local_addrs", "br_tx_ports", "br_devs", "br_devs_more", "br_slot_devs", "br_nh_cache"}
+var hostMapNames = []string{"br_local_addrs", "br_tx_ports", "br_devs", "br_devs_more", "br_slot_devs", "br_vars"}
 
 func (m *hostMaps) ptrs() []**ebpf.Map {
-	return []**ebpf.Map{&m.localAddrs, &m.txPorts, &m.devs, &m.devsMore, &m.slotDevs, &m.nhCache}
+	return []**ebpf.Map{&m.localAddrs, &m.txPorts, &m.devs, &m.devsMore, &m.slotDevs, &m.vars}
 }
 
 // errLocalAddrsFull says the host has more addresses than br_local_addrs
@@ -264,11 +264,12 @@ var errLocalAddrsFull = errors.New("more addresses than the router keeps")
 // is put there before br_devs lets a packet choose it, and taken out only
 // after br_devs stopped. The redirect map holds every device that is up
 // (the generic copy sends skbs, which any of them takes); br_devs says
-// which of them the native program may send to. Next hops the router cached on a device that
-// stopped taking frames or is gone are dropped, so that the next packet
-// asks the FIB again. It says whether addresses were left out
-// (errLocalAddrsFull, after everything else was written).
-func (m hostMaps) write(ns string, cfg *Config, v hostView) (added, removed []routerBrAddr, err error) {
+// which of them the native program may send to. When a device stopped
+// taking what it took, or is gone, the devices' generation changes: next
+// hops the router cached before ask the FIB and br_devs again. It says
+// whether addresses were left out (errLocalAddrsFull, after everything
+// else was written).
+func (m hostMaps) write(ns string, v hostView) (added, removed []routerBrAddr, err error) {
 	err = netns.Run(ns, func() error {
 		// A devmap resolves indexes in the namespace of the thread
 		// updating it.
@@ -296,8 +297,8 @@ func (m hostMaps) write(ns string, cfg *Config, v hostView) (added, removed []ro
 		if err := m.writeSlotDevs(v.slotDevs); err != nil {
 			return err
 		}
-		if lost && m.nhCache != nil {
-			if err := clearNextHops(m.nhCache, cfg); err != nil {
+		if lost {
+			if err := newGeneration(m.vars, varDevsGen); err != nil {
 				return err
 			}
 		}
@@ -439,23 +440,6 @@ func (m hostMaps) writeSlotDevs(devs map[uint16]uint32) error {
 			if err := m.slotDevs.Put(s, want); err != nil {
 				return fmt.Errorf("write br_slot_devs: %w", err)
 			}
-		}
-	}
-	return nil
-}
-
-// clearNextHops empties the next-hop cache entries of the configuration's
-// interfaces on every CPU: the next packet to each asks the FIB and
-// br_devs again.
-func clearNextHops(m *ebpf.Map, cfg *Config) error {
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return err
-	}
-	zero := make([]routerBrNh, ncpu)
-	for _, i := range cfg.Interfaces {
-		if err := m.Put(uint32(i.ID), zero); err != nil {
-			return fmt.Errorf("clear the next hop of interface %d: %w", i.ID, err)
 		}
 	}
 	return nil

@@ -72,7 +72,7 @@ func TestManyHostAddresses(t *testing.T) {
 	r := loadTestRouter(t, cfg)
 	m := r.hostMaps()
 	m.localAddrs = hashMap(t, 16, routerBrAddr{}, uint8(0))
-	_, _, err := m.write("", cfg, hostView{local: addrs(0, 20)})
+	_, _, err := m.write("", hostView{local: addrs(0, 20)})
 	if !errors.Is(err, errLocalAddrsFull) {
 		t.Fatalf("20 addresses into 16: %v, want errLocalAddrsFull", err)
 	}
@@ -147,7 +147,7 @@ func TestKeyChangesAmidOtherWriters(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, v := range []routerBrVar{routerBrVarBR_VAR_CAPTURE_UNTIL, routerBrVarBR_VAR_MONO_TO_UNIX} {
+	for _, v := range []brVar{varCapture, varClock} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -157,7 +157,7 @@ func TestKeyChangesAmidOtherWriters(t *testing.T) {
 					return
 				default:
 				}
-				if v == routerBrVarBR_VAR_MONO_TO_UNIX {
+				if v == varClock {
 					setClock(r.objs.Vars)
 				} else {
 					setVar(r.objs.Vars, v, uint64(time.Now().UnixNano()))
@@ -182,8 +182,8 @@ func TestKeyChangesAmidOtherWriters(t *testing.T) {
 		if err := r.SetKey(0, testKey); err != nil {
 			t.Fatal(err)
 		}
-		var g uint64
-		if err := r.objs.Vars.Lookup(uint32(routerBrVarBR_VAR_KEY_GEN), &g); err != nil {
+		g, err := getVar(r.objs.Vars, varKeyGen)
+		if err != nil {
 			t.Fatal(err)
 		}
 		gens = append(gens, g)

@@ -68,7 +68,6 @@ type Keeper struct {
 	log      io.Writer
 	reattach func() error
 	maps     hostMaps
-	vars     *ebpf.Map
 
 	// What the last check found, to log changes only.
 	tx    map[xdp.Iface]xdp.Tx // device → what it takes of XDP frames
@@ -111,9 +110,8 @@ func OpenKeeper(cfg *Config, o KeepOptions) (*Keeper, error) {
 		return nil, err
 	}
 	k.ns = devs[0].Netns
-	names := append(slices.Clone(hostMapNames), "br_vars")
-	dsts := append(k.maps.ptrs(), &k.vars)
-	for i, name := range names {
+	dsts := k.maps.ptrs()
+	for i, name := range hostMapNames {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(k.dir, name), nil)
 		if err != nil {
 			k.Close()
@@ -129,7 +127,7 @@ func OpenKeeper(cfg *Config, o KeepOptions) (*Keeper, error) {
 
 // Close closes the maps (the pins stay).
 func (k *Keeper) Close() {
-	for _, m := range append(k.maps.ptrs(), &k.vars) {
+	for _, m := range k.maps.ptrs() {
 		if *m != nil {
 			(*m).Close()
 		}
@@ -228,9 +226,9 @@ func (k *Keeper) checkLinks(devs []xdp.Iface) error {
 // makestep at boot, a virtual machine restored, date -s). Hop-field
 // expiry reads it; nothing else does.
 func (k *Keeper) checkClock() error {
-	var have uint64
-	if err := k.vars.Lookup(uint32(routerBrVarBR_VAR_MONO_TO_UNIX), &have); err != nil {
-		return fmt.Errorf("read the clock offset: %w", err)
+	have, err := getVar(k.maps.vars, varClock)
+	if err != nil {
+		return err
 	}
 	now, err := monoToUnix()
 	if err != nil {
@@ -240,7 +238,7 @@ func (k *Keeper) checkClock() error {
 	if step.Abs() < clockSlack {
 		return nil
 	}
-	if _, err := setClock(k.vars); err != nil {
+	if _, err := setClock(k.maps.vars); err != nil {
 		return err
 	}
 	fmt.Fprintf(k.log, "%s: the system clock moved by %s against the monotonic one: hop-field expiry follows it\n", k.name, step.Round(time.Millisecond))
@@ -266,7 +264,7 @@ func (k *Keeper) checkHost(devs []xdp.Iface) error {
 		return err
 	}
 	k.logChanges(v)
-	added, removed, err := k.maps.write(k.ns, k.cfg, v)
+	added, removed, err := k.maps.write(k.ns, v)
 	if errors.Is(err, errLocalAddrsFull) {
 		if !k.localFull {
 			fmt.Fprintf(k.log, "%s: %s: %v\n", k.name, nsName(k.ns), err)

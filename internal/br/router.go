@@ -431,44 +431,6 @@ func socketKey(a netip.AddrPort) routerBrSocketKey {
 
 var linkTypes = map[string]uint8{"core": 1, "parent": 2, "child": 3, "peer": 4}
 
-// monoToUnix is what turns the kernel's monotonic clock into Unix time:
-// BR_VAR_MONO_TO_UNIX.
-func monoToUnix() (int64, error) {
-	var mono, real unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
-		return 0, err
-	}
-	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &real); err != nil {
-		return 0, err
-	}
-	return real.Nano() - mono.Nano(), nil
-}
-
-// varNames say what each of br_vars is, for errors.
-var varNames = map[routerBrVar]string{
-	routerBrVarBR_VAR_MONO_TO_UNIX:  "the clock offset",
-	routerBrVarBR_VAR_KEY_GEN:       "the key generation",
-	routerBrVarBR_VAR_CAPTURE_UNTIL: "the tap's lease",
-	routerBrVarBR_VAR_NETNS_INO:     "the namespace",
-}
-
-// setVar writes one of br_vars, whole.
-func setVar(vars *ebpf.Map, v routerBrVar, val uint64) error {
-	if err := vars.Put(uint32(v), val); err != nil {
-		return fmt.Errorf("write %s: %w", varNames[v], err)
-	}
-	return nil
-}
-
-// setClock measures BR_VAR_MONO_TO_UNIX and writes it.
-func setClock(vars *ebpf.Map) (int64, error) {
-	off, err := monoToUnix()
-	if err != nil {
-		return 0, fmt.Errorf("read clocks: %w", err)
-	}
-	return off, setVar(vars, routerBrVarBR_VAR_MONO_TO_UNIX, uint64(off))
-}
-
 // configure writes the configuration into the maps.
 func (r *Router) configure() error {
 	cfg := r.cfg
@@ -617,11 +579,10 @@ func (r *Router) SetKey(slot int, key []byte) error {
 // setKeys writes key slots between two changes of the key generation:
 // before, so that no packet checked with an old key is cached as the new
 // generation while the keys change; after, so that none checked during the
-// change is. Each change writes a value never used before (the monotonic
-// clock), never the old one plus one: two processes changing keys at once
-// (a reload and `br key add`) could then write the same generation twice,
-// one of them after the other's keys, and MACs cached under an old key
-// would count again.
+// change is. Each change writes a value never used before
+// (newGeneration): two processes changing keys at once (a reload and `br
+// key add`) could otherwise write the same generation, one of them after
+// the other's keys, and MACs cached under an old key would count again.
 func setKeys(vars, keys *ebpf.Map, slots map[int][]byte) error {
 	vals := map[int]routerBrKey{}
 	for slot, key := range slots {
@@ -639,7 +600,7 @@ func setKeys(vars, keys *ebpf.Map, slots map[int][]byte) error {
 		}
 		vals[slot] = k
 	}
-	if err := newKeyGen(vars); err != nil {
+	if err := newGeneration(vars, varKeyGen); err != nil {
 		return err
 	}
 	for slot, k := range vals {
@@ -647,17 +608,7 @@ func setKeys(vars, keys *ebpf.Map, slots map[int][]byte) error {
 			return fmt.Errorf("write key slot %d: %w", slot, err)
 		}
 	}
-	return newKeyGen(vars)
-}
-
-// newKeyGen writes a key generation no process wrote before: the
-// monotonic clock in ns, which no two reads share.
-func newKeyGen(vars *ebpf.Map) error {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return fmt.Errorf("read the clock: %w", err)
-	}
-	return setVar(vars, routerBrVarBR_VAR_KEY_GEN, uint64(ts.Nano()))
+	return newGeneration(vars, varKeyGen)
 }
 
 // Counts are the router's counters summed over CPUs: [slot][verdict].
@@ -731,7 +682,7 @@ func (r *Router) writeHost(ns string, v hostView, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := setVar(r.objs.Vars, routerBrVarBR_VAR_NETNS_INO, ino); err != nil {
+	if err := setVar(r.objs.Vars, varNetns, ino); err != nil {
 		return err
 	}
 	if r.opts.PinPath == "" {
@@ -740,7 +691,7 @@ func (r *Router) writeHost(ns string, v hostView, w io.Writer) error {
 		v.devs = append(v.devs, offlineLo)
 		v.slotDevs = nil
 	}
-	_, _, err = r.hostMaps().write(ns, r.cfg, v)
+	_, _, err = r.hostMaps().write(ns, v)
 	if errors.Is(err, errLocalAddrsFull) {
 		fmt.Fprintf(w, "warning: %s: %v\n", nsName(ns), err)
 		return nil
@@ -749,7 +700,7 @@ func (r *Router) writeHost(ns string, v hostView, w io.Writer) error {
 }
 
 func (r *Router) hostMaps() hostMaps {
-	return hostMaps{localAddrs: r.objs.LocalAddrs, txPorts: r.objs.TxPorts, devs: r.objs.Devs, devsMore: r.objs.DevsMore, slotDevs: r.objs.SlotDevs, nhCache: r.maps["br_nh_cache"]}
+	return hostMaps{localAddrs: r.objs.LocalAddrs, txPorts: r.objs.TxPorts, devs: r.objs.Devs, devsMore: r.objs.DevsMore, slotDevs: r.objs.SlotDevs, vars: r.objs.Vars}
 }
 
 func nsName(ns string) string {

@@ -45,7 +45,7 @@ var captureHdrLen = binary.Size(routerBrCaptureHdr{})
 
 // Tap gets every frame an attached router forwards or drops in XDP, from
 // the moment it opens until Close: the router keeps each frame as it
-// arrived while BR_VAR_CAPTURE_UNTIL is ahead (the tap moves it on
+// arrived while br_vars' capture_until is ahead (the tap moves it on
 // every second, a lease of tapLease), and hands it to br_capture with the
 // frame as it left when it forwards it, or with its verdict when it drops
 // it. What the router does with the frame does not change; one tap at a
@@ -117,7 +117,7 @@ func OpenTap(name string) (*Tap, error) {
 // it lives: a tap killed stops the copying within it.
 const tapLease = 5 * time.Second
 
-// tapUntil is BR_VAR_CAPTURE_UNTIL for a lease from now: the monotonic
+// tapUntil is br_vars' capture_until for a lease from now: the monotonic
 // clock in ns, which a step of the system clock does not move.
 func tapUntil() uint64 {
 	var ts unix.Timespec
@@ -141,7 +141,7 @@ func (t *Tap) renew() {
 
 // setCapture writes the lease, the tap's own entry of br_vars.
 func (t *Tap) setCapture(until uint64) error {
-	if err := setVar(t.vars, routerBrVarBR_VAR_CAPTURE_UNTIL, until); err != nil {
+	if err := setVar(t.vars, varCapture, until); err != nil {
 		return fmt.Errorf("router %s: %w", t.name, err)
 	}
 	return nil

@@ -87,13 +87,13 @@ func TestTapKeepsJumboAndDroppedFrames(t *testing.T) {
 			}
 			// Closed, the tap no longer copies.
 			tap.Close()
-			var until uint64
 			p, err := OpenPinned(name)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			if err := p.Vars.Lookup(uint32(routerBrVarBR_VAR_CAPTURE_UNTIL), &until); err != nil {
+			until, err := getVar(p.Vars, varCapture)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if until != 0 {
