@@ -40,15 +40,19 @@ struct {
 	__type(value, struct fw_ct_entry);
 } fw_ct_new SEC(".maps");
 
-/* A new connection's entry is built here and inserted only if the rules
- * pass its first packet: as in Linux, where an entry is confirmed only
- * when its packet leaves the stack. */
+/* Each source's connections in the established table, by prefix (struct
+ * fw_ct_src_key): its share is bounded (fw_config's ct_src_*), so that a
+ * patient attacker with few prefixes cannot fill the table that never
+ * evicts. */
+#ifndef FW_CT_SRC
+#define FW_CT_SRC (2 * FW_CT_MAX)
+#endif
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct fw_ct_entry);
-} fw_ct_scratch SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FW_CT_SRC);
+	__type(key, struct fw_ct_src_key);
+	__type(value, __u32);
+} fw_ct_src SEC(".maps");
 
 /* What the parser found beyond the flow key, as offsets from the frame's
  * start. */
@@ -63,7 +67,7 @@ struct fw_pkt {
 };
 
 /* What conntrack decided for a packet, and what to do once the rules
- * have spoken. */
+ * have spoken (the rest is in the CPU's struct ct_txn). */
 struct ct_result {
 	struct fw_ct_key key;
 	/* The key's end that sent the packet. */
@@ -89,10 +93,21 @@ struct ct_result {
 #define CT_R_FOUND 0x80
 #define CT_R_PROXY_SYN 0x40
 
+/* What a packet the rules pass does to conntrack's tables. Nothing is
+ * written before the rules have spoken: a packet they drop (a forged
+ * SYN/ACK, say) leaves every entry as it was. */
 enum ct_commit {
 	CT_NONE = 0,
-	/* Insert the scratch entry if the packet passes. */
+	/* Insert txn.e: a new connection (as in Linux, an entry is confirmed
+	 * only when its packet leaves the stack). */
 	CT_CREATE = 1,
+	/* Write txn.e over the found entry: what the packet made of it. */
+	CT_UPDATE = 2,
+	/* Delete the found entry (an RST as the only answer). */
+	CT_KILL = 3,
+	/* Delete the found entry and insert txn.e (a SYN reopening a closed
+	 * connection's tuple). */
+	CT_REOPEN = 4,
 };
 
 /* TCP flags as in byte 13 of the header. */

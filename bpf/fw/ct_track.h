@@ -72,6 +72,60 @@ static __always_inline void ct_key_ordered(struct ct_result *r, const struct fw_
 	}
 }
 
+/* A tracked packet's business with conntrack's tables, per CPU (fw_xdp's
+ * stack has no room for it): the entry as the packet leaves it, computed
+ * on a copy or made new, and written only once the rules pass the packet
+ * (ct_commit). */
+struct ct_txn {
+	struct fw_ct_entry e;
+	/* The segment, to apply again to an entry another CPU wrote to since
+	 * the copy was taken. */
+	struct tcp_seg s;
+	__u64 now;
+	/* The frame's length, for the counters. */
+	__u64 len;
+	/* The found entry's version when copied, and its table. */
+	__u32 version;
+	__u8 est;
+	/* The packet's direction in the entry. */
+	__u8 dir;
+	/* For the stream and ICMP pseudo-connections: their timeouts. */
+	__u8 t_unreplied;
+	__u8 t_stream;
+	/* An ICMP error's quoted packet: its headers, flow and connection. */
+	__u8 quote[48];
+	struct fw_flow_key in;
+	struct ct_result q;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ct_txn);
+} fw_ct_txn SEC(".maps");
+
+static __always_inline struct ct_txn *ct_txn(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&fw_ct_txn, &zero);
+}
+
+/* A hash of a key, kept in its entry (key_hash). */
+static __always_inline __u32 ct_key_hash(const struct fw_ct_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h = 0x9e3779b9;
+
+#pragma unroll
+	for (int i = 0; i < sizeof(*k) / 4; i++) {
+		h = (h ^ w[i]) * 0x85ebca6b;
+		h ^= h >> 13;
+	}
+	return h | 1; /* never 0: an entry made before the hash existed */
+}
+
 /* A found entry, and whether it is in the established table. */
 struct ct_found {
 	struct fw_ct_entry *e;
@@ -79,8 +133,9 @@ struct ct_found {
 };
 
 /* Spins to take an entry's lock: its holder, in softirq on another CPU,
- * is a state change of some 100 ns away. After CT_LOCK_SPINS tries the
- * packet goes on without it rather than wait longer. */
+ * copies or writes the entry, a few dozen ns. A lock not taken after
+ * CT_LOCK_SPINS tries leaves the packet without changes to write (it is
+ * counted): never a write without the lock. */
 #define CT_LOCK_SPINS 256
 
 static __always_inline int ct_lock(struct fw_ct_entry *e)
@@ -97,89 +152,219 @@ static __always_inline void ct_unlock(struct fw_ct_entry *e, int held)
 		__sync_lock_test_and_set(&e->lock, 0);
 }
 
+/* The source an established entry counts against, as a prefix of bits:
+ * the end that opened the connection, or the peer for the host's own. */
+static __always_inline void ct_src_key(struct fw_ct_src_key *sk, const struct fw_ct_key *key,
+				       const struct fw_ct_entry *e, __u8 bits)
+{
+	__u32 end = e->orig & 1;
+
+	if (e->status & FW_CTS_LOCAL_ORIG)
+		end ^= 1;
+	__builtin_memset(sk, 0, sizeof(*sk));
+	sk->family = key->family;
+	sk->bits = bits;
+	if (key->family == FW_FAMILY_IPV4)
+		bits += 96;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 w = bpf_ntohl(key->addr[end][i]);
+		__u32 keep = bits >= 32 * (i + 1) ? 32 : (bits > 32 * i ? bits - 32 * i : 0);
+
+		sk->addr[i] = keep ? bpf_htonl(w & ~((1ULL << (32 - keep)) - 1)) : 0;
+	}
+}
+
+/* Adds d to the count of one source prefix; returns the count before, or
+ * (__u32)-1 if it cannot be kept. */
+static __always_inline __u32 ct_src_add(const struct fw_ct_src_key *sk, __s32 d)
+{
+	__u32 zero = 0, *n = bpf_map_lookup_elem(&fw_ct_src, sk);
+
+	if (!n) {
+		if (d <= 0)
+			return 0;
+		bpf_map_update_elem(&fw_ct_src, sk, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&fw_ct_src, sk);
+		if (!n)
+			return (__u32)-1;
+	}
+	return __sync_fetch_and_add(n, d);
+}
+
+/* Whether the entry's source may hold one more established entry; if so,
+ * counts it. */
+static __always_inline int ct_src_take(const struct fw_config *cfg, const struct fw_ct_key *key,
+				       const struct fw_ct_entry *e)
+{
+	struct fw_ct_src_key narrow, wide;
+	__u32 v6 = key->family == FW_FAMILY_IPV6, *n;
+
+	if (!cfg->ct_src_max && !cfg->ct_src_wide_max)
+		return 1;
+	ct_src_key(&narrow, key, e, cfg->ct_src_bits[v6 & 1]);
+	ct_src_key(&wide, key, e, cfg->ct_src_wide_bits[v6 & 1]);
+	if (cfg->ct_src_max && (n = bpf_map_lookup_elem(&fw_ct_src, &narrow)) && *n >= cfg->ct_src_max)
+		return 0;
+	if (cfg->ct_src_wide_max && (n = bpf_map_lookup_elem(&fw_ct_src, &wide)) && *n >= cfg->ct_src_wide_max)
+		return 0;
+	if (ct_src_add(&narrow, 1) == (__u32)-1)
+		return 0;
+	if (ct_src_add(&wide, 1) == (__u32)-1) {
+		ct_src_add(&narrow, -1);
+		return 0;
+	}
+	return 1;
+}
+
+/* An established entry is gone: its source's count goes down. */
+static __always_inline void ct_src_release(const struct fw_config *cfg, const struct fw_ct_key *key,
+					   const struct fw_ct_entry *e)
+{
+	struct fw_ct_src_key sk;
+	__u32 v6 = key->family == FW_FAMILY_IPV6, *n;
+
+	if (!cfg->ct_src_max && !cfg->ct_src_wide_max)
+		return;
+	ct_src_key(&sk, key, e, cfg->ct_src_bits[v6 & 1]);
+	if ((n = bpf_map_lookup_elem(&fw_ct_src, &sk)) && *n)
+		__sync_fetch_and_add(n, -1);
+	ct_src_key(&sk, key, e, cfg->ct_src_wide_bits[v6 & 1]);
+	if ((n = bpf_map_lookup_elem(&fw_ct_src, &sk)) && *n)
+		__sync_fetch_and_add(n, -1);
+}
+
+/* Deletes an entry; an established one gives its source's share back, by
+ * whoever deleted it. */
+static __always_inline void ct_delete(const struct fw_config *cfg, const struct fw_ct_key *key,
+				      const struct ct_found *f)
+{
+	if (!f->est) {
+		bpf_map_delete_elem(&fw_ct_new, key);
+		return;
+	}
+	if (bpf_map_delete_elem(&fw_ct_est, key) == 0)
+		ct_src_release(cfg, key, f->e);
+}
+
 /* The live entry of key, the established table first. An expired entry is
  * deleted and not found. */
-static __always_inline int ct_lookup(const struct fw_ct_key *key, __u64 now, struct ct_found *f)
+static __always_inline int ct_lookup(const struct fw_config *cfg, const struct fw_ct_key *key, __u64 now,
+				     struct ct_found *f)
 {
 	struct fw_ct_entry *e = bpf_map_lookup_elem(&fw_ct_est, key);
 
+	f->est = 1;
 	if (e) {
-		if (e->expires_ns > now) {
-			f->e = e;
-			f->est = 1;
+		f->e = e;
+		if (e->expires_ns > now)
 			return 1;
-		}
-		bpf_map_delete_elem(&fw_ct_est, key);
+		ct_delete(cfg, key, f);
 	}
+	f->est = 0;
 	e = bpf_map_lookup_elem(&fw_ct_new, key);
 	if (e) {
-		if (e->expires_ns > now) {
-			f->e = e;
-			f->est = 0;
+		f->e = e;
+		if (e->expires_ns > now && !(e->status & FW_CTS_MOVED))
 			return 1;
-		}
-		bpf_map_delete_elem(&fw_ct_new, key);
+		if (!(e->status & FW_CTS_MOVED))
+			ct_delete(cfg, key, f);
 	}
 	return 0;
 }
 
-static __always_inline void ct_delete(const struct fw_ct_key *key, const struct ct_found *f)
+/* The live entry of key, locked (held: whether the lock was taken), as a
+ * copy in t->e with its version. An entry that moved to the established
+ * table while it was found is looked up there; one a map handed to another
+ * key is not found. */
+static __always_inline int ct_get(const struct fw_config *cfg, const struct fw_ct_key *key, __u32 hash,
+				  struct ct_txn *t, struct ct_found *f, int *held)
 {
-	if (f->est)
-		bpf_map_delete_elem(&fw_ct_est, key);
-	else
-		bpf_map_delete_elem(&fw_ct_new, key);
-}
-
-/* An assured connection moves from the embryonic table to the established
- * one, which never evicts: when that is full it stays where it is (and
- * says so once, in its status). */
-static __always_inline void ct_promote(const struct fw_ct_key *key, struct fw_ct_entry *e)
-{
-	__u32 zero = 0;
-	struct fw_ct_entry *l = bpf_map_lookup_elem(&fw_ct_scratch, &zero);
-	long err;
-
-	if (!l)
-		return;
-	*l = *e;
-	l->lock = 0;
-	l->status |= FW_CTS_EST_TABLE;
-	err = bpf_map_update_elem(&fw_ct_est, key, l, BPF_NOEXIST);
-	if (err == 0) {
-		bpf_map_delete_elem(&fw_ct_new, key);
-		count(FW_C_CT_PROMOTED);
-	} else if (err != -17 /* EEXIST: another CPU did */) {
-		e->status |= FW_CTS_EST_TABLE; /* not again */
-		count(FW_C_CT_EST_FULL);
+#pragma unroll
+	for (int try = 0; try < 2; try++) {
+		if (!ct_lookup(cfg, key, t->now, f))
+			return 0;
+		*held = ct_lock(f->e);
+		if (f->e->key_hash && f->e->key_hash != hash) {
+			ct_unlock(f->e, *held);
+			return 0;
+		}
+		if (!(f->e->status & FW_CTS_MOVED))
+			return 1;
+		ct_unlock(f->e, *held);
 	}
+	return 0;
 }
 
-/* Whether an entry of the embryonic table has just proved both ends real
- * (assured) and is to move to the established table. */
-static __always_inline int ct_wants_promotion(const struct ct_found *f, const struct fw_ct_entry *e)
+/* Copies the locked entry into t (the lock word and all; it is not written
+ * back), and lets it go. */
+static __always_inline void ct_copy_out(struct ct_txn *t, const struct ct_found *f, int held)
 {
-	return !f->est && (e->status & (FW_CTS_ASSURED | FW_CTS_EST_TABLE)) == FW_CTS_ASSURED;
+	t->e = *f->e;
+	t->version = f->e->version;
+	t->est = f->est;
+	ct_unlock(f->e, held);
 }
 
 /* A new connection's entry into the embryonic table; one another CPU
  * entered first stays. */
-static __always_inline void ct_insert(const struct fw_ct_key *key, const struct fw_ct_entry *e)
+static __always_inline void ct_insert(const struct fw_ct_key *key, struct fw_ct_entry *e)
 {
+	e->lock = 0;
+	e->version = 0;
+	e->key_hash = ct_key_hash(key);
 	if (bpf_map_update_elem(&fw_ct_new, key, e, BPF_NOEXIST) == 0)
 		count(FW_C_CT_CREATED);
 }
 
-/* The scratch entry a first packet fills, zeroed. */
-static __always_inline struct fw_ct_entry *ct_fresh(void)
+/* The entry a first packet fills, zeroed: t->e. */
+static __always_inline struct fw_ct_entry *ct_fresh(struct ct_txn *t)
 {
-	__u32 zero = 0;
-	struct fw_ct_entry *l = bpf_map_lookup_elem(&fw_ct_scratch, &zero);
+	__builtin_memset(&t->e, 0, sizeof(t->e));
+	return &t->e;
+}
 
-	if (!l)
-		return NULL;
-	__builtin_memset(l, 0, sizeof(*l));
-	return l;
+/* An assured entry of the embryonic table moves to the established one,
+ * which never evicts, if the table has room and the source its share; else
+ * it stays, and tries again a second later. Called with e locked; lets it
+ * go. t->e is free for the copy. */
+static __always_inline void ct_promote(const struct fw_config *cfg, const struct fw_ct_key *key, struct ct_txn *t,
+				       struct fw_ct_entry *e, int held)
+{
+	long err;
+
+	if (!held || (e->status & (FW_CTS_ASSURED | FW_CTS_EST_TABLE | FW_CTS_MOVED)) != FW_CTS_ASSURED ||
+	    t->now < e->promote_after_ns) {
+		ct_unlock(e, held);
+		return;
+	}
+	t->e = *e;
+	t->e.lock = 0;
+	t->e.status |= FW_CTS_EST_TABLE;
+	if (!ct_src_take(cfg, key, e)) {
+		e->promote_after_ns = t->now + 1000000000ULL;
+		e->version++;
+		ct_unlock(e, held);
+		count(FW_C_CT_SRC_QUOTA);
+		return;
+	}
+	err = bpf_map_update_elem(&fw_ct_est, key, &t->e, BPF_NOEXIST);
+	if (err == 0 || err == -17 /* EEXIST: another CPU did */) {
+		/* Whoever holds this copy finds it moved and looks again. */
+		e->status |= FW_CTS_MOVED;
+		ct_unlock(e, held);
+		bpf_map_delete_elem(&fw_ct_new, key);
+		if (err == 0)
+			count(FW_C_CT_PROMOTED);
+		else
+			ct_src_release(cfg, key, e);
+		return;
+	}
+	ct_src_release(cfg, key, e);
+	e->promote_after_ns = t->now + 1000000000ULL;
+	e->version++;
+	ct_unlock(e, held);
+	count(FW_C_CT_EST_FULL);
 }
 
 /* The options being read (bpf_loop's context). */
@@ -294,9 +479,9 @@ static __noinline int ct_read_tcp(struct xdp_md *ctx, const struct fw_pkt *p, st
 	return 1;
 }
 
-/* ct_tcp on a copy of an entry: a global function, so that the verifier
- * checks the state machine once, not once per path that leads here.
- * Returns the verdict; the new timeout and kill go to out. */
+/* ct_tcp on an entry: a global function, so that the verifier checks the
+ * state machine once, not once per path that leads here. Returns the
+ * verdict; the new timeout and kill go to out. */
 struct ct_tcp_out {
 	__u64 now;
 	__u64 timeout;
@@ -325,22 +510,57 @@ static __always_inline void ct_account(struct fw_ct_entry *e, __u32 dir, __u64 l
 	e->bytes[dir & 1] += len;
 }
 
-static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
-				    struct ct_result *r)
+/* A segment of a connection the synproxy opened, as the entry counts it:
+ * the client's acknowledgements come in the cookie's sequence space, the
+ * entry keeps the server's (as Linux's seqadj offsets them). */
+static __always_inline void ct_seqadj(const struct fw_ct_entry *e, __u32 dir, struct tcp_seg *s)
 {
-	struct tcp_seg s;
+	if (!(e->status & FW_CTS_SYNPROXY) || e->state == FW_TCP_PROXY_SYN || dir)
+		return;
+	s->ack -= e->proxy_delta;
+	s->sack -= e->proxy_delta;
+}
+
+/* The segment applied to an entry: state, windows, timeout, accounting.
+ * Returns the verdict (enum ct_verdict); *kill when the entry is over. */
+static __always_inline int ct_tcp_apply(struct fw_ct_entry *e, __u32 dir, struct tcp_seg *s,
+					const struct fw_config *cfg, __u64 now, __u64 len, int *kill)
+{
+	struct ct_tcp_out out = {.now = now, .dir = dir};
+	int res;
+
+	ct_seqadj(e, dir, s);
+	res = fw_ct_tcp(e, s, cfg, &out);
+	if (res == CTV_IGNORE && (cfg->ct_flags & FW_CTF_STRICT))
+		res = CTV_INVALID;
+	if (res == CTV_ACCEPT || res == CTV_IGNORE) {
+		if (dir)
+			e->status |= FW_CTS_SEEN_REPLY;
+		if (out.timeout)
+			e->expires_ns = now + out.timeout;
+		ct_account(e, dir, len);
+	}
+	*kill = out.kill;
+	return res;
+}
+
+static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
+				    struct ct_result *r, struct ct_txn *t)
+{
 	struct ct_found f;
 	struct fw_ct_entry *e;
-	struct ct_tcp_out out = {.now = ct_now(cfg)};
-	__u64 len = r->len;
-	int res, promote = 0, held;
+	struct ct_tcp_out out = {.now = t->now};
+	__u64 len = t->len;
+	int res, held = 0, kill;
 	__u8 st = FW_CT_INVALID;
 
-	if (!ct_read_tcp(ctx, p, &s))
+	if (!ct_read_tcp(ctx, p, &t->s))
 		return FW_CT_INVALID;
-	if (ct_lookup(&r->key, out.now, &f)) {
-		e = f.e;
-		out.dir = r->end != e->orig;
+	if (ct_get(cfg, &r->key, ct_key_hash(&r->key), t, &f, &held)) {
+		out.dir = r->end != f.e->orig;
+		ct_copy_out(t, &f, held);
+		e = &t->e;
+		t->dir = out.dir;
 		/* The synproxy's (synproxy.h): the entry's handshake, and the
 		 * shift of its sequence numbers. */
 		r->status = e->status | CT_R_FOUND;
@@ -350,89 +570,100 @@ static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_con
 			r->status |= CT_R_PROXY_SYN;
 			return ct_seen_state(e, out.dir);
 		}
-		held = ct_lock(e);
-		res = fw_ct_tcp(e, &s, cfg, &out);
-		if (res == CTV_IGNORE && (cfg->ct_flags & FW_CTF_STRICT))
-			res = CTV_INVALID;
-		if (res == CTV_ACCEPT || res == CTV_IGNORE) {
-			st = ct_seen_state(e, out.dir);
-			if (out.dir)
-				e->status |= FW_CTS_SEEN_REPLY;
-			if (out.timeout)
-				e->expires_ns = out.now + out.timeout;
-			ct_account(e, out.dir, len);
-		}
-		promote = ct_wants_promotion(&f, e);
-		ct_unlock(e, held);
+		st = ct_seen_state(e, out.dir);
+		res = ct_tcp_apply(e, out.dir, &t->s, cfg, t->now, len, &kill);
 		if (res == CTV_IGNORE)
 			count(FW_C_CT_IGNORED);
-		if (res != CTV_REOPEN) {
-			if (out.kill)
-				ct_delete(&r->key, &f);
-			else if (promote)
-				ct_promote(&r->key, e);
+		if (res == CTV_INVALID)
+			return FW_CT_INVALID;
+		if (!held) {
+			/* Read without the lock: no changes written. */
+			count(FW_C_CT_BUSY);
 			return st;
 		}
-		ct_delete(&r->key, &f);
+		if (res != CTV_REOPEN) {
+			r->commit = kill ? CT_KILL : CT_UPDATE;
+			return st;
+		}
+		/* A SYN reopening a closed connection's tuple: a new one. */
+		r->commit = CT_REOPEN;
 		r->status = 0;
-		r->len = len;
 	}
 
 	/* No entry: the packet may open one (tcp_new). */
-	e = ct_fresh();
-	if (!e)
-		return FW_CT_INVALID;
-	if (!ct_tcp_new(e, &s, cfg->ct_flags))
+	e = ct_fresh(t);
+	if (!ct_tcp_new(e, &t->s, cfg->ct_flags))
 		return FW_CT_INVALID;
 	e->orig = r->end;
 	out.dir = 0;
-	res = fw_ct_tcp(e, &s, cfg, &out);
-	if (res != CTV_ACCEPT || out.kill)
+	res = fw_ct_tcp(e, &t->s, cfg, &out);
+	if (res != CTV_ACCEPT || out.kill) {
+		if (r->commit == CT_REOPEN)
+			r->commit = CT_KILL;
 		return res == CTV_INVALID ? FW_CT_INVALID : FW_CT_NEW;
-	e->expires_ns = out.now + out.timeout;
-	e->start_ns = out.now;
+	}
+	e->expires_ns = t->now + out.timeout;
+	e->start_ns = t->now;
 	ct_account(e, 0, len);
-	r->commit = CT_CREATE;
+	if (r->commit != CT_REOPEN)
+		r->commit = CT_CREATE;
 	return FW_CT_NEW;
 }
 
-/* UDP and other protocols without a state machine of their own: new until
- * answered; answered and alive after 2 s, a stream (assured). */
-static __noinline __u8 ct_track_stream(const struct fw_config *cfg, struct ct_result *r, __u32 t_unreplied,
-				       __u32 t_stream)
+/* A packet of a pseudo-connection (UDP, other protocols, ICMP requests and
+ * replies) applied to its entry: new until answered; answered and alive
+ * after 2 s, a stream. Only UDP becomes assured (Linux assures no generic
+ * or ICMP entry). */
+static __always_inline void ct_stream_apply(const struct fw_config *cfg, struct fw_ct_entry *e, __u32 dir, __u8 proto,
+					    __u64 now, __u32 t_unreplied, __u32 t_stream, __u64 len)
 {
-	__u64 len = r->len;
+	/* Answered before this packet, and still alive after 2 s. */
+	int stream = (e->status & FW_CTS_SEEN_REPLY) && now > e->start_ns + CT_STREAM_AFTER_NS;
+
+	e->expires_ns = now + ct_timeout(cfg, stream ? t_stream : t_unreplied);
+	if (stream && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE))
+		e->status |= FW_CTS_ASSURED;
+	if (dir)
+		e->status |= FW_CTS_SEEN_REPLY;
+	ct_account(e, dir, len);
+}
+
+/* The pseudo-connections' tracking: an entry found is copied and the
+ * packet applied to the copy; none: a new one, for a packet that may open
+ * it (not an ICMP reply). */
+static __noinline __u8 ct_track_stream(const struct fw_config *cfg, struct ct_result *r, __u32 t_unreplied,
+				       __u32 t_stream, int may_open)
+{
+	struct ct_txn *t = ct_txn();
 	struct ct_found f;
 	struct fw_ct_entry *e;
-	__u64 now = ct_now(cfg);
+	int held = 0;
 	__u32 dir;
-	int promote = 0, stream;
 	__u8 st;
 
-	if (ct_lookup(&r->key, now, &f)) {
-		e = f.e;
-		dir = r->end != e->orig;
-		st = ct_seen_state(e, dir);
-		/* Answered before this packet, and still alive after 2 s. */
-		stream = (e->status & FW_CTS_SEEN_REPLY) && now > e->start_ns + CT_STREAM_AFTER_NS;
-		e->expires_ns = now + ct_timeout(cfg, stream ? t_stream : t_unreplied);
-		if (stream)
-			e->status |= FW_CTS_ASSURED;
-		if (dir)
-			e->status |= FW_CTS_SEEN_REPLY;
-		ct_account(e, dir, len);
-		promote = ct_wants_promotion(&f, e);
-		if (promote)
-			ct_promote(&r->key, e);
+	if (!t)
+		return FW_CT_INVALID;
+	t->t_unreplied = t_unreplied;
+	t->t_stream = t_stream;
+	if (ct_get(cfg, &r->key, ct_key_hash(&r->key), t, &f, &held)) {
+		dir = r->end != f.e->orig;
+		ct_copy_out(t, &f, held);
+		t->dir = dir;
+		st = ct_seen_state(&t->e, dir);
+		ct_stream_apply(cfg, &t->e, dir, r->key.proto, t->now, t_unreplied, t_stream, t->len);
+		if (held)
+			r->commit = CT_UPDATE;
+		else
+			count(FW_C_CT_BUSY);
 		return st;
 	}
-	e = ct_fresh();
-	if (!e)
-		return FW_CT_INVALID;
+	if (!may_open)
+		return FW_CT_INVALID; /* an answer to nothing */
+	e = ct_fresh(t);
 	e->orig = r->end;
-	e->start_ns = now;
-	e->expires_ns = now + ct_timeout(cfg, t_unreplied);
-	ct_account(e, 0, len);
+	e->start_ns = t->now;
+	e->expires_ns = t->now + ct_timeout(cfg, t_unreplied);
+	ct_account(e, 0, t->len);
 	r->commit = CT_CREATE;
 	return FW_CT_NEW;
 }
@@ -486,19 +717,33 @@ static __always_inline int icmp6_untracked(__u8 type)
 	return (type >= 130 && type <= 136) || type == 143;
 }
 
+/* Whether a protocol's connections are keyed by their ports (the first
+ * four bytes of its header), as Linux's trackers for it key them. */
+static __always_inline int ct_has_ports(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE || proto == IPPROTO_SCTP ||
+	       proto == IPPROTO_DCCP;
+}
+
 /* An ICMP error is related when it quotes a packet of a tracked
  * connection and goes to that packet's sender (nf_conntrack_inet_error). */
 static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
 				       const struct fw_pkt *p)
 {
-	struct fw_flow_key in = {};
-	struct ct_result q = {};
+	struct ct_txn *t = ct_txn();
 	struct ct_found f;
-	__u8 hdr[48];
 	__u32 off = p->l4 + 8, l4;
 	__u16 sport = 0, dport = 0;
 
-	in.family = k->family;
+	if (!t)
+		return FW_CT_INVALID;
+	/* Per CPU, not on the stack: this runs three calls deep. */
+	__u8 *hdr = t->quote;
+	struct fw_flow_key *in = &t->in;
+	struct ct_result *q = &t->q;
+	__builtin_memset(in, 0, sizeof(*in));
+	__builtin_memset(q, 0, sizeof(*q));
+	in->family = k->family;
 	if (k->family == FW_FAMILY_IPV4) {
 		__u32 ihl;
 
@@ -507,61 +752,63 @@ static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cf
 		ihl = (hdr[0] & 0xf) * 4;
 		if ((hdr[0] >> 4) != 4 || ihl < 20)
 			return FW_CT_INVALID;
-		in.proto = hdr[9];
-		in.src[2] = bpf_htonl(0xffff);
-		in.dst[2] = bpf_htonl(0xffff);
-		in.src[3] = *(__u32 *)&hdr[12];
-		in.dst[3] = *(__u32 *)&hdr[16];
+		in->proto = hdr[9];
+		in->src[2] = bpf_htonl(0xffff);
+		in->dst[2] = bpf_htonl(0xffff);
+		in->src[3] = *(__u32 *)&hdr[12];
+		in->dst[3] = *(__u32 *)&hdr[16];
 		l4 = off + ihl;
 	} else {
 		if (bpf_xdp_load_bytes(ctx, off, hdr, 40))
 			return FW_CT_INVALID;
 		if ((hdr[0] >> 4) != 6)
 			return FW_CT_INVALID;
-		in.proto = hdr[6];
-		__builtin_memcpy(in.src, &hdr[8], 16);
-		__builtin_memcpy(in.dst, &hdr[24], 16);
+		in->proto = hdr[6];
+		__builtin_memcpy(in->src, &hdr[8], 16);
+		__builtin_memcpy(in->dst, &hdr[24], 16);
 		l4 = off + 40;
 	}
 	/* The quoted packet's first 8 bytes of L4 are enough. */
 	if (bpf_xdp_load_bytes(ctx, l4, hdr, 8))
 		return FW_CT_INVALID;
-	if (in.proto == IPPROTO_TCP || in.proto == IPPROTO_UDP) {
+	if (ct_has_ports(in->proto)) {
 		sport = (__u16)hdr[0] << 8 | hdr[1];
 		dport = (__u16)hdr[2] << 8 | hdr[3];
-		ct_key_ordered(&q, &in, sport, dport);
-	} else if ((k->family == FW_FAMILY_IPV4 && in.proto == IPPROTO_ICMP) ||
-		   (k->family == FW_FAMILY_IPV6 && in.proto == IPPROTO_ICMPV6)) {
+		ct_key_ordered(q, in, sport, dport);
+	} else if ((k->family == FW_FAMILY_IPV4 && in->proto == IPPROTO_ICMP) ||
+		   (k->family == FW_FAMILY_IPV6 && in->proto == IPPROTO_ICMPV6)) {
 		int is_reply;
 		__u8 req = icmp_request_of(k->family, hdr[0], &is_reply);
 
 		if (!req)
 			return FW_CT_INVALID; /* an error about an error */
-		q.key.proto = in.proto;
-		q.key.family = in.family;
-		__builtin_memcpy(q.key.addr[0], is_reply ? in.dst : in.src, 16);
-		__builtin_memcpy(q.key.addr[1], is_reply ? in.src : in.dst, 16);
-		q.key.port[0] = (__u16)hdr[4] << 8 | hdr[5];
-		q.key.port[1] = req;
+		q->key.proto = in->proto;
+		q->key.family = in->family;
+		__builtin_memcpy(q->key.addr[0], is_reply ? in->dst : in->src, 16);
+		__builtin_memcpy(q->key.addr[1], is_reply ? in->src : in->dst, 16);
+		q->key.port[0] = (__u16)hdr[4] << 8 | hdr[5];
+		q->key.port[1] = req;
 	} else {
-		ct_key_ordered(&q, &in, 0, 0);
+		ct_key_ordered(q, in, 0, 0);
 	}
-	if (!ct_lookup(&q.key, ct_now(cfg), &f))
+	if (!ct_lookup(cfg, &q->key, ct_now(cfg), &f))
 		return FW_CT_INVALID;
 	/* The error goes back to the quoted packet's sender. */
-	if (k->dst[0] != in.src[0] || k->dst[1] != in.src[1] || k->dst[2] != in.src[2] || k->dst[3] != in.src[3])
+	if (k->dst[0] != in->src[0] || k->dst[1] != in->src[1] || k->dst[2] != in->src[2] || k->dst[3] != in->src[3])
 		return FW_CT_INVALID;
 	return FW_CT_RELATED;
 }
 
+/* ct_track_icmp's answer for a query or its reply, keyed in r: tracked as
+ * a stream by the caller (a call less deep: the stack has no room). */
+#define CT_ICMP_QUERY 0xff
+
+/* An ICMP packet's state if it is an error or untracked, else
+ * CT_ICMP_QUERY with its key in r. */
 static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
 				     const struct fw_pkt *p, struct ct_result *r)
 {
-	__u64 len = r->len;
-	struct ct_found f;
-	struct fw_ct_entry *e;
-	__u8 icmp[8], req, st;
-	__u64 now;
+	__u8 icmp[8], req;
 	int is_reply;
 
 	if (p->l4_len < 8 || bpf_xdp_load_bytes(ctx, p->l4, icmp, sizeof(icmp)))
@@ -580,27 +827,9 @@ static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config 
 	__builtin_memcpy(r->key.addr[1], is_reply ? k->src : k->dst, 16);
 	r->key.port[0] = (__u16)icmp[4] << 8 | icmp[5];
 	r->key.port[1] = req;
-	r->end = 0;
-	now = ct_now(cfg);
-	if (ct_lookup(&r->key, now, &f)) {
-		e = f.e;
-		st = ct_seen_state(e, is_reply);
-		if (is_reply)
-			e->status |= FW_CTS_SEEN_REPLY;
-		e->expires_ns = now + ct_timeout(cfg, FW_CTT_ICMP);
-		ct_account(e, is_reply, len);
-		return st;
-	}
-	if (is_reply)
-		return FW_CT_INVALID; /* an answer to nothing */
-	e = ct_fresh();
-	if (!e)
-		return FW_CT_INVALID;
-	e->start_ns = now;
-	e->expires_ns = now + ct_timeout(cfg, FW_CTT_ICMP);
-	ct_account(e, 0, len);
-	r->commit = CT_CREATE;
-	return FW_CT_NEW;
+	/* The request's sender is end 0 of the key: end is the direction. */
+	r->end = is_reply;
+	return CT_ICMP_QUERY;
 }
 
 /* The packet's ct state. A global function: the verifier checks it once,
@@ -610,24 +839,30 @@ static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config 
 __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_config *cfg,
 					    const struct fw_flow_key *k, const struct fw_pkt *p, struct ct_result *r)
 {
+	struct ct_txn *t = ct_txn();
 	__u8 st;
 
-	if (!ctx || !cfg || !k || !p || !r)
+	if (!ctx || !cfg || !k || !p || !r || !t)
 		return FW_CT_INVALID;
+	t->now = ct_now(cfg);
+	t->len = r->len;
 	if (k->noports)
 		st = FW_CT_UNTRACKED;
 	else if (k->proto == IPPROTO_TCP) {
 		ct_key_ordered(r, k, k->sport, k->dport);
-		st = ct_track_tcp(ctx, cfg, p, r);
-	} else if (k->proto == IPPROTO_UDP) {
+		st = ct_track_tcp(ctx, cfg, p, r, t);
+	} else if (k->proto == IPPROTO_UDP || k->proto == IPPROTO_UDPLITE) {
 		ct_key_ordered(r, k, k->sport, k->dport);
-		st = ct_track_stream(cfg, r, FW_CTT_UDP, FW_CTT_UDP_STREAM);
+		st = ct_track_stream(cfg, r, FW_CTT_UDP, FW_CTT_UDP_STREAM, 1);
 	} else if ((k->family == FW_FAMILY_IPV4 && k->proto == IPPROTO_ICMP) ||
 		   (k->family == FW_FAMILY_IPV6 && k->proto == IPPROTO_ICMPV6)) {
 		st = ct_track_icmp(ctx, cfg, k, p, r);
+		if (st == CT_ICMP_QUERY)
+			st = ct_track_stream(cfg, r, FW_CTT_ICMP, FW_CTT_ICMP, !r->end);
 	} else {
-		ct_key_ordered(r, k, 0, 0);
-		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC);
+		/* SCTP and DCCP by their ports, the rest by addresses alone. */
+		ct_key_ordered(r, k, k->sport, k->dport);
+		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, 1);
 	}
 	ct_count_state(st);
 	return st;
@@ -645,18 +880,137 @@ static __always_inline void track_conn(struct xdp_md *ctx, const struct fw_confi
 	k->ct_state = fw_track_conn(ctx, cfg, k, p, r);
 }
 
-/* After the rules: a new connection whose first packet passes is entered
- * (an entry whose packet is dropped was never confirmed). */
-static __always_inline void ct_confirm(const struct ct_result *r)
+/* The found entry, locked, to write to: what the packet made of a copy
+ * goes back if no other CPU wrote meanwhile, else the packet is applied
+ * again to what that CPU left. */
+static __always_inline void ct_write_back(const struct fw_config *cfg, const struct fw_ct_key *key, struct ct_txn *t,
+					  struct ct_found *f, int held)
 {
-	__u32 zero = 0;
-	struct fw_ct_entry *l;
+	struct fw_ct_entry *e = f->e;
+	__u32 lock, version;
+	int kill = 0;
 
-	if (r->commit != CT_CREATE)
+	if (e->version == t->version) {
+		lock = e->lock;
+		version = e->version + 1;
+		*e = t->e;
+		e->lock = lock;
+		e->version = version;
+	} else if (key->proto == IPPROTO_TCP) {
+		/* t->s was shifted for the copy already: undo, it is done again. */
+		if ((e->status & FW_CTS_SYNPROXY) && e->state != FW_TCP_PROXY_SYN && !t->dir) {
+			t->s.ack += e->proxy_delta;
+			t->s.sack += e->proxy_delta;
+		}
+		ct_tcp_apply(e, t->dir, &t->s, cfg, t->now, t->len, &kill);
+		e->version++;
+	} else {
+		ct_stream_apply(cfg, e, t->dir, key->proto, t->now, t->t_unreplied, t->t_stream, t->len);
+		e->version++;
+	}
+	if (kill) {
+		ct_unlock(e, held);
+		ct_delete(cfg, key, f);
 		return;
-	l = bpf_map_lookup_elem(&fw_ct_scratch, &zero);
-	if (l)
-		ct_insert(&r->key, l);
+	}
+	if (f->est) {
+		ct_unlock(e, held);
+		return;
+	}
+	ct_promote(cfg, key, t, e, held);
+}
+
+/* After the rules: what a packet they pass does to the tables. */
+__attribute__((noinline)) int fw_ct_commit(const struct fw_config *cfg, const struct ct_result *r)
+{
+	struct ct_txn *t = ct_txn();
+	struct ct_found f;
+	int held = 0;
+
+	if (!cfg || !r || !t)
+		return 0;
+	switch (r->commit) {
+	case CT_CREATE:
+		ct_insert(&r->key, &t->e);
+		return 0;
+	case CT_UPDATE:
+	case CT_KILL:
+	case CT_REOPEN:
+		break;
+	default:
+		return 0;
+	}
+	if (!ct_get(cfg, &r->key, ct_key_hash(&r->key), t, &f, &held))
+		goto create;
+	if (!held) {
+		count(FW_C_CT_BUSY);
+		return 0;
+	}
+	if (r->commit == CT_UPDATE) {
+		ct_write_back(cfg, &r->key, t, &f, held);
+		return 0;
+	}
+	ct_unlock(f.e, held);
+	ct_delete(cfg, &r->key, &f);
+create:
+	if (r->commit == CT_REOPEN)
+		ct_insert(&r->key, &t->e);
+	return 0;
+}
+
+/* The reaper's run: the request and where it is in it. */
+struct ct_reap {
+	struct xdp_md *ctx;
+	const struct fw_config *cfg;
+	struct fw_ct_reap_hdr h;
+	__u64 now;
+};
+
+/* One key of the request: deleted if its entry, read under the lock, has
+ * expired. A key whose entry was deleted and made anew since the caller
+ * read it keeps the new one (it has not expired). */
+static long ct_reap_one(__u64 i, void *data)
+{
+	struct ct_reap *rp = data;
+	struct fw_ct_key key;
+	struct ct_found f = {.est = rp->h.est != 0};
+	int held, dead;
+
+	if (i >= rp->h.n || i >= FW_CT_REAP_MAX)
+		return 1;
+	if (bpf_xdp_load_bytes(rp->ctx, sizeof(rp->h) + i * sizeof(key), &key, sizeof(key)))
+		return 1;
+	f.e = bpf_map_lookup_elem(f.est ? (void *)&fw_ct_est : (void *)&fw_ct_new, &key);
+	if (!f.e)
+		return 0;
+	held = ct_lock(f.e);
+	dead = rp->h.flush || (held && f.e->expires_ns <= rp->now && !(f.e->status & FW_CTS_MOVED));
+	ct_unlock(f.e, held);
+	if (dead) {
+		ct_delete(rp->cfg, &key, &f);
+		rp->h.reaped++;
+	}
+	return 0;
+}
+
+static __always_inline int ct_reap(struct xdp_md *ctx, const struct fw_config *cfg)
+{
+	struct ct_reap rp = {.ctx = ctx, .cfg = cfg};
+
+	if (bpf_xdp_load_bytes(ctx, 0, &rp.h, sizeof(rp.h)))
+		return XDP_ABORTED;
+	rp.h.reaped = 0;
+	rp.now = ct_now(cfg);
+	bpf_loop(FW_CT_REAP_MAX, ct_reap_one, &rp, 0);
+	if (bpf_xdp_store_bytes(ctx, 0, &rp.h, sizeof(rp.h)))
+		return XDP_ABORTED;
+	return XDP_PASS;
+}
+
+static __always_inline void ct_confirm(const struct fw_config *cfg, const struct ct_result *r)
+{
+	if (r->commit != CT_NONE)
+		fw_ct_commit(cfg, r);
 }
 
 #endif

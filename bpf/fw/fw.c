@@ -264,6 +264,8 @@ struct {
 	enum fw_ct_status ct_status;
 	enum fw_tcp_state tcp_state;
 	enum fw_ct_timeout ct_timeout;
+	struct fw_ct_reap_hdr ct_reap;
+	enum fw_ct_reap_limit ct_reap_limit;
 } fw_btf_types;
 
 #define FW_SLOT_MAP(name, inner)                        \
@@ -379,6 +381,13 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k,
 			}
 			next = h[0];
 		}
+		/* More extension headers than we follow: the protocol is not
+		 * known, and a rule on it could be slipped past (Linux follows
+		 * them all to TCP, say). What cannot be parsed to its end is
+		 * dropped. */
+		if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING || next == IPPROTO_DSTOPTS ||
+		    next == IPPROTO_FRAGMENT || next == IPPROTO_AH)
+			return XDP_DROP;
 		k->proto = next;
 		{
 			__u32 ext = l4 - (void *)(ip6 + 1), plen = bpf_ntohs(ip6->payload_len);
@@ -401,7 +410,10 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k,
 		k->noports = 1;
 		return CONTINUE;
 	}
-	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP)
+	/* The protocols whose first four bytes are ports, for rules and for
+	 * conntrack's keys (Linux keys SCTP, DCCP and UDP-Lite by them too). */
+	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP && k->proto != IPPROTO_UDPLITE &&
+	    k->proto != IPPROTO_SCTP && k->proto != IPPROTO_DCCP)
 		return CONTINUE;
 	if (!PKT_HAS(l4, 4, end))
 		return XDP_DROP;
@@ -1245,8 +1257,25 @@ int fw_xdp(struct xdp_md *ctx)
 	if ((rc == FW_ACT_SYNPROXY || (ct.status & FW_CTS_SYNPROXY)) &&
 	    (rc = fw_synproxy(ctx, &pkt, &ct)) != CONTINUE)
 		return rc;
-	ct_confirm(&ct);
+	ct_confirm(cfg, &ct);
 	return XDP_PASS;
+}
+
+/* Conntrack's garbage collector, run by the control plane through
+ * BPF_PROG_TEST_RUN with a struct fw_ct_reap_hdr and its keys: the
+ * deletes happen here, under each entry's lock and with the source's share
+ * of the established table given back, which a delete from userspace could
+ * do neither of. */
+SEC("xdp")
+int fw_ct_reap(struct xdp_md *ctx)
+{
+	struct fw_config *cfg;
+	__u32 zero = 0;
+
+	cfg = bpf_map_lookup_elem(&fw_conf, &zero);
+	if (!cfg)
+		return XDP_ABORTED;
+	return ct_reap(ctx, cfg);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -148,7 +148,38 @@ struct fw_config {
 	__u16 synproxy_mss4;
 	__u16 synproxy_mss6;
 	__u8 synproxy_ttl;
+	/* The established table's share per source: the end that opened a
+	 * connection (the peer, for the host's own), by prefix. At most
+	 * ct_src_max connections per source of ct_src_bits[0] (IPv4) or
+	 * ct_src_bits[1] (IPv6) bits, and ct_src_wide_max per one of
+	 * ct_src_wide_bits (0: no limit). */
+	__u8 ct_src_bits[2];
+	__u8 ct_src_wide_bits[2];
 	__u8 pad[3];
+	__u32 ct_src_max;
+	__u32 ct_src_wide_max;
+};
+
+/* The request fw_ct_reap is run with (BPF_PROG_TEST_RUN's data): the
+ * keys of one table to delete if expired (or in any case, with flush),
+ * each checked under its entry's lock; reaped is written back. */
+struct fw_ct_reap_hdr {
+	__u32 est; /* 1: fw_ct_est, 0: fw_ct_new */
+	__u32 flush;
+	__u32 n;
+	__u32 reaped;
+};
+
+/* The keys of one request, at most: a request fits in a page. */
+enum fw_ct_reap_limit { FW_CT_REAP_MAX = 80 };
+
+/* Key of fw_ct_src: a source prefix of either width, and the number of
+ * its connections in the established table (value, __u32). */
+struct fw_ct_src_key {
+	__u32 addr[4];
+	__u8 family;
+	__u8 bits;
+	__u16 pad;
 };
 
 enum fw_ct_flag {
@@ -247,17 +278,26 @@ enum fw_ct_status {
 	FW_CTS_SYNPROXY = 4,
 	/* In the established table (fw_ct_est) rather than the embryonic one. */
 	FW_CTS_EST_TABLE = 8,
+	/* An embryonic entry copied into the established table: whoever finds
+	 * it looks the key up again. */
+	FW_CTS_MOVED = 16,
+	/* Opened by the host itself (seen leaving, at TC egress): the peer,
+	 * not the host, is the source a quota counts it against. */
+	FW_CTS_LOCAL_ORIG = 32,
 };
 
 /* What a connection's entry holds. dir[] and the counters are indexed by
  * conntrack direction: 0 the original (the first packet's), 1 the reply. */
 struct fw_ct_entry {
-	/* Taken while the TCP state changes (see ct_lock): the two directions
-	 * of a connection may be on two CPUs. A word of our own rather than a
-	 * bpf_spin_lock, which LRU maps cannot hold, nor maps without BTF
-	 * (fastpath-rt's), and under which no function may be called. */
+	/* Taken while the entry is read whole or written (see ct_lock): the
+	 * two directions of a connection may be on two CPUs. A word of our own
+	 * rather than a bpf_spin_lock, which LRU maps cannot hold, nor maps
+	 * without BTF (fastpath-rt's), and under which no function may be
+	 * called. */
 	__u32 lock;
-	__u32 pad0;
+	/* Counts the writes under the lock: a state computed from a copy is
+	 * written back only if no other CPU wrote meanwhile. */
+	__u32 version;
 	__u8 state;  /* enum fw_tcp_state; 0 for UDP and ICMP */
 	__u8 status; /* enum fw_ct_status */
 	__u8 orig;   /* which end of the key sent the first packet */
@@ -277,8 +317,15 @@ struct fw_ct_entry {
 	__u32 proxy_delta;
 	__u32 proxy_isn;
 	__u16 proxy_mss;
-	__u16 pad2[3];
+	__u16 pad2;
+	/* A hash of the key the entry was made for: a map may hand an element
+	 * to another key while a CPU still holds it (an LRU evicts, a hash
+	 * map reuses a freed element at once), which this tells. */
+	__u32 key_hash;
 	__u64 expires_ns;
+	/* Not before this time does an assured embryonic entry try the
+	 * established table again (it was full, or the source's share was). */
+	__u64 promote_after_ns;
 	__u64 start_ns;
 	__u64 packets[2];
 	__u64 bytes[2];
@@ -504,6 +551,12 @@ enum fw_counter {
 	FW_C_CT_CREATED,
 	FW_C_CT_PROMOTED,
 	FW_C_CT_EST_FULL,
+	/* Assured connections kept in the embryonic table because their
+	 * source holds its share of the established one already. */
+	FW_C_CT_SRC_QUOTA,
+	/* Packets whose entry another CPU held too long: their state was
+	 * read without the lock, and their changes not written. */
+	FW_C_CT_BUSY,
 	/* TCP packets conntrack ignores (accepted, state unchanged). */
 	FW_C_CT_IGNORED,
 	/* Synproxy: SYNs answered with a cookie, cookie ACKs that passed and

@@ -20,9 +20,10 @@
  * so that neither end sends them (the SYN to the server offers none
  * either) and no option but seq and ack needs a rewrite. The MSS is the
  * client's, rounded down to the cookie's table (the value the server is
- * told), and no more than the configured one. The window tracking of such
- * an entry is liberal: its two directions count in sequence spaces that
- * differ by the delta.
+ * told), and no more than the configured one. The entry counts both
+ * directions in the server's sequence space: the client's acknowledgements
+ * are taken down by the delta before its window checks (as Linux's seqadj
+ * offsets them), so that its windows are tracked as any connection's.
  *
  * Frames are read into a buffer on the stack and written back whole:
  * the cookie helpers take the headers from there, and the checksums are
@@ -263,10 +264,13 @@ static __always_inline int sp_open(struct xdp_md *ctx, const struct fw_config *c
 {
 	__u32 isn = bpf_ntohl(h->th.seq) - 1, cookie = bpf_ntohl(h->th.ack_seq) - 1;
 	__u16 win = bpf_ntohs(h->th.window), mss;
+	struct ct_txn *t = ct_txn();
 	struct fw_ct_entry *e;
 	__u64 now;
 	long bad;
 
+	if (!t)
+		return XDP_ABORTED;
 	if (v6)
 		bad = bpf_tcp_raw_check_syncookie_ipv6(&h->ip6, &h->th);
 	else
@@ -279,9 +283,7 @@ static __always_inline int sp_open(struct xdp_md *ctx, const struct fw_config *c
 	if (mss > sp_cfg_mss(cfg, v6))
 		mss = sp_cfg_mss(cfg, v6);
 
-	e = ct_fresh();
-	if (!e)
-		return XDP_ABORTED;
+	e = ct_fresh(t);
 	now = ct_now(cfg);
 	e->orig = r->end;
 	e->state = FW_TCP_PROXY_SYN;
@@ -294,11 +296,13 @@ static __always_inline int sp_open(struct xdp_md *ctx, const struct fw_config *c
 	e->dir[0].td_end = isn + 1;
 	e->dir[0].td_maxwin = win ? win : 1;
 	e->dir[0].td_maxend = isn + 1 + e->dir[0].td_maxwin;
-	e->dir[0].flags = FW_CTH_BE_LIBERAL;
-	e->dir[1].flags = FW_CTH_BE_LIBERAL;
+	if (cfg->ct_flags & FW_CTF_LIBERAL) {
+		e->dir[0].flags = FW_CTH_BE_LIBERAL;
+		e->dir[1].flags = FW_CTH_BE_LIBERAL;
+	}
 	e->start_ns = now;
 	e->expires_ns = now + ct_timeout(cfg, FW_CTT_SYN_SENT);
-	ct_account(e, 0, r->len);
+	ct_account(e, 0, t->len);
 	ct_insert(&r->key, e);
 	count(FW_C_SYNPROXY_ACK_OK);
 	return sp_syn_to_server(ctx, p, h, v6, isn, win, mss);
@@ -309,34 +313,40 @@ static __always_inline int sp_open(struct xdp_md *ctx, const struct fw_config *c
 static __always_inline int sp_server_synack(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
 					    struct ct_result *r, struct sp_hdrs *h, int v6)
 {
-	__u32 sisn = bpf_ntohl(h->th.seq), ack = bpf_ntohl(h->th.ack_seq);
+	__u32 sisn = bpf_ntohl(h->th.seq), ack = bpf_ntohl(h->th.ack_seq), swin;
+	struct ct_txn *t = ct_txn();
 	struct ct_found f;
 	struct fw_ct_entry *e;
-	__u64 now = ct_now(cfg);
 	__u16 win;
-	int held, opened = 0;
+	int held = 0, opened = 0;
 
-	if (!ct_lookup(&r->key, now, &f)) {
+	if (!t || !ct_get(cfg, &r->key, ct_key_hash(&r->key), t, &f, &held)) {
 		count(FW_C_CT_INVALID); /* expired since conntrack saw it */
 		return XDP_DROP;
 	}
 	e = f.e;
-	held = ct_lock(e);
-	if (ack != e->proxy_isn + 1) {
+	if (!held || ack != e->proxy_isn + 1) {
 		ct_unlock(e, held);
-		count(FW_C_CT_INVALID);
+		count(held ? FW_C_CT_INVALID : FW_C_CT_BUSY);
 		return XDP_DROP;
 	}
 	if (e->state == FW_TCP_PROXY_SYN) {
+		/* Both directions in the server's sequence space from here:
+		 * each may send up to what the other acknowledged plus its
+		 * window (no window scaling was offered either way). */
+		swin = h->th.window ? bpf_ntohs(h->th.window) : 1;
 		e->proxy_delta -= sisn;
 		e->dir[1].td_end = sisn + 1;
-		e->dir[1].td_maxwin = h->th.window ? bpf_ntohs(h->th.window) : 1;
-		e->dir[1].td_maxend = sisn + 1 + e->dir[1].td_maxwin;
+		e->dir[1].td_maxwin = swin;
+		e->dir[1].td_maxend = sisn + 1 + e->dir[0].td_maxwin;
+		if (after32(e->proxy_isn + 1 + swin, e->dir[0].td_maxend))
+			e->dir[0].td_maxend = e->proxy_isn + 1 + swin;
 		e->last_index = TCP_SYNACK_SET;
 		e->last_dir = 1;
 		e->status |= FW_CTS_SEEN_REPLY | FW_CTS_ASSURED;
-		e->expires_ns = now + ct_timeout(cfg, FW_CTT_ESTABLISHED);
+		e->expires_ns = t->now + ct_timeout(cfg, FW_CTT_ESTABLISHED);
 		e->state = FW_TCP_ESTABLISHED;
+		e->version++;
 		opened = 1;
 	}
 	win = e->dir[0].td_maxwin;
@@ -361,7 +371,7 @@ static __always_inline int sp_resend_syn(struct xdp_md *ctx, const struct fw_con
 	__u32 isn;
 	__u16 mss, win;
 
-	if (!ct_lookup(&r->key, ct_now(cfg), &f)) {
+	if (!ct_lookup(cfg, &r->key, ct_now(cfg), &f)) {
 		count(FW_C_CT_INVALID);
 		return XDP_DROP;
 	}
@@ -371,15 +381,33 @@ static __always_inline int sp_resend_syn(struct xdp_md *ctx, const struct fw_con
 	return sp_syn_to_server(ctx, p, h, v6, isn, win, mss);
 }
 
-/* The server's RST answering the SYN (nothing listens): to the client, at
- * the sequence number it waits for, the cookie's next (proxy_delta holds
- * the cookie until the server answers), so that it takes the refusal. */
-static __always_inline int sp_refused(struct xdp_md *ctx, const struct fw_pkt *p, const struct ct_result *r,
-				      struct sp_hdrs *h)
+/* The server's RST answering the SYN (nothing listens), which
+ * acknowledges that SYN: to the client, at the sequence number it waits
+ * for, the cookie's next (proxy_delta holds the cookie until the server
+ * answers), so that it takes the refusal; and the entry goes, so that a
+ * new attempt from the same port is a new connection. Any other RST is
+ * no answer to our SYN: dropped. */
+static __always_inline int sp_refused(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
+				      const struct ct_result *r, struct sp_hdrs *h)
 {
-	__u32 from = h->th.seq;
+	__u32 from = h->th.seq, cookie = r->proxy_delta;
+	struct ct_txn *t = ct_txn();
+	struct ct_found f;
+	int held = 0, ok;
 
-	h->th.seq = bpf_htonl(r->proxy_delta + 1);
+	if (!t || !ct_get(cfg, &r->key, ct_key_hash(&r->key), t, &f, &held)) {
+		count(FW_C_CT_INVALID);
+		return XDP_DROP;
+	}
+	ok = held && f.e->state == FW_TCP_PROXY_SYN && (SP_FLAGS(h) & TH_ACK) &&
+	     bpf_ntohl(h->th.ack_seq) == f.e->proxy_isn + 1;
+	ct_unlock(f.e, held);
+	if (!ok) {
+		count(FW_C_CT_INVALID);
+		return XDP_DROP;
+	}
+	ct_delete(cfg, &r->key, &f);
+	h->th.seq = bpf_htonl(cookie + 1);
 	h->th.check = csum_update4(h->th.check, from, h->th.seq);
 	if (bpf_xdp_store_bytes(ctx, p->l4, &h->th, 20))
 		return XDP_ABORTED;
@@ -479,7 +507,7 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 		if (r->dir && (flags & (TH_SYN | TH_ACK | TH_RST)) == (TH_SYN | TH_ACK))
 			return sp_server_synack(ctx, cfg, p, r, &h, v6);
 		if (r->dir && (flags & TH_RST))
-			return sp_refused(ctx, p, r, &h);
+			return sp_refused(ctx, cfg, p, r, &h);
 		if (!r->dir && (flags & (TH_SYN | TH_ACK)) == TH_SYN)
 			return sp_answer_syn(ctx, cfg, p, &h, v6, doff); /* the tuple anew */
 		if (!r->dir && !(flags & TH_RST))

@@ -1,6 +1,7 @@
 package fw
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -96,6 +97,36 @@ func (f *Firewall) ctTables() []struct {
 	}{{"established", f.objs.FwCtEst}, {"embryonic", f.objs.FwCtNew}}
 }
 
+// ctBatch is how many entries one batch lookup reads: far more than a
+// hash bucket ever holds (the kernel refuses a batch smaller than the
+// bucket it stops in).
+const ctBatch = 4096
+
+// ctWalk reads a table whole, a batch of entries at a time, and hands each
+// batch to fn. The kernel walks a hash map's buckets in order, each under
+// its lock, and the cursor is a bucket: entries added or removed meanwhile
+// are seen or not, but never make the walk start over. A key-by-key walk
+// (the map iterator) does start over when the key it stands on is deleted,
+// and gives up after a few times, which a flood of new flows churning the
+// embryonic LRU causes at once.
+func ctWalk(m *ebpf.Map, fn func([]fwFwCtKey, []fwFwCtEntry)) error {
+	keys := make([]fwFwCtKey, ctBatch)
+	vals := make([]fwFwCtEntry, ctBatch)
+	var cur ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cur, keys, vals, nil)
+		if n > 0 {
+			fn(keys[:n], vals[:n])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // Conns lists the live connections of both tables; expired entries not yet
 // removed are left out.
 func (f *Firewall) Conns() ([]Conn, error) {
@@ -106,15 +137,14 @@ func (f *Firewall) Conns() ([]Conn, error) {
 	now := time.Now()
 	var out []Conn
 	for _, t := range f.ctTables() {
-		var k fwFwCtKey
-		var e fwFwCtEntry
-		it := t.m.Iterate()
-		for it.Next(&k, &e) {
-			if e.ExpiresNs > clock {
-				out = append(out, connOf(k, e, t.name, now, clock))
+		err := ctWalk(t.m, func(ks []fwFwCtKey, es []fwFwCtEntry) {
+			for i, e := range es {
+				if e.ExpiresNs > clock {
+					out = append(out, connOf(ks[i], e, t.name, now, clock))
+				}
 			}
-		}
-		if err := it.Err(); err != nil {
+		})
+		if err != nil {
 			return nil, fmt.Errorf("read the %s connections: %w", t.name, err)
 		}
 	}
@@ -122,29 +152,72 @@ func (f *Firewall) Conns() ([]Conn, error) {
 	return out, nil
 }
 
-// ctSweep deletes the entries keep refuses, in both tables; it returns how
-// many it deleted.
-func (f *Firewall) ctSweep(keep func(fwFwCtEntry) bool) (int, error) {
+// ctSweep deletes the expired entries of both tables, or all with flush;
+// it returns how many it deleted. The program's reaper does the deletes:
+// under each entry's lock, so that an entry made anew under a key read as
+// expired stays, and giving an established entry's source its share back.
+func (f *Firewall) ctSweep(flush bool) (int, error) {
+	clock, err := f.ctClock()
+	if err != nil {
+		return 0, err
+	}
 	n := 0
-	for _, t := range f.ctTables() {
-		var k fwFwCtKey
-		var e fwFwCtEntry
+	for i, t := range f.ctTables() {
 		var doomed []fwFwCtKey
-		it := t.m.Iterate()
-		for it.Next(&k, &e) {
-			if !keep(e) {
-				doomed = append(doomed, k)
+		err := ctWalk(t.m, func(ks []fwFwCtKey, es []fwFwCtEntry) {
+			for i, e := range es {
+				if flush || e.ExpiresNs <= clock {
+					doomed = append(doomed, ks[i])
+				}
 			}
-		}
-		if err := it.Err(); err != nil {
+		})
+		if err != nil {
 			return n, fmt.Errorf("read the %s connections: %w", t.name, err)
 		}
-		for _, k := range doomed {
-			if err := t.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return n, fmt.Errorf("delete a %s connection: %w", t.name, err)
-			}
-			n++
+		reaped, err := f.reap(i == 0, flush, doomed)
+		n += reaped
+		if err != nil {
+			return n, fmt.Errorf("delete %s connections: %w", t.name, err)
 		}
+	}
+	return n, nil
+}
+
+// reap hands keys of one table to the program's reaper, a batch at a time.
+func (f *Firewall) reap(est, flush bool, keys []fwFwCtKey) (int, error) {
+	const max = int(fwFwCtReapLimitFW_CT_REAP_MAX)
+	n := 0
+	buf := make([]byte, 0, binary.Size(fwFwCtReapHdr{})+max*binary.Size(fwFwCtKey{}))
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), max)]
+		keys = keys[len(batch):]
+		h := fwFwCtReapHdr{N: uint32(len(batch))}
+		if est {
+			h.Est = 1
+		}
+		if flush {
+			h.Flush = 1
+		}
+		var err error
+		if buf, err = binary.Append(buf[:0], binary.NativeEndian, h); err == nil {
+			buf, err = binary.Append(buf, binary.NativeEndian, batch)
+		}
+		if err != nil {
+			return n, err
+		}
+		out := make([]byte, len(buf))
+		ret, err := f.objs.FwCtReap.Run(&ebpf.RunOptions{Data: buf, DataOut: out})
+		if err != nil {
+			return n, fmt.Errorf("run the reaper: %w", err)
+		}
+		if ret != 2 /* XDP_PASS */ {
+			return n, fmt.Errorf("the reaper refused its request (returned %d)", ret)
+		}
+		var done fwFwCtReapHdr
+		if _, err := binary.Decode(out, binary.NativeEndian, &done); err != nil {
+			return n, err
+		}
+		n += int(done.Reaped)
 	}
 	return n, nil
 }
@@ -152,7 +225,7 @@ func (f *Firewall) ctSweep(keep func(fwFwCtEntry) bool) (int, error) {
 // FlushConns forgets every tracked connection: their next packets are
 // new (TCP ones picked up mid-stream, unless no_pickup).
 func (f *Firewall) FlushConns() (int, error) {
-	return f.ctSweep(func(fwFwCtEntry) bool { return false })
+	return f.ctSweep(true)
 }
 
 // ExpireConns removes expired entries. The data path deletes an expired
@@ -160,11 +233,7 @@ func (f *Firewall) FlushConns() (int, error) {
 // met again: without this, dead entries would fill the established table,
 // which never evicts.
 func (f *Firewall) ExpireConns() (int, error) {
-	clock, err := f.ctClock()
-	if err != nil {
-		return 0, err
-	}
-	return f.ctSweep(func(e fwFwCtEntry) bool { return e.ExpiresNs > clock })
+	return f.ctSweep(false)
 }
 
 // CtStats are connection tracking's figures: packets by state (from the

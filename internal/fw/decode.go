@@ -2,6 +2,7 @@ package fw
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -116,7 +117,7 @@ func (d *decoder) keyOf(n *unstable.Node) ([]string, int) {
 	return parts, line
 }
 
-const knownKeys = "known are default, rate_limit.{pps,bps,block_for}, conntrack.{enabled,no_pickup,liberal,strict} and rule.{action,src,dst,proto,sport,dport,ct_state,comment}"
+const knownKeys = "known are default, rate_limit.{pps,bps,block_for}, conntrack.{enabled,no_pickup,liberal,strict,per_source,per_network,network_prefix4,network_prefix6} and rule.{action,src,dst,proto,sport,dport,ct_state,comment}"
 
 func (d *decoder) expression(e *unstable.Node) error {
 	switch e.Kind {
@@ -254,6 +255,34 @@ func (d *decoder) keyValue(table string, parts []string, v *unstable.Node, line 
 		return d.errorf(line, "unknown key %q in [rate_limit]: %s", key, knownKeys)
 	case "conntrack":
 		ct := d.rs.Conntrack
+		switch key {
+		case "per_source", "per_network", "network_prefix4", "network_prefix6":
+			if v.Kind != unstable.Integer {
+				return d.errorf(line, "conntrack.%s must be a whole number, not %s", key, d.raw(v))
+			}
+			i, err := d.integer(v, line, key)
+			if err != nil {
+				return err
+			}
+			if i < 0 || i > math.MaxUint32 {
+				return d.errorf(line, "conntrack.%s = %d is out of range: write 0 or a positive number", key, i)
+			}
+			n := uint32(i)
+			switch key {
+			case "per_source":
+				ct.PerSource = &n
+			case "per_network":
+				ct.PerNetwork = &n
+			case "network_prefix4":
+				ct.NetworkPrefix4 = int(n)
+			default:
+				ct.NetworkPrefix6 = int(n)
+			}
+			if err := ct.Validate(); err != nil {
+				return d.errorf(line, "%v", err)
+			}
+			return nil
+		}
 		fields := map[string]*bool{"enabled": &ct.Enabled, "no_pickup": &ct.NoPickup, "liberal": &ct.Liberal, "strict": &ct.Strict}
 		f, ok := fields[key]
 		if !ok {

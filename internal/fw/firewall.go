@@ -84,6 +84,8 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	if opts.CtEmbryonic > 0 {
 		spec.Maps["fw_ct_new"].MaxEntries = opts.CtEmbryonic
 	}
+	// Two prefixes a source: room for every entry's own.
+	spec.Maps["fw_ct_src"].MaxEntries = 2 * spec.Maps["fw_ct_est"].MaxEntries
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
@@ -119,7 +121,7 @@ func Load(opts LoadOptions) (*Firewall, error) {
 // those pinned in dir, if any: their sizes were chosen when the instance was
 // created.
 func sizeFromPins(spec *ebpf.CollectionSpec, dir string) error {
-	for _, name := range []string{"fw_flows", "fw_tags", "fw_ct_est", "fw_ct_new"} {
+	for _, name := range []string{"fw_flows", "fw_tags", "fw_ct_est", "fw_ct_new", "fw_ct_src"} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -295,6 +297,10 @@ func (f *Firewall) setConntrack(on bool, opts *Conntrack) error {
 		if opts.Strict {
 			c.CtFlags |= ctfStrict
 		}
+		perSource, perNetwork, net4, net6 := opts.shares(f.objs.FwCtEst.MaxEntries())
+		c.CtSrcMax, c.CtSrcWideMax = perSource, perNetwork
+		c.CtSrcBits = [2]uint8{sourcePrefix4, sourcePrefix6}
+		c.CtSrcWideBits = [2]uint8{net4, net6}
 		for i, t := range ctTimeouts {
 			c.CtTimeout[i] = t
 		}
@@ -659,7 +665,9 @@ func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
 	}
 	if c.CtFlags&ctfOn != 0 {
-		rs.Conntrack = &Conntrack{Enabled: true, NoPickup: c.CtFlags&ctfLoose == 0, Liberal: c.CtFlags&ctfLiberal != 0, Strict: c.CtFlags&ctfStrict != 0}
+		perSource, perNetwork := c.CtSrcMax, c.CtSrcWideMax
+		rs.Conntrack = &Conntrack{Enabled: true, NoPickup: c.CtFlags&ctfLoose == 0, Liberal: c.CtFlags&ctfLiberal != 0, Strict: c.CtFlags&ctfStrict != 0,
+			PerSource: &perSource, PerNetwork: &perNetwork, NetworkPrefix4: int(c.CtSrcWideBits[0]), NetworkPrefix6: int(c.CtSrcWideBits[1])}
 	}
 	return rs, ids, nil
 }
@@ -725,6 +733,8 @@ var counterNames = map[fwFwCounter]string{
 	fwFwCounterFW_C_CT_CREATED:       "ct_created",
 	fwFwCounterFW_C_CT_PROMOTED:      "ct_promoted",
 	fwFwCounterFW_C_CT_EST_FULL:      "ct_established_table_full",
+	fwFwCounterFW_C_CT_SRC_QUOTA:     "ct_source_quota",
+	fwFwCounterFW_C_CT_BUSY:          "ct_busy",
 	fwFwCounterFW_C_CT_IGNORED:       "ct_tcp_ignored",
 	fwFwCounterFW_C_SYNPROXY_SYN:     "synproxy_syn",
 	fwFwCounterFW_C_SYNPROXY_ACK_OK:  "synproxy_ack_ok",

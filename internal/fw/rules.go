@@ -389,6 +389,60 @@ type Conntrack struct {
 	// Strict makes invalid what conntrack lets through unchanged: an old
 	// retransmission, a SYN on a live connection, an ACK far behind.
 	Strict bool `toml:"strict" json:"strict,omitempty"`
+	// PerSource and PerNetwork bound the share of the established table
+	// (the one that never evicts) that one source may hold: at most
+	// PerSource connections opened from one address (IPv4) or /64 (IPv6),
+	// and PerNetwork from one network of NetworkPrefix4 or NetworkPrefix6
+	// bits. A connection over its source's share stays in the embryonic
+	// table and tries again each second. nil: the defaults (the table's
+	// size / 64 and / 16, /24 and /48); 0: no bound.
+	PerSource      *uint32 `toml:"per_source" json:"per_source,omitempty"`
+	PerNetwork     *uint32 `toml:"per_network" json:"per_network,omitempty"`
+	NetworkPrefix4 int     `toml:"network_prefix4" json:"network_prefix4,omitempty"`
+	NetworkPrefix6 int     `toml:"network_prefix6" json:"network_prefix6,omitempty"`
+}
+
+// The prefixes a source's share is counted by: an IPv4 address, an IPv6
+// /64 (what one host is given), and by default the networks around them.
+const (
+	sourcePrefix4         = 32
+	sourcePrefix6         = 64
+	defaultNetworkPrefix4 = 24
+	defaultNetworkPrefix6 = 48
+)
+
+// Validate checks the options that have a range.
+func (c *Conntrack) Validate() error {
+	if c.NetworkPrefix4 < 0 || c.NetworkPrefix4 > sourcePrefix4 {
+		return fmt.Errorf("conntrack.network_prefix4 = %d: an IPv4 network is 1 to 32 bits (0: the default, %d)", c.NetworkPrefix4, defaultNetworkPrefix4)
+	}
+	if c.NetworkPrefix6 < 0 || c.NetworkPrefix6 > sourcePrefix6 {
+		return fmt.Errorf("conntrack.network_prefix6 = %d: an IPv6 network is 1 to 64 bits, a source being a /64 (0: the default, %d)", c.NetworkPrefix6, defaultNetworkPrefix6)
+	}
+	return nil
+}
+
+// shares gives the bounds per source and per network for a table of
+// ctMax entries.
+func (c *Conntrack) shares(ctMax uint32) (perSource, perNetwork uint32, net4, net6 uint8) {
+	perSource, perNetwork = max(ctMax/64, 1), max(ctMax/16, 1)
+	net4, net6 = defaultNetworkPrefix4, defaultNetworkPrefix6
+	if c == nil {
+		return
+	}
+	if c.PerSource != nil {
+		perSource = *c.PerSource
+	}
+	if c.PerNetwork != nil {
+		perNetwork = *c.PerNetwork
+	}
+	if c.NetworkPrefix4 > 0 {
+		net4 = uint8(c.NetworkPrefix4)
+	}
+	if c.NetworkPrefix6 > 0 {
+		net6 = uint8(c.NetworkPrefix6)
+	}
+	return
 }
 
 // ConntrackOn says whether the set needs connection tracking.
@@ -460,6 +514,11 @@ func LoadRules(path string) (*RuleSet, error) {
 func (rs *RuleSet) Validate() error {
 	if len(rs.Rules) > MaxRules {
 		return fmt.Errorf("%w: %s: %d rules, at most %d", ErrInvalid, rs.File, len(rs.Rules), MaxRules)
+	}
+	if rs.Conntrack != nil {
+		if err := rs.Conntrack.Validate(); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalid, rs.File, err)
+		}
 	}
 	for i := range rs.Rules {
 		r := &rs.Rules[i]
@@ -544,6 +603,18 @@ func (rs *RuleSet) WriteTOML(w io.Writer) error {
 	}
 	if ct := rs.Conntrack; ct != nil {
 		fmt.Fprintf(bw, "\n[conntrack]\nenabled = %t\nno_pickup = %t\nliberal = %t\nstrict = %t\n", ct.Enabled, ct.NoPickup, ct.Liberal, ct.Strict)
+		if ct.PerSource != nil {
+			fmt.Fprintf(bw, "per_source = %d\n", *ct.PerSource)
+		}
+		if ct.PerNetwork != nil {
+			fmt.Fprintf(bw, "per_network = %d\n", *ct.PerNetwork)
+		}
+		if ct.NetworkPrefix4 != 0 {
+			fmt.Fprintf(bw, "network_prefix4 = %d\n", ct.NetworkPrefix4)
+		}
+		if ct.NetworkPrefix6 != 0 {
+			fmt.Fprintf(bw, "network_prefix6 = %d\n", ct.NetworkPrefix6)
+		}
 	}
 	for _, r := range rs.Rules {
 		fmt.Fprintf(bw, "\n[[rule]]\naction = %q\n", r.Action)
