@@ -92,6 +92,11 @@ struct ct_txn {
 	/* For the stream and ICMP pseudo-connections: their timeouts. */
 	__u8 t_unreplied;
 	__u8 t_stream;
+	/* fw_xdp's packet: its flow, headers and connection (per CPU: the
+	 * stack has no room for them beside the calls that track). */
+	struct fw_flow_key k;
+	struct fw_pkt p;
+	struct ct_result r;
 	/* An ICMP error's quoted packet: its headers, flow and connection. */
 	__u8 quote[48];
 	struct fw_flow_key in;
@@ -193,8 +198,9 @@ static __always_inline __u32 ct_src_add(const struct fw_ct_src_key *sk, __s32 d)
 }
 
 /* Whether the entry's source may hold one more established entry; if so,
- * counts it. */
-static __always_inline int ct_src_take(const struct fw_config *cfg, const struct fw_ct_key *key,
+ * counts it. Not inlined, nor ct_src_release: their keys would take stack
+ * in every frame that may delete or promote. */
+static __noinline int ct_src_take(const struct fw_config *cfg, const struct fw_ct_key *key,
 				       const struct fw_ct_entry *e)
 {
 	struct fw_ct_src_key narrow, wide;
@@ -218,7 +224,7 @@ static __always_inline int ct_src_take(const struct fw_config *cfg, const struct
 }
 
 /* An established entry is gone: its source's count goes down. */
-static __always_inline void ct_src_release(const struct fw_config *cfg, const struct fw_ct_key *key,
+static __noinline void ct_src_release(const struct fw_config *cfg, const struct fw_ct_key *key,
 					   const struct fw_ct_entry *e)
 {
 	struct fw_ct_src_key sk;

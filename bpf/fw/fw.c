@@ -1219,10 +1219,11 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 SEC("xdp")
 int fw_xdp(struct xdp_md *ctx)
 {
-	struct fw_flow_key key = {};
-	struct fw_pkt pkt = {};
-	struct ct_result ct;
-	__u64 len = ctx->data_end - ctx->data;
+	struct ct_txn *t = ct_txn();
+	struct fw_flow_key *key;
+	struct fw_pkt *pkt;
+	struct ct_result *ct;
+	__u64 len = (__u64)(long)ctx->data_end - (__u64)(long)ctx->data;
 	struct fw_config *cfg;
 	__u32 zero = 0;
 	int rc;
@@ -1230,7 +1231,14 @@ int fw_xdp(struct xdp_md *ctx)
 #ifdef FW_BENCH_PROLOGUE
 	FW_BENCH_PROLOGUE(ctx);
 #endif
-	rc = parse_flow(ctx, &key, &pkt);
+	if (!t)
+		return XDP_ABORTED;
+	key = &t->k;
+	pkt = &t->p;
+	ct = &t->r;
+	__builtin_memset(key, 0, sizeof(*key));
+	__builtin_memset(pkt, 0, sizeof(*pkt));
+	rc = parse_flow(ctx, key, pkt);
 	if (rc == XDP_PASS) {
 		count(FW_C_PASS_NOT_IP);
 		return rc;
@@ -1242,22 +1250,22 @@ int fw_xdp(struct xdp_md *ctx)
 	cfg = bpf_map_lookup_elem(&fw_conf, &zero);
 	if (!cfg)
 		return XDP_ABORTED;
-	if ((rc = check_blocked_flow(cfg, &key, len)) != CONTINUE)
+	if ((rc = check_blocked_flow(cfg, key, len)) != CONTINUE)
 		return rc;
-	if ((rc = check_rate_limit(cfg, &key, len)) != CONTINUE)
+	if ((rc = check_rate_limit(cfg, key, len)) != CONTINUE)
 		return rc;
-	track_conn(ctx, cfg, &key, &pkt, &ct, len);
-	rc = apply_rules(cfg, &key, len);
+	track_conn(ctx, cfg, key, pkt, ct, len);
+	rc = apply_rules(cfg, key, len);
 	if (rc < 0)
 		return XDP_ABORTED;
 	if (rc == FW_ACT_DROP)
 		return XDP_DROP;
 	/* The synproxy: the action's handshake, and every packet of the
 	 * connections it opened (whatever rule passed them). */
-	if ((rc == FW_ACT_SYNPROXY || (ct.status & FW_CTS_SYNPROXY)) &&
-	    (rc = fw_synproxy(ctx, &pkt, &ct)) != CONTINUE)
+	if ((rc == FW_ACT_SYNPROXY || (ct->status & FW_CTS_SYNPROXY)) &&
+	    (rc = fw_synproxy(ctx, pkt, ct)) != CONTINUE)
 		return rc;
-	ct_confirm(cfg, &ct);
+	ct_confirm(cfg, ct);
 	return XDP_PASS;
 }
 
