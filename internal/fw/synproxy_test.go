@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
@@ -257,18 +258,6 @@ func TestSynproxy(t *testing.T) {
 			}
 			checkSeg(t, out, spSeg{src: cl, dst: sv, seq: isn, syn: true, win: 502, mss: c.cookieMSS}, clientMAC, routerMAC, 64)
 
-			// An RST from the server (nothing listening): to the client
-			// at the cookie's next sequence number, which it takes.
-			serverMAC := net.HardwareAddr{2, 0, 0, 0, 0, 3}
-			rst := spSeg{src: sv, dst: cl, seq: 0, ack: isn + 1, ack_: true, rst: true}
-			ret, out = runOut(t, f, rst.frame(t, serverMAC, routerMAC))
-			if ret != xdpPass {
-				t.Fatalf("server RST: verdict %d, want XDP_PASS", ret)
-			}
-			want := rst
-			want.seq = cookie + 1
-			checkSeg(t, out, want, serverMAC, routerMAC, 64)
-
 			// The server's SYN/ACK: the client's ACK, back to the server;
 			// again for a SYN/ACK resent (our ACK was lost).
 			synack := spSeg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160, mss: 1460}
@@ -291,7 +280,7 @@ func TestSynproxy(t *testing.T) {
 			if ret != xdpPass {
 				t.Fatalf("client data: verdict %d, want XDP_PASS", ret)
 			}
-			want = req
+			want := req
 			want.ack = sisn + 1
 			checkSeg(t, out, want, clientMAC, routerMAC, 64)
 
@@ -307,6 +296,128 @@ func TestSynproxy(t *testing.T) {
 	}
 }
 
+var serverMAC = net.HardwareAddr{2, 0, 0, 0, 0, 3}
+
+// spOpen takes a client through the cookie handshake: the proxy's SYN to the
+// server is out, the entry waits for the server. It returns the cookie.
+func spOpen(t *testing.T, f *Firewall, cl, sv netip.AddrPort, isn uint32) uint32 {
+	t.Helper()
+	ret, out := runOut(t, f, spSeg{src: cl, dst: sv, seq: isn, syn: true, win: 64240, mss: 1460}.frame(t, clientMAC, routerMAC))
+	if ret != xdpTx {
+		t.Fatalf("SYN: verdict %d, want XDP_TX", ret)
+	}
+	cookie := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP).Seq
+	if ret, _ := runOut(t, f, spSeg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, win: 502}.frame(t, clientMAC, routerMAC)); ret != xdpPass {
+		t.Fatalf("cookie ACK: verdict %d, want XDP_PASS", ret)
+	}
+	return cookie
+}
+
+// conn is the tracked connection between two ends, nil if there is none.
+func conn(t *testing.T, f *Firewall, a, b netip.AddrPort) *Conn {
+	t.Helper()
+	conns, err := f.Conns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		x, y := netip.AddrPortFrom(c.Src, c.SPort), netip.AddrPortFrom(c.Dst, c.DPort)
+		if (x == a && y == b) || (x == b && y == a) {
+			return &c
+		}
+	}
+	return nil
+}
+
+// A server that refuses the proxied SYN: only an RST that acknowledges that
+// SYN is taken (rewritten into the cookie's sequence space for the client),
+// and it ends the connection, so that the client's next SYN from the same
+// port is a new connection with its own ISN. A blind RST is dropped.
+func TestSynproxyRefused(t *testing.T) {
+	f := newSynproxy(t)
+	cl, sv := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80")
+	const isn = 1000
+	cookie := spOpen(t, f, cl, sv, isn)
+
+	blind := spSeg{src: sv, dst: cl, seq: 0, ack: isn + 77, ack_: true, rst: true}
+	if ret, _ := runOut(t, f, blind.frame(t, serverMAC, routerMAC)); ret != xdpDrop {
+		t.Fatalf("RST acking what the proxy never sent: verdict %d, want XDP_DROP", ret)
+	}
+	if conn(t, f, cl, sv) == nil {
+		t.Fatal("a blind RST ended the connection")
+	}
+	rst := spSeg{src: sv, dst: cl, seq: 0, ack: isn + 1, ack_: true, rst: true}
+	ret, out := runOut(t, f, rst.frame(t, serverMAC, routerMAC))
+	if ret != xdpPass {
+		t.Fatalf("server RST: verdict %d, want XDP_PASS", ret)
+	}
+	want := rst
+	want.seq = cookie + 1
+	checkSeg(t, out, want, serverMAC, routerMAC, 64)
+	if c := conn(t, f, cl, sv); c != nil {
+		t.Fatalf("the refused connection is still tracked: %v", c)
+	}
+
+	// The client tries again from the same port: its new ISN goes to the
+	// server, not the old one.
+	spOpen(t, f, cl, sv, 5000)
+	ret, out = runOut(t, f, spSeg{src: cl, dst: sv, seq: 5001, ack: 1, ack_: true, psh: true, win: 502,
+		payload: []byte("x")}.frame(t, clientMAC, routerMAC))
+	if ret != xdpPass {
+		t.Fatalf("data before the server answered: verdict %d, want XDP_PASS (the SYN again)", ret)
+	}
+	checkSeg(t, out, spSeg{src: cl, dst: sv, seq: 5000, syn: true, win: 502, mss: 1460}, clientMAC, routerMAC, 64)
+}
+
+// A proxied connection's windows are tracked in one sequence space: a
+// server that speaks first (SSH, SMTP) and a client that acknowledges it
+// make the connection established with the established timeout (not the
+// timeout of data never acknowledged), and a blind RST far outside the
+// window is invalid and leaves the connection as it was.
+func TestSynproxyWindows(t *testing.T) {
+	f := newSynproxy(t)
+	if err := f.updateConfig(func(c *fwFwConfig) { c.CtFlags &^= ctfLiberal }); err != nil {
+		t.Fatal(err)
+	}
+	cl, sv := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80")
+	const isn, sisn = 1000, 3000000000
+	cookie := spOpen(t, f, cl, sv, isn)
+	if ret, _ := runOut(t, f, spSeg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160,
+		mss: 1460}.frame(t, serverMAC, routerMAC)); ret != xdpTx {
+		t.Fatalf("server SYN/ACK: verdict %d, want XDP_TX", ret)
+	}
+	banner := []byte("SSH-2.0-OpenSSH_9.2\r\n")
+	if ret, _ := runOut(t, f, spSeg{src: sv, dst: cl, seq: sisn + 1, ack: isn + 1, ack_: true, psh: true, win: 509,
+		payload: banner}.frame(t, serverMAC, routerMAC)); ret != xdpPass {
+		t.Fatalf("the server's banner: verdict %d, want XDP_PASS", ret)
+	}
+	// The client acknowledges the banner in the cookie's space.
+	ack := cookie + 1 + uint32(len(banner))
+	if ret, _ := runOut(t, f, spSeg{src: cl, dst: sv, seq: isn + 1, ack: ack, ack_: true, win: 502}.frame(t, clientMAC, routerMAC)); ret != xdpPass {
+		t.Fatalf("the client's ACK of the banner: verdict %d, want XDP_PASS", ret)
+	}
+	before := conn(t, f, cl, sv)
+	if before == nil {
+		t.Fatal("no connection")
+	}
+	if left := time.Until(before.Expires); left < time.Hour {
+		t.Fatalf("an established proxied connection expires in %v: its ACKs were not taken", left.Round(time.Second))
+	}
+	cnt, err := f.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cnt["ct_ignored"] != 0 {
+		t.Errorf("%d segments ignored by window tracking", cnt["ct_ignored"])
+	}
+	// A blind RST from "the client" at half the sequence space away.
+	runOut(t, f, spSeg{src: cl, dst: sv, seq: isn + 1 + 1<<31, ack: ack, ack_: true, rst: true, win: 0}.frame(t, clientMAC, routerMAC))
+	after := conn(t, f, cl, sv)
+	if after == nil || after.State != before.State || after.Expires.Before(before.Expires.Add(-time.Minute)) {
+		t.Fatalf("a blind RST changed the connection: before %v, after %v", before, after)
+	}
+}
+
 // BenchmarkSynproxy measures, with BPF_PROG_TEST_RUN's repeat, what an ACK
 // flood's packet costs (a cookie checked and refused) and what a proxied
 // connection's packet costs (its seq shifted). The SYN's answer rewrites
@@ -315,7 +426,6 @@ func BenchmarkSynproxy(b *testing.B) {
 	t := b
 	f := newSynproxy(t)
 	cl, sv := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80")
-	serverMAC := net.HardwareAddr{2, 0, 0, 0, 0, 3}
 	_, out := runOut(t, f, spSeg{src: cl, dst: sv, seq: 1000, syn: true, win: 64240, mss: 1460}.frame(t, clientMAC, routerMAC))
 	cookie := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP).Seq
 	runOut(t, f, spSeg{src: cl, dst: sv, seq: 1001, ack: cookie + 1, ack_: true, win: 502}.frame(t, clientMAC, routerMAC))
