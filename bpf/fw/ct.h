@@ -87,6 +87,9 @@ struct ct_result {
 		 * for another. */
 		__u32 proxy_delta;
 	};
+	/* The packet's ct state (enum fw_ct_state), for the synproxy. */
+	__u8 state;
+	__u8 pad[3];
 };
 
 /* ct_result.status: an entry was found; it awaits the server's SYN/ACK. */

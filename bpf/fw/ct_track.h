@@ -880,10 +880,12 @@ static __always_inline void track_conn(struct xdp_md *ctx, const struct fw_confi
 {
 	r->commit = CT_NONE;
 	r->status = 0;
+	r->state = 0;
 	r->len = len;
 	if (!(cfg->ct_flags & FW_CTF_ON))
 		return;
 	k->ct_state = fw_track_conn(ctx, cfg, k, p, r);
+	r->state = k->ct_state;
 }
 
 /* The found entry, locked, to write to: what the packet made of a copy

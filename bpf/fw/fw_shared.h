@@ -565,6 +565,9 @@ enum fw_counter {
 	FW_C_SYNPROXY_ACK_OK,
 	FW_C_SYNPROXY_ACK_BAD,
 	FW_C_SYNPROXY_OPENED,
+	/* Packets to the synproxy's port that no connection explains: an RST
+	 * or SYN/ACK without one, a proxied connection's invalid segment. */
+	FW_C_SYNPROXY_INVALID,
 	FW_C_MAX,
 };
 

@@ -458,6 +458,12 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 	if (!(cfg->ct_flags & FW_CTF_ON))
 		return CONTINUE;
 	st = r->status;
+	/* A tracked connection's segment that conntrack refuses (outside the
+	 * windows, a blind RST) is not the rule's to pass. */
+	if ((st & (CT_R_FOUND | CT_R_PROXY_SYN)) == CT_R_FOUND && r->state == FW_CT_INVALID) {
+		count(FW_C_SYNPROXY_INVALID);
+		return XDP_DROP;
+	}
 	if ((st & CT_R_FOUND) && !(st & FW_CTS_SYNPROXY))
 		return CONTINUE; /* a connection opened before the rule */
 	if (r->key.proto != IPPROTO_TCP)
@@ -518,10 +524,9 @@ __attribute__((noinline)) int fw_synproxy(struct xdp_md *ctx, const struct fw_pk
 		return sp_answer_syn(ctx, cfg, p, &h, v6, doff);
 	if ((flags & (TH_SYN | TH_ACK | TH_RST)) == TH_ACK)
 		return sp_open(ctx, cfg, p, r, &h, v6);
-	/* An RST, or a SYN/ACK no SYN of ours asked for. */
-	if (flags & TH_RST)
-		return CONTINUE;
-	count(FW_C_SYNPROXY_ACK_BAD);
+	/* An RST or a SYN/ACK no connection explains: the server has none to
+	 * end or answer (it sees only connections the proxy opened). */
+	count(FW_C_SYNPROXY_INVALID);
 	return XDP_DROP;
 malformed:
 	count(FW_C_DROP_MALFORMED);

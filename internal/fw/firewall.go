@@ -740,6 +740,7 @@ var counterNames = map[fwFwCounter]string{
 	fwFwCounterFW_C_SYNPROXY_ACK_OK:  "synproxy_ack_ok",
 	fwFwCounterFW_C_SYNPROXY_ACK_BAD: "synproxy_ack_bad",
 	fwFwCounterFW_C_SYNPROXY_OPENED:  "synproxy_opened",
+	fwFwCounterFW_C_SYNPROXY_INVALID: "synproxy_invalid",
 }
 
 // Counters reads the per-reason counters.

@@ -418,6 +418,34 @@ func TestSynproxyWindows(t *testing.T) {
 	}
 }
 
+// The synproxy rule passes what its handshake opened, never what no
+// connection explains: an RST or a SYN/ACK to or from its port without a
+// connection, a proxied connection's segment outside the windows.
+func TestSynproxyRuleDropsInvalid(t *testing.T) {
+	f := newSynproxy(t)
+	cl, sv := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.1.2:80")
+	if ret, _ := runOut(t, f, spSeg{src: cl, dst: sv, seq: 1, rst: true}.frame(t, clientMAC, routerMAC)); ret != xdpDrop {
+		t.Errorf("an RST to the port without a connection: verdict %d, want XDP_DROP", ret)
+	}
+	if n := counter(t, f, fwFwCounterFW_C_SYNPROXY_INVALID); n != 1 {
+		t.Errorf("synproxy_invalid %d, want 1", n)
+	}
+	const isn, sisn = 1000, 3000000000
+	cookie := spOpen(t, f, cl, sv, isn)
+	if ret, _ := runOut(t, f, spSeg{src: sv, dst: cl, seq: sisn, ack: isn + 1, syn: true, ack_: true, win: 65160,
+		mss: 1460}.frame(t, serverMAC, routerMAC)); ret != xdpTx {
+		t.Fatalf("server SYN/ACK: verdict %d, want XDP_TX", ret)
+	}
+	far := spSeg{src: cl, dst: sv, seq: isn + 1 + 1<<30, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("x")}
+	if ret, _ := runOut(t, f, far.frame(t, clientMAC, routerMAC)); ret != xdpDrop {
+		t.Errorf("data a gigabyte past the window: verdict %d, want XDP_DROP", ret)
+	}
+	ok := spSeg{src: cl, dst: sv, seq: isn + 1, ack: cookie + 1, ack_: true, psh: true, win: 502, payload: []byte("x")}
+	if ret, _ := runOut(t, f, ok.frame(t, clientMAC, routerMAC)); ret != xdpPass {
+		t.Errorf("data in the window: verdict %d, want XDP_PASS", ret)
+	}
+}
+
 // BenchmarkSynproxy measures, with BPF_PROG_TEST_RUN's repeat, what an ACK
 // flood's packet costs (a cookie checked and refused) and what a proxied
 // connection's packet costs (its seq shifted). The SYN's answer rewrites
