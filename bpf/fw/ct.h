@@ -61,10 +61,54 @@ struct fw_pkt {
 	__u16 l4;
 	/* L4 bytes by the IP header's length fields (not the frame's). */
 	__u16 l4_len;
-	/* A fragment, the first or a later one. */
+	/* enum pkt_frag */
 	__u8 frag;
 	__u8 pad;
+	/* A fragment's datagram: its IP ID (IPv4's 16 bits, or IPv6's 32). */
+	__u32 frag_id;
 };
+
+enum pkt_frag {
+	PKT_FRAG_NONE = 0,
+	PKT_FRAG_FIRST = 1,
+	/* A fragment after the first: no L4 header. */
+	PKT_FRAG_LATER = 2,
+};
+
+/* Fragments of one datagram, by what they all carry (as the kernel's
+ * reassembly keys them: IPv6 without the protocol, which a later fragment
+ * may name differently): a later fragment gets the first's ports, for the
+ * rules, and its ct state. */
+struct fw_frag_key {
+	__u32 src[4];
+	__u32 dst[4];
+	__u32 id;
+	__u8 family;
+	__u8 proto;
+	__u16 pad;
+};
+
+struct fw_frag {
+	__u64 expires_ns;
+	__u16 sport;
+	__u16 dport;
+	/* The first fragment's ct state, once tracked (0: not yet): the
+	 * whole datagram's, for conntrack sees datagrams. */
+	__u8 ct_state;
+	__u8 pad[3];
+};
+
+/* Linux gives a datagram's fragments 30 s to arrive (ipfrag_time). */
+#define FW_FRAG_TIMEOUT_NS (30ULL * 1000000000ULL)
+
+/* An LRU: a flood of first fragments evicts the oldest datagrams, whose
+ * later fragments are then untracked (as if their first were lost). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct fw_frag_key);
+	__type(value, struct fw_frag);
+} fw_frags SEC(".maps");
 
 /* What conntrack decided for a packet, and what to do once the rules
  * have spoken (the rest is in the CPU's struct ct_txn). */

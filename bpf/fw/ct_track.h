@@ -92,6 +92,8 @@ struct ct_txn {
 	/* For the stream and ICMP pseudo-connections: their timeouts. */
 	__u8 t_unreplied;
 	__u8 t_stream;
+	/* A fragment's datagram. */
+	struct fw_frag_key fk;
 	/* fw_xdp's packet: its flow, headers and connection (per CPU: the
 	 * stack has no room for them beside the calls that track). */
 	struct fw_flow_key k;
@@ -838,6 +840,40 @@ static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config 
 	return CT_ICMP_QUERY;
 }
 
+/* A first fragment is tracked as its datagram: a UDP datagram's bytes by
+ * its header's length. */
+static __always_inline void ct_first_fragment(struct xdp_md *ctx, const struct fw_flow_key *k, const struct fw_pkt *p,
+					      struct ct_txn *t)
+{
+	__u16 ulen;
+
+	if (k->proto != IPPROTO_UDP || bpf_xdp_load_bytes(ctx, p->l4 + 4, &ulen, sizeof(ulen)))
+		return;
+	ulen = bpf_ntohs(ulen);
+	if (ulen > p->l4_len)
+		t->len += ulen - p->l4_len;
+}
+
+/* What the first fragment's state was is the datagram's. */
+static __always_inline void ct_note_fragment(struct ct_txn *t, __u8 st)
+{
+	struct fw_frag *fr = bpf_map_lookup_elem(&fw_frags, &t->fk);
+
+	if (fr)
+		fr->ct_state = st;
+}
+
+/* A later fragment has its datagram's state; untracked if its first
+ * fragment was not seen (lost, late, or evicted by a flood). */
+static __always_inline __u8 ct_later_fragment(struct ct_txn *t)
+{
+	struct fw_frag *fr = bpf_map_lookup_elem(&fw_frags, &t->fk);
+
+	if (!fr || !fr->ct_state || fr->expires_ns <= t->now)
+		return FW_CT_UNTRACKED;
+	return fr->ct_state;
+}
+
 /* The packet's ct state. A global function: the verifier checks it once,
  * and the rules after it once rather than once per state it can return.
  * Later fragments carry no L4 header and are untracked (conntrack sees
@@ -852,7 +888,11 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 		return FW_CT_INVALID;
 	t->now = ct_now(cfg);
 	t->len = r->len;
-	if (k->noports)
+	if (p->frag == PKT_FRAG_FIRST)
+		ct_first_fragment(ctx, k, p, t);
+	if (p->frag == PKT_FRAG_LATER)
+		st = ct_later_fragment(t);
+	else if (k->noports)
 		st = FW_CT_UNTRACKED;
 	else if (k->proto == IPPROTO_TCP) {
 		ct_key_ordered(r, k, k->sport, k->dport);
@@ -870,6 +910,8 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 		ct_key_ordered(r, k, k->sport, k->dport);
 		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, 1);
 	}
+	if (p->frag == PKT_FRAG_FIRST)
+		ct_note_fragment(t, st);
 	ct_count_state(st);
 	return st;
 }

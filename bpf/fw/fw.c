@@ -300,6 +300,7 @@ static __always_inline void count(enum fw_counter reason)
 }
 
 #include "ct.h"
+#include "frag.h"
 #include "synproxy.h"
 
 static __always_inline void *slot_map(void *outer, __u32 slot)
@@ -347,7 +348,8 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k,
 		k->dst[3] = ip->daddr;
 		/* Fragments after the first carry no ports. */
 		frag_later = ip->frag_off & bpf_htons(0x1fff);
-		p->frag = ipv4_is_fragment(ip);
+		p->frag = frag_later ? PKT_FRAG_LATER : ipv4_is_fragment(ip) ? PKT_FRAG_FIRST : PKT_FRAG_NONE;
+		p->frag_id = ip->id;
 		l4 = data + ip->ihl * 4;
 		p->l4_len = bpf_ntohs(ip->tot_len) > ip->ihl * 4 ? bpf_ntohs(ip->tot_len) - ip->ihl * 4 : 0;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -372,8 +374,14 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k,
 				return XDP_DROP;
 			if (next == IPPROTO_FRAGMENT) {
 				frag_later = *(__u16 *)(h + 2) & bpf_htons(0xfff8);
-				p->frag = 1;
+				p->frag = frag_later ? PKT_FRAG_LATER : PKT_FRAG_FIRST;
+				p->frag_id = *(__u32 *)(h + 4);
 				l4 = h + 8;
+				/* A later fragment's data is no header. */
+				if (frag_later) {
+					next = h[0];
+					break;
+				}
 			} else if (next == IPPROTO_AH) {
 				l4 = h + (h[1] + 2) * 4;
 			} else {
@@ -385,8 +393,8 @@ static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k,
 		 * known, and a rule on it could be slipped past (Linux follows
 		 * them all to TCP, say). What cannot be parsed to its end is
 		 * dropped. */
-		if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING || next == IPPROTO_DSTOPTS ||
-		    next == IPPROTO_FRAGMENT || next == IPPROTO_AH)
+		if (!frag_later && (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING || next == IPPROTO_DSTOPTS ||
+				    next == IPPROTO_FRAGMENT || next == IPPROTO_AH))
 			return XDP_DROP;
 		k->proto = next;
 		{
@@ -1250,6 +1258,8 @@ int fw_xdp(struct xdp_md *ctx)
 	cfg = bpf_map_lookup_elem(&fw_conf, &zero);
 	if (!cfg)
 		return XDP_ABORTED;
+	if (pkt->frag)
+		frag_flow(cfg, key, pkt, t);
 	if ((rc = check_blocked_flow(cfg, key, len)) != CONTINUE)
 		return rc;
 	if ((rc = check_rate_limit(cfg, key, len)) != CONTINUE)

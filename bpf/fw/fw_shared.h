@@ -557,6 +557,9 @@ enum fw_counter {
 	/* Packets whose entry another CPU held too long: their state was
 	 * read without the lock, and their changes not written. */
 	FW_C_CT_BUSY,
+	/* Fragments after the first whose first was not seen (or is gone):
+	 * without ports, and untracked. */
+	FW_C_FRAG_NO_FIRST,
 	/* TCP packets conntrack ignores (accepted, state unchanged). */
 	FW_C_CT_IGNORED,
 	/* Synproxy: SYNs answered with a cookie, cookie ACKs that passed and

@@ -306,3 +306,92 @@ ct_state = "new"
 proto = "tcp"
 dport = 80
 `
+
+// udpFragment is one fragment of a UDP datagram of udpLen bytes (header
+// included) from a:sport to b:dport, with IP ID id: the first (with the UDP
+// header and 64 bytes) or a later one at byte offset off.
+func udpFragment(t *testing.T, a, b net.IP, sport, dport uint16, id uint32, udpLen uint16, off uint16) []byte {
+	t.Helper()
+	var body []byte
+	if off == 0 {
+		body = make([]byte, 8+64)
+		binary.BigEndian.PutUint16(body[0:], sport)
+		binary.BigEndian.PutUint16(body[2:], dport)
+		binary.BigEndian.PutUint16(body[4:], udpLen)
+	} else {
+		body = make([]byte, 64)
+	}
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}
+	var ls []gopacket.SerializableLayer
+	if a.To4() != nil {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: a.To4(), DstIP: b.To4(), Id: uint16(id), FragOffset: off / 8}
+		if off == 0 {
+			ip.Flags = layers.IPv4MoreFragments
+		}
+		ls = []gopacket.SerializableLayer{eth, ip, gopacket.Payload(body)}
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: a, DstIP: b}
+		frag := make([]byte, 8)
+		frag[0] = byte(layers.IPProtocolUDP)
+		binary.BigEndian.PutUint16(frag[2:], off&^7)
+		if off == 0 {
+			frag[3] |= 1
+		}
+		binary.BigEndian.PutUint32(frag[4:], id)
+		ls = []gopacket.SerializableLayer{eth, ip, gopacket.Payload(append(frag, body...))}
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, ls...); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// A large answer (EDNS0, IKE, fragmented IPv6 UDP) passes the documented
+// host policy whole: its later fragments have its first's state, not
+// "untracked". A later fragment whose first was not seen stays untracked,
+// and the policy drops it.
+func TestCtLaterFragmentsTracked(t *testing.T) {
+	f := ctFirewall(t, `
+default = "drop"
+[[rule]]
+action = "pass"
+ct_state = ["established", "related"]
+[[rule]]
+action = "pass"
+ct_state = "new"
+proto = "udp"
+dport = 53
+`)
+	for _, fam := range []struct{ c, s, other net.IP }{
+		{net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("198.51.100.9").To4()},
+		{net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::53"), net.ParseIP("2001:db8:1::99")},
+	} {
+		query := ctFrame(t, fam.c, fam.s, layers.IPProtocolUDP, &layers.UDP{SrcPort: 5000, DstPort: 53}, gopacket.Payload([]byte("q")))
+		if got := run(t, f, query); got != xdpPass {
+			t.Fatalf("%v: query %s", fam.c, verdictName(got))
+		}
+		const id, size = 4242, 3000
+		for _, off := range []uint16{0, 1480, 2960} {
+			frame := udpFragment(t, fam.s, fam.c, 53, 5000, id, size, off)
+			if st, got := ctStateOf(t, f, frame); st != "established" || got != xdpPass {
+				t.Errorf("%v: the answer's fragment at %d: %s, %s; want established, pass", fam.c, off, st, verdictName(got))
+			}
+		}
+		stray := udpFragment(t, fam.other, fam.c, 53, 5000, id, size, 1480)
+		if st, got := ctStateOf(t, f, stray); st != "untracked" || got != xdpDrop {
+			t.Errorf("%v: a later fragment without its first: %s, %s; want untracked, drop", fam.c, st, verdictName(got))
+		}
+	}
+	conns, err := f.Conns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cn := range conns {
+		if cn.Bytes[1] < 3000 {
+			t.Errorf("%v: answer counted as %d bytes, want the datagram's (3000 and headers)", cn, cn.Bytes[1])
+		}
+	}
+}

@@ -736,6 +736,7 @@ var counterNames = map[fwFwCounter]string{
 	fwFwCounterFW_C_CT_SRC_QUOTA:     "ct_source_quota",
 	fwFwCounterFW_C_CT_BUSY:          "ct_busy",
 	fwFwCounterFW_C_CT_IGNORED:       "ct_tcp_ignored",
+	fwFwCounterFW_C_FRAG_NO_FIRST:    "frag_without_first",
 	fwFwCounterFW_C_SYNPROXY_SYN:     "synproxy_syn",
 	fwFwCounterFW_C_SYNPROXY_ACK_OK:  "synproxy_ack_ok",
 	fwFwCounterFW_C_SYNPROXY_ACK_BAD: "synproxy_ack_bad",

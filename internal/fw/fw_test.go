@@ -581,7 +581,9 @@ func fragment(t *testing.T, src, dst string, first bool) []byte {
 	return buf.Bytes()
 }
 
-// TestFragments: fragments after the first have no ports, so port rules
+// TestFragments: fragments after the first carry no ports: they get their
+// first fragment's, so port rules treat a datagram alike; without a first
+// seen they have none, so port rules
 // never match them; address rules do.
 func TestFragments(t *testing.T) {
 	f := newFirewall(t, `
@@ -604,10 +606,12 @@ src = "2001:db8:9::/48"
 		want     string
 	}{
 		{"ipv4 first fragment: port rule", "192.0.2.1", "198.51.100.1", true, "drop"},
-		{"ipv4 later fragment: no port rule", "192.0.2.1", "198.51.100.1", false, "pass"},
+		{"ipv4 later fragment: its first's ports", "192.0.2.1", "198.51.100.1", false, "drop"},
+		{"ipv4 later fragment without a first: no port rule", "192.0.2.2", "198.51.100.1", false, "pass"},
 		{"ipv4 later fragment: address rule", "10.9.1.1", "198.51.100.1", false, "drop"},
 		{"ipv6 first fragment: port rule", "2001:db8::1", "2001:db8::2", true, "drop"},
-		{"ipv6 later fragment: no port rule", "2001:db8::1", "2001:db8::2", false, "pass"},
+		{"ipv6 later fragment: its first's ports", "2001:db8::1", "2001:db8::2", false, "drop"},
+		{"ipv6 later fragment without a first: no port rule", "2001:db8::3", "2001:db8::2", false, "pass"},
 		{"ipv6 later fragment: address rule", "2001:db8:9::1", "2001:db8::2", false, "drop"},
 	}
 	for _, c := range cases {
@@ -616,6 +620,9 @@ src = "2001:db8:9::/48"
 				t.Fatalf("%s, want %s", got, c.want)
 			}
 		})
+	}
+	if cnt, _ := f.Counters(); cnt["frag_without_first"] != 4 {
+		t.Errorf("frag_without_first %d, want the 4 later fragments whose first was not seen", cnt["frag_without_first"])
 	}
 }
 
