@@ -434,7 +434,7 @@ static long tcp_option(__u64 i, void *data)
 
 /* Reads the TCP segment; 0 if conntrack would call it an error (a header
  * cut short, flags no stack sends). */
-static __noinline int ct_read_tcp(struct xdp_md *ctx, const struct fw_pkt *p, struct tcp_seg *s)
+static __noinline int ct_read_tcp(FW_CTX *ctx, const struct fw_pkt *p, struct tcp_seg *s)
 {
 	struct tcp_opts o = {.s = s};
 	void *data = (void *)(long)ctx->data;
@@ -478,7 +478,7 @@ static __noinline int ct_read_tcp(struct xdp_md *ctx, const struct fw_pkt *p, st
 	o.len = doff - 20;
 	if (!o.len || o.len > sizeof(o.opt))
 		return 1;
-	if (bpf_xdp_load_bytes(ctx, p->l4 + 20, o.opt, o.len))
+	if (fw_load_bytes(ctx, p->l4 + 20, o.opt, o.len))
 		return 1;
 	/* The common case, timestamps alone, has nothing for us. */
 	if (o.len == 12 && o.opt[0] == 1 && o.opt[1] == 1 && o.opt[2] == 8 && o.opt[3] == 10)
@@ -552,7 +552,7 @@ static __always_inline int ct_tcp_apply(struct fw_ct_entry *e, __u32 dir, struct
 	return res;
 }
 
-static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
+static __always_inline __u8 ct_track_tcp(FW_CTX *ctx, const struct fw_config *cfg, const struct fw_pkt *p,
 				    struct ct_result *r, struct ct_txn *t)
 {
 	struct ct_found f;
@@ -735,7 +735,7 @@ static __always_inline int ct_has_ports(__u8 proto)
 
 /* An ICMP error is related when it quotes a packet of a tracked
  * connection and goes to that packet's sender (nf_conntrack_inet_error). */
-static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
+static __noinline __u8 ct_related(FW_CTX *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
 				       const struct fw_pkt *p)
 {
 	struct ct_txn *t = ct_txn();
@@ -755,7 +755,7 @@ static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cf
 	if (k->family == FW_FAMILY_IPV4) {
 		__u32 ihl;
 
-		if (bpf_xdp_load_bytes(ctx, off, hdr, 20))
+		if (fw_load_bytes(ctx, off, hdr, 20))
 			return FW_CT_INVALID;
 		ihl = (hdr[0] & 0xf) * 4;
 		if ((hdr[0] >> 4) != 4 || ihl < 20)
@@ -767,7 +767,7 @@ static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cf
 		in->dst[3] = *(__u32 *)&hdr[16];
 		l4 = off + ihl;
 	} else {
-		if (bpf_xdp_load_bytes(ctx, off, hdr, 40))
+		if (fw_load_bytes(ctx, off, hdr, 40))
 			return FW_CT_INVALID;
 		if ((hdr[0] >> 4) != 6)
 			return FW_CT_INVALID;
@@ -777,7 +777,7 @@ static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cf
 		l4 = off + 40;
 	}
 	/* The quoted packet's first 8 bytes of L4 are enough. */
-	if (bpf_xdp_load_bytes(ctx, l4, hdr, 8))
+	if (fw_load_bytes(ctx, l4, hdr, 8))
 		return FW_CT_INVALID;
 	if (ct_has_ports(in->proto)) {
 		sport = (__u16)hdr[0] << 8 | hdr[1];
@@ -813,13 +813,13 @@ static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cf
 
 /* An ICMP packet's state if it is an error or untracked, else
  * CT_ICMP_QUERY with its key in r. */
-static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
+static __noinline __u8 ct_track_icmp(FW_CTX *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
 				     const struct fw_pkt *p, struct ct_result *r)
 {
 	__u8 icmp[8], req;
 	int is_reply;
 
-	if (p->l4_len < 8 || bpf_xdp_load_bytes(ctx, p->l4, icmp, sizeof(icmp)))
+	if (p->l4_len < 8 || fw_load_bytes(ctx, p->l4, icmp, sizeof(icmp)))
 		return FW_CT_INVALID;
 	if (icmp_is_error(k->family, icmp[0]))
 		return ct_related(ctx, cfg, k, p);
@@ -842,12 +842,12 @@ static __noinline __u8 ct_track_icmp(struct xdp_md *ctx, const struct fw_config 
 
 /* A first fragment is tracked as its datagram: a UDP datagram's bytes by
  * its header's length. */
-static __always_inline void ct_first_fragment(struct xdp_md *ctx, const struct fw_flow_key *k, const struct fw_pkt *p,
+static __always_inline void ct_first_fragment(FW_CTX *ctx, const struct fw_flow_key *k, const struct fw_pkt *p,
 					      struct ct_txn *t)
 {
 	__u16 ulen;
 
-	if (k->proto != IPPROTO_UDP || bpf_xdp_load_bytes(ctx, p->l4 + 4, &ulen, sizeof(ulen)))
+	if (k->proto != IPPROTO_UDP || fw_load_bytes(ctx, p->l4 + 4, &ulen, sizeof(ulen)))
 		return;
 	ulen = bpf_ntohs(ulen);
 	if (ulen > p->l4_len)
@@ -878,7 +878,7 @@ static __always_inline __u8 ct_later_fragment(struct ct_txn *t)
  * and the rules after it once rather than once per state it can return.
  * Later fragments carry no L4 header and are untracked (conntrack sees
  * reassembled packets; an XDP program sees fragments). */
-__attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_config *cfg,
+__attribute__((noinline)) int fw_track_conn(FW_CTX *ctx, const struct fw_config *cfg,
 					    const struct fw_flow_key *k, const struct fw_pkt *p, struct ct_result *r)
 {
 	struct ct_txn *t = ct_txn();
@@ -917,7 +917,7 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 }
 
 /* Step 4: the packet's ct state, into k->ct_state (0 with conntrack off). */
-static __always_inline void track_conn(struct xdp_md *ctx, const struct fw_config *cfg, struct fw_flow_key *k,
+static __always_inline void track_conn(FW_CTX *ctx, const struct fw_config *cfg, struct fw_flow_key *k,
 				       const struct fw_pkt *p, struct ct_result *r, __u64 len)
 {
 	r->commit = CT_NONE;
@@ -1008,6 +1008,7 @@ create:
 	return 0;
 }
 
+#ifndef FW_EGRESS
 /* The reaper's run: the request and where it is in it. */
 struct ct_reap {
 	struct xdp_md *ctx;
@@ -1056,6 +1057,7 @@ static __always_inline int ct_reap(struct xdp_md *ctx, const struct fw_config *c
 		return XDP_ABORTED;
 	return XDP_PASS;
 }
+#endif
 
 static __always_inline void ct_confirm(const struct fw_config *cfg, const struct ct_result *r)
 {

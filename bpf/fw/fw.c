@@ -14,6 +14,13 @@
 #include <linux/tcp.h>
 #include "fw_shared.h"
 
+/* What the parser and conntrack read packets from: XDP's context, or TC's
+ * for the host's own packets (fw_egress.c). */
+#ifndef FW_CTX
+#define FW_CTX struct xdp_md
+#define fw_load_bytes bpf_xdp_load_bytes
+#endif
+
 /* Sets of each flow cache, per CPU; --max-flows sets it at load. */
 #ifndef FW_FLOW_SETS
 #define FW_FLOW_SETS 4096
@@ -301,7 +308,9 @@ static __always_inline void count(enum fw_counter reason)
 
 #include "ct.h"
 #include "frag.h"
+#ifndef FW_EGRESS
 #include "synproxy.h"
+#endif
 
 static __always_inline void *slot_map(void *outer, __u32 slot)
 {
@@ -311,7 +320,7 @@ static __always_inline void *slot_map(void *outer, __u32 slot)
 /* Step 1: the flow key. Non-IP frames are the kernel's business (ARP must
  * work); IP packets whose headers are cut short are dropped, since no rule
  * could be checked against them. */
-static __always_inline int parse_flow(struct xdp_md *ctx, struct fw_flow_key *k, struct fw_pkt *p)
+static __always_inline int parse_flow(FW_CTX *ctx, struct fw_flow_key *k, struct fw_pkt *p)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -1224,6 +1233,7 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 	return action;
 }
 
+#ifndef FW_EGRESS
 SEC("xdp")
 int fw_xdp(struct xdp_md *ctx)
 {
@@ -1295,5 +1305,6 @@ int fw_ct_reap(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	return ct_reap(ctx, cfg);
 }
+#endif
 
 char _license[] SEC("license") = "GPL";

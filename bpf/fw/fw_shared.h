@@ -557,6 +557,11 @@ enum fw_counter {
 	/* Packets whose entry another CPU held too long: their state was
 	 * read without the lock, and their changes not written. */
 	FW_C_CT_BUSY,
+	/* The host's own packets tracked at egress (host mode), and of
+	 * them those conntrack found invalid (they leave all the same: the
+	 * firewall filters what comes in). */
+	FW_C_CT_EGRESS,
+	FW_C_CT_EGRESS_INVALID,
 	/* Fragments after the first whose first was not seen (or is gone):
 	 * without ports, and untracked. */
 	FW_C_FRAG_NO_FIRST,

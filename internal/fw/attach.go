@@ -98,6 +98,13 @@ func Attach(o AttachOptions) error {
 	if err == nil {
 		err = xdp.AttachPinned(dir, o.Devices, f.Program(), xdp.PinOptions{Mode: o.Mode, NoFallback: o.NoFallback, Warn: o.Warn})
 	}
+	if err == nil {
+		// Without it the firewall still filters, but conntrack does not
+		// see the host's own packets (a kernel without TCX, before 6.6).
+		if eerr := f.attachEgress(dir, o.Devices); eerr != nil && o.Warn != nil {
+			fmt.Fprintf(o.Warn, "warning: %v: connection tracking will not see what this host sends (its answers and its own connections); a firewall in front of other hosts is not affected\n", eerr)
+		}
+	}
 	if err != nil && fresh && len(xdp.Links(dir)) == 0 {
 		os.RemoveAll(dir)
 	}
@@ -113,6 +120,9 @@ func Detach(name string, devs []xdp.Iface) error {
 	dir := PinDir(name)
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("firewall %q: %w (nothing under %s)", name, ErrNotAttached, dir)
+	}
+	if err := detachEgress(dir, devs); err != nil {
+		return err
 	}
 	err := xdp.DetachPinned(dir, PinRoot, devs)
 	if errors.Is(err, xdp.ErrNotPinned) {

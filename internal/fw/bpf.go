@@ -7,3 +7,7 @@ package fw
 // The same program writing a packet of its own over the frame before each
 // run, for measuring new flows with BPF_PROG_TEST_RUN (bench_test.go).
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I../../bpf/fw -I/usr/include/x86_64-linux-gnu" -target bpfel -type fw_bench_pkt fwBench ../../bpf/fw/fw_bench.c
+
+// The host's own packets tracked at TC egress, in the firewall's tables
+// (host mode; its maps are the XDP program's, given at load).
+//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I../../bpf/fw -I/usr/include/x86_64-linux-gnu" -target bpfel fwEgress ../../bpf/fw/fw_egress.c
