@@ -1234,6 +1234,30 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 }
 
 #ifndef FW_EGRESS
+/* What runs after the firewall on a device (the border router, the
+ * translator), by the device's ifindex: a frame the firewall passes goes on
+ * to it. The control plane fills a slot when a program is attached behind
+ * the firewall (docs/fw.md); an empty one passes to the kernel as before,
+ * for the cost of one failed tail call. Indexing by ifindex keeps one
+ * instance on several devices right without a lookup. */
+#ifndef FW_NEXT_SLOTS
+#define FW_NEXT_SLOTS 65536
+#endif
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, FW_NEXT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} fw_next SEC(".maps");
+
+/* From the main program only: the verifier refuses a tail call from a
+ * subprogram whose callers' frames hold 256 bytes of stack. */
+static __always_inline int fw_pass(struct xdp_md *ctx)
+{
+	bpf_tail_call(ctx, &fw_next, ctx->ingress_ifindex);
+	return XDP_PASS;
+}
+
 SEC("xdp")
 int fw_xdp(struct xdp_md *ctx)
 {
@@ -1286,7 +1310,7 @@ int fw_xdp(struct xdp_md *ctx)
 	    (rc = fw_synproxy(ctx, pkt, ct)) != CONTINUE)
 		return rc;
 	ct_confirm(cfg, ct);
-	return XDP_PASS;
+	return fw_pass(ctx);
 }
 
 /* Conntrack's garbage collector, run by the control plane through

@@ -216,6 +216,10 @@ func brListCmd() *cobra.Command {
 					if d.Gone {
 						state = "gone"
 					}
+					if d.Behind != "" {
+						// The chain: "fw default → br on veth0".
+						state += ", behind " + d.Behind
+					}
 					devs = append(devs, fmt.Sprintf("%s (%s)", d.Iface, state))
 				}
 				line := fmt.Sprintf("%s  %s", r.ID, strings.Join(devs, ", "))

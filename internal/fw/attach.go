@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -96,7 +98,9 @@ func Attach(o AttachOptions) error {
 		err = f.Install(rs)
 	}
 	if err == nil {
-		err = xdp.AttachPinned(dir, o.Devices, f.Program(), xdp.PinOptions{Mode: o.Mode, NoFallback: o.NoFallback, Warn: o.Warn})
+		// With Next, a device the router or the translator holds gets the
+		// firewall put in front of it (docs/fw.md).
+		err = xdp.AttachPinned(dir, o.Devices, f.Program(), xdp.PinOptions{Mode: o.Mode, NoFallback: o.NoFallback, Warn: o.Warn, Generic: f.GenericProgram, Next: f.objs.FwNext})
 	}
 	if err == nil {
 		// Without it the firewall still filters, but conntrack does not
@@ -131,11 +135,21 @@ func Detach(name string, devs []xdp.Iface) error {
 	return err
 }
 
-// Devices lists the devices an instance is attached to, by link pin name.
+// Devices lists the devices an instance is attached to, by link pin name
+// (NAME, or NETNS:NAME), each with what runs behind the firewall there:
+// "veth0 (→ br 1-ff00_0_110)".
 func Devices(name string) []string {
 	var out []string
 	for _, p := range xdp.Links(PinDir(name)) {
-		out = append(out, p[len(PinDir(name))+len("/link_"):])
+		d, ok := xdp.ParseLinkPinName(filepath.Base(p))
+		if !ok {
+			continue
+		}
+		s := strings.TrimPrefix(filepath.Base(p), "link_")
+		if _, next := xdp.Chain(PinDir(name), d); next != "" {
+			s += " (→ " + next + ")"
+		}
+		out = append(out, s)
 	}
 	return out
 }

@@ -60,6 +60,9 @@ type Firewall struct {
 	// that two processes never build into the same slot.
 	dir string
 	mu  sync.Mutex
+	// spec is what was loaded, for the generic-mode copy.
+	spec    *ebpf.CollectionSpec
+	generic *ebpf.Program
 }
 
 // Load loads the program and creates (or reopens) its maps.
@@ -86,6 +89,11 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	}
 	// Two prefixes a source: room for every entry's own.
 	spec.Maps["fw_ct_src"].MaxEntries = 2 * spec.Maps["fw_ct_est"].MaxEntries
+	// Frags-aware, as the programs it hands frames to (the router, the
+	// translator) are: a tail call needs the two of one kind. The flag
+	// changes nothing for frames of one buffer; a device whose MTU allows
+	// longer ones takes the firewall now, which sees their first buffer.
+	spec.Programs["fw_xdp"].Flags |= unix.BPF_F_XDP_HAS_FRAGS
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		pinAll(spec)
@@ -94,7 +102,7 @@ func Load(opts LoadOptions) (*Firewall, error) {
 			return nil, err
 		}
 	}
-	f := &Firewall{specs: spec.Maps, dir: opts.PinPath}
+	f := &Firewall{specs: spec.Maps, dir: opts.PinPath, spec: spec.Copy()}
 	if err := spec.LoadAndAssign(&f.objs, &copts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -185,8 +193,46 @@ func Attached() ([]string, error) { return xdp.Instances(PinRoot) }
 // Program is the XDP program (nil for an instance opened from pins).
 func (f *Firewall) Program() *ebpf.Program { return f.objs.FwXdp }
 
+// GenericProgram is the firewall for devices attached in generic mode: the
+// same program on the same pinned maps, but not frags-aware, so that the
+// kernel hands it whole skbs (a GRO packet is counted at its length), and
+// with a next-program array of its own that stays empty: the chain to
+// another program is made in native mode only (both ends must be of one
+// kind, and those behind the firewall are frags-aware).
+func (f *Firewall) GenericProgram() (*ebpf.Program, error) {
+	if f.generic != nil {
+		return f.generic, nil
+	}
+	if f.dir == "" || f.spec == nil {
+		return nil, errors.New("the generic-mode firewall needs a pinned instance")
+	}
+	spec := f.spec.Copy()
+	ps := spec.Programs["fw_xdp"]
+	ps.Flags &^= unix.BPF_F_XDP_HAS_FRAGS
+	spec.Programs = map[string]*ebpf.ProgramSpec{"fw_xdp": ps}
+	spec.Maps[FwNextName].Pinning = ebpf.PinNone
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: f.dir}})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load the generic-mode firewall: %+v", ve)
+		}
+		return nil, fmt.Errorf("load the generic-mode firewall: %w", err)
+	}
+	defer coll.Close()
+	f.generic = coll.DetachProgram("fw_xdp")
+	return f.generic, nil
+}
+
+// FwNextName is the firewall's array of programs that run behind it, by
+// ifindex (xdp.FrontNext).
+const FwNextName = xdp.FrontNext
+
 // Close releases the handles; pinned maps stay.
 func (f *Firewall) Close() error {
+	if f.generic != nil {
+		f.generic.Close()
+	}
 	if f.objs.FwXdp != nil {
 		return f.objs.Close()
 	}

@@ -27,9 +27,13 @@ func LinkPinName(i Iface) string {
 	return "link_" + i.Netns + ":" + i.Name
 }
 
-// ParseLinkPinName is the device a link pin name stands for.
+// ParseLinkPinName is the device a device pin name (link_ or behind_)
+// stands for.
 func ParseLinkPinName(name string) (Iface, bool) {
 	rest, ok := strings.CutPrefix(name, "link_")
+	if !ok {
+		rest, ok = strings.CutPrefix(name, behindPrefix)
+	}
 	if !ok {
 		return Iface{}, false
 	}
@@ -39,12 +43,13 @@ func ParseLinkPinName(name string) (Iface, bool) {
 	return Iface{Name: rest}, true
 }
 
-// Links returns the link pins in a pin directory.
+// Links returns the device pins in a pin directory: the instance's own
+// links (link_DEV) and those of the front it runs behind (behind_DEV).
 func Links(dir string) []string {
 	ents, _ := os.ReadDir(dir)
 	var out []string
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "link_") {
+		if strings.HasPrefix(e.Name(), "link_") || strings.HasPrefix(e.Name(), behindPrefix) {
 			out = append(out, filepath.Join(dir, e.Name()))
 		}
 	}
@@ -62,6 +67,10 @@ type PinOptions struct {
 	// mode (chosen or fallen back to), where prog is for native mode: a
 	// program on skbs may have to leave some things as the skb has them.
 	Generic func() (*ebpf.Program, error)
+	// Next, set by a front (the firewall), is its program array of next
+	// programs by ifindex (pinned as FrontNext): where the front finds a
+	// device held by another instance, it goes in front of it.
+	Next *ebpf.Map
 }
 
 // progFor is the program for a device in the given mode.
@@ -75,8 +84,11 @@ func (o PinOptions) progFor(mode Mode, prog *ebpf.Program) (*ebpf.Program, error
 // AttachPinned attaches prog to each device and pins the links in dir. A
 // device that already has a link there gets the program swapped in place,
 // without a moment unattached; one whose link is defunct (the device was
-// deleted and one of its name made since) is attached anew. On error the links this call made are
-// removed; the directory too if it holds no other link.
+// deleted and one of its name made since) is attached anew. A device that
+// a front (the firewall) holds gets prog behind it; one that another
+// instance holds, when this is a front (o.Next), gets the front put before
+// it (see the chain in chain.go). On error what this call did is undone:
+// the links it made are removed; the directory too if it holds no other.
 func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) error {
 	if o.Warn == nil {
 		o.Warn = io.Discard
@@ -85,13 +97,50 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 		o.Mode = Native
 	}
 	var made []string
+	var undo []func() error
+	rollback := func(dir string, made []string) error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			errs = append(errs, undo[i]())
+		}
+		return errors.Join(append(errs, rollback(dir, made))...)
+	}
 	for _, d := range devs {
 		pin := filepath.Join(dir, LinkPinName(d))
-		if errors.Is(PinnedLinkState(pin), ErrLinkGone) {
-			// The device was deleted (and this one made since): its link
-			// went with it, and only the pin is left.
-			if err := os.Remove(pin); err != nil {
-				return errors.Join(fmt.Errorf("remove the defunct link pin of %s: %w", d, err), rollback(dir, made))
+		for _, p := range []string{pin, filepath.Join(dir, BehindPinName(d))} {
+			if errors.Is(PinnedLinkState(p), ErrLinkGone) {
+				// The device was deleted (and this one made since): its link
+				// went with it, and only the pin is left.
+				if err := os.Remove(p); err != nil {
+					return errors.Join(fmt.Errorf("remove the defunct link pin of %s: %w", d, err), rollback(dir, made))
+				}
+			}
+		}
+		if behind := filepath.Join(dir, BehindPinName(d)); fileExists(behind) {
+			u, err := updateBehind(behind, d, prog)
+			if err != nil {
+				return errors.Join(err, rollback(dir, made))
+			}
+			undo = append(undo, u)
+			continue
+		}
+		if !fileExists(pin) {
+			if other := peer(dir, LinkPinName(d), 0); other != "" {
+				var u func() error
+				var err error
+				switch {
+				case o.Next == nil && isFront(filepath.Dir(other)):
+					u, err = chainBehind(dir, d, other, prog)
+				case o.Next != nil && !isFront(filepath.Dir(other)):
+					u, err = takeOver(dir, d, other, prog, o.Next)
+				default:
+					err = fmt.Errorf("%s: %w: %s is attached there; detach it first", d, ErrChain, describe(filepath.Dir(other)))
+				}
+				if err != nil {
+					return errors.Join(err, rollback(dir, made))
+				}
+				undo = append(undo, u)
+				continue
 			}
 		}
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
@@ -108,6 +157,17 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 				return errors.Join(fmt.Errorf("replace the program on %s: %w", d, err), rollback(dir, made))
 			}
 			continue
+		}
+		if o.Next != nil {
+			// A slot left filled for a device of another namespace with
+			// this ifindex would hand this device's traffic to its program.
+			a, err := Lookup(d)
+			if err == nil {
+				err = slotFor(o.Next, d, a.Index, false)
+			}
+			if err != nil {
+				return errors.Join(err, rollback(dir, made))
+			}
 		}
 		p, err := o.progFor(o.Mode, prog)
 		if err != nil {
@@ -133,6 +193,11 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 	return nil
 }
 
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 func rollback(dir string, pins []string) error {
 	var errs []error
 	for _, p := range pins {
@@ -145,25 +210,34 @@ func rollback(dir string, pins []string) error {
 }
 
 // DetachPinned removes the devices' link pins from dir (all of them if devs
-// is empty), which detaches the program. When no link is left, the whole
-// directory goes, maps included, and so do root and its parent if empty.
-// It returns ErrNotPinned for a device without a link in dir.
+// is empty), which detaches the program. In a chain, a front hands the
+// device back to the program behind it and a back empties its slot behind
+// the front. When no link is left, the whole directory goes, maps included,
+// and so do root and its parent if empty. It returns ErrNotPinned for a
+// device without a link in dir.
 func DetachPinned(dir, root string, devs []Iface) error {
 	var pins []string
 	if len(devs) == 0 {
 		pins = Links(dir)
 	}
 	for _, d := range devs {
-		p := filepath.Join(dir, LinkPinName(d))
-		if _, err := os.Stat(p); err != nil {
+		p := DevicePin(dir, d)
+		if p == "" {
 			return fmt.Errorf("%s: %w", d, ErrNotPinned)
 		}
 		pins = append(pins, p)
 	}
 	var errs []error
 	for _, p := range pins {
-		// Unpinning drops the last reference: the kernel detaches the program.
-		errs = append(errs, os.Remove(p))
+		switch {
+		case isBehind(p):
+			errs = append(errs, detachBehind(p))
+		case isFront(dir):
+			errs = append(errs, detachFront(p))
+		default:
+			// Unpinning drops the last reference: the kernel detaches the program.
+			errs = append(errs, os.Remove(p))
+		}
 	}
 	if len(Links(dir)) == 0 {
 		errs = append(errs, os.RemoveAll(dir))
@@ -224,7 +298,12 @@ type PinnedDevice struct {
 	// Gone says the device (or its namespace) was removed while attached:
 	// the link is defunct, and only its pin and the maps are left.
 	Gone bool `json:"gone,omitempty"`
+	// Behind is the front this instance runs behind on the device ("fw
+	// default"); Next the instance that runs behind this one there.
+	Behind string `json:"behind,omitempty"`
+	Next   string `json:"next,omitempty"`
 }
+
 
 // PinnedDevices lists the devices an instance directory has links for.
 func PinnedDevices(dir string) ([]PinnedDevice, error) {
@@ -249,6 +328,7 @@ func PinnedDevices(dir string) ([]PinnedDevice, error) {
 			} else {
 				d.Gone = true
 			}
+			d.Behind, d.Next = Chain(dir, i)
 		}
 		out = append(out, d)
 	}

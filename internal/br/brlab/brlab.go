@@ -5,10 +5,13 @@ package brlab
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
+	"github.com/fastpath-dev/fastpath/internal/fw"
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -18,13 +21,17 @@ func init() {
 	// A bench run that dies leaves the router's pins; lab down removes them.
 	lab.RegisterCleanup(func(tb lab.Testbed) error {
 		var errs []error
-		for _, n := range []string{"br", "br-cold", "br-nomac"} {
+		if _, err := os.Stat(fw.PinDir(tb.Prefix + "br-fw")); err == nil {
+			errs = append(errs, fw.Detach(tb.Prefix+"br-fw", nil))
+		}
+		for _, n := range []string{"br", "br-cold", "br-nomac", "br-fw"} {
 			if _, err := os.Stat(br.PinDir(tb.Prefix + n)); err == nil {
 				errs = append(errs, br.Detach(tb.Prefix+n, nil))
 			}
 		}
 		return errors.Join(errs...)
 	})
+	registerBehindFirewall()
 	for _, v := range []struct {
 		name, desc string
 		mac, cold  bool
@@ -56,6 +63,46 @@ func init() {
 			Packets: labTransitPackets,
 		})
 	}
+}
+
+// fwRuleCount is how many rules the firewall holds in front of the router
+// in the br-fw row: a realistic operator's set, none matching the transit
+// traffic, so every packet is looked up and passed.
+const fwRuleCount = 40
+
+// registerBehindFirewall adds br-fw: the br row with the firewall in front
+// of the router on the ingress device (rules, no connection tracking).
+func registerBehindFirewall() {
+	lab.Register(lab.Scenario{
+		Name: "br-fw", Description: fmt.Sprintf("SCION border router in XDP behind fastpath fw (%d rules, conntrack off) on the ingress device", fwRuleCount),
+		Layout: lab.LayoutDUT, Order: 30, Rewrites: true, Anchor: "xdp-redirect",
+		Setup: func(tb lab.Testbed) (func() error, error) {
+			cfg, cleanup, err := br.LabConfig()
+			if err != nil {
+				return nil, err
+			}
+			defer cleanup()
+			name := tb.Prefix + "br-fw"
+			devs := []xdp.Iface{tb.DUTIn().Iface(), tb.DUTOut().Iface()}
+			if err := br.Attach(cfg, br.AttachOptions{Devices: devs, Name: name, NoFallback: true}); err != nil {
+				return nil, err
+			}
+			var b strings.Builder
+			b.WriteString("default = \"pass\"\n")
+			for i := range fwRuleCount {
+				fmt.Fprintf(&b, "[[rule]]\naction = \"drop\"\nsrc = \"198.51.%d.0/24\"\nproto = \"tcp\"\ndport = %d\n", i, 1000+i)
+			}
+			rs, err := fw.ParseRules("br-fw.toml", []byte(b.String()))
+			if err == nil {
+				err = fw.Attach(fw.AttachOptions{Name: name, Devices: devs[:1], Rules: rs, NoFallback: true})
+			}
+			if err != nil {
+				return nil, errors.Join(err, br.Detach(name, nil))
+			}
+			return func() error { return errors.Join(fw.Detach(name, nil), br.Detach(name, nil)) }, nil
+		},
+		Packets: labTransitPackets,
+	})
 }
 
 // labTransitPackets are 1,000 transit packets through the lab's router,
