@@ -72,6 +72,8 @@ static __always_inline void ct_key_ordered(struct ct_result *r, const struct fw_
 	}
 }
 
+#include "ct_check.h"
+
 /* A tracked packet's business with conntrack's tables, per CPU (fw_xdp's
  * stack has no room for it): the entry as the packet leaves it, computed
  * on a copy or made new, and written only once the rules pass the packet
@@ -723,14 +725,6 @@ static __always_inline int icmp6_untracked(__u8 type)
 	return (type >= 130 && type <= 136) || type == 143;
 }
 
-/* Whether a protocol's connections are keyed by their ports (the first
- * four bytes of its header), as Linux's trackers for it key them. */
-static __always_inline int ct_has_ports(__u8 proto)
-{
-	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE || proto == IPPROTO_SCTP ||
-	       proto == IPPROTO_DCCP;
-}
-
 /* An ICMP error is related when it quotes a packet of a tracked
  * connection and goes to that packet's sender (nf_conntrack_inet_error). */
 static __noinline __u8 ct_related(struct xdp_md *ctx, const struct fw_config *cfg, const struct fw_flow_key *k,
@@ -846,6 +840,7 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 					    const struct fw_flow_key *k, const struct fw_pkt *p, struct ct_result *r)
 {
 	struct ct_txn *t = ct_txn();
+	int chk;
 	__u8 st;
 
 	if (!ctx || !cfg || !k || !p || !r || !t)
@@ -854,6 +849,8 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 	t->len = r->len;
 	if (k->noports)
 		st = FW_CT_UNTRACKED;
+	else if ((chk = ct_check(ctx, k, p)) == FW_CT_INVALID)
+		st = FW_CT_INVALID;
 	else if (k->proto == IPPROTO_TCP) {
 		ct_key_ordered(r, k, k->sport, k->dport);
 		st = ct_track_tcp(ctx, cfg, p, r, t);
@@ -866,9 +863,8 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 		if (st == CT_ICMP_QUERY)
 			st = ct_track_stream(cfg, r, FW_CTT_ICMP, FW_CTT_ICMP, !r->end);
 	} else {
-		/* SCTP and DCCP by their ports, the rest by addresses alone. */
-		ct_key_ordered(r, k, k->sport, k->dport);
-		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, 1);
+		ct_key_generic(ctx, k, p, r);
+		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, chk != CT_CHECK_NO_NEW);
 	}
 	ct_count_state(st);
 	return st;
