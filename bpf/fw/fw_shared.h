@@ -246,7 +246,9 @@ struct fw_ct_key {
 	__u16 port[2];
 	__u8 proto;
 	__u8 family;
-	__u16 pad;
+	/* ICMP: the code, which conntrack's tuples hold too (a reply of
+	 * another code is no reply); 0 otherwise. */
+	__u16 code;
 };
 
 /* One direction's TCP window state, as ip_ct_tcp_state. */
