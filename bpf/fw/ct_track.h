@@ -620,16 +620,16 @@ static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_con
 
 /* A packet of a pseudo-connection (UDP, other protocols, ICMP requests and
  * replies) applied to its entry: new until answered; answered and alive
- * after 2 s, a stream. Only UDP becomes assured (Linux assures no generic
- * or ICMP entry). */
+ * after 2 s, a stream (GRE: once answered). Only UDP and GRE become
+ * assured (Linux assures no generic or ICMP entry). */
 static __always_inline void ct_stream_apply(const struct fw_config *cfg, struct fw_ct_entry *e, __u32 dir, __u8 proto,
 					    __u64 now, __u32 t_unreplied, __u32 t_stream, __u64 len)
 {
 	/* Answered before this packet, and still alive after 2 s. */
-	int stream = (e->status & FW_CTS_SEEN_REPLY) && now > e->start_ns + CT_STREAM_AFTER_NS;
+	int stream = (e->status & FW_CTS_SEEN_REPLY) && (proto == IPPROTO_GRE || now > e->start_ns + CT_STREAM_AFTER_NS);
 
 	e->expires_ns = now + ct_timeout(cfg, stream ? t_stream : t_unreplied);
-	if (stream && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE))
+	if (stream && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE || proto == IPPROTO_GRE))
 		e->status |= FW_CTS_ASSURED;
 	if (dir)
 		e->status |= FW_CTS_SEEN_REPLY;
@@ -877,7 +877,10 @@ __attribute__((noinline)) int fw_track_conn(struct xdp_md *ctx, const struct fw_
 			st = ct_track_stream(cfg, r, FW_CTT_ICMP, FW_CTT_ICMP, !r->end);
 	} else {
 		ct_key_generic(ctx, k, p, r);
-		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, chk != CT_CHECK_NO_NEW);
+		if (k->proto == IPPROTO_GRE)
+			st = ct_track_stream(cfg, r, FW_CTT_GRE, FW_CTT_GRE_STREAM, 1);
+		else
+			st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, chk != CT_CHECK_NO_NEW);
 	}
 	ct_count_state(st);
 	return st;
