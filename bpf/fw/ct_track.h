@@ -620,8 +620,10 @@ static __always_inline __u8 ct_track_tcp(struct xdp_md *ctx, const struct fw_con
 
 /* A packet of a pseudo-connection (UDP, other protocols, ICMP requests and
  * replies) applied to its entry: new until answered; answered and alive
- * after 2 s, a stream (GRE: once answered). Only UDP and GRE become
- * assured (Linux assures no generic or ICMP entry). */
+ * after 2 s, a stream (GRE: once answered). Only UDP becomes assured
+ * (Linux assures no generic or ICMP entry; GRE it does, but an assured
+ * entry here moves to the table that never evicts, which a tunnel's
+ * spoofed answers must not fill). */
 static __always_inline void ct_stream_apply(const struct fw_config *cfg, struct fw_ct_entry *e, __u32 dir, __u8 proto,
 					    __u64 now, __u32 t_unreplied, __u32 t_stream, __u64 len)
 {
@@ -629,7 +631,7 @@ static __always_inline void ct_stream_apply(const struct fw_config *cfg, struct 
 	int stream = (e->status & FW_CTS_SEEN_REPLY) && (proto == IPPROTO_GRE || now > e->start_ns + CT_STREAM_AFTER_NS);
 
 	e->expires_ns = now + ct_timeout(cfg, stream ? t_stream : t_unreplied);
-	if (stream && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE || proto == IPPROTO_GRE))
+	if (stream && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE))
 		e->status |= FW_CTS_ASSURED;
 	if (dir)
 		e->status |= FW_CTS_SEEN_REPLY;
