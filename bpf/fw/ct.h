@@ -258,7 +258,7 @@ enum ct_verdict {
 
 static __always_inline __u64 ct_timeout(const struct fw_config *cfg, __u32 t)
 {
-	return (__u64)cfg->ct_timeout[t & 15] * 1000000000ULL;
+	return (__u64)cfg->ct_timeout[t & 31] * 1000000000ULL;
 }
 
 /* tcp_options: window scale and SACK permitted, from a SYN. */

@@ -57,7 +57,7 @@ static __always_inline void ct_key_ordered(struct ct_result *r, const struct fw_
 		swap = sport > dport;
 	r->key.proto = k->proto;
 	r->key.family = k->family;
-	r->key.pad = 0;
+	r->key.code = 0;
 	r->end = swap;
 	if (swap) {
 		__builtin_memcpy(r->key.addr[0], k->dst, 16);
@@ -71,6 +71,8 @@ static __always_inline void ct_key_ordered(struct ct_result *r, const struct fw_
 		r->key.port[1] = dport;
 	}
 }
+
+#include "ct_check.h"
 
 /* A tracked packet's business with conntrack's tables, per CPU (fw_xdp's
  * stack has no room for it): the entry as the packet leaves it, computed
@@ -620,13 +622,15 @@ static __always_inline __u8 ct_track_tcp(FW_CTX *ctx, const struct fw_config *cf
 
 /* A packet of a pseudo-connection (UDP, other protocols, ICMP requests and
  * replies) applied to its entry: new until answered; answered and alive
- * after 2 s, a stream. Only UDP becomes assured (Linux assures no generic
- * or ICMP entry). */
+ * after 2 s, a stream (GRE: once answered). Only UDP becomes assured
+ * (Linux assures no generic or ICMP entry; GRE it does, but an assured
+ * entry here moves to the table that never evicts, which a tunnel's
+ * spoofed answers must not fill). */
 static __always_inline void ct_stream_apply(const struct fw_config *cfg, struct fw_ct_entry *e, __u32 dir, __u8 proto,
 					    __u64 now, __u32 t_unreplied, __u32 t_stream, __u64 len)
 {
 	/* Answered before this packet, and still alive after 2 s. */
-	int stream = (e->status & FW_CTS_SEEN_REPLY) && now > e->start_ns + CT_STREAM_AFTER_NS;
+	int stream = (e->status & FW_CTS_SEEN_REPLY) && (proto == IPPROTO_GRE || now > e->start_ns + CT_STREAM_AFTER_NS);
 
 	e->expires_ns = now + ct_timeout(cfg, stream ? t_stream : t_unreplied);
 	if (stream && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE))
@@ -718,19 +722,12 @@ static __always_inline int icmp_is_error(__u8 family, __u8 type)
 	return type < 128;
 }
 
-/* ICMPv6 that conntrack leaves untracked: neighbour discovery and MLD
- * (noct_valid_new). */
+/* ICMPv6 that conntrack leaves untracked: neighbour discovery, MLD and
+ * multicast router advertisements and solicitations (noct_valid_new;
+ * not terminations, 153). */
 static __always_inline int icmp6_untracked(__u8 type)
 {
-	return (type >= 130 && type <= 136) || type == 143;
-}
-
-/* Whether a protocol's connections are keyed by their ports (the first
- * four bytes of its header), as Linux's trackers for it key them. */
-static __always_inline int ct_has_ports(__u8 proto)
-{
-	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE || proto == IPPROTO_SCTP ||
-	       proto == IPPROTO_DCCP;
+	return (type >= 130 && type <= 136) || type == 143 || type == 151 || type == 152;
 }
 
 /* An ICMP error is related when it quotes a packet of a tracked
@@ -740,8 +737,9 @@ static __noinline __u8 ct_related(FW_CTX *ctx, const struct fw_config *cfg, cons
 {
 	struct ct_txn *t = ct_txn();
 	struct ct_found f;
-	__u32 off = p->l4 + 8, l4;
+	__u32 off = p->l4 + 8, end = p->l4 + p->l4_len, l4;
 	__u16 sport = 0, dport = 0;
+	int call;
 
 	if (!t)
 		return FW_CT_INVALID;
@@ -757,8 +755,10 @@ static __noinline __u8 ct_related(FW_CTX *ctx, const struct fw_config *cfg, cons
 
 		if (fw_load_bytes(ctx, off, hdr, 20))
 			return FW_CT_INVALID;
+		/* Neither conntrack nor we look at the version; a later
+		 * fragment has no L4 header to key. */
 		ihl = (hdr[0] & 0xf) * 4;
-		if ((hdr[0] >> 4) != 4 || ihl < 20)
+		if (ihl < 20 || (hdr[6] & 0x1f) || hdr[7])
 			return FW_CT_INVALID;
 		in->proto = hdr[9];
 		in->src[2] = bpf_htonl(0xffff);
@@ -769,25 +769,30 @@ static __noinline __u8 ct_related(FW_CTX *ctx, const struct fw_config *cfg, cons
 	} else {
 		if (fw_load_bytes(ctx, off, hdr, 40))
 			return FW_CT_INVALID;
-		if ((hdr[0] >> 4) != 6)
-			return FW_CT_INVALID;
 		in->proto = hdr[6];
 		__builtin_memcpy(in->src, &hdr[8], 16);
 		__builtin_memcpy(in->dst, &hdr[24], 16);
-		l4 = off + 40;
+		l4 = ct_quote6_l4(ctx, off + 40, end, &in->proto);
+		if (!l4)
+			return FW_CT_INVALID;
 	}
-	/* The quoted packet's first 8 bytes of L4 are enough. */
-	if (fw_load_bytes(ctx, l4, hdr, 8))
-		return FW_CT_INVALID;
+	/* Of the quoted packet's L4 header, what conntrack keys it by must
+	 * lie within the error (by its IP length): the ports, or ICMP's
+	 * 8 bytes. */
 	if (ct_has_ports(in->proto)) {
+		if (l4 + 4 > end || fw_load_bytes(ctx, l4, hdr, 4))
+			return FW_CT_INVALID;
 		sport = (__u16)hdr[0] << 8 | hdr[1];
 		dport = (__u16)hdr[2] << 8 | hdr[3];
 		ct_key_ordered(q, in, sport, dport);
 	} else if ((k->family == FW_FAMILY_IPV4 && in->proto == IPPROTO_ICMP) ||
 		   (k->family == FW_FAMILY_IPV6 && in->proto == IPPROTO_ICMPV6)) {
 		int is_reply;
-		__u8 req = icmp_request_of(k->family, hdr[0], &is_reply);
+		__u8 req;
 
+		if (l4 + 8 > end || fw_load_bytes(ctx, l4, hdr, 8))
+			return FW_CT_INVALID;
+		req = icmp_request_of(k->family, hdr[0], &is_reply);
 		if (!req)
 			return FW_CT_INVALID; /* an error about an error */
 		q->key.proto = in->proto;
@@ -796,8 +801,12 @@ static __noinline __u8 ct_related(FW_CTX *ctx, const struct fw_config *cfg, cons
 		__builtin_memcpy(q->key.addr[1], is_reply ? in->src : in->dst, 16);
 		q->key.port[0] = (__u16)hdr[4] << 8 | hdr[5];
 		q->key.port[1] = req;
+		q->key.code = hdr[1];
 	} else {
-		ct_key_ordered(q, in, 0, 0);
+		call = in->proto == IPPROTO_GRE && l4 < end ? ct_gre_call(ctx, l4, end - l4) : 0;
+		if (call < 0)
+			return FW_CT_INVALID;
+		ct_key_ordered(q, in, 0, call);
 	}
 	if (!ct_lookup(cfg, &q->key, ct_now(cfg), &f))
 		return FW_CT_INVALID;
@@ -830,11 +839,11 @@ static __noinline __u8 ct_track_icmp(FW_CTX *ctx, const struct fw_config *cfg, c
 		return FW_CT_INVALID;
 	r->key.proto = k->proto;
 	r->key.family = k->family;
-	r->key.pad = 0;
 	__builtin_memcpy(r->key.addr[0], is_reply ? k->dst : k->src, 16);
 	__builtin_memcpy(r->key.addr[1], is_reply ? k->src : k->dst, 16);
 	r->key.port[0] = (__u16)icmp[4] << 8 | icmp[5];
 	r->key.port[1] = req;
+	r->key.code = icmp[1];
 	/* The request's sender is end 0 of the key: end is the direction. */
 	r->end = is_reply;
 	return CT_ICMP_QUERY;
@@ -882,6 +891,7 @@ __attribute__((noinline)) int fw_track_conn(FW_CTX *ctx, const struct fw_config 
 					    const struct fw_flow_key *k, const struct fw_pkt *p, struct ct_result *r)
 {
 	struct ct_txn *t = ct_txn();
+	int chk;
 	__u8 st;
 
 	if (!ctx || !cfg || !k || !p || !r || !t)
@@ -894,6 +904,8 @@ __attribute__((noinline)) int fw_track_conn(FW_CTX *ctx, const struct fw_config 
 		st = ct_later_fragment(t);
 	else if (k->noports)
 		st = FW_CT_UNTRACKED;
+	else if ((chk = ct_check(ctx, k, p)) == FW_CT_INVALID)
+		st = FW_CT_INVALID;
 	else if (k->proto == IPPROTO_TCP) {
 		ct_key_ordered(r, k, k->sport, k->dport);
 		st = ct_track_tcp(ctx, cfg, p, r, t);
@@ -906,9 +918,11 @@ __attribute__((noinline)) int fw_track_conn(FW_CTX *ctx, const struct fw_config 
 		if (st == CT_ICMP_QUERY)
 			st = ct_track_stream(cfg, r, FW_CTT_ICMP, FW_CTT_ICMP, !r->end);
 	} else {
-		/* SCTP and DCCP by their ports, the rest by addresses alone. */
-		ct_key_ordered(r, k, k->sport, k->dport);
-		st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, 1);
+		ct_key_generic(ctx, k, p, r);
+		if (k->proto == IPPROTO_GRE)
+			st = ct_track_stream(cfg, r, FW_CTT_GRE, FW_CTT_GRE_STREAM, 1);
+		else
+			st = ct_track_stream(cfg, r, FW_CTT_GENERIC, FW_CTT_GENERIC, chk != CT_CHECK_NO_NEW);
 	}
 	if (p->frag == PKT_FRAG_FIRST)
 		ct_note_fragment(t, st);

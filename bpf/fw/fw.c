@@ -428,7 +428,8 @@ static __always_inline int parse_flow(FW_CTX *ctx, struct fw_flow_key *k, struct
 		return CONTINUE;
 	}
 	/* The protocols whose first four bytes are ports, for rules and for
-	 * conntrack's keys (Linux keys SCTP, DCCP and UDP-Lite by them too). */
+	 * conntrack's keys (Linux keys SCTP and UDP-Lite by them too; DCCP
+	 * by addresses alone: ct_has_ports). */
 	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP && k->proto != IPPROTO_UDPLITE &&
 	    k->proto != IPPROTO_SCTP && k->proto != IPPROTO_DCCP)
 		return CONTINUE;

@@ -139,7 +139,7 @@ struct fw_config {
 	/* Connection tracking (enum fw_ct_flag); timeouts in seconds by
 	 * enum fw_ct_timeout, the kernel's defaults unless set. */
 	__u32 ct_flags;
-	__u32 ct_timeout[16];
+	__u32 ct_timeout[32];
 	__u32 pad0;
 	/* Added to the clock of connection tracking: tests age entries with it. */
 	__s64 ct_skew_ns;
@@ -214,6 +214,9 @@ enum fw_ct_timeout {
 	FW_CTT_ICMP,
 	/* Protocols without a tracker of their own (nf_conntrack_generic). */
 	FW_CTT_GENERIC,
+	/* GRE, unanswered and answered (nf_conntrack_proto_gre). */
+	FW_CTT_GRE,
+	FW_CTT_GRE_STREAM,
 	FW_CTT_MAX,
 };
 
@@ -246,7 +249,9 @@ struct fw_ct_key {
 	__u16 port[2];
 	__u8 proto;
 	__u8 family;
-	__u16 pad;
+	/* ICMP: the code, which conntrack's tuples hold too (a reply of
+	 * another code is no reply); 0 otherwise. */
+	__u16 code;
 };
 
 /* One direction's TCP window state, as ip_ct_tcp_state. */

@@ -312,6 +312,7 @@ var ctTimeouts = map[fwFwCtTimeout]uint32{
 	fwFwCtTimeoutFW_CTT_RETRANS: 300, fwFwCtTimeoutFW_CTT_UNACK: 300,
 	fwFwCtTimeoutFW_CTT_UDP: 30, fwFwCtTimeoutFW_CTT_UDP_STREAM: 120,
 	fwFwCtTimeoutFW_CTT_ICMP: 30, fwFwCtTimeoutFW_CTT_GENERIC: 600,
+	fwFwCtTimeoutFW_CTT_GRE: 30, fwFwCtTimeoutFW_CTT_GRE_STREAM: 180,
 }
 
 // Flags of fw_config.ct_flags (enum fw_ct_flag), in its field's width.
