@@ -264,16 +264,37 @@ dport = 23
 func TestCtPortsAndGenericEntries(t *testing.T) {
 	f := ctFirewall(t, "[conntrack]\nenabled = true\n")
 	c, s := net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4()
-	l4 := func(sport, dport uint16) gopacket.Payload {
-		b := make([]byte, 16)
+	// Headers the kernel's trackers take: an SCTP INIT (verification tag
+	// 0, one chunk carrying its initiate tag) and its INIT ACK, UDP-Lite
+	// with a checksum over its header. (This kernel tracks DCCP by
+	// addresses alone: it has no DCCP tracker any more.)
+	l4 := func(proto layers.IPProtocol, sport, dport uint16, answer bool) gopacket.Payload {
+		b := make([]byte, 8)
 		binary.BigEndian.PutUint16(b[0:], sport)
 		binary.BigEndian.PutUint16(b[2:], dport)
-		return b
+		if proto == layers.IPProtocolUDPLite {
+			binary.BigEndian.PutUint16(b[4:], 8)
+			binary.BigEndian.PutUint16(b[6:], 0x1234)
+			return append(b, 'x')
+		}
+		b = append(b, 0, 0, 0, 0) // checksum (not verified)
+		chunk := make([]byte, 20)
+		chunk[0] = 1 // INIT
+		if answer {
+			binary.BigEndian.PutUint32(b[4:], 0x11111111)
+			chunk[0] = 2 // INIT ACK
+		}
+		binary.BigEndian.PutUint16(chunk[2:], 20)
+		binary.BigEndian.PutUint32(chunk[4:], 0x11111111+uint32(sport))
+		binary.BigEndian.PutUint32(chunk[8:], 65535)
+		binary.BigEndian.PutUint16(chunk[12:], 1)
+		binary.BigEndian.PutUint16(chunk[14:], 1)
+		return append(b, chunk...)
 	}
-	for _, proto := range []layers.IPProtocol{layers.IPProtocolSCTP, 33 /* DCCP */, layers.IPProtocolUDPLite} {
-		run(t, f, ctFrame(t, c, s, proto, l4(5000, 7000)))
-		run(t, f, ctFrame(t, s, c, proto, l4(7000, 5000)))
-		if st, _ := ctStateOf(t, f, ctFrame(t, c, s, proto, l4(5001, 7000))); st != "new" {
+	for _, proto := range []layers.IPProtocol{layers.IPProtocolSCTP, layers.IPProtocolUDPLite} {
+		run(t, f, ctFrame(t, c, s, proto, l4(proto, 5000, 7000, false)))
+		run(t, f, ctFrame(t, s, c, proto, l4(proto, 7000, 5000, true)))
+		if st, _ := ctStateOf(t, f, ctFrame(t, c, s, proto, l4(proto, 5001, 7000, false))); st != "new" {
 			t.Errorf("%v from another port after one association was answered: %s, want new", proto, st)
 		}
 	}
