@@ -263,6 +263,7 @@ func init() {
 	lab.RegisterGroup("fw-tcp", tcp...)
 	registerFloods(nft, xf)
 	registerCt()
+	registerHost()
 }
 
 // The flood rows: a flood of new flows (every packet a flow not seen
