@@ -1266,7 +1266,8 @@ int fw_xdp(struct xdp_md *ctx)
 	struct fw_flow_key *key;
 	struct fw_pkt *pkt;
 	struct ct_result *ct;
-	__u64 len = (__u64)(long)ctx->data_end - (__u64)(long)ctx->data;
+	/* All of a frame of several buffers (a GRO packet in generic mode). */
+	__u64 len = bpf_xdp_get_buff_len(ctx);
 	struct fw_config *cfg;
 	__u32 zero = 0;
 	int rc;
