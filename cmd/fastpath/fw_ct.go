@@ -22,7 +22,8 @@ func fwCtCmd(open openFunc) *cobra.Command {
 		Short: "connection tracking: list, flush, stats, gc",
 		Long: `Connection tracking gives each packet a state (new, established, related, invalid,
 untracked) that rules match with ct_state. It is on while a rule uses ct_state or
-synproxy, or the rules file says [conntrack] enabled = true. See docs/fw.md.`,
+synproxy, or the rules file says [conntrack] enabled = true; a file without a
+[conntrack] table keeps it as it is, enabled = false turns it off. See docs/fw.md.`,
 	}
 	cmd.AddCommand(fwCtListCmd(open), fwCtFlushCmd(open), fwCtStatsCmd(open), fwCtGCCmd(open))
 	return cmd
