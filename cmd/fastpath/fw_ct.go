@@ -140,8 +140,10 @@ func fwCtStatsCmd(open openFunc) *cobra.Command {
 			for _, s := range fw.CtStateNames() {
 				fmt.Fprintf(w, "packets %s\t%d\n", s, st.Packets[s])
 			}
-			fmt.Fprintf(w, "established table\t%d of %d\n", st.Established, st.EstMax)
-			fmt.Fprintf(w, "embryonic table\t%d of %d\n", st.Embryonic, st.EmbryoMax)
+			// Expired entries take room until removed: shown, a table
+			// that looks empty is not taken for one with room.
+			fmt.Fprintf(w, "established table\t%d of %d (and %d expired, not yet removed)\n", st.Established, st.EstMax, st.EstablishedExpired)
+			fmt.Fprintf(w, "embryonic table\t%d of %d (and %d expired, not yet removed)\n", st.Embryonic, st.EmbryoMax, st.EmbryonicExpired)
 			for _, s := range slices.Sorted(maps.Keys(st.ByState)) {
 				fmt.Fprintf(w, "tcp %s\t%d\n", s, st.ByState[s])
 			}
