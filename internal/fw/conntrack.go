@@ -206,7 +206,11 @@ func (f *Firewall) reap(est, flush bool, keys []fwFwCtKey) (int, error) {
 			return n, err
 		}
 		out := make([]byte, len(buf))
-		ret, err := f.objs.FwCtReap.Run(&ebpf.RunOptions{Data: buf, DataOut: out})
+		prog, err := f.reaper()
+		if err != nil {
+			return n, err
+		}
+		ret, err := prog.Run(&ebpf.RunOptions{Data: buf, DataOut: out})
 		if err != nil {
 			return n, fmt.Errorf("run the reaper: %w", err)
 		}
@@ -220,6 +224,33 @@ func (f *Firewall) reap(est, flush bool, keys []fwFwCtKey) (int, error) {
 		n += int(done.Reaped)
 	}
 	return n, nil
+}
+
+// reaper is the program that deletes entries. An instance opened from its
+// pins (fw ct gc, fw metrics, fw serve) has maps and no programs: it gets
+// the reaper alone, loaded once over those maps.
+func (f *Firewall) reaper() (*ebpf.Program, error) {
+	if f.objs.FwCtReap != nil {
+		return f.objs.FwCtReap, nil
+	}
+	if f.pinnedReap == nil {
+		spec, err := loadFw()
+		if err != nil {
+			return nil, fmt.Errorf("read the firewall program: %w", err)
+		}
+		pinAll(spec)
+		if err := sizeFromPins(spec, f.dir); err != nil {
+			return nil, err
+		}
+		var objs struct {
+			Reap *ebpf.Program `ebpf:"fw_ct_reap"`
+		}
+		if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: f.dir}}); err != nil {
+			return nil, fmt.Errorf("load the connection reaper: %w", err)
+		}
+		f.pinnedReap = objs.Reap
+	}
+	return f.pinnedReap, nil
 }
 
 // FlushConns forgets every tracked connection: their next packets are

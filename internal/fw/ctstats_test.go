@@ -1,13 +1,18 @@
 package fw
 
 import (
+	crand "crypto/rand"
+	"encoding/hex"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/fastpath-dev/fastpath/internal/labtest"
 )
 
 // An expired entry that nothing removed yet still takes room: fw ct stats
@@ -43,5 +48,35 @@ func TestCtStatsCountExpired(t *testing.T) {
 	}
 	if st, err := f.ConntrackStats(); err != nil || st.Embryonic != 1 || st.EmbryonicExpired != 0 {
 		t.Errorf("after the gc: %+v, %v; want the SYN alone", st, err)
+	}
+}
+
+// fw ct gc and fw metrics open an instance from its pins, which holds maps
+// and no programs: the gc loads the reaper for them. Before, it called a
+// program that was not there and crashed.
+func TestExpireFromPins(t *testing.T) {
+	labtest.RequireKernel(t)
+	b := make([]byte, 3)
+	crand.Read(b)
+	name := "fp-gc" + hex.EncodeToString(b)
+	if err := os.MkdirAll(PinDir(name), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(PinDir(name)) })
+	loaded, err := Load(LoadOptions{PinPath: PinDir(name), MaxFlows: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close()
+	installRules(t, loaded, "[conntrack]\nenabled = true\n")
+	run(t, loaded, packet(t, flow("192.0.2.1", "198.51.100.1", 17, 1024, 53), 10))
+	skewClock(t, loaded, time.Minute)
+	f, err := OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := f.ExpireConns(); err != nil || n != 1 {
+		t.Fatalf("gc through the pins: %d removed, %v; want the expired UDP connection", n, err)
 	}
 }

@@ -60,6 +60,8 @@ type Firewall struct {
 	// that two processes never build into the same slot.
 	dir string
 	mu  sync.Mutex
+	// pinnedReap is the reaper loaded for an instance opened from pins.
+	pinnedReap *ebpf.Program
 }
 
 // Load loads the program and creates (or reopens) its maps.
@@ -187,6 +189,9 @@ func (f *Firewall) Program() *ebpf.Program { return f.objs.FwXdp }
 
 // Close releases the handles; pinned maps stay.
 func (f *Firewall) Close() error {
+	if f.pinnedReap != nil {
+		f.pinnedReap.Close()
+	}
 	if f.objs.FwXdp != nil {
 		return f.objs.Close()
 	}
