@@ -249,10 +249,17 @@ func vethBed(t *testing.T) (name string, dev, peer xdp.Iface) {
 		}
 		return nil
 	})
-	if err == nil {
-		err = netns.Veth(ns, "fw0", ns, "fw1")
-	}
 	if err != nil {
+		t.Fatal(err)
+	}
+	vethPair(t, ns, "fw0", "fw1")
+	return name, xdp.Iface{Netns: ns, Name: "fw0"}, xdp.Iface{Netns: ns, Name: "fw1"}
+}
+
+// vethPair makes a veth pair a ↔ b in the namespace ns, both up.
+func vethPair(t *testing.T, ns, a, b string) {
+	t.Helper()
+	if err := netns.Veth(ns, a, ns, b); err != nil {
 		t.Fatal(err)
 	}
 	h, err := netns.Handle(ns)
@@ -260,7 +267,7 @@ func vethBed(t *testing.T) (name string, dev, peer xdp.Iface) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	for _, d := range []string{"fw0", "fw1"} {
+	for _, d := range []string{a, b} {
 		l, err := h.LinkByName(d)
 		if err == nil {
 			err = h.LinkSetUp(l)
@@ -269,7 +276,6 @@ func vethBed(t *testing.T) (name string, dev, peer xdp.Iface) {
 			t.Fatal(err)
 		}
 	}
-	return name, xdp.Iface{Netns: ns, Name: "fw0"}, xdp.Iface{Netns: ns, Name: "fw1"}
 }
 
 // Attaching again with other table sizes than the instance has is refused,
