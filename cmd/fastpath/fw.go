@@ -47,7 +47,7 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		}
 		return fw.OpenPinned(name)
 	}
-	cmd.AddCommand(fwAttachCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
+	cmd.AddCommand(fwAttachCmd(&name), fwServeCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
 		fwListCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open),
 		fwCtCmd(open), fwMetricsCmd(open))
 	return cmd

@@ -113,7 +113,7 @@ func fwCtFlushCmd(open openFunc) *cobra.Command {
 }
 
 func fwCtGCCmd(open openFunc) *cobra.Command {
-	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw metrics does it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
+	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw serve and fw metrics do it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
 }
 
 func fwCtStatsCmd(open openFunc) *cobra.Command {
