@@ -47,7 +47,7 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		}
 		return fw.OpenPinned(name)
 	}
-	cmd.AddCommand(fwAttachCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
+	cmd.AddCommand(fwAttachCmd(&name), fwServeCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
 		fwListCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open),
 		fwCtCmd(open), fwMetricsCmd(open))
 	return cmd
@@ -55,24 +55,53 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 
 type openFunc func() (*fw.Firewall, error)
 
+// attachFlags are fw attach's flags, which fw serve shares.
+type attachFlags struct {
+	ns                        string
+	generic, noFallback       bool
+	maxFlows, ctMax, ctEmbryo uint32
+}
+
+func (a *attachFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&a.ns, "netns", "", "network namespace of the devices")
+	fs.BoolVar(&a.generic, "generic", false, "attach in generic (skb) mode")
+	fs.BoolVar(&a.noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	fs.Uint32Var(&a.maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow table tracks (both families), in a new instance (rounded up to a power of two; an existing instance keeps its own: another value is refused)")
+	fs.Uint32Var(&a.ctMax, "ct-max", fw.DefaultCtMax, "connections the established table holds (never evicted), in a new instance (an existing instance keeps its own: another value is refused)")
+	fs.Uint32Var(&a.ctEmbryo, "ct-embryonic", fw.DefaultCtEmbryonic, "connections the embryonic table (an LRU: handshakes, unanswered flows) holds, in a new instance (an existing instance keeps its own: another value is refused)")
+}
+
+// options are the attach options of the flags. A table size goes in only
+// when its flag is given: attaching again to an instance with other sizes
+// is then refused (its maps keep theirs), rather than with every attach
+// that leaves the flag at its default.
+func (a *attachFlags) options(fs *pflag.FlagSet, name string, args []string) fw.AttachOptions {
+	o := fw.AttachOptions{Name: name, Devices: ifaces(a.ns, args), NoFallback: a.noFallback, Warn: os.Stderr}
+	if a.generic {
+		o.Mode = xdp.Generic
+	}
+	for _, s := range []struct {
+		flag     string
+		val, opt *uint32
+	}{{"max-flows", &a.maxFlows, &o.MaxFlows}, {"ct-max", &a.ctMax, &o.CtMax}, {"ct-embryonic", &a.ctEmbryo, &o.CtEmbryonic}} {
+		if fs.Changed(s.flag) {
+			*s.opt = *s.val
+		}
+	}
+	return o
+}
+
 func fwAttachCmd(name *string) *cobra.Command {
 	var (
-		rules, ns  string
-		generic    bool
-		noFallback bool
-		maxFlows   uint32
-		ctMax      uint32
-		ctEmbryo   uint32
+		rules string
+		af    attachFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "attach [--rules FILE] IFACE...",
 		Short: "attach the firewall to devices (again: swap the program, keep rules and flows)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := fw.AttachOptions{Name: *name, Devices: ifaces(ns, args), NoFallback: noFallback, Warn: os.Stderr, MaxFlows: maxFlows, CtMax: ctMax, CtEmbryonic: ctEmbryo}
-			if generic {
-				o.Mode = xdp.Generic
-			}
+			o := af.options(cmd.Flags(), *name, args)
 			if rules != "" {
 				rs, err := fw.LoadRules(rules)
 				if err != nil {
@@ -91,12 +120,7 @@ func fwAttachCmd(name *string) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&rules, "rules", "", "rules file to install (TOML)")
-	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
-	cmd.Flags().BoolVar(&generic, "generic", false, "attach in generic (skb) mode")
-	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
-	cmd.Flags().Uint32Var(&maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow table tracks (both families), in a new instance (rounded up to a power of two)")
-	cmd.Flags().Uint32Var(&ctMax, "ct-max", fw.DefaultCtMax, "connections the established table holds (never evicted), in a new instance")
-	cmd.Flags().Uint32Var(&ctEmbryo, "ct-embryonic", fw.DefaultCtEmbryonic, "connections the embryonic table (an LRU: handshakes, unanswered flows) holds, in a new instance")
+	af.register(cmd.Flags())
 	return cmd
 }
 

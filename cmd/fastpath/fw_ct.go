@@ -22,7 +22,8 @@ func fwCtCmd(open openFunc) *cobra.Command {
 		Short: "connection tracking: list, flush, stats, gc",
 		Long: `Connection tracking gives each packet a state (new, established, related, invalid,
 untracked) that rules match with ct_state. It is on while a rule uses ct_state or
-synproxy, or the rules file says [conntrack] enabled = true. See docs/fw.md.`,
+synproxy, or the rules file says [conntrack] enabled = true; a file without a
+[conntrack] table keeps it as it is, enabled = false turns it off. See docs/fw.md.`,
 	}
 	cmd.AddCommand(fwCtListCmd(open), fwCtFlushCmd(open), fwCtStatsCmd(open), fwCtGCCmd(open))
 	return cmd
@@ -112,7 +113,7 @@ func fwCtFlushCmd(open openFunc) *cobra.Command {
 }
 
 func fwCtGCCmd(open openFunc) *cobra.Command {
-	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw metrics does it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
+	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw serve and fw metrics do it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
 }
 
 func fwCtStatsCmd(open openFunc) *cobra.Command {
@@ -139,8 +140,10 @@ func fwCtStatsCmd(open openFunc) *cobra.Command {
 			for _, s := range fw.CtStateNames() {
 				fmt.Fprintf(w, "packets %s\t%d\n", s, st.Packets[s])
 			}
-			fmt.Fprintf(w, "established table\t%d of %d\n", st.Established, st.EstMax)
-			fmt.Fprintf(w, "embryonic table\t%d of %d\n", st.Embryonic, st.EmbryoMax)
+			// Expired entries take room until removed: shown, a table
+			// that looks empty is not taken for one with room.
+			fmt.Fprintf(w, "established table\t%d of %d (and %d expired, not yet removed)\n", st.Established, st.EstMax, st.EstablishedExpired)
+			fmt.Fprintf(w, "embryonic table\t%d of %d (and %d expired, not yet removed)\n", st.Embryonic, st.EmbryoMax, st.EmbryonicExpired)
 			for _, s := range slices.Sorted(maps.Keys(st.ByState)) {
 				fmt.Fprintf(w, "tcp %s\t%d\n", s, st.ByState[s])
 			}

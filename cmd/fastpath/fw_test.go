@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
@@ -109,5 +111,32 @@ func TestFwCommands(t *testing.T) {
 	}
 	if _, err := os.Stat(fw.PinDir(name)); !os.IsNotExist(err) {
 		t.Fatalf("detach left %s", fw.PinDir(name))
+	}
+}
+
+// sdNotify sends each state as one datagram to NOTIFY_SOCKET, and nothing
+// without it.
+func TestSdNotify(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv("NOTIFY_SOCKET", path)
+	for _, state := range []string{"READY=1", "RELOADING=1", "READY=1"} {
+		if err := sdNotify(state); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := ln.Read(buf)
+		if err != nil || string(buf[:n]) != state {
+			t.Fatalf("the service manager got %q, %v; want %q", buf[:n], err, state)
+		}
+	}
+	t.Setenv("NOTIFY_SOCKET", "")
+	if err := sdNotify("READY=1"); err != nil {
+		t.Fatalf("without NOTIFY_SOCKET: %v", err)
 	}
 }

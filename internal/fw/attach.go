@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -25,7 +27,9 @@ type AttachOptions struct {
 	// instance installs an empty set that passes everything.
 	Rules *RuleSet
 	// MaxFlows sizes the flow table of a new instance; CtMax and
-	// CtEmbryonic its connection-tracking tables (LoadOptions).
+	// CtEmbryonic its connection-tracking tables (LoadOptions). 0: the
+	// defaults. An instance keeps the sizes it was created with: a size
+	// given for one whose maps are pinned must be the one it has.
 	MaxFlows, CtMax, CtEmbryonic uint32
 }
 
@@ -76,6 +80,9 @@ func Attach(o AttachOptions) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
 	}
+	if err := checkSizes(o, dir); err != nil {
+		return err
+	}
 	fresh := len(xdp.Links(dir)) == 0
 	lo := LoadOptions{PinPath: dir}
 	if fresh {
@@ -113,6 +120,48 @@ func Attach(o AttachOptions) error {
 		os.RemoveAll(dir)
 	}
 	return err
+}
+
+// checkSizes refuses table sizes that differ from those of the instance's
+// pinned maps: the maps are reused as they are (they hold the rules, flows
+// and connections), so a new size would be ignored while the operator
+// believes it applied.
+func checkSizes(o AttachOptions, dir string) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	// Each flag's value, the max_entries a new instance would get for it,
+	// and how to say a pinned map's max_entries in the flag's terms.
+	flows := func(entries uint32) uint32 { return entries / uint32(ncpu) * flowWays }
+	same := func(entries uint32) uint32 { return entries }
+	for _, s := range []struct {
+		pin, flag, what string
+		given, want     uint32
+		in              func(uint32) uint32
+	}{
+		{"fw_flows", "--max-flows", "flows per CPU in its flow table", o.MaxFlows, flowSets(o.MaxFlows) * uint32(ncpu), flows},
+		{"fw_ct_est", "--ct-max", "connections in its established table", o.CtMax, o.CtMax, same},
+		{"fw_ct_new", "--ct-embryonic", "connections in its embryonic table", o.CtEmbryonic, o.CtEmbryonic, same},
+	} {
+		if s.given == 0 {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, s.pin), &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open the pinned %s: %w", s.pin, err)
+		}
+		have := m.MaxEntries()
+		m.Close()
+		if have != s.want {
+			return fmt.Errorf("%s %d: firewall %q exists with room for %d %s, set when it was created, and attaching again keeps its maps; to change the size, `fastpath fw detach --name %s` (which forgets its flows, connections and block list) and attach again with %s, or leave %s out to attach with the size it has",
+				s.flag, s.given, o.Name, s.in(have), s.what, o.Name, s.flag, s.flag)
+		}
+	}
+	return nil
 }
 
 // Detach detaches the instance from the devices (all if none given). The

@@ -1,6 +1,8 @@
 package fw
 
 import (
+	crand "crypto/rand"
+	"encoding/hex"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
+	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -209,5 +212,100 @@ func TestAttachDetach(t *testing.T) {
 	labtest.RequireDetached(t, tb.DUTIn().Iface())
 	if _, err := OpenPinned(name); err == nil {
 		t.Fatal("opened a detached instance")
+	}
+}
+
+// vethBed is a network namespace of the test's own (IPv6 off) holding a
+// veth pair, fw0 and fw1, both up, and a name for a firewall instance; the
+// instance is detached and the namespace removed when the test ends, also
+// when it fails.
+func vethBed(t *testing.T) (name string, dev, peer xdp.Iface) {
+	t.Helper()
+	labtest.RequireKernel(t)
+	b := make([]byte, 3)
+	crand.Read(b)
+	ns := "fp-fw" + hex.EncodeToString(b)
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Delete(ns); err != nil {
+			t.Error(err)
+		}
+	})
+	name = ns
+	t.Cleanup(func() {
+		if _, err := os.Stat(PinDir(name)); err == nil {
+			if err := Detach(name, nil); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	err := netns.Run(ns, func() error {
+		for _, k := range []string{"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"} {
+			if err := netns.Sysctl(k, "1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vethPair(t, ns, "fw0", "fw1")
+	return name, xdp.Iface{Netns: ns, Name: "fw0"}, xdp.Iface{Netns: ns, Name: "fw1"}
+}
+
+// vethPair makes a veth pair a ↔ b in the namespace ns, both up.
+func vethPair(t *testing.T, ns, a, b string) {
+	t.Helper()
+	if err := netns.Veth(ns, a, ns, b); err != nil {
+		t.Fatal(err)
+	}
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, d := range []string{a, b} {
+		l, err := h.LinkByName(d)
+		if err == nil {
+			err = h.LinkSetUp(l)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Attaching again with other table sizes than the instance has is refused,
+// saying what it has and how to change it. Before, the pinned maps were
+// reused as they were and the new sizes silently ignored.
+func TestAttachRefusesOtherSizes(t *testing.T) {
+	name, dev, _ := vethBed(t)
+	o := AttachOptions{Name: name, Devices: []xdp.Iface{dev}, NoFallback: true, MaxFlows: 1024, CtMax: 1024, CtEmbryonic: 512}
+	if err := Attach(o); err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string]struct {
+		change func(*AttachOptions)
+		want   string
+	}{
+		"ct-max":       {func(o *AttachOptions) { o.CtMax = 4096 }, `--ct-max 4096: firewall "` + name + `" exists with room for 1024 connections in its established table`},
+		"ct-embryonic": {func(o *AttachOptions) { o.CtEmbryonic = 256 }, "--ct-embryonic 256: firewall \"" + name + "\" exists with room for 512 connections in its embryonic table"},
+		"max-flows":    {func(o *AttachOptions) { o.MaxFlows = 8192 }, "--max-flows 8192: firewall \"" + name + "\" exists with room for 1024 flows per CPU"},
+	} {
+		t.Run(what, func(t *testing.T) {
+			again := o
+			c.change(&again)
+			err := Attach(again)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "fastpath fw detach --name "+name) {
+				t.Fatalf("attach again with another size: %v, want an error saying %q and how to change it", err, c.want)
+			}
+		})
+	}
+	// The same sizes, or none, attach again in place.
+	if err := Attach(o); err != nil {
+		t.Fatalf("attach again with the same sizes: %v", err)
 	}
 }

@@ -206,7 +206,11 @@ func (f *Firewall) reap(est, flush bool, keys []fwFwCtKey) (int, error) {
 			return n, err
 		}
 		out := make([]byte, len(buf))
-		ret, err := f.objs.FwCtReap.Run(&ebpf.RunOptions{Data: buf, DataOut: out})
+		prog, err := f.reaper()
+		if err != nil {
+			return n, err
+		}
+		ret, err := prog.Run(&ebpf.RunOptions{Data: buf, DataOut: out})
 		if err != nil {
 			return n, fmt.Errorf("run the reaper: %w", err)
 		}
@@ -220,6 +224,33 @@ func (f *Firewall) reap(est, flush bool, keys []fwFwCtKey) (int, error) {
 		n += int(done.Reaped)
 	}
 	return n, nil
+}
+
+// reaper is the program that deletes entries. An instance opened from its
+// pins (fw ct gc, fw metrics, fw serve) has maps and no programs: it gets
+// the reaper alone, loaded once over those maps.
+func (f *Firewall) reaper() (*ebpf.Program, error) {
+	if f.objs.FwCtReap != nil {
+		return f.objs.FwCtReap, nil
+	}
+	if f.pinnedReap == nil {
+		spec, err := loadFw()
+		if err != nil {
+			return nil, fmt.Errorf("read the firewall program: %w", err)
+		}
+		pinAll(spec)
+		if err := sizeFromPins(spec, f.dir); err != nil {
+			return nil, err
+		}
+		var objs struct {
+			Reap *ebpf.Program `ebpf:"fw_ct_reap"`
+		}
+		if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: f.dir}}); err != nil {
+			return nil, fmt.Errorf("load the connection reaper: %w", err)
+		}
+		f.pinnedReap = objs.Reap
+	}
+	return f.pinnedReap, nil
 }
 
 // FlushConns forgets every tracked connection: their next packets are
@@ -246,9 +277,16 @@ type CtStats struct {
 	Embryonic   int               `json:"embryonic_entries"`
 	EmbryoMax   uint32            `json:"embryonic_max"`
 	ByState     map[string]int    `json:"tcp_states"`
+
+	// Established and Embryonic count the live entries. The expired ones
+	// that no packet met and the gc did not remove yet take room as well:
+	// a table is full at live + expired.
+	EstablishedExpired int `json:"established_expired"`
+	EmbryonicExpired   int `json:"embryonic_expired"`
 }
 
-// ConntrackStats counts the live entries and reads the counters.
+// ConntrackStats counts the live and the expired entries and reads the
+// counters.
 func (f *Firewall) ConntrackStats() (*CtStats, error) {
 	cnt, err := f.Counters()
 	if err != nil {
@@ -263,23 +301,34 @@ func (f *Firewall) ctStats(cnt Counters) (*CtStats, error) {
 	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
 		return nil, fmt.Errorf("read the settings: %w", err)
 	}
-	conns, err := f.Conns()
-	if err != nil {
-		return nil, err
-	}
 	st := &CtStats{On: c.CtFlags&ctfOn != 0, Packets: map[string]uint64{}, ByState: map[string]int{},
 		EstMax: f.objs.FwCtEst.MaxEntries(), EmbryoMax: f.objs.FwCtNew.MaxEntries()}
 	for _, s := range CtStateNames() {
 		st.Packets[s] = cnt["ct_"+s]
 	}
-	for _, cn := range conns {
-		if cn.Table == "established" {
-			st.Established++
-		} else {
-			st.Embryonic++
+	clock, err := f.ctClock()
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range f.ctTables() {
+		live, expired := &st.Established, &st.EstablishedExpired
+		if i == 1 {
+			live, expired = &st.Embryonic, &st.EmbryonicExpired
 		}
-		if cn.State != "" {
-			st.ByState[cn.State]++
+		err := ctWalk(t.m, func(ks []fwFwCtKey, es []fwFwCtEntry) {
+			for i, e := range es {
+				if e.ExpiresNs <= clock {
+					*expired++
+					continue
+				}
+				*live++
+				if ks[i].Proto == 6 && int(e.State) < len(tcpStateNames) {
+					st.ByState[tcpStateNames[e.State]]++
+				}
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the %s connections: %w", t.name, err)
 		}
 	}
 	return st, nil
@@ -318,6 +367,9 @@ func (f *Firewall) WriteMetrics(w io.Writer) error {
 	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries Tracked connections by table.")
 	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_entries gauge")
 	fmt.Fprintf(w, "fastpath_fw_ct_entries{table=\"established\"} %d\nfastpath_fw_ct_entries{table=\"embryonic\"} %d\n", ct.Established, ct.Embryonic)
+	fmt.Fprintln(w, "# HELP fastpath_fw_ct_expired_entries Expired connections not yet removed, which still take room in each table.")
+	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_expired_entries gauge")
+	fmt.Fprintf(w, "fastpath_fw_ct_expired_entries{table=\"established\"} %d\nfastpath_fw_ct_expired_entries{table=\"embryonic\"} %d\n", ct.EstablishedExpired, ct.EmbryonicExpired)
 	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries_max Size of each table.")
 	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_entries_max gauge")
 	fmt.Fprintf(w, "fastpath_fw_ct_entries_max{table=\"established\"} %d\nfastpath_fw_ct_entries_max{table=\"embryonic\"} %d\n", ct.EstMax, ct.EmbryoMax)

@@ -63,6 +63,8 @@ type Firewall struct {
 	// spec is what was loaded, for the generic-mode copy.
 	spec    *ebpf.CollectionSpec
 	generic *ebpf.Program
+	// pinnedReap is the reaper loaded for an instance opened from pins.
+	pinnedReap *ebpf.Program
 }
 
 // Load loads the program and creates (or reopens) its maps.
@@ -233,6 +235,9 @@ func (f *Firewall) Close() error {
 	if f.generic != nil {
 		f.generic.Close()
 	}
+	if f.pinnedReap != nil {
+		f.pinnedReap.Close()
+	}
 	if f.objs.FwXdp != nil {
 		return f.objs.Close()
 	}
@@ -289,6 +294,18 @@ func (f *Firewall) Install(rs *RuleSet) error {
 	// Tracking starts before rules that match on its states are active,
 	// and stops only after the last of them is gone.
 	on := rs.ConntrackOn()
+	if rs.Conntrack == nil {
+		// A file that says nothing of connection tracking keeps what
+		// runs: turning it off would break the connections it follows
+		// (those the synproxy opened first), and a later fw add of a
+		// ct_state rule would find their windows stale. Only a
+		// [conntrack] table turns it off.
+		running, err := f.conntrackOn()
+		if err != nil {
+			return err
+		}
+		on = on || running
+	}
 	if on {
 		if err := f.setConntrack(true, rs.Conntrack); err != nil {
 			return err
@@ -298,7 +315,7 @@ func (f *Firewall) Install(rs *RuleSet) error {
 		return err
 	}
 	if !on {
-		return f.setConntrack(false, nil)
+		return f.setConntrack(false, rs.Conntrack)
 	}
 	return nil
 }
@@ -321,20 +338,33 @@ const (
 	ctfLoose   = uint32(fwFwCtFlagFW_CTF_LOOSE)
 	ctfLiberal = uint32(fwFwCtFlagFW_CTF_LIBERAL)
 	ctfStrict  = uint32(fwFwCtFlagFW_CTF_STRICT)
+	// ctfGiven is ours, not the program's (which looks at FW_CTF_ON alone
+	// to know whether it tracks): the flags beside it are options a file
+	// gave, kept while tracking is off. An instance that an earlier
+	// fastpath turned off has all flags clear, which would read as
+	// no_pickup without it.
+	ctfGiven = uint32(1) << 31
 )
 
-// setConntrack turns tracking on with the options of opts (nil: the
-// defaults, as Linux's), or off.
+// setConntrack turns tracking on or off. opts, if given, become the
+// instance's options, kept also while tracking is off, so that whatever
+// turns it on later (fw add of a ct_state rule, a file without a
+// [conntrack] table) tracks as the last file said; nil keeps the
+// instance's options, or gives the defaults (Linux's) if it has none.
 func (f *Firewall) setConntrack(on bool, opts *Conntrack) error {
+	onBit := uint32(0)
+	if on {
+		onBit = ctfOn
+	}
 	return f.updateConfig(func(c *fwFwConfig) {
-		c.CtFlags = 0
-		if !on {
+		if opts == nil && c.CtFlags&(ctfOn|ctfGiven) != 0 {
+			c.CtFlags = c.CtFlags&^ctfOn | onBit
 			return
 		}
 		if opts == nil {
 			opts = &Conntrack{}
 		}
-		c.CtFlags = ctfOn
+		c.CtFlags = ctfGiven | onBit
 		if !opts.NoPickup {
 			c.CtFlags |= ctfLoose
 		}
@@ -357,7 +387,17 @@ func (f *Firewall) setConntrack(on bool, opts *Conntrack) error {
 	})
 }
 
-// ensureConntrack turns tracking on with the defaults unless it is on.
+// conntrackOn says whether the instance tracks connections now.
+func (f *Firewall) conntrackOn() (bool, error) {
+	var c fwFwConfig
+	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
+		return false, fmt.Errorf("read the settings: %w", err)
+	}
+	return c.CtFlags&ctfOn != 0, nil
+}
+
+// ensureConntrack turns tracking on, with the instance's options, unless
+// it is on.
 func (f *Firewall) ensureConntrack() error {
 	var c fwFwConfig
 	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {

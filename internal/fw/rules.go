@@ -378,7 +378,9 @@ func (r *Rule) Validate() error {
 }
 
 // Conntrack holds the connection-tracking options of a rules file. Tracking
-// is on when a rule matches on ct_state or synproxies, or Enabled says so.
+// is on when a rule matches on ct_state or synproxies, or Enabled says so;
+// a set without a Conntrack (a file without the table) keeps the
+// instance's tracking and options as they are (Firewall.Install).
 type Conntrack struct {
 	Enabled bool `toml:"enabled" json:"enabled,omitempty"`
 	// NoPickup refuses to take up a TCP connection from a mid-stream
