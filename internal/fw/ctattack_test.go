@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
@@ -414,5 +415,85 @@ dport = 53
 		if cn.Bytes[1] < 3000 {
 			t.Errorf("%v: answer counted as %d bytes, want the datagram's (3000 and headers)", cn, cn.Bytes[1])
 		}
+	}
+}
+
+// Two CPUs on the same connections at once: one sends data, the other
+// closes them (FIN both ways, the last ACK) and resets others. Whatever the
+// interleaving, no closed connection is left ESTABLISHED (a FIN applied on
+// one CPU while the other moved the entry is not lost), and the shares of
+// the established table add up to its entries (none leaked or lost).
+func TestCtConcurrentCloseAndShares(t *testing.T) {
+	f := ctSized(t, 4096, statefulServiceRules)
+	s := net.ParseIP("198.51.100.1").To4()
+	const conns = 300
+	client := func(i int) net.IP { return net.IPv4(10, 1, byte(i>>8), byte(i)).To4() }
+	frames := func(i int) (syn, synack, ack, data, finC, finS, last []byte) {
+		c, p := client(i), uint16(20000+i)
+		mk := func(from, to net.IP, sg seg) []byte {
+			return ctFrame(t, from, to, layers.IPProtocolTCP, sg.layers()...)
+		}
+		return mk(c, s, seg{sport: p, dport: 80, seq: 1, flags: "S"}),
+			mk(s, c, seg{sport: 80, dport: p, seq: 100, ack: 2, flags: "SA"}),
+			mk(c, s, seg{sport: p, dport: 80, seq: 2, ack: 101, flags: "A"}),
+			mk(c, s, seg{sport: p, dport: 80, seq: 2, ack: 101, flags: "PA", data: 10}),
+			mk(c, s, seg{sport: p, dport: 80, seq: 12, ack: 101, flags: "FA"}),
+			mk(s, c, seg{sport: 80, dport: p, seq: 101, ack: 13, flags: "FA"}),
+			mk(c, s, seg{sport: p, dport: 80, seq: 13, ack: 102, flags: "A"})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range conns {
+			_, _, _, data, _, _, _ := frames(i)
+			for range 20 {
+				f.Program().Run(&ebpf.RunOptions{Data: data})
+			}
+		}
+	}()
+	for i := range conns {
+		syn, synack, ack, data, finC, finS, last := frames(i)
+		for _, fr := range [][]byte{syn, synack, ack, data, finC, finS, last} {
+			run(t, f, fr)
+		}
+	}
+	<-done
+	conns_, err := f.Conns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cn := range conns_ {
+		if cn.State == "ESTABLISHED" {
+			t.Errorf("closed both ways, still %v", cn)
+		}
+	}
+	st, err := f.ConntrackStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k fwFwCtSrcKey
+	var n uint32
+	var sum uint64
+	it := f.objs.FwCtSrc.Iterate()
+	for it.Next(&k, &n) {
+		sum += uint64(n)
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * uint64(st.Established+st.EstablishedExpired); sum != want {
+		t.Errorf("shares counted %d, want 2 per established entry (%d entries)", sum, st.Established+st.EstablishedExpired)
+	}
+	// All gone: every share given back.
+	if _, err := f.FlushConns(); err != nil {
+		t.Fatal(err)
+	}
+	sum = 0
+	it = f.objs.FwCtSrc.Iterate()
+	for it.Next(&k, &n) {
+		sum += uint64(n)
+	}
+	if sum != 0 {
+		t.Errorf("after a flush, %d shares still counted", sum)
 	}
 }
