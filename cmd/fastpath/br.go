@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -144,22 +143,7 @@ Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
 
 // notifyReady tells the service manager that started fastpath with
 // NOTIFY_SOCKET set (systemd's Type=notify, or the lab) that it is ready.
-func notifyReady() error {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return nil
-	}
-	// A leading @ names an abstract socket; Go's net package takes it so.
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return fmt.Errorf("tell %s that the router is ready: %w", path, err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("READY=1")); err != nil {
-		return fmt.Errorf("tell %s that the router is ready: %w", path, err)
-	}
-	return nil
-}
+func notifyReady() error { return sdNotify("READY=1") }
 
 func brDetachCmd() *cobra.Command {
 	var router, ns string

@@ -335,17 +335,21 @@ func TestConntrackAgreesWithNftables(t *testing.T) {
 	}
 }
 
+// traceFamilies are a trace's client, server and third party (a router
+// sending errors) in IPv4 and IPv6.
+var traceFamilies = []struct {
+	fam     int
+	c, s, r net.IP
+}{
+	{4, net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("203.0.113.1").To4()},
+	{6, net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1"), net.ParseIP("2001:db8:2::1")},
+}
+
 // compareTraces sends every trace in both families through the reference
 // and the firewall and compares each packet's state and, with verdicts,
 // whether it passed.
 func compareTraces(t *testing.T, ref *ctref.Ref, f *Firewall, verdicts bool) {
-	fams := []struct {
-		fam     int
-		c, s, r net.IP
-	}{
-		{4, net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("203.0.113.1").To4()},
-		{6, net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1"), net.ParseIP("2001:db8:2::1")},
-	}
+	fams := traceFamilies
 	port := uint16(20000)
 	for _, tr := range ctTraces(t) {
 		for _, fm := range fams {
@@ -402,17 +406,7 @@ func ctFirewall(t *testing.T, rules string) *Firewall {
 // statefulService is a firewall whose rules pass established and related
 // packets and new TCP connections to port 80, and drop the rest.
 func statefulService(t *testing.T) *Firewall {
-	return ctFirewall(t, `
-default = "drop"
-[[rule]]
-action = "pass"
-ct_state = ["established", "related"]
-[[rule]]
-action = "pass"
-ct_state = "new"
-proto = "tcp"
-dport = 80
-`)
+	return ctFirewall(t, statefulServiceRules)
 }
 
 // The first rule of nearly every stateful firewall: established and related

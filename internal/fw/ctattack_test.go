@@ -2,6 +2,7 @@ package fw
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -317,7 +318,10 @@ func TestCtPortsAndGenericEntries(t *testing.T) {
 	}
 }
 
-const statefulServiceRules = `
+// servicePolicy is the policy of a stateful service: what is established
+// or related passes, new connections of proto to port pass, nothing else.
+func servicePolicy(proto string, port int) string {
+	return fmt.Sprintf(`
 default = "drop"
 [[rule]]
 action = "pass"
@@ -325,9 +329,12 @@ ct_state = ["established", "related"]
 [[rule]]
 action = "pass"
 ct_state = "new"
-proto = "tcp"
-dport = 80
-`
+proto = %q
+dport = %d
+`, proto, port)
+}
+
+var statefulServiceRules = servicePolicy("tcp", 80)
 
 // udpFragment is one fragment of a UDP datagram of udpLen bytes (header
 // included) from a:sport to b:dport, with IP ID id: the first (with the UDP
@@ -376,17 +383,7 @@ func udpFragment(t *testing.T, a, b net.IP, sport, dport uint16, id uint32, udpL
 // "untracked". A later fragment whose first was not seen stays untracked,
 // and the policy drops it.
 func TestCtLaterFragmentsTracked(t *testing.T) {
-	f := ctFirewall(t, `
-default = "drop"
-[[rule]]
-action = "pass"
-ct_state = ["established", "related"]
-[[rule]]
-action = "pass"
-ct_state = "new"
-proto = "udp"
-dport = 53
-`)
+	f := ctFirewall(t, servicePolicy("udp", 53))
 	for _, fam := range []struct{ c, s, other net.IP }{
 		{net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("198.51.100.9").To4()},
 		{net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::53"), net.ParseIP("2001:db8:1::99")},

@@ -421,13 +421,7 @@ func TestCtFieldsAgainstKernel(t *testing.T) {
 		}
 	}
 	f := ctFirewall(t, "[conntrack]\nenabled = true\n")
-	fams := []struct {
-		fam     int
-		c, s, r net.IP
-	}{
-		{4, net.ParseIP("192.0.2.1").To4(), net.ParseIP("198.51.100.1").To4(), net.ParseIP("203.0.113.1").To4()},
-		{6, net.ParseIP("2001:db8::1"), net.ParseIP("2001:db8:1::1"), net.ParseIP("2001:db8:2::1")},
-	}
+	fams := traceFamilies
 	port := uint16(30000)
 	for _, fc := range fieldCases(t) {
 		for _, fm := range fams {

@@ -17,17 +17,7 @@ import (
 
 // hostPolicy is what a host firewall starts from: the host's own
 // connections and their answers, SSH in, nothing else in.
-const hostPolicy = `
-default = "drop"
-[[rule]]
-action = "pass"
-ct_state = ["established", "related"]
-[[rule]]
-action = "pass"
-ct_state = "new"
-proto = "tcp"
-dport = 22
-`
+var hostPolicy = servicePolicy("tcp", 22)
 
 // hostBed is a host (namespace h, device h0, the firewall on it) and a peer
 // on the other end of a veth (namespace p, device p0), IPv4 and IPv6, with
