@@ -237,4 +237,3 @@ func requireNothingLeft(t *testing.T, dirs []string, devs ...xdp.Iface) {
 		labtest.RequireDetached(t, d)
 	}
 }
-

@@ -304,7 +304,6 @@ type PinnedDevice struct {
 	Next   string `json:"next,omitempty"`
 }
 
-
 // PinnedDevices lists the devices an instance directory has links for.
 func PinnedDevices(dir string) ([]PinnedDevice, error) {
 	var out []PinnedDevice
