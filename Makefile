@@ -47,6 +47,10 @@ demo: deps build
 	@# Jumbo frames (8,000 B) on a SCION network of MTU 9000: scionproto's router alone, and fastpath in front.
 	./$(BIN) lab bench scion-ref scion-hybrid --size 8000 --runs 3 --interleave \
 		--json results/scion-jumbo.json --md results/scion-jumbo.md
+	@# The border router behind the firewall on one device (40 rules, conntrack off), against the router alone.
+	./$(BIN) lab bench br br-fw --runs 5 --interleave --json results/br-fw.json --md results/br-fw.md
+	@# A host protected by its own firewall with the host policy, iperf3 to it: fastpath (native, generic) and nftables.
+	./$(BIN) lab tcp fw-host-tcp --runs 3 --seconds 3 --json results/fw-host.json --md results/fw-host.md
 	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
 	./$(BIN) lab tra ip ip-xdp tra --runs 1 --seconds 3 --json results/tra.json --md results/tra.md --plot results/tra.png
 	@# The same hosts on links of MTU 9000: the translator's pair follows the jumbo paths.
@@ -55,7 +59,7 @@ demo: deps build
 	@# router: every pair of leaf ASes, each kind of path proved forwarded in XDP, scionproto's router as the oracle.
 	./$(BIN) --prefix fp-topo- lab scion up --topo default --hybrid > results/scion-topo.txt
 	./$(BIN) --prefix fp-topo- lab scion check >> results/scion-topo.txt; rc=$$?; ./$(BIN) --prefix fp-topo- lab scion down; exit $$rc
-	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
+	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
 
 # The translator over 30 minutes: steady UDP, TCP and ping6 between two
 # translated hosts while links flap every minute and scionproto's daemons and

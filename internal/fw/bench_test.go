@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // benchProgram loads the benchmark variant of the program (fw_bench.c) on
@@ -29,6 +30,9 @@ func benchProgram(tb testing.TB, f *Firewall, pkts [][]byte) *ebpf.Program {
 	if err := spec.Variables["fw_bench_count"].Set(uint32(len(pkts))); err != nil {
 		tb.Fatal(err)
 	}
+	// Frags-aware as the firewall is: the two share the array of programs
+	// behind it, which takes programs of one kind.
+	spec.Programs["fw_xdp"].Flags |= unix.BPF_F_XDP_HAS_FRAGS
 	repl := map[string]*ebpf.Map{}
 	v := reflect.ValueOf(f.objs.fwMaps)
 	for i := range v.NumField() {
