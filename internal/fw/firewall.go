@@ -201,7 +201,7 @@ func (f *Firewall) Program() *ebpf.Program { return f.objs.FwXdp }
 // only. It stays frags-aware: the kernel then hands it a GRO packet as it
 // is, where for a program that is not it first copies the packet into one
 // buffer (host-mode TCP at half the rate, measured with fw-host-generic);
-// its length is counted whole all the same (bpf_xdp_get_buff_len).
+// its length is counted whole all the same (fw_whole_len).
 func (f *Firewall) GenericProgram() (*ebpf.Program, error) {
 	if f.generic != nil {
 		return f.generic, nil
@@ -211,6 +211,9 @@ func (f *Firewall) GenericProgram() (*ebpf.Program, error) {
 	}
 	spec := f.spec.Copy()
 	ps := spec.Programs["fw_xdp"]
+	if err := spec.Variables["fw_whole_len"].Set(uint8(1)); err != nil {
+		return nil, fmt.Errorf("load the generic-mode firewall: %w", err)
+	}
 	spec.Programs = map[string]*ebpf.ProgramSpec{"fw_xdp": ps}
 	spec.Maps[FwNextName].Pinning = ebpf.PinNone
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: f.dir}})
