@@ -21,18 +21,24 @@ import (
 // detached when the test ends.
 func attachLab(t *testing.T, tb lab.Testbed, rs *RuleSet) *Firewall {
 	t.Helper()
-	name := tb.Prefix + "fw"
-	if err := Attach(AttachOptions{Name: name, Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: rs, NoFallback: true}); err != nil {
+	return attachInstance(t, AttachOptions{Name: tb.Prefix + "fw", Devices: []xdp.Iface{tb.DUTIn().Iface()}, Rules: rs, NoFallback: true})
+}
+
+// attachInstance attaches an instance and opens it; it is detached when the
+// test ends.
+func attachInstance(t *testing.T, o AttachOptions) *Firewall {
+	t.Helper()
+	if err := Attach(o); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := os.Stat(PinDir(name)); err == nil {
-			if err := Detach(name, nil); err != nil {
+		if _, err := os.Stat(PinDir(o.Name)); err == nil {
+			if err := Detach(o.Name, nil); err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	f, err := OpenPinned(name)
+	f, err := OpenPinned(o.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

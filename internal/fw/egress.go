@@ -8,9 +8,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
-	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -137,35 +135,13 @@ func fillEgressDevs(dir string, m *ebpf.Map) error {
 	return nil
 }
 
-// attachEgressLink attaches prog at the device's TCX egress, pinned at pin;
-// a link already pinned there gets the program swapped in place.
+// attachEgressLink attaches prog at the device's TCX egress, pinned at pin.
 func attachEgressLink(pin string, d xdp.Iface, prog *ebpf.Program) error {
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		err = l.Update(prog)
-		l.Close()
-		if err != nil {
-			return fmt.Errorf("update the egress tracker on %s: %w", d, err)
-		}
-		return nil
-	}
 	la, err := xdp.Lookup(d)
 	if err != nil {
 		return err
 	}
-	var l link.Link
-	err = netns.Run(d.Netns, func() error {
-		var err error
-		l, err = link.AttachTCX(link.TCXOptions{Interface: la.Index, Program: prog, Attach: ebpf.AttachTCXEgress})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("attach the egress tracker to %s: %w", d, err)
-	}
-	defer l.Close()
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("pin the egress tracker of %s: %w", d, err)
-	}
-	return nil
+	return xdp.AttachTCX(pin, d, la.Index, prog, ebpf.AttachTCXEgress)
 }
 
 // detachEgress removes the egress links of the devices (all if none given).

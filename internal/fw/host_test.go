@@ -87,23 +87,8 @@ func (b *hostBed) attach(t *testing.T, rules string) *Firewall {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := b.host + "-fw"
-	if err := Attach(AttachOptions{Name: name, Devices: []xdp.Iface{{Netns: b.host, Name: "h0"}}, Rules: rs, NoFallback: true, Warn: testWriter{t}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := os.Stat(PinDir(name)); err == nil {
-			if err := Detach(name, nil); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	f, err := OpenPinned(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
+	return attachInstance(t, AttachOptions{Name: b.host + "-fw", Devices: []xdp.Iface{{Netns: b.host, Name: "h0"}}, Rules: rs,
+		NoFallback: true, Warn: testWriter{t}})
 }
 
 type testWriter struct{ t *testing.T }

@@ -451,10 +451,10 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
-	if err := attachTC(dir, tcLinkPin, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut, ebpf.AttachTCXIngress); err != nil {
+	if err := xdp.AttachTCX(filepath.Join(dir, tcLinkPin), xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut, ebpf.AttachTCXIngress); err != nil {
 		return "", err
 	}
-	if err := attachTC(dir, tcEgressLinkPin, xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "0"}, pair.hostIndex, t.objs.TraOutEgress, ebpf.AttachTCXEgress); err != nil {
+	if err := xdp.AttachTCX(filepath.Join(dir, tcEgressLinkPin), xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "0"}, pair.hostIndex, t.objs.TraOutEgress, ebpf.AttachTCXEgress); err != nil {
 		return "", err
 	}
 	if err := attachTracepoints(dir, t); err != nil {
@@ -496,28 +496,6 @@ func attachTracepoints(dir string, t *Translator) error {
 		}
 	}
 	return nil
-}
-
-// attachTC attaches a program to one end of the pair through a TCX link,
-// pinned as pinName; an existing link gets the program swapped in place.
-func attachTC(dir, pinName string, i xdp.Iface, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	pin := filepath.Join(dir, pinName)
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		err = l.Update(prog)
-		l.Close()
-		return err
-	}
-	var l link.Link
-	err := netns.Run(i.Netns, func() error {
-		var err error
-		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("attach %s to %s (%s): %w", prog, i, at, err)
-	}
-	defer l.Close()
-	return l.Pin(pin)
 }
 
 func removeIfEmpty(dir string) error {
