@@ -37,6 +37,8 @@
 /* A step asks for an ICMPv6 error to the host (type, code and parameter in
  * the packet state); the program sends it from one place. */
 #define REPLY (-2)
+/* At the host's end: the packet goes on through the pair (hold_only). */
+#define PASS_ON (-3)
 
 /* The translator's configuration, written by the control plane. */
 struct {
@@ -95,6 +97,12 @@ struct {
 	__uint(max_entries, 1 << 18);
 } tra_events SEC(".maps");
 
+/* SCMP traceroute replies, for the daemon's path probes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} tra_probes SEC(".maps");
+
 /* The host's end of the pair, for redirects into it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP);
@@ -126,6 +134,7 @@ struct {
 volatile const enum tra_verdict tra_verdict_anchor = TRA_VERDICT_MAX;
 volatile const enum tra_daemon_counter tra_daemon_anchor = TRA_D_MAX;
 const struct tra_event *tra_event_anchor __attribute__((unused));
+const struct tra_probe_reply *tra_probe_reply_anchor __attribute__((unused));
 const struct tra_dest *tra_dest_anchor __attribute__((unused));
 
 /* Counters per direction and verdict: tra_out's come first, then tra_in's,
@@ -265,6 +274,11 @@ struct tra_out_pkt {
 	__u32 err_param;
 	__u8 err_from_gw;
 	__u8 no_reply; /* an ICMPv6 error: no error answers one (RFC 4443 2.4 e) */
+	/* At the host's end, a packet the kernel has still to complete: held
+	 * there if it has no path (its sender is known there, not past the
+	 * pair), passed on through the pair otherwise. */
+	__u8 hold_only;
+	__u8 at_egress; /* at the host's end of the pair (tra_out_egress) */
 };
 
 #define ETH_LEN 14
@@ -512,7 +526,14 @@ static __always_inline void mark_used(__u32 slot)
 		*u = now;
 }
 
-/* A packet for the daemon: sent again once a path is there. */
+/* A packet for the daemon: sent again once a path is there. At the host's
+ * end of the pair it is not dropped: a drop there fails the sender's send
+ * (ENOBUFS, as a TC program cannot take a packet quietly), and the sender
+ * sends the same packet again — twice delivered once the daemon sends the
+ * held copy (ping's replies came back duplicated). It goes on into the pair
+ * marked, and tra_out drops it at the other end, where no sender hears of
+ * it. The copy carries its socket owner's uid, known at the host's end
+ * only: the daemon shares its lookups fairly among the host's users. */
 static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
 	struct tra_event *e;
@@ -526,6 +547,7 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 	__builtin_memset(e, 0, __builtin_offsetof(struct tra_event, data));
 	e->kind = TRA_EV_NO_PATH;
 	e->ia = p->dst_ia;
+	e->uid = bpf_get_socket_uid(skb);
 	n = event_len(p->len);
 	e->len = n;
 	if (!n || p->len > TRA_HELD_MAX || bpf_skb_load_bytes(skb, ETH_LEN, e->data, n)) {
@@ -535,6 +557,10 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 	}
 	bpf_ringbuf_submit(e, 0);
 	count_out(TRA_NO_PATH, skb->len);
+	if (p->at_egress) {
+		skb->mark = TRA_HELD_MARK;
+		return TC_ACT_OK;
+	}
 	return TC_ACT_SHOT;
 }
 
@@ -547,13 +573,15 @@ static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt
 	void *inner;
 
 	if (p->dst_ia == p->cfg->local_ia)
-		return CONTINUE;
+		return p->hold_only ? PASS_ON : CONTINUE;
 	inner = bpf_map_lookup_elem(&tra_paths, &p->dst_ia);
 	if (!inner)
 		return hold(skb, p);
 	d = bpf_map_lookup_elem(inner, &zero);
 	if (!d || d->ia != p->dst_ia || d->n == 0)
 		return hold(skb, p);
+	if (p->hold_only)
+		return PASS_ON;
 	n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
 	i = hash % n;
 	/* clang drops a mask it can prove idle; the verifier cannot follow
@@ -976,11 +1004,22 @@ static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hoo
 		count_out(TRA_UNSUPPORTED, skb->len); /* not configured yet */
 		return TC_ACT_SHOT;
 	}
+	if (hook == TRA_AT_INGRESS && skb->mark == TRA_HELD_MARK)
+		return TC_ACT_SHOT; /* held at the host's end, counted there */
+	p.at_egress = hook == TRA_AT_EGRESS;
 	if (hook == TRA_AT_EGRESS && !translatable_here(skb, p.cfg)) {
+		/* Cut by the pair's kernel in any case: nothing to hold here. */
+		if (skb->gso_size) {
+			count_out(TRA_TO_PAIR, skb->len);
+			return TC_ACT_OK;
+		}
+		p.hold_only = 1;
+	}
+	ret = tra_out_steps(skb, &p);
+	if (ret == PASS_ON) {
 		count_out(TRA_TO_PAIR, skb->len);
 		return TC_ACT_OK;
 	}
-	ret = tra_out_steps(skb, &p);
 	if (ret != REPLY)
 		return ret;
 	ret = send_icmp6_error(skb, &p);
@@ -1247,9 +1286,12 @@ static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt 
 	e->scmp_type = l4[0];
 	e->scmp_code = l4[1];
 	e->src_host_len = p->src_host_len;
-	e->pad = 0;
-	e->pad2 = 0;
+	e->path_type = p->path_type;
+	e->uid = 0;
 	__builtin_memcpy(e->src_host, p->src_host, 16);
+	e->from_addr = p->from.addr;
+	e->from_port = p->from.port;
+	e->pad = 0;
 	e->len = n;
 	if (!n || bpf_xdp_load_bytes(ctx, (void *)l4 - data, e->data, n)) {
 		bpf_ringbuf_discard(e, 0);
@@ -1258,6 +1300,33 @@ static __always_inline int scmp_to_daemon(struct xdp_md *ctx, struct tra_in_pkt 
 	}
 	bpf_ringbuf_submit(e, 0);
 	count_in(verdict, p->len);
+	return XDP_DROP;
+}
+
+/* A traceroute reply for the daemon's probes: the message's first bytes,
+ * which say whom it answers and from where. */
+static __always_inline int probe_to_daemon(struct xdp_md *ctx, struct tra_in_pkt *p, __u8 *l4)
+{
+	void *end = (void *)(long)ctx->data_end;
+	struct tra_probe_reply *r;
+
+	if (p->l4_len < TRA_PROBE_MSG || !PKT_HAS(l4, TRA_PROBE_MSG, end)) {
+		count_in(TRA_PARSE_ERROR, p->len);
+		return XDP_DROP;
+	}
+	r = bpf_ringbuf_reserve(&tra_probes, sizeof(*r), 0);
+	if (!r) {
+		count_in(TRA_QUEUE_FULL, p->len);
+		return XDP_DROP;
+	}
+	r->ia = p->src_ia;
+	r->from_addr = p->from.addr;
+	r->from_port = p->from.port;
+	r->path_type = p->path_type;
+	r->len = TRA_PROBE_MSG;
+	__builtin_memcpy(r->msg, l4, TRA_PROBE_MSG);
+	bpf_ringbuf_submit(r, 0);
+	count_in(TRA_PROBE, p->len);
 	return XDP_DROP;
 }
 
@@ -1295,7 +1364,7 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	default: /* SCMP */
 		csum = (__u16 *)(l4 + 2);
 		if (l4[0] == SCMP_TRACEROUTE_REPLY)
-			return scmp_to_daemon(ctx, p, l4, TRA_EV_PROBE, TRA_PROBE);
+			return probe_to_daemon(ctx, p, l4);
 		if (l4[0] < 128)
 			return scmp_to_daemon(ctx, p, l4, TRA_EV_SCMP, TRA_SCMP_ERROR);
 		/* Informational types other than echo (traceroute requests):

@@ -112,7 +112,7 @@ enum tra_event_kind {
 	TRA_EV_NO_PATH = 1, /* a held packet: translate it once a path is there (tra_held) */
 	TRA_EV_SCMP = 2,    /* an SCMP error for the host: the SCMP message */
 	TRA_EV_ICMP = 3,    /* an ICMPv6 error from the host: the IPv6 packet */
-	TRA_EV_PROBE = 4,   /* an SCMP traceroute reply: the SCMP message */
+	TRA_EV_PROBE = 4,   /* an SCMP traceroute reply (tra_probes, struct tra_probe_reply) */
 };
 
 struct tra_event {
@@ -122,10 +122,34 @@ struct tra_event {
 	__u8 scmp_type;
 	__u8 scmp_code;
 	__u8 src_host_len; /* SCMP: the sender's host address, 4 or 16 bytes */
-	__u8 pad;
-	__u32 pad2;
+	__u8 path_type;    /* SCMP: the SCION path type it came with (1 standard, 0 empty) */
+	__u32 uid;         /* held packet: its socket owner's uid (TRA_UID_UNKNOWN: none) */
 	__u8 src_host[16];
+	__u32 from_addr;   /* SCMP: who handed it over on the underlay, network order */
+	__u16 from_port;   /* network order */
+	__u16 pad;
 	__u8 data[TRA_HELD_MAX];
+};
+
+/* The mark of a packet held at the host's end of the pair (the held copy
+ * goes to the daemon): it goes on into the pair, which drops it on its
+ * other side. */
+#define TRA_HELD_MARK 0x74726168
+
+/* What bpf_get_socket_uid gives for a packet without a socket of the host
+ * (the kernel's overflow uid). */
+#define TRA_UID_UNKNOWN 65534
+
+/* An SCMP traceroute reply, the answer to a path probe: a ring of its own
+ * (tra_probes), so that a flood of SCMP errors never takes its room. */
+#define TRA_PROBE_MSG 24 /* type, code, checksum, id, seq, ISD-AS, interface */
+struct tra_probe_reply {
+	__u64 ia;        /* the SCION source, network order */
+	__u32 from_addr; /* the underlay sender, network order */
+	__u16 from_port;
+	__u8 path_type;
+	__u8 len;        /* bytes of msg */
+	__u8 msg[TRA_PROBE_MSG];
 };
 
 /* Per-CPU counters, indexed by verdict. */
@@ -168,6 +192,10 @@ enum tra_daemon_counter {
 	TRA_D_RSS_KB,            /* gauge: the daemon's resident memory, KiB */
 	TRA_D_PAIR_MTU_SET,      /* the pair's MTU set to follow the paths installed */
 	TRA_D_PAIR_MTU,          /* gauge: the pair's MTU */
+	TRA_D_IF_DOWN_FORGED,    /* interface down not from the router of the interface: refused */
+	TRA_D_IF_DOWN_PROBED,    /* interface down claimed by another AS: its paths probed at once */
+	TRA_D_PROBE_REFUSED,     /* probe replies that answer no probe of ours from the probed path's end */
+	TRA_D_OWNER_LIMITED,     /* new destinations refused: their sender's user was over its share */
 	TRA_D_MAX,
 };
 

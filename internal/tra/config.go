@@ -60,7 +60,10 @@ type Config struct {
 	IA addr.IA
 	// Routers are the AS's border routers' internal addresses by name: the
 	// first hops of what the translator sends.
-	Routers             map[string]netip.AddrPort
+	Routers map[string]netip.AddrPort
+	// IfOwners are the routers (internal addresses) by the AS's
+	// interfaces: the only senders whose SCMP may say one is down.
+	IfOwners            map[uint64]netip.AddrPort
 	DispatchedPortStart uint16
 	DispatchedPortEnd   uint16
 	// SMIP is the host's SCION-mapped IPv6 address: the IPv4 form of
@@ -177,8 +180,12 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	c.IA = topo.IA
 	c.Routers = map[string]netip.AddrPort{}
+	c.IfOwners = map[uint64]netip.AddrPort{}
 	for name, br := range topo.BR {
 		c.Routers[name] = br.InternalAddr
+		for _, id := range br.IfIDs {
+			c.IfOwners[uint64(id)] = br.InternalAddr
+		}
 	}
 	// The translator's underlay is IPv4: the host reaches, and takes SCION
 	// from, routers with IPv4 internal addresses only.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"runtime/debug"
@@ -172,6 +171,11 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 		return fmt.Errorf("read the translator's events: %w", err)
 	}
 	defer events.Close()
+	probes, err := ringbuf.NewReader(p.probes)
+	if err != nil {
+		return fmt.Errorf("read the translator's probe replies: %w", err)
+	}
+	defer probes.Close()
 	out, err := net.ListenUDP("udp4", &net.UDPAddr{IP: cfg.Address.AsSlice()})
 	if err != nil {
 		return fmt.Errorf("a socket for SCMP at %s: %w", cfg.Address, err)
@@ -187,12 +191,15 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	}
 	heldCh := make(chan Event, 1024)
 	evCh := make(chan Event, 1024)
-	go readRing(held, heldCh, d)
-	go readRing(events, evCh, d)
+	probeCh := make(chan Event, 1024)
+	go readRing(held, heldCh, d, decodeEvent)
+	go readRing(events, evCh, d, decodeEvent)
+	go readRing(probes, probeCh, d, decodeProbeReply)
 	go func() {
 		<-ctx.Done()
 		held.Close()
 		events.Close()
+		probes.Close()
 	}()
 	fmt.Fprintf(o.Log, "translator %s: %s as %s, paths from %s; %d destinations adopted\n", o.Name, cfg.Address, cfg.SMIP, cfg.Daemon, len(d.dests))
 	every := lim.HousekeepEvery
@@ -217,6 +224,11 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 				return nil
 			}
 			d.safely("event", func() { d.onEvent(ev) })
+		case ev, ok := <-probeCh:
+			if !ok {
+				return nil
+			}
+			d.safely("probe reply", func() { d.onProbeReply(ev) })
 		case r := <-d.results:
 			d.safely("lookup result", func() { d.onResult(r) })
 		case <-tick.C:
@@ -233,7 +245,7 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 
 // readRing decodes a ring buffer's records until it is closed; what does
 // not decode is counted.
-func readRing(rd *ringbuf.Reader, out chan<- Event, d *pathDaemon) {
+func readRing(rd *ringbuf.Reader, out chan<- Event, d *pathDaemon, decode func([]byte) (Event, error)) {
 	defer close(out)
 	for {
 		rec, err := rd.Read()
@@ -243,7 +255,7 @@ func readRing(rd *ringbuf.Reader, out chan<- Event, d *pathDaemon) {
 		if err != nil {
 			continue
 		}
-		ev, err := decodeEvent(rec.RawSample)
+		ev, err := decode(rec.RawSample)
 		if err != nil {
 			d.stats.add(statBadEvent, 1)
 			continue
@@ -296,8 +308,6 @@ func usedClock() uint32 {
 
 // usedUnit is one step of usedClock.
 const usedUnit = time.Duration(1 << 30)
-
-func newProbeID() uint16 { return uint16(rand.IntN(1 << 16)) }
 
 // installedCount is how many destinations have paths in the data plane.
 func (d *pathDaemon) installedCount() int {

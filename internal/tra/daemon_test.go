@@ -170,7 +170,8 @@ type testDaemon struct {
 
 func newTestDaemon(t *testing.T, maxPaths int, lim Limits) *testDaemon {
 	t.Helper()
-	cfg := &Config{IA: localIA, Address: hostIP4, SMIP: hostSMIP, Policy: PolicyShortest, MaxPaths: maxPaths, Destinations: map[addr.IA]Destination{}}
+	cfg := &Config{IA: localIA, Address: hostIP4, SMIP: hostSMIP, Policy: PolicyShortest, MaxPaths: maxPaths, Destinations: map[addr.IA]Destination{},
+		IfOwners: map[uint64]netip.AddrPort{1: routerAddr, 2: routerAddr}}
 	td := &testDaemon{plane: newFakePlane(), host: &fakeHost{}, sc: &fakeSCION{}, src: &fakeSource{paths: map[addr.IA][]snet.Path{}},
 		clock: time.Unix(1_800_000_000, 0)}
 	td.pathDaemon = newPathDaemon(cfg, td.plane, td.src, td.host, td.sc, testLog{t}, lim, time.Minute)
@@ -274,7 +275,8 @@ func ifDown(from addr.IA, ia addr.IA, ifid uint64, quote []byte) Event {
 	m[0] = scmpExternalInterfaceDown
 	binary.BigEndian.PutUint64(m[4:], uint64(ia))
 	binary.BigEndian.PutUint64(m[12:], ifid)
-	return Event{Kind: EventSCMP, IA: from, SCMPType: scmpExternalInterfaceDown, SrcHost: netip.MustParseAddr("10.255.1.1"), Data: append(m, quote...)}
+	return Event{Kind: EventSCMP, IA: from, SCMPType: scmpExternalInterfaceDown, SrcHost: netip.MustParseAddr("10.255.1.1"),
+		PathType: scionPathType, From: routerAddr, Data: append(m, quote...)}
 }
 
 // Two paths from the local AS to remoteIA through the core 1-64512: over
@@ -347,11 +349,14 @@ func TestInterfaceDownChecked(t *testing.T) {
 	own := quoteOf(t, p1, hostIP4)
 	stranger := testSCIONPath(t, remoteIA, viaLink1, 9, td.clock.Add(time.Hour))
 	for name, ev := range map[string]Event{
-		"about another host's packet":  ifDown(coreIA, coreIA, 12, quoteOf(t, p1, netip.MustParseAddr("10.101.0.66"))),
-		"about a path not installed":   ifDown(coreIA, coreIA, 12, quoteOf(t, stranger, hostIP4)),
-		"an interface not on the path": ifDown(coreIA, coreIA, 22, own),
-		"sent by another AS":           ifDown(remoteIA, coreIA, 12, own),
-		"a truncated quote":            ifDown(coreIA, coreIA, 12, own[:30]),
+		"about another host's packet":     ifDown(coreIA, coreIA, 12, quoteOf(t, p1, netip.MustParseAddr("10.101.0.66"))),
+		"about a path not installed":      ifDown(coreIA, coreIA, 12, quoteOf(t, stranger, hostIP4)),
+		"an interface not on the path":    ifDown(coreIA, coreIA, 22, own),
+		"sent by another AS":              ifDown(remoteIA, coreIA, 12, own),
+		"a truncated quote":               ifDown(coreIA, coreIA, 12, own[:30]),
+		"from a machine of the AS":        withPath(ifDown(localIA, localIA, 1, own), 0, netip.MustParseAddrPort("10.101.0.77:30041")),
+		"from another router":             withPath(ifDown(localIA, localIA, 1, own), scionPathType, netip.MustParseAddrPort("10.101.0.9:30042")),
+		"a local interface no router has": ifDown(localIA, localIA, 7, quoteOf(t, testSCIONPath(t, remoteIA, []ifKey{{localIA, 7}}, 1, td.clock.Add(time.Hour)), hostIP4)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			ignored := td.stats.get(statSCMPIgnored) + td.stats.get(statBadEvent)
@@ -364,11 +369,12 @@ func TestInterfaceDownChecked(t *testing.T) {
 			}
 		})
 	}
-	// The real thing: the spare takes over at once, a lookup is asked for,
-	// the host hears nothing (a path is left).
+	// The real thing, from the router of the interface: the spare takes
+	// over at once, a lookup is asked for, the host hears nothing (a path
+	// is left).
 	before := td.src.calls
 	for i := 0; i < 1000; i++ {
-		td.onEvent(ifDown(coreIA, coreIA, 12, own))
+		td.onEvent(ifDown(localIA, localIA, 1, own))
 	}
 	if got := td.plane.paths(remoteIA); len(got) != 1 || pathSignature(got[0].Raw) != pathSignature(rawOf(p2)) {
 		t.Fatal("the spare did not take over")
@@ -415,7 +421,7 @@ func TestRefreshAfterInterfaceDown(t *testing.T) {
 	x.next = time.Time{}
 	td.want(x, true)
 	td.dispatch()
-	td.onEvent(ifDown(coreIA, coreIA, 12, quoteOf(t, p1, hostIP4)))
+	td.onEvent(ifDown(localIA, localIA, 1, quoteOf(t, p1, hostIP4)))
 	close(td.src.gate)
 	td.settle(t)
 	if got := td.plane.paths(remoteIA); len(got) != 1 || pathSignature(got[0].Raw) != pathSignature(rawOf(p2)) {
@@ -438,7 +444,9 @@ func TestStateIsBounded(t *testing.T) {
 	// Destinations: lookups in flight, then queued, then refused with an
 	// ICMPv6 unreachable each.
 	for i := 0; i < 20; i++ {
-		td.onHeld(heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i)))
+		ev := heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i))
+		ev.UID = uint32(1000 + i) // users of their own: no share stops them first
+		td.onHeld(ev)
 	}
 	if td.inflight != 2 || len(td.newQ) != 3 || len(td.dests) > lim.Dests {
 		t.Fatalf("%d lookups in flight, %d queued, %d destinations", td.inflight, len(td.newQ), len(td.dests))
@@ -567,6 +575,12 @@ func TestAdoptsInstalledPaths(t *testing.T) {
 	}
 }
 
+// withPath is ev as handed over with another path type by another sender.
+func withPath(ev Event, pathType uint8, from netip.AddrPort) Event {
+	ev.PathType, ev.From = pathType, from
+	return ev
+}
+
 // probeReply answers a probe packet as the destination's ingress router
 // does.
 func probeReply(t *testing.T, probe []byte) Event {
@@ -579,11 +593,22 @@ func probeReply(t *testing.T, probe []byte) Event {
 	if pl[0] != byte(slayers.SCMPTypeTracerouteRequest) {
 		t.Fatalf("probe of SCMP type %d", pl[0])
 	}
+	raw, _ := quotedPath(&s)
+	var dec scion.Decoded
+	if err := dec.DecodeFromBytes(raw); err != nil {
+		t.Fatal(err)
+	}
+	last := dec.HopFields[len(dec.HopFields)-1]
+	ifid := last.ConsEgress
+	if last.IngressRouterAlert {
+		ifid = last.ConsIngress
+	}
 	m := make([]byte, 24)
 	m[0] = byte(slayers.SCMPTypeTracerouteReply)
 	copy(m[4:8], pl[4:8])
 	binary.BigEndian.PutUint64(m[8:], uint64(s.DstIA))
-	return Event{Kind: EventProbe, IA: s.DstIA, SCMPType: m[0], Data: m}
+	binary.BigEndian.PutUint64(m[16:], uint64(ifid))
+	return Event{Kind: EventProbe, IA: s.DstIA, SCMPType: m[0], PathType: scionPathType, From: routerAddr, Data: m}
 }
 
 // Failover without SCMP: the installed path's probes go unanswered while a
@@ -655,7 +680,9 @@ func TestHeldPacketsCompleted(t *testing.T) {
 func TestNewDestinationRate(t *testing.T) {
 	td := newTestDaemon(t, 1, Limits{NewPerSecond: 10, Queued: 1000, Lookups: 1000})
 	for i := 0; i < 50; i++ {
-		td.onHeld(heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i)))
+		ev := heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i))
+		ev.UID = uint32(1000 + i%2) // two users, each within its half
+		td.onHeld(ev)
 	}
 	td.settle(t)
 	if td.src.calls != 10 || td.stats.get(statLookupRefused) != 40 || len(td.host.toHst) != 50 {
@@ -663,7 +690,9 @@ func TestNewDestinationRate(t *testing.T) {
 	}
 	td.advance(time.Second)
 	for i := 50; i < 100; i++ {
-		td.onHeld(heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i)))
+		ev := heldUDP(t, addr.MustParseIA("1-65000")+addr.IA(i))
+		ev.UID = uint32(1000 + i%2)
+		td.onHeld(ev)
 	}
 	td.settle(t)
 	if td.src.calls != 20 {

@@ -77,6 +77,10 @@ const (
 	statRSS                = int(translatorTraDaemonCounterTRA_D_RSS_KB)
 	statPairMTUSet         = int(translatorTraDaemonCounterTRA_D_PAIR_MTU_SET)
 	statPairMTU            = int(translatorTraDaemonCounterTRA_D_PAIR_MTU)
+	statIfDownForged       = int(translatorTraDaemonCounterTRA_D_IF_DOWN_FORGED)
+	statIfDownProbed       = int(translatorTraDaemonCounterTRA_D_IF_DOWN_PROBED)
+	statProbeRefused       = int(translatorTraDaemonCounterTRA_D_PROBE_REFUSED)
+	statOwnerLimited       = int(translatorTraDaemonCounterTRA_D_OWNER_LIMITED)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -91,6 +95,8 @@ var daemonCounterNames = [statCount]string{
 	statReattached: "reattached", statPanics: "panics", statDests: "destinations",
 	statHeldNow: "held_now", statLookupsNow: "lookups_now", statShunnedNow: "shunned_now",
 	statGoroutines: "goroutines", statRSS: "rss_kib", statPairMTUSet: "pair_mtu_set", statPairMTU: "pair_mtu",
+	statIfDownForged: "interface_down_forged", statIfDownProbed: "interface_down_probed",
+	statProbeRefused: "probe_refused", statOwnerLimited: "owner_limited",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.
@@ -105,6 +111,7 @@ func (s *daemonStats) get(i int) uint64    { return s[i].Load() }
 type heldPacket struct {
 	data []byte
 	icmp bool
+	uid  uint32 // its socket's owner (uidUnknown: none known)
 }
 
 // dest is a destination AS the daemon tracks: waiting for its first paths,
@@ -131,6 +138,15 @@ type dest struct {
 	queued, inFlight, stale bool
 	next                    time.Time
 	fails                   int
+	// owner is the user whose packet made the destination tracked, while
+	// its lookup is queued as a new destination's (ownerQueued).
+	owner       uint32
+	ownerQueued bool
+	// busy scores how steadily the destination is used (busyScore);
+	// probedUse is the use its paths were last probed for.
+	busy        float64
+	probedUse   time.Time
+	claimProbed time.Time // when an interface-down claim last had its paths probed
 }
 
 type recentPath struct {
@@ -186,6 +202,14 @@ type pathDaemon struct {
 	dead   map[string]time.Time
 	noPath map[addr.IA]time.Time
 	probes *prober
+	// owners are the host's users that asked for new destinations lately,
+	// each with its share of the budgets (fairness); returning are the
+	// destinations used lately and forgotten since, which come back on a
+	// budget of their own.
+	owners       map[uint32]*owner
+	returning    map[addr.IA]time.Time
+	returnTokens float64
+	returnAt     time.Time
 
 	stats         daemonStats
 	unreachTokens float64
@@ -211,11 +235,12 @@ func newPathDaemon(cfg *Config, dp dataPlane, src PathSource, host hostPort, sci
 		refresh: refresh, now: time.Now, usedNow: usedClock,
 		dests: map[addr.IA]*dest{}, results: make(chan lookupResult, lim.Lookups),
 		down: map[ifKey]time.Time{}, dead: map[string]time.Time{}, noPath: map[addr.IA]time.Time{},
+		owners: map[uint32]*owner{}, returning: map[addr.IA]time.Time{},
 	}
 	for s := MaxDests - 1; s >= 0; s-- {
 		d.free = append(d.free, uint32(s))
 	}
-	d.probes = newProber(newProbeID())
+	d.probes = newProber()
 	return d
 }
 
@@ -303,7 +328,7 @@ func (d *pathDaemon) onHeld(ev Event) {
 		return
 	}
 	d.stats.add(statHeld, 1)
-	d.hold(ev.IA, heldPacket{data: ev.Data})
+	d.hold(ev.IA, heldPacket{data: ev.Data, uid: ev.UID})
 	d.dispatch()
 }
 
@@ -323,7 +348,7 @@ func (d *pathDaemon) hold(ia addr.IA, h heldPacket) {
 			d.refuse(h)
 			return
 		}
-		if x = d.track(ia); x == nil {
+		if x = d.track(ia, h.uid); x == nil {
 			d.stats.add(statLookupRefused, 1)
 			d.refuse(h)
 			return
@@ -348,28 +373,131 @@ func (d *pathDaemon) hold(ia addr.IA, h heldPacket) {
 // a lookup within the rate of new destinations — a host that sends to a
 // great many ASes (a scan, a broken application) must not load
 // scionproto's daemon and control services, which the host's other flows
-// need as well.
-func (d *pathDaemon) track(ia addr.IA) *dest {
+// need as well. The budgets are shared fairly: one user of the host (the
+// packet's socket owner) takes at most half of the rate and of the queue,
+// so that another's new destinations still get through; a destination used
+// lately that comes back is looked up on a budget of its own.
+func (d *pathDaemon) track(ia addr.IA, uid uint32) *dest {
+	now := d.now()
+	rate := float64(d.lim.NewPerSecond)
+	if until, ok := d.returning[ia]; ok && now.Before(until) {
+		d.returnTokens = min(rate, d.returnTokens+now.Sub(d.returnAt).Seconds()*rate)
+		d.returnAt = now
+		if d.returnTokens >= 1 && d.room() {
+			d.returnTokens--
+			delete(d.returning, ia)
+			x := &dest{ia: ia, slot: d.takeSlot(), used: now}
+			d.dests[ia] = x
+			return x
+		}
+	}
 	if len(d.newQ) >= d.lim.Queued {
 		return nil
 	}
-	now := d.now()
-	rate := float64(d.lim.NewPerSecond)
 	d.newTokens = min(rate, d.newTokens+now.Sub(d.newAt).Seconds()*rate)
 	d.newAt = now
 	if d.newTokens < 1 {
 		return nil
 	}
-	if len(d.dests) >= d.lim.Dests && !d.evictOldest() {
+	o := d.owner(uid, now)
+	if !o.mayAsk(now, d.lim) {
+		d.stats.add(statOwnerLimited, 1)
 		return nil
 	}
-	if len(d.free) == 0 {
+	if !d.room() {
 		return nil
 	}
 	d.newTokens--
-	x := &dest{ia: ia, slot: d.takeSlot(), used: now}
+	o.newTokens--
+	x := &dest{ia: ia, slot: d.takeSlot(), used: now, owner: uid}
 	d.dests[ia] = x
 	return x
+}
+
+// room makes room for one more destination if need be: an idle one goes.
+func (d *pathDaemon) room() bool {
+	if len(d.dests) >= d.lim.Dests && !d.evictOldest() {
+		return false
+	}
+	return len(d.free) > 0
+}
+
+// owner is a user of the host as the daemon shares its budgets among them.
+type owner struct {
+	uid           uint32
+	newTokens     float64
+	newAt         time.Time
+	queued        int // its new destinations' lookups queued
+	unreachTokens float64
+	unreachAt     time.Time
+	seen          time.Time
+}
+
+// maxOwners bounds the users the daemon keeps a share for; past it the one
+// seen least recently makes way (and starts afresh when it comes back).
+const maxOwners = 256
+
+// owner is uid's share, made if need be.
+func (d *pathDaemon) owner(uid uint32, now time.Time) *owner {
+	o := d.owners[uid]
+	if o == nil {
+		if len(d.owners) >= maxOwners {
+			var old *owner
+			for _, v := range d.owners {
+				if old == nil || v.seen.Before(old.seen) {
+					old = v
+				}
+			}
+			delete(d.owners, old.uid)
+		}
+		o = &owner{uid: uid, newTokens: max(1, float64(d.lim.NewPerSecond)/2), newAt: now,
+			unreachTokens: max(1, float64(d.lim.Unreachable)/10), unreachAt: now}
+		d.owners[uid] = o
+	}
+	o.seen = now
+	return o
+}
+
+// mayAsk says whether o is within its share of new destinations: half of
+// the rate, half of the queue.
+func (o *owner) mayAsk(now time.Time, lim Limits) bool {
+	rate := max(1, float64(lim.NewPerSecond)/2)
+	o.newTokens = min(rate, o.newTokens+now.Sub(o.newAt).Seconds()*rate)
+	o.newAt = now
+	return o.newTokens >= 1 && o.queued < max(1, lim.Queued/2)
+}
+
+// mayBeTold says whether o is within its share of unreachable messages
+// (half the rate), and takes one.
+func (o *owner) mayBeTold(now time.Time, lim Limits) bool {
+	rate := max(1, float64(lim.Unreachable)/2)
+	o.unreachTokens = min(rate/5, o.unreachTokens+now.Sub(o.unreachAt).Seconds()*rate)
+	o.unreachAt = now
+	if o.unreachTokens < 1 {
+		return false
+	}
+	o.unreachTokens--
+	return true
+}
+
+// returningFor is how long a forgotten destination counts as used lately.
+const returningFor = 30 * time.Minute
+
+// remembered notes a destination that had paths as used lately, the
+// table bounded by the destinations' bound (the entry that ends first
+// makes way).
+func (d *pathDaemon) remembered(ia addr.IA, now time.Time) {
+	if _, ok := d.returning[ia]; !ok && len(d.returning) >= d.lim.Dests {
+		var first addr.IA
+		var at time.Time
+		for k, t := range d.returning {
+			if at.IsZero() || t.Before(at) {
+				first, at = k, t
+			}
+		}
+		delete(d.returning, first)
+	}
+	d.returning[ia] = now.Add(returningFor)
 }
 
 // evictOldest forgets the destination used least recently, if it has been
@@ -398,7 +526,9 @@ func (d *pathDaemon) forget(x *dest) {
 		if err := d.dp.SetPaths(x.ia, x.slot, nil); err != nil {
 			d.logf("remove paths to %s: %v", x.ia, err)
 		}
+		d.remembered(x.ia, d.now())
 	}
+	d.unqueueOwner(x)
 	for _, h := range x.held {
 		d.refuse(h)
 	}
@@ -411,6 +541,17 @@ func (d *pathDaemon) forget(x *dest) {
 	if x.queued {
 		d.urgentQ = without(d.urgentQ, x.ia)
 		d.newQ = without(d.newQ, x.ia)
+	}
+}
+
+// unqueueOwner ends x's count in its owner's queue share.
+func (d *pathDaemon) unqueueOwner(x *dest) {
+	if !x.ownerQueued {
+		return
+	}
+	x.ownerQueued = false
+	if o := d.owners[x.owner]; o != nil && o.queued > 0 {
+		o.queued--
 	}
 }
 
@@ -444,6 +585,12 @@ func (d *pathDaemon) want(x *dest, urgent bool) {
 		d.urgentQ = append(d.urgentQ, x.ia)
 	} else {
 		d.newQ = append(d.newQ, x.ia)
+		if len(x.dp) == 0 && !x.ownerQueued {
+			if o := d.owners[x.owner]; o != nil {
+				o.queued++
+				x.ownerQueued = true
+			}
+		}
 	}
 }
 
@@ -482,6 +629,7 @@ func (d *pathDaemon) dispatch() {
 			continue
 		}
 		x.queued, x.inFlight = false, true
+		d.unqueueOwner(x)
 		d.inflight++
 		d.stats.add(statLookups, 1)
 		// A destination with paths asks scionproto's daemon to ask its
@@ -660,7 +808,7 @@ func (d *pathDaemon) refuse(h heldPacket) {
 	now := d.now()
 	d.unreachTokens = min(float64(d.lim.Unreachable)/5, d.unreachTokens+now.Sub(d.unreachAt).Seconds()*float64(d.lim.Unreachable))
 	d.unreachAt = now
-	if d.unreachTokens < 1 {
+	if d.unreachTokens < 1 || !d.owner(h.uid, now).mayBeTold(now, d.lim) {
 		d.stats.add(statUnreachableLimited, 1)
 		return
 	}
@@ -793,9 +941,11 @@ func earliestExpiry(paths []Path) time.Time {
 func (d *pathDaemon) housekeep(now time.Time) {
 	if used, err := d.dp.UsedAt(); err == nil {
 		for _, x := range d.dests {
+			x.busy *= 0.75
 			if u := used[x.slot%uint32(MaxDests)]; u != 0 && len(x.dp) > 0 {
 				if t := d.usedTime(now, u); t.After(x.used) {
 					x.used = t
+					x.busy++
 				}
 			}
 		}
@@ -832,6 +982,16 @@ func (d *pathDaemon) housekeep(now time.Time) {
 	for k, until := range d.noPath {
 		if !now.Before(until) {
 			delete(d.noPath, k)
+		}
+	}
+	for k, until := range d.returning {
+		if !now.Before(until) {
+			delete(d.returning, k)
+		}
+	}
+	for uid, o := range d.owners {
+		if now.Sub(o.seen) > time.Minute && o.queued == 0 {
+			delete(d.owners, uid)
 		}
 	}
 	d.probes.prune(now)

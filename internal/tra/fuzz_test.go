@@ -1997,7 +1997,7 @@ func FuzzPathSignature(f *testing.F) {
 		if pathSignature(raw) != pathSignature(in) {
 			t.Fatal("a path's signature changes")
 		}
-		b, err := probePacket(localIA, hostIP4, remoteIA, raw, id, seq)
+		b, _, err := probePacket(localIA, hostIP4, remoteIA, raw, id, seq)
 		if !bytes.Equal(in, raw) {
 			t.Fatal("probePacket changed the path it was given")
 		}

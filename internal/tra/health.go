@@ -117,6 +117,6 @@ func (h *health) checkTopology(d *pathDaemon) {
 		d.logf("routers of %s: %v", h.cfg.Topology, err)
 		return
 	}
-	h.cfg.Routers = cfg.Routers
+	h.cfg.Routers, h.cfg.IfOwners = cfg.Routers, cfg.IfOwners
 	d.logf("%s changed: %d border routers", h.cfg.Topology, len(routers))
 }

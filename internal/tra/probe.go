@@ -3,6 +3,7 @@ package tra
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"sort"
 	"time"
@@ -23,17 +24,21 @@ import (
 // unanswered while another of the same destination's are answered is dead:
 // it is dropped, a spare takes its place, and it is avoided for a while.
 
-// prober keeps the probes in flight and what each path answered.
+// prober keeps the probes in flight and what each path answered. Each
+// probe has an identifier and sequence number drawn at random (32 bits in
+// all), so that only who saw a probe can answer it; an answer must come,
+// through a router of the AS, from the AS and interface the probe was
+// aimed at.
 type prober struct {
-	id    uint16 // the SCMP identifier of this daemon's probes
-	seq   uint16
-	sent  map[uint16]probeSent
+	sent  map[uint32]probeSent   // by identifier << 16 | sequence
 	paths map[string]*pathHealth // by path signature
 }
 
 type probeSent struct {
-	sig string
-	at  time.Time
+	sig  string
+	ia   addr.IA // the destination AS, whose router answers
+	ifid uint64  // the interface the router alert is on
+	at   time.Time
 }
 
 // pathHealth is what a path's probes found.
@@ -41,18 +46,19 @@ type pathHealth struct {
 	first      time.Time // the first probe
 	lastSent   time.Time
 	lastReply  time.Time
-	unanswered int // probes sent since the last reply
+	unanswered int           // probes sent since the last reply
+	srtt       time.Duration // smoothed round-trip time of its answers
 }
 
-func newProber(id uint16) *prober {
-	return &prober{id: id, sent: map[uint16]probeSent{}, paths: map[string]*pathHealth{}}
+func newProber() *prober {
+	return &prober{sent: map[uint32]probeSent{}, paths: map[string]*pathHealth{}}
 }
 
 // prune forgets probes older than a few seconds and paths no longer probed.
 func (pr *prober) prune(now time.Time) {
-	for seq, s := range pr.sent {
+	for k, s := range pr.sent {
 		if now.Sub(s.at) > 3*time.Second {
-			delete(pr.sent, seq)
+			delete(pr.sent, k)
 		}
 	}
 	for sig, h := range pr.paths {
@@ -62,23 +68,39 @@ func (pr *prober) prune(now time.Time) {
 	}
 }
 
+// neverAnsweredDead is how long a path that never answered is given: its
+// round trip is not known (a satellite link takes 600 ms).
+const neverAnsweredDead = 2 * time.Second
+
 // silent says whether a path's probes have gone unanswered long enough to
-// call it dead.
+// call it dead: three probes, and longer than dead or three of its round
+// trips, whichever is longer.
 func (h *pathHealth) silent(now time.Time, dead time.Duration) bool {
 	last := h.lastReply
 	if last.IsZero() {
 		last = h.first
+		dead = max(dead, neverAnsweredDead)
 	}
-	return h.unanswered >= 3 && now.Sub(last) > dead
+	return h.unanswered >= 3 && now.Sub(last) > max(dead, 3*h.srtt)
 }
 
 // answered says whether a path answered lately.
 func (h *pathHealth) answered(now time.Time, within time.Duration) bool {
-	return h != nil && !h.lastReply.IsZero() && now.Sub(h.lastReply) <= within
+	return h != nil && !h.lastReply.IsZero() && now.Sub(h.lastReply) <= max(within, 3*h.srtt)
 }
 
+// busyScore is where a destination's busy score (one point per second in
+// which the data plane saw it used, decaying by a quarter a second) makes
+// it in use all the time: about three seconds of steady traffic.
+const busyScore = 2
+
 // probeTick probes the paths (and two spares) of the destinations in use,
-// and fails over from the paths that went silent.
+// and fails over from the paths that went silent. The destinations busy
+// without pause go first (a flow's packets each second), then those used
+// most recently; a destination used only now and then is probed once per
+// second it was used in, not every interval: a few packets, sent to ASes of
+// the sender's choosing, must not buy a hundred times as many probes at
+// their routers, nor push the busy destinations out of the probed set.
 func (d *pathDaemon) probeTick(now time.Time) {
 	var inUse []*dest
 	for _, x := range d.dests {
@@ -86,33 +108,51 @@ func (d *pathDaemon) probeTick(now time.Time) {
 			inUse = append(inUse, x)
 		}
 	}
-	sort.Slice(inUse, func(i, j int) bool { return inUse[i].used.After(inUse[j].used) })
+	sort.Slice(inUse, func(i, j int) bool {
+		bi, bj := inUse[i].busy >= busyScore, inUse[j].busy >= busyScore
+		if bi != bj {
+			return bi
+		}
+		return inUse[i].used.After(inUse[j].used)
+	})
 	if len(inUse) > d.lim.ProbedDests {
 		inUse = inUse[:d.lim.ProbedDests]
 	}
 	for _, x := range inUse {
-		for _, p := range x.dp {
-			d.probe(x.ia, p, now)
+		if x.busy < busyScore && !x.used.After(x.probedUse) {
+			continue
 		}
-		n := 0
-		for _, s := range x.spare {
-			if n == 2 || d.avoided(s, now) {
-				continue
-			}
-			if conv, err := toPaths([]snet.Path{s}); err == nil {
-				d.probe(x.ia, conv[0], now)
-				n++
-			}
-		}
+		x.probedUse = x.used
+		d.probeDest(x, now)
 		d.checkProbed(x, now)
+	}
+}
+
+// probeDest probes x's installed paths and two of its spares.
+func (d *pathDaemon) probeDest(x *dest, now time.Time) {
+	for _, p := range x.dp {
+		d.probe(x.ia, p, now)
+	}
+	n := 0
+	for _, s := range x.spare {
+		if n == 2 || d.avoided(s, now) {
+			continue
+		}
+		if conv, err := toPaths([]snet.Path{s}); err == nil {
+			d.probe(x.ia, conv[0], now)
+			n++
+		}
 	}
 }
 
 // probe sends one probe on a path.
 func (d *pathDaemon) probe(ia addr.IA, p Path, now time.Time) {
 	sig := pathSignature(p.Raw)
-	d.probes.seq++
-	b, err := probePacket(d.cfg.IA, d.cfg.Address, ia, p.Raw, d.probes.id, d.probes.seq)
+	key := rand.Uint32()
+	for _, taken := d.probes.sent[key]; taken; _, taken = d.probes.sent[key] {
+		key = rand.Uint32()
+	}
+	b, ifid, err := probePacket(d.cfg.IA, d.cfg.Address, ia, p.Raw, uint16(key>>16), uint16(key))
 	if err != nil {
 		return
 	}
@@ -120,7 +160,7 @@ func (d *pathDaemon) probe(ia addr.IA, p Path, now time.Time) {
 		return
 	}
 	d.stats.add(statProbes, 1)
-	d.probes.sent[d.probes.seq] = probeSent{sig: sig, at: now}
+	d.probes.sent[key] = probeSent{sig: sig, ia: ia, ifid: uint64(ifid), at: now}
 	h := d.probes.paths[sig]
 	if h == nil {
 		h = &pathHealth{first: now}
@@ -203,54 +243,72 @@ func (d *pathDaemon) shunSuspects(x *dest, silent snet.Path, now time.Time) {
 	}
 }
 
-// onProbeReply notes the answer to a probe.
+// onProbeReply notes the answer to a probe: one of ours, from a router of
+// the AS that handed it over with a standard path, and from the AS and
+// interface the probe was aimed at. Anything else is counted and ignored.
 func (d *pathDaemon) onProbeReply(ev Event) {
 	m := ev.Data
-	if len(m) < 8 || m[0] != uint8(slayers.SCMPTypeTracerouteReply) {
+	if len(m) < 24 || m[0] != uint8(slayers.SCMPTypeTracerouteReply) {
 		d.stats.add(statBadEvent, 1)
 		return
 	}
-	id, seq := binary.BigEndian.Uint16(m[4:6]), binary.BigEndian.Uint16(m[6:8])
-	s, ok := d.probes.sent[seq]
-	if id != d.probes.id || !ok {
-		return // another daemon's, or too late
+	key := binary.BigEndian.Uint32(m[4:8])
+	s, ok := d.probes.sent[key]
+	if !ok {
+		d.stats.add(statProbeRefused, 1) // another daemon's, too late, or made up
+		return
 	}
-	delete(d.probes.sent, seq)
+	ia, ifid := addr.IA(binary.BigEndian.Uint64(m[8:16])), binary.BigEndian.Uint64(m[16:24])
+	if ev.PathType != scionPathType || ev.IA != s.ia || ia != s.ia || ifid != s.ifid {
+		d.stats.add(statProbeRefused, 1)
+		return
+	}
+	delete(d.probes.sent, key)
 	d.stats.add(statProbeReplies, 1)
+	now := d.now()
 	if h := d.probes.paths[s.sig]; h != nil {
-		h.lastReply = d.now()
+		rtt := max(now.Sub(s.at), 0)
+		if h.srtt == 0 {
+			h.srtt = rtt
+		} else {
+			h.srtt = (7*h.srtt + rtt) / 8
+		}
+		h.lastReply = now
 		h.unanswered = 0
 	}
 }
 
 // probePacket is an SCMP traceroute request on a path, with the router
 // alert on its last hop, so that the destination AS's ingress router
-// answers; the destination host is none (the router takes it).
-func probePacket(local addr.IA, self netip.Addr, dst addr.IA, raw []byte, id, seq uint16) ([]byte, error) {
+// answers; the destination host is none (the router takes it). ifid is the
+// interface the alert is on, which the answer names.
+func probePacket(local addr.IA, self netip.Addr, dst addr.IA, raw []byte, id, seq uint16) (b []byte, ifid uint16, err error) {
 	var dec scion.Decoded
 	if err := dec.DecodeFromBytes(raw); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(dec.InfoFields) == 0 || len(dec.HopFields) == 0 {
-		return nil, errors.New("a path without hops")
+		return nil, 0, errors.New("a path without hops")
 	}
 	last := len(dec.HopFields) - 1
 	if dec.InfoFields[len(dec.InfoFields)-1].ConsDir {
 		dec.HopFields[last].IngressRouterAlert = true
+		ifid = dec.HopFields[last].ConsIngress
 	} else {
 		dec.HopFields[last].EgressRouterAlert = true
+		ifid = dec.HopFields[last].ConsEgress
 	}
 	s := &slayers.SCION{Version: 0, NextHdr: slayers.L4SCMP, SrcIA: local, DstIA: dst, PathType: scion.PathType, Path: &dec}
 	if err := s.SetSrcAddr(addr.HostIP(self)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.SetDstAddr(addr.HostSVC(addr.SvcNone)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	scmp := &slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeTracerouteRequest, 0)}
 	scmp.SetNetworkLayerForChecksum(s)
-	b := gopacket.NewSerializeBuffer()
-	err := gopacket.SerializeLayers(b, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+	buf := gopacket.NewSerializeBuffer()
+	err = gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
 		s, scmp, &slayers.SCMPTraceroute{Identifier: id, Sequence: seq})
-	return b.Bytes(), err
+	return buf.Bytes(), ifid, err
 }

@@ -19,7 +19,14 @@ import (
 // error is believed only if it quotes a packet this host sent on a path the
 // daemon installed: anyone who can reach a router of the AS can send the
 // host SCMP, and an unchecked "interface down" would let them steer every
-// flow onto the one path they leave alone.
+// flow onto the one path they leave alone. An interface down must moreover
+// come from where that interface is: one of this AS's from the router that
+// has it (topology.json), handed over on the AS's network with a standard
+// path — a machine of the AS that sends one with the empty path is no
+// router. One of another AS cannot be told from a forgery of any AS on the
+// path (SCION does not authenticate SCMP here): it is a reason to probe the
+// paths through the interface at once, and the probes decide. No claim
+// alone ever leaves a destination without a path.
 
 // onEvent takes an event of tra_events.
 func (d *pathDaemon) onEvent(ev Event) {
@@ -47,7 +54,7 @@ func (d *pathDaemon) onICMP(ev Event) {
 		d.sendSCMP(ev.IA, ev.Data, x.dp[0])
 		return
 	}
-	d.hold(ev.IA, heldPacket{data: ev.Data, icmp: true})
+	d.hold(ev.IA, heldPacket{data: ev.Data, icmp: true, uid: uidUnknown})
 }
 
 // sendSCMP sends an ICMPv6 error of the host into SCION as SCMP, on path
@@ -172,10 +179,14 @@ func (d *pathDaemon) onSCMP(ev Event) {
 
 // interfaceDown checks an interface-down error and acts on it: the quoted
 // packet went on a path the daemon installed lately, the interfaces are on
-// that path, and the error comes from their AS. Then paths through them are
-// dropped for every destination (spares take their places at once), the
-// interfaces are avoided for a while, and the destinations hit are asked
-// for anew. bereft says the quoted packet's destination has no path left.
+// that path, and the error comes from their AS. An interface of this AS:
+// the error must come from its router (ownedBySender); then paths through
+// it are dropped for every destination (spares take their places at once),
+// the interfaces are avoided for a while, and the destinations hit are
+// asked for anew — but a destination that would be left with no path keeps
+// its paths until the lookup brings others. An interface of another AS:
+// the paths through it are probed at once (claimed). bereft says the quoted
+// packet's destination has no path left.
 func (d *pathDaemon) interfaceDown(ev Event, e *scmpError) (believed, bereft bool) {
 	if ev.IA != e.ia {
 		return false, false
@@ -194,6 +205,20 @@ func (d *pathDaemon) interfaceDown(ev Event, e *scmpError) (believed, bereft boo
 	if rp == nil || !onPath(rp, e.ia, e.ifids) {
 		return false, false
 	}
+	if ev.PathType != scionPathType {
+		// The empty path: a host of this AS, not a router.
+		d.stats.add(statIfDownForged, 1)
+		return false, false
+	}
+	if e.ia == d.cfg.IA {
+		if !d.ownedBySender(ev.From, e.ifids) {
+			d.stats.add(statIfDownForged, 1)
+			return false, false
+		}
+	} else if d.lim.ProbeEvery > 0 {
+		d.claimed(e, now)
+		return false, false
+	}
 	for _, id := range e.ifids {
 		d.shun(ifKey{e.ia, id}, now.Add(d.lim.ShunFor))
 	}
@@ -202,19 +227,96 @@ func (d *pathDaemon) interfaceDown(ev Event, e *scmpError) (believed, bereft boo
 		if len(y.dp) == 0 {
 			continue
 		}
-		dropped := d.dropPaths(y, func(i int) bool {
+		gone := func(i int) bool {
 			if i < len(y.paths) {
 				return traverses(y.paths[i], e.ia, e.ifids)
 			}
 			// Adopted paths carry no metadata: the quoted one is known.
 			return y == x && pathSignature(y.dp[i].Raw) == sig
-		}, now)
-		if dropped > 0 {
+		}
+		if d.leftWith(y, gone, now) == 0 {
+			d.logf("SCMP %d from %s: interface %v down; paths to %s through it kept until a lookup brings others (no other path)", e.typ, e.ia, e.ifids, y.ia)
+			d.want(y, true)
+			continue
+		}
+		if dropped := d.dropPaths(y, gone, now); dropped > 0 {
 			d.logf("SCMP %d from %s: interface %v down; paths to %s through it dropped, %d left", e.typ, e.ia, e.ifids, y.ia, len(y.dp))
 			d.want(y, true)
 		}
 	}
 	return true, len(x.dp) == 0
+}
+
+// scionPathType is SCION's standard path type, as events carry it.
+const scionPathType = 1
+
+// ownedBySender says whether the router that sent an interface down (its
+// internal address, as the data plane saw it hand the error over) is the
+// one whose interfaces it names: the first non-zero of them (an internal
+// connectivity down names the ingress interface first).
+func (d *pathDaemon) ownedBySender(from netip.AddrPort, ifids []uint64) bool {
+	for _, id := range ifids {
+		if id == 0 {
+			continue
+		}
+		owner, ok := d.cfg.IfOwners[id]
+		return ok && owner.Addr().Unmap() == from.Addr().Unmap() && owner.Port() == from.Port()
+	}
+	return false
+}
+
+// leftWith is how many paths x would have if those for which gone holds
+// were dropped and the spares took their places.
+func (d *pathDaemon) leftWith(x *dest, gone func(i int) bool, now time.Time) int {
+	n := 0
+	for i := range x.dp {
+		if !gone(i) {
+			n++
+		}
+	}
+	if len(x.paths) == len(x.dp) {
+		for _, s := range x.spare {
+			if n < d.cfg.MaxPaths && !d.avoided(s, now) {
+				if _, err := toPaths([]snet.Path{s}); err == nil {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// claimed takes an interface down of another AS: the paths through the
+// interfaces, of every destination, are probed now, together with the
+// destinations' other paths (whose answers tell a dead link from trouble
+// near the host); checkProbed drops those that stay silent.
+func (d *pathDaemon) claimed(e *scmpError, now time.Time) {
+	d.stats.add(statIfDownProbed, 1)
+	n := 0
+	for _, y := range d.dests {
+		if len(y.dp) == 0 || len(y.paths) != len(y.dp) {
+			continue
+		}
+		hit := false
+		for _, p := range y.paths {
+			hit = hit || traverses(p, e.ia, e.ifids)
+		}
+		if !hit {
+			continue
+		}
+		if n == d.lim.ProbedDests {
+			break
+		}
+		// A claim repeated (a flood of them) probes no more often than
+		// the probes' own interval.
+		if now.Sub(y.claimProbed) < d.lim.ProbeEvery {
+			continue
+		}
+		y.claimProbed = now
+		n++
+		d.probeDest(y, now)
+	}
+	d.logf("SCMP %d from %s: interface %v said down; %d destinations' paths through it probed", e.typ, e.ia, e.ifids, n)
 }
 
 // shun avoids an interface until a time; the table is bounded, the entry

@@ -554,7 +554,7 @@ func OpenPinned(name string) (*Pinned, error) {
 	p := &Pinned{Name: name}
 	for n, dst := range map[string]**ebpf.Map{
 		"tra_paths": &p.paths, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
-		"tra_held": &p.held, "tra_events": &p.events, "tra_routers": &p.routers, "tra_daemon": &p.daemon,
+		"tra_held": &p.held, "tra_events": &p.events, "tra_probes": &p.probes, "tra_routers": &p.routers, "tra_daemon": &p.daemon,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
 		if err != nil {
@@ -579,12 +579,12 @@ func OpenPinned(name string) (*Pinned, error) {
 type Pinned struct {
 	Name string
 	pathMaps
-	counters, conf, held, events, routers, daemon *ebpf.Map
+	counters, conf, held, events, probes, routers, daemon *ebpf.Map
 }
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.paths, p.used, p.counters, p.conf, p.held, p.events, p.routers, p.daemon} {
+	for _, m := range []*ebpf.Map{p.paths, p.used, p.counters, p.conf, p.held, p.events, p.probes, p.routers, p.daemon} {
 		if m != nil {
 			m.Close()
 		}
