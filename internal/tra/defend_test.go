@@ -376,3 +376,18 @@ func TestHeldAtTheHostsEnd(t *testing.T) {
 
 // heldMark is TRA_HELD_MARK.
 const heldMark = 0x74726168
+
+// Past the bound of packets held for a destination, the oldest goes and its
+// sender hears the destination is unreachable (the bounds dropped them
+// without a word).
+func TestHeldBoundsTellTheSender(t *testing.T) {
+	td := newTestDaemon(t, 1, Limits{HeldPerDest: 4, Held: 6})
+	td.src.gate = make(chan struct{})
+	defer func() { close(td.src.gate); td.src.gate = nil; td.settle(t) }()
+	for i := 0; i < 10; i++ {
+		td.onHeld(heldUDP(t, remoteIA))
+	}
+	if got := len(td.host.toHst); got != 6 || td.stats.get(statHeldDropped) != 6 {
+		t.Fatalf("%d unreachable, %d dropped; want 6 and 6", got, td.stats.get(statHeldDropped))
+	}
+}

@@ -333,8 +333,9 @@ func (d *pathDaemon) onHeld(ev Event) {
 }
 
 // hold keeps a packet until a path to ia is in, and asks for one; past the
-// bounds the oldest of the destination's packets goes, or the host hears
-// the destination is unreachable.
+// bounds the oldest of the destination's packets goes (or, past the bound
+// of all, this one), and its sender hears the destination is unreachable
+// (no route: not an error that ends a connection).
 func (d *pathDaemon) hold(ia addr.IA, h heldPacket) {
 	now := d.now()
 	x := d.dests[ia]
@@ -355,11 +356,13 @@ func (d *pathDaemon) hold(ia addr.IA, h heldPacket) {
 		}
 	}
 	if len(x.held) >= d.lim.HeldPerDest {
+		d.refuse(x.held[0])
 		x.held = x.held[1:]
 		d.heldNow--
 		d.stats.add(statHeldDropped, 1)
 	}
 	if d.heldNow >= d.lim.Held {
+		d.refuse(h)
 		d.stats.add(statHeldDropped, 1)
 		return
 	}
