@@ -386,7 +386,7 @@ func (d *pathDaemon) track(ia addr.IA, uid uint32) *dest {
 	if until, ok := d.returning[ia]; ok && now.Before(until) {
 		d.returnTokens = min(rate, d.returnTokens+now.Sub(d.returnAt).Seconds()*rate)
 		d.returnAt = now
-		if d.returnTokens >= 1 && d.room() {
+		if d.returnTokens >= 1 && len(d.newQ) < 2*d.lim.Queued && d.room() {
 			d.returnTokens--
 			delete(d.returning, ia)
 			x := &dest{ia: ia, slot: d.takeSlot(), used: now}
