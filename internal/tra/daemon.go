@@ -115,21 +115,37 @@ func (l Limits) withDefaults() Limits {
 // the device's address is found) and runs the daemon until ctx is done. It
 // leaves the translator attached: `tra detach` removes it.
 func AttachAndRun(ctx context.Context, cfg *Config, o RunOptions) error {
+	// A second daemon stops before it swaps the first one's programs.
+	lock, err := lockInstance(Name(cfg.Pair, ""), cfg.Path)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 	name, err := Attach(cfg, AttachOptions{Warn: o.Log})
 	if err != nil {
 		return err
 	}
 	o.Name = name
-	return Run(ctx, cfg, o)
+	return run(ctx, cfg, o)
 }
 
 // Run runs the daemon until ctx is done. It must run in the host's network
 // namespace (its sockets reach the daemon and the pair), with the
-// translator attached.
+// translator attached. One daemon runs a translator: a second one fails
+// at once (ErrAlreadyRunning), naming the first one's PID.
 func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	if o.Name == "" {
 		o.Name = Name(cfg.Pair, "")
 	}
+	lock, err := lockInstance(o.Name, cfg.Path)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+	return run(ctx, cfg, o)
+}
+
+func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -18,6 +19,7 @@ import (
 	"github.com/safchain/ethtool"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -850,4 +852,77 @@ func nsName(ns string) string {
 		return "this network namespace"
 	}
 	return "network namespace " + ns
+}
+
+// LockDir holds the daemons' instance locks: bpffs, where the pins live,
+// takes no flock.
+var LockDir = "/run/fastpath"
+
+// ErrAlreadyRunning is returned by Run when another daemon runs the same
+// translator: two would split its ring buffers between them and fight
+// over its slots.
+var ErrAlreadyRunning = errors.New("already running")
+
+// instanceLock is a daemon's hold on its translator.
+type instanceLock struct {
+	f    *os.File
+	path string
+}
+
+// lockInstance takes the translator's lock (LockDir/tra-NAME.lock, 0600,
+// holding the PID), or says who holds it. A lock file removed and made
+// again between the open and the flock is opened again: the lock is on the
+// file the path names.
+func lockInstance(name, cfgPath string) (*instanceLock, error) {
+	if err := os.MkdirAll(LockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("translator %s: the lock's directory: %w", name, err)
+	}
+	path := filepath.Join(LockDir, "tra-"+name+".lock")
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("translator %s: lock: %w", name, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			b, _ := io.ReadAll(io.LimitReader(f, 32))
+			f.Close()
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("translator %s: lock %s: %w", name, path, err)
+			}
+			by := "another process"
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				by = fmt.Sprintf("PID %d", pid)
+			}
+			return nil, fmt.Errorf("translator %s is already run by %s; stop it first (%s): %w", name, by, stopHint(cfgPath), ErrAlreadyRunning)
+		}
+		var held, named unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(path, &named) != nil || held.Ino != named.Ino || held.Dev != named.Dev {
+			f.Close()
+			continue
+		}
+		if err := f.Truncate(0); err == nil {
+			_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		}
+		return &instanceLock{f: f, path: path}, nil
+	}
+}
+
+// stopHint names how to stop the daemon that holds a translator: its
+// service, if the configuration is the unit's.
+func stopHint(cfgPath string) string {
+	base := filepath.Base(cfgPath)
+	if inst, ok := strings.CutPrefix(strings.TrimSuffix(base, ".toml"), "tra-"); ok && strings.HasSuffix(base, ".toml") && inst != "" {
+		return "systemctl stop fastpath-tra@" + inst
+	}
+	return "systemctl stop fastpath-tra@INSTANCE, or end the other tra run"
+}
+
+// release gives the lock up; the file goes while it is still held, so
+// that no one locks a file no longer at the path.
+func (l *instanceLock) release() {
+	if l == nil {
+		return
+	}
+	os.Remove(l.path)
+	l.f.Close()
 }
