@@ -131,6 +131,10 @@ type dest struct {
 	queued, inFlight, stale bool
 	next                    time.Time
 	fails                   int
+	// urgentRefresh says the next lookup is for an error that condemned
+	// what scionproto's daemon has cached (wantFresh): it asks its
+	// control service again.
+	urgentRefresh bool
 }
 
 type recentPath struct {
@@ -484,15 +488,30 @@ func (d *pathDaemon) dispatch() {
 		x.queued, x.inFlight = false, true
 		d.inflight++
 		d.stats.add(statLookups, 1)
-		// A destination with paths asks scionproto's daemon to ask its
-		// control service again: its cache holds what is about to expire
-		// or what an error said is broken.
-		d.lookup(ia, len(x.dp) > 0)
+		// A periodic refresh takes what scionproto's daemon has cached (it
+		// asks its control service again at its own query interval): one
+		// control-service fetch per destination in use a minute would load
+		// it as a scan does. It is asked to fetch afresh only for an error
+		// (wantFresh: paths expired, a failover), or when the paths
+		// installed expire within MinLife: its cache has nothing fresher.
+		fresh := x.urgentRefresh || (len(x.dp) > 0 && !x.expires.IsZero() && x.expires.Sub(d.now()) < d.lim.MinLife)
+		x.urgentRefresh = false
+		d.lookup(ia, fresh)
 	}
 }
 
-// lookup asks for paths aside from the loop; the result comes back on
-// d.results, which has room for every lookup in flight.
+// wantFresh queues an urgent lookup for x that asks scionproto's daemon to
+// ask its control service again (Refresh): for an error that says what it
+// cached is broken or gone (paths expired, an interface down, a path found
+// dead).
+func (d *pathDaemon) wantFresh(x *dest) {
+	x.urgentRefresh = true
+	d.want(x, true)
+}
+
+// lookup asks for paths aside from the loop (refresh: past scionproto's
+// daemon's cache); the result comes back on d.results, which has room for
+// every lookup in flight.
 func (d *pathDaemon) lookup(ia addr.IA, refresh bool) {
 	go func() {
 		r := lookupResult{ia: ia}
@@ -888,7 +907,8 @@ func (d *pathDaemon) expire(x *dest, now time.Time) {
 	if len(keep) == 0 {
 		d.logf("paths to %s expired", x.ia)
 	}
-	d.want(x, true)
+	// What scionproto's daemon cached expired with them: ask past it.
+	d.wantFresh(x)
 }
 
 // residentKiB is this process's resident memory (VmRSS), 0 if unknown.

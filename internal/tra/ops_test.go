@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scionproto/scion/pkg/addr"
+	"github.com/scionproto/scion/pkg/daemon"
 	"github.com/scionproto/scion/pkg/snet"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -93,5 +94,78 @@ func TestSecondDaemonRefused(t *testing.T) {
 	cancel3()
 	if err := <-third; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// flagSource records what each lookup asks of scionproto's daemon.
+type flagSource struct {
+	PathSource
+	mu      sync.Mutex
+	refresh []bool
+}
+
+func (s *flagSource) Paths(ctx context.Context, dst, src addr.IA, f daemon.PathReqFlags) ([]snet.Path, error) {
+	s.mu.Lock()
+	s.refresh = append(s.refresh, f.Refresh)
+	s.mu.Unlock()
+	return s.PathSource.Paths(ctx, dst, src, f)
+}
+
+func (s *flagSource) take() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.refresh
+	s.refresh = nil
+	return out
+}
+
+// Item 12: a periodic refresh takes scionproto's daemon's cache; only a
+// lookup an error asks for (paths expired, wantFresh) makes it ask its
+// control service again. Before, every refresh of a destination with paths
+// asked with Refresh: a control-service fetch per destination in use a
+// minute.
+func TestRefreshTakesTheDaemonsCache(t *testing.T) {
+	td := newTestDaemon(t, 1, Limits{})
+	rec := &flagSource{PathSource: td.src}
+	td.pathDaemon.src = rec
+	exp := td.clock.Add(time.Hour)
+	td.src.paths[remoteIA] = []snet.Path{testSCIONPath(t, remoteIA, viaLink1, 1, exp)}
+	// Each housekeeping finds the destination in use.
+	housekeep := func() {
+		td.plane.MarkUsed(td.dests[remoteIA].slot, td.usedNow())
+		td.housekeep(td.clock)
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want bool
+	}{
+		{"a new destination", func() { td.onHeld(heldUDP(t, remoteIA)) }, false},
+		{"the periodic refresh", func() { td.advance(61 * time.Second); housekeep() }, false},
+		{"another one", func() { td.advance(61 * time.Second); housekeep() }, false},
+		{"the paths expired", func() {
+			td.src.paths[remoteIA] = []snet.Path{testSCIONPath(t, remoteIA, viaLink2, 2, exp.Add(time.Hour))}
+			td.clock = exp.Add(-500 * time.Millisecond)
+			housekeep()
+		}, true},
+		{"the refresh after", func() { td.advance(61 * time.Second); housekeep() }, false},
+		{"wantFresh (a failover)", func() { td.advance(2 * time.Second); td.wantFresh(td.dests[remoteIA]); td.dispatch() }, true},
+		{"paths about to expire, the cache's", func() {
+			td.src.paths[remoteIA] = []snet.Path{testSCIONPath(t, remoteIA, viaLink2, 2, td.clock.Add(90*time.Second))}
+			td.advance(61 * time.Second)
+			housekeep()
+			td.settle(t)
+			rec.take()
+			td.advance(70 * time.Second) // 20 s left
+			housekeep()
+		}, true},
+	}
+	for _, s := range steps {
+		s.do()
+		td.settle(t)
+		got := rec.take()
+		if len(got) != 1 || got[0] != s.want {
+			t.Fatalf("%s: lookups with Refresh %v, want one with %v", s.name, got, s.want)
+		}
 	}
 }
