@@ -3,16 +3,22 @@ package tra
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/daemon"
+	"github.com/scionproto/scion/pkg/slayers"
 	"github.com/scionproto/scion/pkg/snet"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -167,5 +173,107 @@ func TestRefreshTakesTheDaemonsCache(t *testing.T) {
 		if len(got) != 1 || got[0] != s.want {
 			t.Fatalf("%s: lookups with Refresh %v, want one with %v", s.name, got, s.want)
 		}
+	}
+}
+
+// udpFrame is plain UDP/IPv4 to the host: Ethernet, IPv4, UDP, payload.
+func udpFrame(t *testing.T, from netip.AddrPort, port uint16, payload []byte) []byte {
+	t.Helper()
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from.Addr().AsSlice(), DstIP: hostIP4.AsSlice()}
+	u := &layers.UDP{SrcPort: layers.UDPPort(from.Port()), DstPort: layers.UDPPort(port)}
+	u.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, u, gopacket.Payload(payload)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// setDispatched sets a loaded translator's dispatched ports.
+func (tr *Translator) setDispatched(t *testing.T, start, end uint16) {
+	t.Helper()
+	var c translatorTraConfig
+	if err := tr.objs.TraConf.Lookup(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+	c.DispatchedStart, c.DispatchedEnd = start, end
+	if err := tr.objs.TraConf.Put(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (tr *Translator) total(t *testing.T) (n uint64) {
+	t.Helper()
+	for _, c := range tr.counts(t) {
+		n += c.Packets
+	}
+	return n
+}
+
+// Item 9 (d): with dispatched_ports = "all" every UDP datagram to the host
+// reaches tra_in; the host's ordinary UDP goes to the kernel untouched and
+// uncounted (before, one whose first byte had a zero high nibble was
+// counted not_ours, or parse_error when its bytes looked like this AS's
+// SCION), while SCION is still taken, from whom it was before.
+func TestWideDispatchedPassesOrdinaryUDP(t *testing.T) {
+	tr := loadTest(t)
+	tr.setDispatched(t, 1, 65535)
+	// A DNS reply for example.org whose ID begins with a zero nibble, as
+	// one in 16 do.
+	dns := []byte{0x0a, 0xbc, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'o', 'r', 'g', 0, 0, 1, 0, 1,
+		0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 93, 184, 215, 14}
+	// An application's datagram whose first bytes read as a SCION header
+	// to this AS from a machine that is no router, but whose lengths do not
+	// fit it.
+	lookalike := make([]byte, 64)
+	lookalike[5], lookalike[7], lookalike[8] = 40, 200, 1
+	binary.BigEndian.PutUint64(lookalike[12:], uint64(localIA))
+	binary.BigEndian.PutUint32(lookalike[28:], binary.BigEndian.Uint32(hostIP4.AsSlice()))
+	resolver := netip.MustParseAddrPort("10.101.0.53:53")
+	for name, f := range map[string][]byte{
+		"a DNS reply":                  udpFrame(t, resolver, 40000, dns),
+		"a DNS reply from the router":  udpFrame(t, netip.AddrPortFrom(routerAddr.Addr(), 53), 40001, dns),
+		"a DNS reply to 30041":         udpFrame(t, resolver, 30041, dns),
+		"an NTP reply":                 udpFrame(t, netip.MustParseAddrPort("10.101.0.123:123"), 123, append([]byte{0x24, 2, 6, 0xe9}, make([]byte, 44)...)),
+		"a QUIC short header":          udpFrame(t, netip.MustParseAddrPort("10.101.0.80:443"), 51000, append([]byte{0x41}, make([]byte, 40)...)),
+		"an empty datagram":            udpFrame(t, resolver, 40002, nil),
+		"SCION's shape, lengths amiss": udpFrame(t, netip.MustParseAddrPort("10.101.0.66:40000"), 31000, lookalike),
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tr.total(t)
+			ret, out := tr.run(t, tr.objs.TraIn, f, false)
+			if ret != xdpPass || !bytes.Equal(out[:len(f)], f) {
+				t.Fatalf("action %d (want %d, passed untouched); counters %v", ret, xdpPass, tr.counts(t))
+			}
+			if after := tr.total(t); after != before {
+				t.Fatalf("counted: %d → %d packets; counters %v", before, after, tr.counts(t))
+			}
+		})
+	}
+	// SCION is taken as before: from a router, the empty path from the
+	// host it names; a standard path from another machine is spoofed.
+	udp := func() []gopacket.SerializableLayer {
+		return []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 45000}, gopacket.Payload("scion")}
+	}
+	local := netip.MustParseAddr("10.101.0.9")
+	for name, c := range map[string]struct {
+		f       inFrame
+		action  uint32
+		verdict string
+	}{
+		"from the router, to a dispatched port": {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
+		"the empty path from a host of the AS":  {inFrame{from: netip.AddrPortFrom(local, 30041), port: 30041, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpRedirect, "translated_in"},
+		"a standard path from another machine":  {inFrame{from: netip.MustParseAddrPort("10.101.0.66:30042"), port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpDrop, "spoofed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tr.counts(t)[c.verdict].Packets
+			if ret, _ := tr.run(t, tr.objs.TraIn, c.f.build(t), false); ret != c.action {
+				t.Fatalf("action %d, want %d; counters %v", ret, c.action, tr.counts(t))
+			}
+			if got := tr.counts(t)[c.verdict].Packets; got != before+1 {
+				t.Fatalf("%s %d, want %d", c.verdict, got, before+1)
+			}
+		})
 	}
 }
