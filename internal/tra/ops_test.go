@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,5 +277,83 @@ func TestWideDispatchedPassesOrdinaryUDP(t *testing.T) {
 				t.Fatalf("%s %d, want %d", c.verdict, got, before+1)
 			}
 		})
+	}
+}
+
+// unitCapabilities are the capabilities the translator's unit bounds its
+// daemon to, as setpriv names them ("-all,+bpf,+net_admin,...").
+func unitCapabilities(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/fastpath-tra@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "CapabilityBoundingSet="); ok {
+			set := "-all"
+			for _, c := range strings.Fields(rest) {
+				set += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
+			}
+			return set
+		}
+	}
+	t.Fatal("the unit bounds no capabilities")
+	return ""
+}
+
+// Item 11: `tra run` does all it does with no more capabilities than its
+// unit leaves it (setpriv bounds them as systemd would): it attaches from
+// inside the host's namespace, answers the host by its packet socket, puts
+// the pair's offloads back and attaches again to a device made anew.
+func TestDaemonRunsWithTheUnitsCapabilities(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv to bound the daemon's capabilities with")
+	}
+	caps := unitCapabilities(t)
+	a := attachHost(t, "127.0.0.1:1")
+	var log syncLog
+	cmd := exec.Command(setpriv, "--bounding-set", caps, "--inh-caps", "-all", "--no-new-privs", "--", os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envDaemon+"="+a.cfg.Path)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := netns.Run(a.host, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		if t.Failed() {
+			t.Logf("daemon (capabilities %s):\n%s", caps, log.String())
+		}
+	})
+	eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
+	if l := log.String(); strings.Contains(l, "warning") || strings.Contains(l, "not permitted") {
+		t.Fatalf("the daemon with the unit's capabilities:\n%s", l)
+	}
+	c := a.dialUDP(t, netip.AddrPortFrom(netip.MustParseAddr("fc00:10fc:500::ffff:a66:2"), 31000))
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_RECVERR, 1) })
+	c.Write([]byte("to an AS without a path"))
+	c.SetReadDeadline(time.Now().Add(8 * time.Second))
+	if _, err := c.Read(make([]byte, 100)); !errorsIs(err, syscall.ENETUNREACH) {
+		t.Fatalf("read: %v, want ENETUNREACH (ICMPv6 no route from the daemon's packet socket)", err)
+	}
+	setFeatures(t, a.host, a.cfg.Pair+"0", map[string]bool{"tx-checksum-ip-generic": true, "rx-gro": false})
+	eventually(t, 5*time.Second, "offload_fixed counted", func() bool { return a.daemonCounts(t)["offload_fixed"] > 0 })
+	ipIn(t, a.host, "link", "del", "eth0")
+	a.link(t)
+	eventually(t, 5*time.Second, "reattached counted", func() bool { return a.daemonCounts(t)["reattached"] > 0 })
+	select {
+	case err := <-exited:
+		t.Fatalf("the daemon ended: %v", err)
+	default:
+	}
+	if l := log.String(); strings.Contains(l, "not permitted") {
+		t.Fatalf("the daemon with the unit's capabilities:\n%s", l)
 	}
 }
