@@ -168,6 +168,7 @@ enum tra_daemon_counter {
 	TRA_D_RSS_KB,            /* gauge: the daemon's resident memory, KiB */
 	TRA_D_PAIR_MTU_SET,      /* the pair's MTU set to follow the paths installed */
 	TRA_D_PAIR_MTU,          /* gauge: the pair's MTU */
+	TRA_D_RESOLVE_FAILED,    /* resolutions of a router's name (topology.json) that failed */
 	TRA_D_MAX,
 };
 

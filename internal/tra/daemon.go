@@ -126,6 +126,9 @@ func AttachAndRun(ctx context.Context, cfg *Config, o RunOptions) error {
 		return err
 	}
 	o.Name = name
+	for _, w := range cfg.RouterWarnings() {
+		fmt.Fprintf(o.Log, "warning: %s\n", w)
+	}
 	return run(ctx, cfg, o)
 }
 
@@ -146,6 +149,9 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 }
 
 func run(ctx context.Context, cfg *Config, o RunOptions) error {
+	// What runs aside from the loop ends with it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -195,7 +201,9 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	defer out.Close()
 
 	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
-	d.health = newHealth(cfg, o.Name, p, inj, o.Log)
+	res := newRouterResolver()
+	go res.run(ctx, cfg.RouterNames, len(cfg.Unresolved) > 0)
+	d.health = newHealth(cfg, o.Name, p, inj, o.Log, res)
 	d.gateway = newGateways(cfg.Device).of
 	d.pair = netlinkPair{pair: cfg.Pair, device: cfg.Device}
 	if err := d.adopt(); err != nil {
@@ -235,6 +243,8 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 			d.safely("event", func() { d.onEvent(ev) })
 		case r := <-d.results:
 			d.safely("lookup result", func() { d.onResult(r) })
+		case r := <-res.out:
+			d.safely("router names", func() { d.health.onResolved(d, r) })
 		case <-tick.C:
 			d.safely("tick", d.tick)
 			if d.health != nil && d.health.gone {

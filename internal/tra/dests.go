@@ -77,6 +77,7 @@ const (
 	statRSS                = int(translatorTraDaemonCounterTRA_D_RSS_KB)
 	statPairMTUSet         = int(translatorTraDaemonCounterTRA_D_PAIR_MTU_SET)
 	statPairMTU            = int(translatorTraDaemonCounterTRA_D_PAIR_MTU)
+	statResolveFailed      = int(translatorTraDaemonCounterTRA_D_RESOLVE_FAILED)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -91,6 +92,7 @@ var daemonCounterNames = [statCount]string{
 	statReattached: "reattached", statPanics: "panics", statDests: "destinations",
 	statHeldNow: "held_now", statLookupsNow: "lookups_now", statShunnedNow: "shunned_now",
 	statGoroutines: "goroutines", statRSS: "rss_kib", statPairMTUSet: "pair_mtu_set", statPairMTU: "pair_mtu",
+	statResolveFailed: "resolve_failed",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.

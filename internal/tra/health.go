@@ -2,11 +2,14 @@ package tra
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -27,16 +30,23 @@ type health struct {
 	p    *Pinned
 	inj  *injector
 	log  io.Writer
+	// res resolves the routers given by name, aside; failing are those
+	// whose last resolution failed (logged once until they resolve).
+	res     *routerResolver
+	failing map[string]bool
 
 	topoMod time.Time
 	// gone says the translator was detached under the daemon.
 	gone bool
 }
 
-func newHealth(cfg *Config, name string, p *Pinned, inj *injector, log io.Writer) *health {
-	h := &health{cfg: cfg, name: name, p: p, inj: inj, log: log}
+func newHealth(cfg *Config, name string, p *Pinned, inj *injector, log io.Writer, res *routerResolver) *health {
+	h := &health{cfg: cfg, name: name, p: p, inj: inj, log: log, res: res, failing: map[string]bool{}}
 	if st, err := os.Stat(cfg.Topology); err == nil {
 		h.topoMod = st.ModTime()
+	}
+	for name := range cfg.Unresolved {
+		h.failing[name] = true // said at start (RouterWarnings)
 	}
 	return h
 }
@@ -92,15 +102,17 @@ func (h *health) needsAttach() bool {
 	return errors.Is(err, xdp.ErrLinkGone) || errors.Is(err, os.ErrNotExist)
 }
 
-// checkTopology takes a changed topology.json's routers: validated whole
-// first, and only if it is still this AS.
+// checkTopology takes a changed topology.json's routers and dispatched
+// ports: validated whole first, and only if it is still this AS. Nothing
+// is resolved here: a router still named as before keeps its address, and
+// the resolver is handed the names at once.
 func (h *health) checkTopology(d *pathDaemon) {
 	st, err := os.Stat(h.cfg.Topology)
 	if err != nil || st.ModTime().Equal(h.topoMod) {
 		return
 	}
 	h.topoMod = st.ModTime()
-	cfg, err := LoadConfig(h.cfg.Path)
+	cfg, err := loadConfig(h.cfg.Path, false)
 	if err != nil {
 		d.logf("topology changed, but: %v; the routers stay as they were", err)
 		return
@@ -109,14 +121,104 @@ func (h *health) checkTopology(d *pathDaemon) {
 		d.logf("%s now names AS %s, not %s: restart the translator to change ASes", h.cfg.Topology, cfg.IA, h.cfg.IA)
 		return
 	}
-	routers := make([]netip.AddrPort, 0, len(cfg.Routers))
-	for _, r := range cfg.Routers {
-		routers = append(routers, r)
+	for name, hp := range cfg.RouterNames {
+		if h.cfg.RouterNames[name] != hp {
+			delete(h.failing, name)
+			continue
+		}
+		if a, ok := h.cfg.Routers[name]; ok {
+			cfg.Routers[name] = a
+		}
+		if why, ok := h.cfg.Skipped[name]; ok {
+			cfg.Skipped[name] = why
+		}
 	}
-	if err := h.p.SetRouters(routers); err != nil {
-		d.logf("routers of %s: %v", h.cfg.Topology, err)
+	if !maps.Equal(cfg.RouterNames, h.cfg.RouterNames) && h.res != nil {
+		h.res.set(cfg.RouterNames)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Skipped)) {
+		if _, was := h.cfg.Skipped[name]; !was {
+			d.logf("%s: border router %s skipped: %s (SCION from it is refused as spoofed)", h.cfg.Topology, name, cfg.Skipped[name])
+		}
+	}
+	if err := h.setRouters(d, cfg.Routers); err != nil {
 		return
 	}
-	h.cfg.Routers = cfg.Routers
-	d.logf("%s changed: %d border routers", h.cfg.Topology, len(routers))
+	h.cfg.RouterNames, h.cfg.Skipped = cfg.RouterNames, cfg.Skipped
+	if changed, err := h.p.SetDispatched(cfg.DispatchedPortStart, cfg.DispatchedPortEnd); err != nil {
+		d.logf("dispatched ports of %s: %v", h.cfg.Topology, err)
+	} else {
+		h.cfg.DispatchedPortStart, h.cfg.DispatchedPortEnd = cfg.DispatchedPortStart, cfg.DispatchedPortEnd
+		if changed {
+			d.logf("%s changed: SCION taken on port %d and the dispatched ports %d-%d", h.cfg.Topology, endHostPort, cfg.DispatchedPortStart, cfg.DispatchedPortEnd)
+		}
+	}
+	pending := 0
+	for name := range cfg.RouterNames {
+		_, taken := cfg.Routers[name]
+		_, skipped := cfg.Skipped[name]
+		if !taken && !skipped {
+			pending++
+		}
+	}
+	d.logf("%s changed: %d border routers taken, %d names to resolve", h.cfg.Topology, len(cfg.Routers), pending)
+}
+
+// setRouters puts the routers the host takes SCION from into the data
+// plane, and keeps them as the configuration's (an attach again takes
+// them from there).
+func (h *health) setRouters(d *pathDaemon, routers map[string]netip.AddrPort) error {
+	if maps.Equal(routers, h.cfg.Routers) {
+		return nil
+	}
+	if err := h.p.SetRouters(slices.Collect(maps.Values(routers))); err != nil {
+		d.logf("routers of %s: %v; they stay as they were", h.cfg.Topology, err)
+		return err
+	}
+	h.cfg.Routers = routers
+	return nil
+}
+
+// onResolved takes what the resolver found for the routers' names: a new
+// address replaces the old one, a name that does not resolve keeps its
+// last address (counted, and logged once until it resolves again).
+func (h *health) onResolved(d *pathDaemon, r resolvedRouters) {
+	if !maps.Equal(r.names, h.cfg.RouterNames) {
+		return // for names topology.json no longer gives
+	}
+	routers := maps.Clone(h.cfg.Routers)
+	for _, name := range slices.Sorted(maps.Keys(h.cfg.RouterNames)) {
+		hp := h.cfg.RouterNames[name]
+		a, ok := r.addrs[name]
+		if !ok {
+			d.stats.add(statResolveFailed, 1)
+			if h.failing[name] {
+				continue
+			}
+			h.failing[name] = true
+			if old, had := routers[name]; had {
+				d.logf("border router %s: %s does not resolve (%v); its last address %s stays", name, hp, r.errs[name], old)
+			} else {
+				h.cfg.Unresolved[name] = fmt.Sprintf("%s does not resolve: %v", hp, r.errs[name])
+				d.logf("border router %s: %s does not resolve (%v); SCION from it is refused as spoofed until it does", name, hp, r.errs[name])
+			}
+			continue
+		}
+		delete(h.failing, name)
+		delete(h.cfg.Unresolved, name)
+		if !a.Addr().Is4() {
+			if _, was := h.cfg.Skipped[name]; !was {
+				h.cfg.Skipped[name] = fmt.Sprintf("%s resolves to IPv6 %s only, and the translator's underlay is IPv4", hp, a.Addr())
+				d.logf("border router %s skipped: %s (SCION from it is refused as spoofed)", name, h.cfg.Skipped[name])
+			}
+			delete(routers, name)
+			continue
+		}
+		delete(h.cfg.Skipped, name)
+		if old, had := routers[name]; !had || old != a {
+			d.logf("border router %s: %s is %s", name, hp, a)
+		}
+		routers[name] = a
+	}
+	h.setRouters(d, routers)
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -356,4 +357,239 @@ func TestDaemonRunsWithTheUnitsCapabilities(t *testing.T) {
 	if l := log.String(); strings.Contains(l, "not permitted") {
 		t.Fatalf("the daemon with the unit's capabilities:\n%s", l)
 	}
+}
+
+// fakeDNS answers the routers' names from a table; a name it lacks does
+// not resolve. It stands for the resolver until the test ends.
+type fakeDNS struct {
+	mu    sync.Mutex
+	hosts map[string]netip.Addr
+	asked int
+}
+
+func useFakeDNS(t *testing.T, hosts map[string]netip.Addr) *fakeDNS {
+	f := &fakeDNS{hosts: hosts}
+	old := lookupHost
+	lookupHost = func(_ context.Context, host string) ([]netip.Addr, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.asked++
+		if a, ok := f.hosts[host]; ok {
+			return []netip.Addr{a}, nil
+		}
+		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
+	}
+	t.Cleanup(func() { lookupHost = old })
+	return f
+}
+
+func (f *fakeDNS) set(host string, a netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a.IsValid() {
+		f.hosts[host] = a
+	} else {
+		delete(f.hosts, host)
+	}
+}
+
+// routersJSON is a topology.json of AS 1-64513 with these routers' internal
+// addresses (by name) and dispatched ports.
+func routersJSON(ports string, routers map[string]string) string {
+	var brs []string
+	i := 0
+	for name, at := range routers {
+		i++
+		brs = append(brs, fmt.Sprintf(`%q: {"internal_addr": %q, "interfaces": {"%d": {"underlay": {"local": "10.255.%d.2:50000", "remote": "10.255.%d.1:50000"}, "isd_as": "1-64512", "link_to": "parent", "mtu": 1472}}}`,
+			name, at, i, i%250, i%250))
+	}
+	return `{"isd_as": "1-64513", "mtu": 1472, "dispatched_ports": "` + ports + `", "attributes": [],
+  "border_routers": {` + strings.Join(brs, ",\n") + `},
+  "control_service": {"cs1": {"addr": "cs1.as.test:31000"}}}`
+}
+
+// Item 9 (a, b): topology.json's names are not resolved once for all: a
+// name that does not resolve at start is named and waited for (before, the
+// file was refused, and tra run stopped); IPv6 internal addresses are
+// skipped and named, and take none of the translator's 64 routers (before,
+// 64 IPv4 routers and one IPv6 one were refused).
+func TestTopologyRouters(t *testing.T) {
+	dns := useFakeDNS(t, map[string]netip.Addr{})
+	base := "topology = \"topology.json\"\ndaemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\naddress = \"10.101.0.2\"\n"
+	load := func(t *testing.T, topo string) (*Config, error) {
+		dir := t.TempDir()
+		if err := os.WriteFile(dir+"/topology.json", []byte(topo), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return LoadConfig(writeConfig(t, dir, base))
+	}
+	many := func(n4, n6 int) map[string]string {
+		r := map[string]string{}
+		for i := range n4 {
+			r[fmt.Sprintf("br4-%d", i)] = fmt.Sprintf("10.101.1.%d:30042", i+1)
+		}
+		for i := range n6 {
+			r[fmt.Sprintf("br6-%d", i)] = fmt.Sprintf("[fd00::%x]:30042", i+1)
+		}
+		return r
+	}
+	t.Run("a name that does not resolve", func(t *testing.T) {
+		cfg, err := load(t, routersJSON("31000-32767", map[string]string{"br1": "br1.as.test:30042", "br2": "10.101.0.1:30042"}))
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		if _, ok := cfg.Routers["br1"]; ok || cfg.Routers["br2"] != routerAddr || cfg.RouterNames["br1"] != "br1.as.test:30042" {
+			t.Fatalf("routers %v, names %v", cfg.Routers, cfg.RouterNames)
+		}
+		if w := strings.Join(cfg.RouterWarnings(), "\n"); !strings.Contains(w, "border router br1: br1.as.test:30042 does not resolve") {
+			t.Fatalf("warnings %q", w)
+		}
+	})
+	t.Run("a name that resolves", func(t *testing.T) {
+		dns.set("br1.as.test", netip.MustParseAddr("10.101.0.7"))
+		defer dns.set("br1.as.test", netip.Addr{})
+		cfg, err := load(t, routersJSON("31000-32767", map[string]string{"br1": "br1.as.test:30042"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Routers["br1"] != netip.MustParseAddrPort("10.101.0.7:30042") || len(cfg.RouterWarnings()) != 0 {
+			t.Fatalf("routers %v, warnings %v", cfg.Routers, cfg.RouterWarnings())
+		}
+	})
+	t.Run("IPv6 routers take no room", func(t *testing.T) {
+		cfg, err := load(t, routersJSON("31000-32767", many(MaxRouters, 2)))
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		w := strings.Join(cfg.RouterWarnings(), "\n")
+		for _, name := range []string{"br6-0", "br6-1"} {
+			if !strings.Contains(w, "border router "+name+" skipped: internal_addr [fd00::") || !strings.Contains(w, "underlay is IPv4") {
+				t.Fatalf("warnings %q do not name %s and why", w, name)
+			}
+		}
+		if len(cfg.Routers) != MaxRouters {
+			t.Fatalf("%d routers taken, want %d", len(cfg.Routers), MaxRouters)
+		}
+	})
+	t.Run("one IPv4 router too many", func(t *testing.T) {
+		if _, err := load(t, routersJSON("31000-32767", many(MaxRouters+1, 0))); err == nil || !strings.Contains(err.Error(), "at most 64") {
+			t.Fatalf("%v, want 65 routers refused", err)
+		}
+	})
+	t.Run("the data plane takes 64 and the IPv6 ones", func(t *testing.T) {
+		tr := loadTest(t)
+		var all []netip.AddrPort
+		for _, at := range many(MaxRouters, 2) {
+			all = append(all, netip.MustParseAddrPort(at))
+		}
+		if err := setRouters(tr.objs.TraRouters, all); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// pinnedRouters are the routers in an attached translator's tra_routers.
+func pinnedRouters(t *testing.T, a *attachedHost) []netip.AddrPort {
+	t.Helper()
+	p := a.pinned(t)
+	defer p.Close()
+	var k translatorTraAddr4
+	var v uint8
+	var out []netip.AddrPort
+	it := p.routers.Iterate()
+	for it.Next(&k, &v) {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], k.Addr)
+		out = append(out, netip.AddrPortFrom(netip.AddrFrom4(b), binary.BigEndian.Uint16(binary.NativeEndian.AppendUint16(nil, k.Port))))
+	}
+	return out
+}
+
+func pinnedDispatched(t *testing.T, a *attachedHost) (uint16, uint16) {
+	t.Helper()
+	p := a.pinned(t)
+	defer p.Close()
+	c, err := p.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.DispatchedStart, c.DispatchedEnd
+}
+
+// Item 9 (a, c): the daemon resolves the routers' names again, aside from
+// its loop: a router's new address is taken, a name that stops resolving
+// keeps its last address (counted), a name that did not resolve at start
+// is taken once it does; a changed topology.json's dispatched_ports are
+// applied (before, never).
+func TestTopologyFollowed(t *testing.T) {
+	for v, d := range map[*time.Duration]time.Duration{&resolveEvery: 300 * time.Millisecond, &resolveRetry: 200 * time.Millisecond} {
+		old := *v
+		*v = d
+		t.Cleanup(func() { *v = old })
+	}
+	dns := useFakeDNS(t, map[string]netip.Addr{"br1.as.test": farRouter.Addr()})
+	a := attachHost(t, "127.0.0.1:1")
+	topo := a.cfg.Topology
+	write := func(ports string, routers map[string]string) {
+		t.Helper()
+		if err := os.WriteFile(topo, []byte(routersJSON(ports, routers)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("31000-32767", map[string]string{"br1": "br1.as.test:30042"})
+	cfg, err := LoadConfig(a.cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cfg = cfg
+	start := func() (context.CancelFunc, <-chan error, *syncLog) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var log syncLog
+		done := a.runInHost(t, ctx, &log)
+		eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
+		return cancel, done, &log
+	}
+	routersAre := func(want ...netip.AddrPort) func() bool {
+		return func() bool {
+			got := pinnedRouters(t, a)
+			slices.SortFunc(got, func(x, y netip.AddrPort) int { return x.Compare(y) })
+			return slices.Equal(got, want)
+		}
+	}
+	stop, done, log := start()
+	moved := netip.MustParseAddrPort("10.201.0.7:30042")
+	dns.set("br1.as.test", moved.Addr())
+	eventually(t, 3*time.Second, "the router's new address taken", routersAre(moved))
+
+	dns.set("br1.as.test", netip.Addr{})
+	eventually(t, 3*time.Second, "resolve_failed counted", func() bool { return a.daemonCounts(t)["resolve_failed"] >= 2 })
+	if !routersAre(moved)() || !strings.Contains(log.String(), "does not resolve") || !strings.Contains(log.String(), "its last address 10.201.0.7:30042 stays") {
+		t.Fatalf("routers %v after the name stopped resolving; log:\n%s", pinnedRouters(t, a), log.String())
+	}
+
+	write("1-65535", map[string]string{"br1": "br1.as.test:30042", "br2": "10.201.0.2:30042", "br3": "[fd00::3]:30042"})
+	eventually(t, 3*time.Second, "dispatched_ports followed", func() bool { s, e := pinnedDispatched(t, a); return s == 1 && e == 65535 })
+	eventually(t, 3*time.Second, "the new router taken, the named one kept", routersAre(netip.MustParseAddrPort("10.201.0.2:30042"), moved))
+	if !strings.Contains(log.String(), "border router br3 skipped") {
+		t.Fatalf("the IPv6 router is not named:\n%s", log.String())
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// DNS down at start: the daemon starts, and takes the name once it
+	// resolves.
+	write("1-65535", map[string]string{"br1": "br1.as.test:30042"})
+	if a.cfg, err = LoadConfig(a.cfg.Path); err != nil {
+		t.Fatalf("DNS down: %v", err)
+	}
+	if _, err := Attach(a.cfg, AttachOptions{Netns: a.host}); err != nil { // as tra run does
+		t.Fatal(err)
+	}
+	stop, done, _ = start()
+	defer func() { stop(); <-done }()
+	eventually(t, 3*time.Second, "the named router dropped while it does not resolve", routersAre())
+	dns.set("br1.as.test", farRouter.Addr())
+	eventually(t, 3*time.Second, "the name taken once it resolves", routersAre(farRouter))
 }

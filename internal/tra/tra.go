@@ -275,36 +275,59 @@ func (t *Translator) SetPaths(ia addr.IA, paths []Path) error {
 
 // setRouters replaces the routers the host takes SCION from: the new ones
 // go in before the old ones that are left go, so that no router's packets
-// are refused in between.
+// are refused in between. IPv6 internal addresses are left out (the
+// underlay is IPv4; LoadConfig names them) and take no room.
 func setRouters(m *ebpf.Map, routers []netip.AddrPort) error {
-	if len(routers) > int(m.MaxEntries()) {
-		return fmt.Errorf("%d border routers: the translator takes at most %d", len(routers), m.MaxEntries())
-	}
-	want := map[translatorTraAddr4]bool{}
+	var v4 []netip.AddrPort
 	for _, r := range routers {
-		if !r.Addr().Unmap().Is4() {
-			continue // an IPv6 internal address: the underlay is IPv4
+		if r.Addr().Unmap().Is4() {
+			v4 = append(v4, r)
 		}
+	}
+	if len(v4) > int(m.MaxEntries()) {
+		return fmt.Errorf("%d border routers with IPv4 internal addresses: the translator takes at most %d", len(v4), m.MaxEntries())
+	}
+	want := map[translatorTraAddr4]netip.AddrPort{}
+	for _, r := range v4 {
 		a := r.Addr().Unmap().As4()
-		k := translatorTraAddr4{Addr: binary.NativeEndian.Uint32(a[:]), Port: htons(r.Port())}
-		want[k] = true
-		if err := m.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("router %s: %w", r, err)
-		}
+		want[translatorTraAddr4{Addr: binary.NativeEndian.Uint32(a[:]), Port: htons(r.Port())}] = r
 	}
 	var k translatorTraAddr4
 	var v uint8
 	var stale []translatorTraAddr4
+	have := map[translatorTraAddr4]bool{}
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if !want[k] {
+		have[k] = true
+		if _, ok := want[k]; !ok {
 			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	added := 0
+	for k := range want {
+		if !have[k] {
+			added++
+		}
+	}
+	// Without room for the new ones beside the old, the old go first.
+	if len(have)+added > int(m.MaxEntries()) {
+		for _, k := range stale {
+			m.Delete(k)
+		}
+		stale = nil
+	}
+	for k, r := range want {
+		if err := m.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("router %s: %w", r, err)
 		}
 	}
 	for _, k := range stale {
 		m.Delete(k)
 	}
-	return it.Err()
+	return nil
 }
 
 // Counts are the counters summed over CPUs, by verdict name.
@@ -637,6 +660,21 @@ func (p *Pinned) UsedAt() ([]uint32, error) { return p.usedAt() }
 
 // SetRouters replaces the border routers the host takes SCION from.
 func (p *Pinned) SetRouters(routers []netip.AddrPort) error { return setRouters(p.routers, routers) }
+
+// SetDispatched sets the dispatched ports tra_in takes SCION on besides
+// the end-host port (topology.json's dispatched_ports; 0-0: none); it says
+// whether they changed.
+func (p *Pinned) SetDispatched(start, end uint16) (bool, error) {
+	c, err := p.config()
+	if err != nil {
+		return false, err
+	}
+	if c.DispatchedStart == start && c.DispatchedEnd == end {
+		return false, nil
+	}
+	c.DispatchedStart, c.DispatchedEnd = start, end
+	return true, p.conf.Put(uint32(0), &c)
+}
 
 // SetUnderlaySWCsum tells tra_out_egress whether the underlay device
 // completes pending checksums in software; it says whether that changed.
