@@ -203,9 +203,21 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
 	res := newRouterResolver()
 	go res.run(ctx, cfg.RouterNames, len(cfg.Unresolved) > 0)
-	d.health = newHealth(cfg, o.Name, p, inj, o.Log, res)
-	d.gateway = newGateways(cfg.Device).of
-	d.pair = netlinkPair{pair: cfg.Pair, device: cfg.Device}
+	// The host's changes come by netlink, subscribed to from this thread
+	// (the host's namespace) before anything is looked up.
+	watch, err := newHostWatch(cfg)
+	if err != nil {
+		return err
+	}
+	defer watch.close()
+	if err := watch.subscribe(); err != nil {
+		fmt.Fprintf(o.Log, "netlink updates: %v; the host is looked at each second\n", err)
+	}
+	watch.lookup()
+	gw := newGateways(cfg.Device, watch)
+	d.health = newHealth(cfg, o.Name, p, inj, o.Log, res, watch, gw)
+	d.gateway = gw.of
+	d.pair = watch.pair()
 	if err := d.adopt(); err != nil {
 		fmt.Fprintf(o.Log, "adopt the installed paths: %v\n", err)
 	}
@@ -245,6 +257,8 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 			d.safely("lookup result", func() { d.onResult(r) })
 		case r := <-res.out:
 			d.safely("router names", func() { d.health.onResolved(d, r) })
+		case <-watch.wake:
+			d.safely("host", func() { d.health.onHost(d) })
 		case <-tick.C:
 			d.safely("tick", d.tick)
 			if d.health != nil && d.health.gone {

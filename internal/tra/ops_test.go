@@ -593,3 +593,110 @@ func TestTopologyFollowed(t *testing.T) {
 	dns.set("br1.as.test", farRouter.Addr())
 	eventually(t, 3*time.Second, "the name taken once it resolves", routersAre(farRouter))
 }
+
+func pinnedSWCsum(t *testing.T, a *attachedHost) uint32 {
+	t.Helper()
+	p := a.pinned(t)
+	defer p.Close()
+	c, err := p.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.UnderlaySwCsum
+}
+
+// Item 8: what the daemon learns by netlink instead of asking each second,
+// it still follows: the underlay's checksum offload turned off and on (a
+// feature change is a link update), a route to the first hop by another
+// gateway, the pair deleted and made anew.
+func TestDaemonFollowsTheHostByNetlink(t *testing.T) {
+	a := attachHost(t, "127.0.0.1:1")
+	_, log := a.runDaemonIn(t)
+	eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
+	gatewayIs := func(want string) func() bool {
+		return func() bool {
+			p := a.pinned(t)
+			defer p.Close()
+			all, _ := p.Paths()
+			return len(all[remoteIA]) == 1 && all[remoteIA][0].Gateway == netip.MustParseAddr(want)
+		}
+	}
+	eventually(t, 3*time.Second, "the gateway in the path", gatewayIs("10.101.0.254"))
+
+	t.Run("underlay checksum offload", func(t *testing.T) {
+		setFeatures(t, a.host, a.cfg.Device, map[string]bool{"tx-checksum-ip-generic": false})
+		eventually(t, 3*time.Second, "underlay_sw_csum on", func() bool { return pinnedSWCsum(t, a) == 1 })
+		setFeatures(t, a.host, a.cfg.Device, map[string]bool{"tx-checksum-ip-generic": true})
+		eventually(t, 3*time.Second, "underlay_sw_csum off", func() bool { return pinnedSWCsum(t, a) == 0 })
+	})
+	t.Run("another gateway", func(t *testing.T) {
+		ipIn(t, a.host, "route", "replace", "10.201.0.0/24", "via", "10.101.0.253")
+		eventually(t, 3*time.Second, "the new gateway in the path", gatewayIs("10.101.0.253"))
+		ipIn(t, a.host, "route", "replace", "10.201.0.0/24", "via", "10.101.0.254")
+		eventually(t, 3*time.Second, "the gateway back in the path", gatewayIs("10.101.0.254"))
+	})
+	t.Run("pair made anew", func(t *testing.T) {
+		before := a.daemonCounts(t)
+		ipIn(t, a.host, "link", "del", a.cfg.Pair+"0")
+		eventually(t, 3*time.Second, "reattached", func() bool { return a.daemonCounts(t)["reattached"] > before["reattached"] })
+		eventually(t, 3*time.Second, "the pair's MTU set again", func() bool { return a.daemonCounts(t)["pair_mtu_set"] > before["pair_mtu_set"] })
+		f := features(t, a.host, a.cfg.Pair+"0")
+		if f["tx-checksum-ip-generic"] || !f["rx-gro"] {
+			t.Fatalf("the new pair's offloads: %v", f)
+		}
+	})
+}
+
+// Item 8: a subscription the kernel ends (ENOBUFS: more updates than its
+// buffer holds) is not ignored: the loop hears the updates were lost, and
+// subscribes again.
+func TestLostNetlinkUpdatesResync(t *testing.T) {
+	a := attachHost(t, "127.0.0.1:1")
+	old := watchRcvbuf
+	watchRcvbuf = 4096
+	t.Cleanup(func() { watchRcvbuf = old })
+	var w *hostWatch
+	if err := netns.Run(a.host, func() error {
+		var err error
+		if w, err = newHostWatch(a.cfg); err != nil {
+			return err
+		}
+		return w.subscribe()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	// A burst of updates larger than the buffer, while the readers are
+	// held (as a loop busy elsewhere would hold them: they wait for its
+	// lock).
+	w.mu.Lock()
+	addDevices(t, a.host, 2000)
+	w.mu.Unlock()
+	var ch hostChanges
+	deadline := time.After(10 * time.Second)
+	for !ch.resync {
+		select {
+		case <-w.wake:
+			ch = w.take()
+		case <-deadline:
+			t.Fatal("2,000 devices made at once into a 4 KB buffer, the readers held: no resync")
+		}
+	}
+	if !strings.Contains(fmt.Sprint(ch.err), syscall.ENOBUFS.Error()) {
+		t.Fatalf("resync for %v, want ENOBUFS", ch.err)
+	}
+	eventually(t, 3*time.Second, "the subscription known lost", func() bool { return !w.subscribed() })
+	if err := netns.Run(a.host, w.subscribe); err != nil {
+		t.Fatal(err)
+	}
+	w.take()
+	ipIn(t, a.host, "link", "set", a.cfg.Pair+"0", "mtu", "1300")
+	select {
+	case <-w.wake:
+		if c := w.take(); !c.links {
+			t.Fatalf("after subscribing again: %+v, want the pair's update", c)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no update after subscribing again")
+	}
+}

@@ -476,6 +476,11 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
+	// A pair deleted and made again leaves the old one's TC links severed:
+	// attach afresh.
+	for _, pin := range []string{tcLinkPin, tcEgressLinkPin} {
+		removeSeveredTCX(filepath.Join(dir, pin))
+	}
 	if err := xdp.AttachTCX(filepath.Join(dir, tcLinkPin), xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut, ebpf.AttachTCXIngress); err != nil {
 		return "", err
 	}
@@ -486,6 +491,20 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 		fmt.Fprintf(o.Warn, "warning: translator %s: %v; frames the pair refuses are counted translated_in, not tx_failed\n", name, err)
 	}
 	return name, nil
+}
+
+// removeSeveredTCX removes a pinned TC link whose device went (its
+// ifindex is 0 then): it cannot be updated, only made anew.
+func removeSeveredTCX(pin string) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return
+	}
+	info, err := l.Info()
+	l.Close()
+	if err == nil && info.TCX() != nil && info.TCX().Ifindex == 0 {
+		os.Remove(pin)
+	}
 }
 
 // Pins of the transmit tracepoints' links.
