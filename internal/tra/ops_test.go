@@ -180,7 +180,7 @@ func TestRefreshTakesTheDaemonsCache(t *testing.T) {
 }
 
 // udpFrame is plain UDP/IPv4 to the host: Ethernet, IPv4, UDP, payload.
-func udpFrame(t *testing.T, from netip.AddrPort, port uint16, payload []byte) []byte {
+func udpFrame(t testing.TB, from netip.AddrPort, port uint16, payload []byte) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from.Addr().AsSlice(), DstIP: hostIP4.AsSlice()}

@@ -3,6 +3,7 @@ package tra
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/gopacket"
+	"github.com/scionproto/scion/pkg/slayers"
+
+	"github.com/fastpath-dev/fastpath/internal/netns"
 )
 
 // What an idle `tra run` costs a host with many devices: nothing it does
@@ -131,5 +137,54 @@ func TestIdleDaemonCostWithManyDevices(t *testing.T) {
 	t.Logf("%d devices, an idle daemon in 5 s: %s", manyDevices, w)
 	if w.linkDumps > 0 || w.routeGets > 0 || w.ethtool > 0 {
 		t.Fatalf("the idle daemon polls the host: %s in 5 s", w)
+	}
+}
+
+// BenchmarkOrdinaryUDP times tra_in on what a wide dispatched range brings
+// it (BPF_PROG_TEST_RUN, the mean of a million runs): the host's DNS reply
+// passed at the port with the usual range, and with "all"; and SCION from
+// the router with "all", which pays the shape check too:
+// go test -run '^$' -bench OrdinaryUDP ./internal/tra/
+func BenchmarkOrdinaryUDP(b *testing.B) {
+	dns := []byte{0x0a, 0xbc, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'o', 'r', 'g', 0, 0, 1, 0, 1,
+		0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 93, 184, 215, 14}
+	for _, c := range []struct {
+		name       string
+		start, end uint16
+		frame      func(t testing.TB) []byte
+	}{
+		{"a DNS reply, dispatched 31000-32767", 31000, 32767, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
+		{"a DNS reply, dispatched all", 1, 65535, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
+		{"a DNS reply of ID 0x8abc, dispatched all", 1, 65535, func(t testing.TB) []byte {
+			return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, append([]byte{0x8a}, dns[1:]...))
+		}},
+		{"SCION from the router, dispatched all", 1, 65535, func(t testing.TB) []byte {
+			return inFrame{from: routerAddr, port: 31000, srcIA: remoteIA, srcHost: remote4,
+				l4: []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 31000}, gopacket.Payload(make([]byte, 100))}}.build(t)
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			tr := loadTest(b)
+			var conf translatorTraConfig
+			if err := tr.objs.TraConf.Lookup(uint32(0), &conf); err != nil {
+				b.Fatal(err)
+			}
+			conf.DispatchedStart, conf.DispatchedEnd = c.start, c.end
+			if err := tr.objs.TraConf.Put(uint32(0), &conf); err != nil {
+				b.Fatal(err)
+			}
+			f := c.frame(b)
+			ns, _ := testNetns.Load(tr)
+			var mean time.Duration
+			b.ResetTimer()
+			if err := netns.Run(ns.(string), func() error {
+				var err error
+				_, mean, err = tr.objs.TraIn.Benchmark(f, 1_000_000, nil)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(mean.Nanoseconds()), "ns/run")
+		})
 	}
 }
