@@ -163,6 +163,8 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	case cfg.ProbeEvery < 0:
 		lim.ProbeEvery = -1
 	case cfg.ProbeEvery > 0:
+		// probe_interval sets the dead timeout too: 10/3 of it, 500 ms
+		// at the default 150 ms (docs/tra.example.toml).
 		lim.ProbeEvery, lim.ProbeDead = cfg.ProbeEvery, cfg.ProbeEvery*10/3
 	}
 	if cfg.IdleTimeout != 0 {
