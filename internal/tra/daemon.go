@@ -204,7 +204,12 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 
 	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
 	res := newRouterResolver()
-	go res.run(ctx, cfg.RouterNames, len(cfg.Unresolved) > 0)
+	resolving := make(chan struct{})
+	go func() {
+		defer close(resolving)
+		res.run(ctx, cfg.RouterNames, len(cfg.Unresolved) > 0)
+	}()
+	defer func() { cancel(); <-resolving }()
 	// The host's changes come by netlink, subscribed to from this thread
 	// (the host's namespace) before anything is looked up.
 	watch, err := newHostWatch(cfg)

@@ -61,6 +61,32 @@ func (a *attachedHost) runInHost(t *testing.T, ctx context.Context, log *syncLog
 	return done
 }
 
+// startDaemon starts `tra run` for the host as a child in its namespace,
+// as runDaemonIn does, with a log that may be read while it runs; wrap is a
+// command the daemon runs under (setpriv ...). It is stopped when the test
+// ends.
+func (a *attachedHost) startDaemon(t *testing.T, wrap ...string) (*exec.Cmd, *syncLog, <-chan error) {
+	t.Helper()
+	var log syncLog
+	args := append(append([]string(nil), wrap...), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), envDaemon+"="+a.cfg.Path)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := netns.Run(a.host, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		if t.Failed() {
+			t.Logf("daemon:\n%s", log.String())
+		}
+	})
+	return cmd, &log, exited
+}
+
 // Item 10: a second daemon on the same translator fails at once, naming
 // the first one's PID; the first goes on.
 func TestSecondDaemonRefused(t *testing.T) {
@@ -313,22 +339,7 @@ func TestDaemonRunsWithTheUnitsCapabilities(t *testing.T) {
 	}
 	caps := unitCapabilities(t)
 	a := attachHost(t, "127.0.0.1:1")
-	var log syncLog
-	cmd := exec.Command(setpriv, "--bounding-set", caps, "--inh-caps", "-all", "--no-new-privs", "--", os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envDaemon+"="+a.cfg.Path)
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := netns.Run(a.host, cmd.Start); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
-		if t.Failed() {
-			t.Logf("daemon (capabilities %s):\n%s", caps, log.String())
-		}
-	})
+	_, log, exited := a.startDaemon(t, setpriv, "--bounding-set", caps, "--inh-caps", "-all", "--no-new-privs", "--")
 	eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
 	if l := log.String(); strings.Contains(l, "warning") || strings.Contains(l, "not permitted") {
 		t.Fatalf("the daemon with the unit's capabilities:\n%s", l)
@@ -611,7 +622,7 @@ func pinnedSWCsum(t *testing.T, a *attachedHost) uint32 {
 // gateway, the pair deleted and made anew.
 func TestDaemonFollowsTheHostByNetlink(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
-	_, log := a.runDaemonIn(t)
+	_, log, _ := a.startDaemon(t)
 	eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
 	gatewayIs := func(want string) func() bool {
 		return func() bool {

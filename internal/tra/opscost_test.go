@@ -120,7 +120,7 @@ func cpuTicks(t *testing.T, pid int) uint64 {
 func TestIdleDaemonCostWithManyDevices(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
 	addDevices(t, a.host, manyDevices)
-	cmd, log := a.runDaemonIn(t)
+	cmd, log, _ := a.startDaemon(t)
 	eventually(t, 10*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
 	// Past the first checks, before the slow re-check.
 	time.Sleep(3 * time.Second)
