@@ -1092,6 +1092,29 @@ static __always_inline int ipv4_header_ok(const struct iphdr *ip, const void *en
 	return csum_fold32(sum) == 0xffff;
 }
 
+/* A dispatched range that takes the host's own ports — the well-known ones
+ * below 1024, Linux's ephemeral ones from 32768, or more than a few
+ * thousand (dispatched_ports = "all") — brings tra_in the host's DNS
+ * replies, NTP answers and QUIC datagrams, which are no SCION. */
+static __always_inline int dispatched_wide(const struct tra_config *cfg)
+{
+	return cfg->dispatched_end && cfg->dispatched_end >= cfg->dispatched_start &&
+	       (cfg->dispatched_start < 1024 || cfg->dispatched_end >= 32768 ||
+		cfg->dispatched_end - cfg->dispatched_start >= 4096);
+}
+
+/* What could be SCION at all: version 0, and a header and payload that
+ * fill the datagram, as a router and a host of the AS send it. */
+static __always_inline int plausible_scion(const struct udphdr *udp, const void *end)
+{
+	const __u8 *c = (const __u8 *)(udp + 1);
+
+	if (!PKT_HAS(c, SCION_CMN_LEN, end))
+		return 0;
+	return c[0] >> 4 == 0 &&
+	       c[5] * SCION_LINE + ((__u32)c[6] << 8 | c[7]) + sizeof(*udp) == bpf_ntohs(udp->len);
+}
+
 static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -1122,6 +1145,14 @@ static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_p
 	p->from.addr = ip->saddr;
 	p->from.port = udp->source;
 	p->scion_off = p->udp_off + sizeof(*udp);
+	/* With a wide range, UDP that is not even shaped like SCION is the
+	 * kernel's at once, uncounted: a few loads. Who sent it is not looked
+	 * up (tra_routers): the lookup cost a DNS reply more than the parsing
+	 * it spares (BenchmarkOrdinaryUDP), and a router sends no datagram
+	 * of another shape; check_sender still says who may hand over what is
+	 * shaped like SCION. */
+	if (dispatched_wide(p->cfg) && !plausible_scion(udp, end))
+		return XDP_PASS;
 	return CONTINUE;
 }
 

@@ -196,6 +196,7 @@ enum tra_daemon_counter {
 	TRA_D_IF_DOWN_PROBED,    /* interface down claimed by another AS: its paths probed at once */
 	TRA_D_PROBE_REFUSED,     /* probe replies that answer no probe of ours from the probed path's end */
 	TRA_D_OWNER_LIMITED,     /* new destinations refused: their sender's user was over its share */
+	TRA_D_RESOLVE_FAILED,    /* resolutions of a router's name (topology.json) that failed */
 	TRA_D_MAX,
 };
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -124,9 +125,13 @@ func BuildFastpath(dir string) (string, error) {
 }
 
 // CheckServiceUnit checks a systemd unit shipped in docs/ (path, from the
-// test's package directory): it holds every line of want, and, where
-// systemd's tools are installed, `systemd-analyze verify` accepts an
-// instance of it with this test binary standing for fastpath.
+// test's package directory): it holds every line of want; it never gives
+// up restarting (a daemon that fails at boot while DHCP or DNS is slow
+// must come up when they do); a drop-in its comments show empties
+// ExecStart before it sets it again (systemd refuses a second ExecStart in
+// a simple service otherwise); and, where systemd's tools are installed,
+// `systemd-analyze verify` accepts an instance of it with this test binary
+// standing for fastpath.
 func CheckServiceUnit(t *testing.T, path string, want ...string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -138,6 +143,12 @@ func CheckServiceUnit(t *testing.T, path string, want ...string) {
 		if !strings.Contains(unit, w) {
 			t.Fatalf("%s lacks %q", path, w)
 		}
+	}
+	if err := unitGivesUp(unit); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if err := unitDropInSetsExecStart(unit); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
 		return // nothing more to ask without systemd's tools
@@ -155,4 +166,90 @@ func CheckServiceUnit(t *testing.T, path string, want ...string) {
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
+}
+
+// unitSetting is the last value a unit gives key, "" if none.
+func unitSetting(unit, key string) string {
+	v := ""
+	for _, line := range strings.Split(unit, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
+			v = strings.TrimSpace(rest)
+		}
+	}
+	return v
+}
+
+// unitGivesUp says how a unit that restarts would stop doing so: when
+// StartLimitBurst starts fit in StartLimitIntervalSec (systemd's defaults:
+// 5 in 10 s, a restart 100 ms after a failure).
+func unitGivesUp(unit string) error {
+	if unitSetting(unit, "Restart") == "" || unitSetting(unit, "Restart") == "no" {
+		return nil
+	}
+	dur := func(key, def string) (time.Duration, error) {
+		v := unitSetting(unit, key)
+		if v == "" {
+			v = def
+		}
+		if v == "infinity" {
+			return 1 << 62, nil
+		}
+		if _, err := strconv.Atoi(v); err == nil {
+			v += "s"
+		}
+		d, err := time.ParseDuration(strings.ReplaceAll(strings.ReplaceAll(v, "min", "m"), " ", ""))
+		if err != nil {
+			return 0, fmt.Errorf("%s=%s: %v", key, v, err)
+		}
+		return d, nil
+	}
+	interval, err := dur("StartLimitIntervalSec", "10s")
+	if err != nil {
+		return err
+	}
+	restart, err := dur("RestartSec", "100ms")
+	if err != nil {
+		return err
+	}
+	burst := 5
+	if v := unitSetting(unit, "StartLimitBurst"); v != "" {
+		if burst, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("StartLimitBurst=%s: %v", v, err)
+		}
+	}
+	if interval > 0 && time.Duration(burst)*restart <= interval {
+		return fmt.Errorf("a service failing in a loop is given up on after %d starts in %s (RestartSec=%s): "+
+			"set StartLimitIntervalSec=0, so that it comes up when what it waits for at boot does", burst, interval, restart)
+	}
+	return nil
+}
+
+// unitDropInSetsExecStart checks the drop-in a unit's comments show: a
+// drop-in must empty ExecStart (an "ExecStart=" line) before it sets it
+// again, and a comment that tells to change ExecStart in a drop-in shows
+// how.
+func unitDropInSetsExecStart(unit string) error {
+	var comment []string
+	for _, line := range strings.Split(unit, "\n") {
+		if c, ok := strings.CutPrefix(line, "#"); ok {
+			comment = append(comment, strings.TrimSpace(c))
+		}
+	}
+	text := strings.Join(comment, " ")
+	shown, emptied := false, false
+	for _, c := range comment {
+		switch {
+		case c == "ExecStart=":
+			emptied = true
+		case strings.HasPrefix(c, "ExecStart="):
+			if !emptied {
+				return fmt.Errorf("the drop-in in the comments sets %q without emptying ExecStart first (an \"ExecStart=\" line before it)", c)
+			}
+			shown = true
+		}
+	}
+	if !shown && strings.Contains(text, "ExecStart") && (strings.Contains(text, "drop-in") || strings.Contains(text, "systemctl edit")) {
+		return fmt.Errorf("the comments tell to change ExecStart in a drop-in without showing one: show its \"ExecStart=\" line that empties it, then the new ExecStart")
+	}
+	return nil
 }

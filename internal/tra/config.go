@@ -6,18 +6,25 @@
 package tra
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/private/path/pathpol"
 	"github.com/scionproto/scion/private/topology"
+	jsontopo "github.com/scionproto/scion/private/topology/json"
 )
 
 // Policies a destination's paths are chosen by.
@@ -58,12 +65,23 @@ type Config struct {
 
 	// Resolved:
 	IA addr.IA
-	// Routers are the AS's border routers' internal addresses by name: the
-	// first hops of what the translator sends.
+	// Routers are the AS's border routers' internal IPv4 addresses by
+	// name, those given as addresses and those whose names resolved: the
+	// senders of SCION with a standard path the host takes.
 	Routers map[string]netip.AddrPort
-	// IfOwners are the routers (internal addresses) by the AS's
-	// interfaces: the only senders whose SCMP may say one is down.
-	IfOwners            map[uint64]netip.AddrPort
+	// RouterNames are the routers whose internal_addr names a host, as
+	// topology.json gives it (host:port): tra run resolves them again
+	// every resolveEvery, aside from its loop, and keeps the last address
+	// that resolved.
+	RouterNames map[string]string
+	// Skipped are the routers the translator takes nothing from, and why
+	// (an IPv6 internal address: the underlay is IPv4); Unresolved the
+	// routers whose names did not resolve when the file was read.
+	Skipped             map[string]string
+	Unresolved          map[string]string
+	// IfOwners name the router of each of the AS's interfaces: the only
+	// sender (its address in Routers) whose SCMP may say one is down.
+	IfOwners map[uint64]string
 	DispatchedPortStart uint16
 	DispatchedPortEnd   uint16
 	// SMIP is the host's SCION-mapped IPv6 address: the IPv4 form of
@@ -112,9 +130,15 @@ func errorf(file, key, format string, args ...any) error {
 	return &configError{file: file, key: key, msg: fmt.Sprintf(format, args...)}
 }
 
-// LoadConfig reads the TOML file and the topology.json it names. The
-// address may still be unknown (the device's, found at attach).
-func LoadConfig(path string) (*Config, error) {
+// LoadConfig reads the TOML file and the topology.json it names, and
+// resolves the routers given by name (for resolveTimeout: what does not
+// resolve is named in Unresolved, not refused). The address may still be
+// unknown (the device's, found at attach).
+func LoadConfig(path string) (*Config, error) { return loadConfig(path, true) }
+
+// loadConfig is LoadConfig, with or without resolving the routers' names
+// (the daemon's loop resolves none: its resolver does, aside).
+func loadConfig(path string, resolve bool) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, errorf(path, "", "%v; give the translator's TOML file", err)
@@ -174,35 +198,17 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		c.Destinations[ia] = Destination{Policy: d.Policy, Sequence: d.Sequence}
 	}
-	topo, err := topology.RWTopologyFromJSONFile(c.Topology)
+	topo, err := readTopology(c.Topology)
 	if err != nil {
 		return nil, errorf(path, "topology", "%s: %v", c.Topology, err)
 	}
-	c.IA = topo.IA
-	c.Routers = map[string]netip.AddrPort{}
-	c.IfOwners = map[uint64]netip.AddrPort{}
-	for name, br := range topo.BR {
-		c.Routers[name] = br.InternalAddr
-		for _, id := range br.IfIDs {
-			c.IfOwners[uint64(id)] = br.InternalAddr
-		}
+	if err := c.takeTopology(topo); err != nil {
+		return nil, err
 	}
-	// The translator's underlay is IPv4: the host reaches, and takes SCION
-	// from, routers with IPv4 internal addresses only.
-	v4 := 0
-	for _, r := range c.Routers {
-		if r.Addr().Unmap().Is4() {
-			v4++
-		}
-	}
-	if v4 == 0 {
-		return nil, errorf(path, "topology", "%s: no border router has an IPv4 internal_addr; the translator's underlay is IPv4 (give the AS's routers IPv4 internal addresses)", c.Topology)
-	}
-	if len(c.Routers) > MaxRouters {
-		return nil, errorf(path, "topology", "%s: %d border routers; the translator takes at most %d", c.Topology, len(c.Routers), MaxRouters)
-	}
-	if topo.DispatchedPortStart > 0 {
-		c.DispatchedPortStart, c.DispatchedPortEnd = uint16(topo.DispatchedPortStart), uint16(topo.DispatchedPortEnd)
+	if resolve {
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		c.takeResolved(resolveRouters(ctx, c.RouterNames))
+		cancel()
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -269,4 +275,288 @@ func (c *Config) Validate() error {
 		c.SMIP = smip
 	}
 	return nil
+}
+
+// What the translator takes from topology.json: the AS, its dispatched
+// ports, and its border routers' internal addresses. scionproto v0.12.0's
+// loader (private/topology, populateBR) resolves an internal_addr that
+// names a host once, with net.ResolveUDPAddr ("udp": the first IPv4
+// address, else the first IPv6 one), and fails the whole file when a name
+// does not resolve: a router's new address would be refused as spoofed
+// until the file changed, and DNS down at boot would stop tra run in a
+// restart loop. So the translator reads the raw JSON itself, keeps the
+// names, and resolves them aside from its loop, again and again.
+
+// topoInfo is what readTopology takes from topology.json.
+type topoInfo struct {
+	IA                   addr.IA
+	DispatchedStart, End uint16
+	literal              map[string]netip.AddrPort // internal_addr given as an address
+	names                map[string]string         // ... or as host:port
+	owners               map[uint64]string         // each interface's router
+}
+
+// placeholder stands for a name in the copy of the file scionproto
+// validates (TEST-NET-1): it validates everything but resolves nothing.
+const placeholder = "192.0.2.1"
+
+// readTopology reads topology.json: validated whole as scionproto's loader
+// validates it, with every name left unresolved.
+func readTopology(path string) (*topoInfo, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	raw := &jsontopo.Topology{}
+	if err := json.Unmarshal(b, raw); err != nil {
+		return nil, err
+	}
+	t := &topoInfo{literal: map[string]netip.AddrPort{}, names: map[string]string{}, owners: map[uint64]string{}}
+	noDNS := func(s string) string {
+		if _, err := netip.ParseAddrPort(s); err == nil || s == "" {
+			return s
+		}
+		if host, port, err := net.SplitHostPort(s); err == nil && host != "" {
+			return net.JoinHostPort(placeholder, port)
+		}
+		return s
+	}
+	for name, br := range raw.BorderRouters {
+		if br == nil || br.InternalAddr == "" {
+			return nil, fmt.Errorf("border router %s: no internal_addr", name)
+		}
+		if a, err := netip.ParseAddrPort(br.InternalAddr); err == nil {
+			t.literal[name] = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		} else if host, _, err := net.SplitHostPort(br.InternalAddr); err != nil || host == "" {
+			return nil, fmt.Errorf("border router %s: internal_addr %q: want address:port or host:port", name, br.InternalAddr)
+		} else {
+			t.names[name] = br.InternalAddr
+		}
+		br.InternalAddr = noDNS(br.InternalAddr)
+		for id, i := range br.Interfaces {
+			t.owners[uint64(id)] = name
+			if i != nil {
+				i.Underlay.Local, i.Underlay.Remote, i.Underlay.DeprecatedPublic = noDNS(i.Underlay.Local), noDNS(i.Underlay.Remote), noDNS(i.Underlay.DeprecatedPublic)
+			}
+		}
+	}
+	for _, svc := range []map[string]*jsontopo.ServerInfo{raw.ControlService, raw.DiscoveryService, raw.HiddenSegmentLookup, raw.HiddenSegmentReg} {
+		for _, si := range svc {
+			if si != nil {
+				si.Addr = noDNS(si.Addr)
+			}
+		}
+	}
+	for _, g := range raw.SIG {
+		if g != nil {
+			g.CtrlAddr, g.DataAddr, g.ProbeAddr = noDNS(g.CtrlAddr), noDNS(g.DataAddr), noDNS(g.ProbeAddr)
+		}
+	}
+	topo, err := topology.RWTopologyFromJSONTopology(raw)
+	if err != nil {
+		return nil, err
+	}
+	t.IA = topo.IA
+	if topo.DispatchedPortStart > 0 {
+		t.DispatchedStart, t.End = topo.DispatchedPortStart, topo.DispatchedPortEnd
+	}
+	return t, nil
+}
+
+// takeTopology takes the AS, the dispatched ports and the routers given by
+// address; the routers given by name are left to resolve. Only IPv4
+// internal addresses count toward the routers the translator takes
+// (MaxRouters); a router given by name counts as one.
+func (c *Config) takeTopology(t *topoInfo) error {
+	c.IA = t.IA
+	c.IfOwners = t.owners
+	c.DispatchedPortStart, c.DispatchedPortEnd = t.DispatchedStart, t.End
+	c.Routers, c.RouterNames, c.Skipped, c.Unresolved = map[string]netip.AddrPort{}, t.names, map[string]string{}, map[string]string{}
+	for name, a := range t.literal {
+		if !a.Addr().Is4() {
+			c.Skipped[name] = fmt.Sprintf("internal_addr %s is IPv6, and the translator's underlay is IPv4", a)
+			continue
+		}
+		c.Routers[name] = a
+	}
+	// The translator's underlay is IPv4: the host reaches, and takes SCION
+	// from, routers with IPv4 internal addresses only.
+	if len(c.Routers) == 0 && len(c.RouterNames) == 0 {
+		return errorf(c.Path, "topology", "%s: no border router has an IPv4 internal_addr; the translator's underlay is IPv4 (give the AS's routers IPv4 internal addresses)", c.Topology)
+	}
+	if n := len(c.Routers) + len(c.RouterNames); n > MaxRouters {
+		return errorf(c.Path, "topology", "%s: %d border routers with IPv4 (or named) internal addresses; the translator takes at most %d", c.Topology, n, MaxRouters)
+	}
+	return nil
+}
+
+// takeResolved takes what resolving the routers' names found: an IPv4
+// address is the router's, an IPv6 one is skipped (as an IPv6
+// internal_addr is), a failure leaves the router unresolved.
+func (c *Config) takeResolved(r resolvedRouters) {
+	for name := range c.RouterNames {
+		delete(c.Unresolved, name)
+		delete(c.Skipped, name)
+		a, ok := r.addrs[name]
+		switch {
+		case !ok:
+			c.Unresolved[name] = fmt.Sprintf("%s does not resolve: %v", c.RouterNames[name], r.errs[name])
+		case !a.Addr().Is4():
+			c.Skipped[name] = fmt.Sprintf("%s resolves to IPv6 %s only, and the translator's underlay is IPv4", c.RouterNames[name], a.Addr())
+			delete(c.Routers, name)
+		default:
+			c.Routers[name] = a
+		}
+	}
+}
+
+// RouterWarnings say which routers the translator takes nothing from, and
+// why: IPv6 internal addresses, names that do not resolve.
+func (c *Config) RouterWarnings() []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(c.Skipped)) {
+		out = append(out, fmt.Sprintf("%s: border router %s skipped: %s (SCION from it is refused as spoofed)", c.Topology, name, c.Skipped[name]))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Unresolved)) {
+		out = append(out, fmt.Sprintf("%s: border router %s: %s; SCION from it is refused as spoofed until it resolves (tra run asks again every %s)", c.Topology, name, c.Unresolved[name], resolveRetry))
+	}
+	return out
+}
+
+// How routers given by name are resolved: each name within resolveTimeout,
+// all of them again every resolveEvery, sooner (resolveRetry) while one
+// does not resolve.
+var (
+	resolveTimeout = 2 * time.Second
+	resolveEvery   = time.Minute
+	resolveRetry   = 10 * time.Second
+)
+
+// lookupHost resolves a host name (tests replace it).
+var lookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// resolvedRouters is what one resolution of the routers' names found.
+type resolvedRouters struct {
+	names map[string]string // what was resolved: router → host:port
+	addrs map[string]netip.AddrPort
+	errs  map[string]error
+}
+
+// resolveRouters resolves the routers' names at once, each as scionproto's
+// loader would (the first IPv4 address, else the first IPv6 one).
+func resolveRouters(ctx context.Context, names map[string]string) resolvedRouters {
+	r := resolvedRouters{names: names, addrs: map[string]netip.AddrPort{}, errs: map[string]error{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, hp := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := resolveRouter(ctx, hp)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				r.errs[name] = err
+			} else {
+				r.addrs[name] = a
+			}
+		}()
+	}
+	wg.Wait()
+	return r
+}
+
+func resolveRouter(ctx context.Context, hostport string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	p, err := net.DefaultResolver.LookupPort(ctx, "udp", port)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	addrs, err := lookupHost(ctx, host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("no address for %s", host)
+	}
+	pick := addrs[0].Unmap()
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			pick = a.Unmap()
+			break
+		}
+	}
+	return netip.AddrPortFrom(pick, uint16(p)), nil
+}
+
+// routerResolver resolves the routers' names aside from the daemon's loop,
+// which it hands each result (out) and which hands it a new set of names
+// when topology.json changes (set).
+type routerResolver struct {
+	names chan map[string]string
+	out   chan resolvedRouters
+}
+
+func newRouterResolver() *routerResolver {
+	return &routerResolver{names: make(chan map[string]string, 1), out: make(chan resolvedRouters)}
+}
+
+// set has names resolved now, in place of the ones before (the loop's
+// call: it never blocks).
+func (r *routerResolver) set(names map[string]string) {
+	select {
+	case <-r.names:
+	default:
+	}
+	select {
+	case r.names <- names:
+	default:
+	}
+}
+
+// run resolves names, first after retry if some did not resolve at load,
+// until ctx is done.
+func (r *routerResolver) run(ctx context.Context, names map[string]string, retry bool) {
+	wait := resolveEvery
+	if retry {
+		wait = resolveRetry
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case names = <-r.names:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-timer.C:
+		}
+		if len(names) == 0 {
+			timer.Reset(resolveEvery)
+			continue
+		}
+		res := resolveRouters(ctx, names)
+		select {
+		case r.out <- res:
+		case <-ctx.Done():
+			return
+		}
+		wait = resolveEvery
+		if len(res.errs) > 0 {
+			wait = resolveRetry
+		}
+		timer.Reset(wait)
+	}
 }

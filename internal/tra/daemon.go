@@ -114,21 +114,43 @@ func (l Limits) withDefaults() Limits {
 // the device's address is found) and runs the daemon until ctx is done. It
 // leaves the translator attached: `tra detach` removes it.
 func AttachAndRun(ctx context.Context, cfg *Config, o RunOptions) error {
+	// A second daemon stops before it swaps the first one's programs.
+	lock, err := lockInstance(Name(cfg.Pair, ""), cfg.Path)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 	name, err := Attach(cfg, AttachOptions{Warn: o.Log})
 	if err != nil {
 		return err
 	}
 	o.Name = name
-	return Run(ctx, cfg, o)
+	for _, w := range cfg.RouterWarnings() {
+		fmt.Fprintf(o.Log, "warning: %s\n", w)
+	}
+	return run(ctx, cfg, o)
 }
 
 // Run runs the daemon until ctx is done. It must run in the host's network
 // namespace (its sockets reach the daemon and the pair), with the
-// translator attached.
+// translator attached. One daemon runs a translator: a second one fails
+// at once (ErrAlreadyRunning), naming the first one's PID.
 func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	if o.Name == "" {
 		o.Name = Name(cfg.Pair, "")
 	}
+	lock, err := lockInstance(o.Name, cfg.Path)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+	return run(ctx, cfg, o)
+}
+
+func run(ctx context.Context, cfg *Config, o RunOptions) error {
+	// What runs aside from the loop ends with it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -140,6 +162,8 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	case cfg.ProbeEvery < 0:
 		lim.ProbeEvery = -1
 	case cfg.ProbeEvery > 0:
+		// probe_interval sets the dead timeout too: 10/3 of it, 500 ms
+		// at the default 150 ms (docs/tra.example.toml).
 		lim.ProbeEvery, lim.ProbeDead = cfg.ProbeEvery, cfg.ProbeEvery*10/3
 	}
 	if cfg.IdleTimeout != 0 {
@@ -183,9 +207,28 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 	defer out.Close()
 
 	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
-	d.health = newHealth(cfg, o.Name, p, inj, o.Log)
-	d.gateway = newGateways(cfg.Device).of
-	d.pair = netlinkPair{pair: cfg.Pair, device: cfg.Device}
+	res := newRouterResolver()
+	resolving := make(chan struct{})
+	go func() {
+		defer close(resolving)
+		res.run(ctx, cfg.RouterNames, len(cfg.Unresolved) > 0)
+	}()
+	defer func() { cancel(); <-resolving }()
+	// The host's changes come by netlink, subscribed to from this thread
+	// (the host's namespace) before anything is looked up.
+	watch, err := newHostWatch(cfg)
+	if err != nil {
+		return err
+	}
+	defer watch.close()
+	if err := watch.subscribe(); err != nil {
+		fmt.Fprintf(o.Log, "netlink updates: %v; the host is looked at each second\n", err)
+	}
+	watch.lookup()
+	gw := newGateways(cfg.Device, watch)
+	d.health = newHealth(cfg, o.Name, p, inj, o.Log, res, watch, gw)
+	d.gateway = gw.of
+	d.pair = watch.pair()
 	if err := d.adopt(); err != nil {
 		fmt.Fprintf(o.Log, "adopt the installed paths: %v\n", err)
 	}
@@ -231,6 +274,10 @@ func Run(ctx context.Context, cfg *Config, o RunOptions) error {
 			d.safely("probe reply", func() { d.onProbeReply(ev) })
 		case r := <-d.results:
 			d.safely("lookup result", func() { d.onResult(r) })
+		case r := <-res.out:
+			d.safely("router names", func() { d.health.onResolved(d, r) })
+		case <-watch.wake:
+			d.safely("host", func() { d.health.onHost(d) })
 		case <-tick.C:
 			d.safely("tick", d.tick)
 			if d.health != nil && d.health.gone {

@@ -171,7 +171,7 @@ type testDaemon struct {
 func newTestDaemon(t *testing.T, maxPaths int, lim Limits) *testDaemon {
 	t.Helper()
 	cfg := &Config{IA: localIA, Address: hostIP4, SMIP: hostSMIP, Policy: PolicyShortest, MaxPaths: maxPaths, Destinations: map[addr.IA]Destination{},
-		IfOwners: map[uint64]netip.AddrPort{1: routerAddr, 2: routerAddr}}
+		Routers: map[string]netip.AddrPort{"br1": routerAddr}, IfOwners: map[uint64]string{1: "br1", 2: "br1"}}
 	td := &testDaemon{plane: newFakePlane(), host: &fakeHost{}, sc: &fakeSCION{}, src: &fakeSource{paths: map[addr.IA][]snet.Path{}},
 		clock: time.Unix(1_800_000_000, 0)}
 	td.pathDaemon = newPathDaemon(cfg, td.plane, td.src, td.host, td.sc, testLog{t}, lim, time.Minute)

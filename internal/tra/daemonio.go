@@ -13,6 +13,7 @@ import (
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/daemon"
 	"github.com/scionproto/scion/pkg/snet"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,16 +123,18 @@ func newInjector(pair string) (*injector, error) {
 	return i, nil
 }
 
+// lookup finds the pair's ends, a netlink request each (by name: not the
+// dump of every link net.InterfaceByName makes).
 func (i *injector) lookup() error {
-	host, err := net.InterfaceByName(i.pair + "0")
+	host, err := netlink.LinkByName(i.pair + "0")
 	if err != nil {
 		return fmt.Errorf("the translator's device %s0: %w (is it attached in this namespace?)", i.pair, err)
 	}
-	trans, err := net.InterfaceByName(i.pair + "1")
+	trans, err := netlink.LinkByName(i.pair + "1")
 	if err != nil {
 		return fmt.Errorf("the translator's device %s1: %w", i.pair, err)
 	}
-	i.ifindex, i.trans, i.src, i.dst = host.Index, trans.Index, host.HardwareAddr, trans.HardwareAddr
+	i.ifindex, i.trans, i.src, i.dst = host.Attrs().Index, trans.Attrs().Index, host.Attrs().HardwareAddr, trans.Attrs().HardwareAddr
 	return nil
 }
 

@@ -81,6 +81,7 @@ const (
 	statIfDownProbed       = int(translatorTraDaemonCounterTRA_D_IF_DOWN_PROBED)
 	statProbeRefused       = int(translatorTraDaemonCounterTRA_D_PROBE_REFUSED)
 	statOwnerLimited       = int(translatorTraDaemonCounterTRA_D_OWNER_LIMITED)
+	statResolveFailed      = int(translatorTraDaemonCounterTRA_D_RESOLVE_FAILED)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -97,6 +98,7 @@ var daemonCounterNames = [statCount]string{
 	statGoroutines: "goroutines", statRSS: "rss_kib", statPairMTUSet: "pair_mtu_set", statPairMTU: "pair_mtu",
 	statIfDownForged: "interface_down_forged", statIfDownProbed: "interface_down_probed",
 	statProbeRefused: "probe_refused", statOwnerLimited: "owner_limited",
+	statResolveFailed: "resolve_failed",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.
@@ -147,6 +149,10 @@ type dest struct {
 	busy        float64
 	probedUse   time.Time
 	claimProbed time.Time // when an interface-down claim last had its paths probed
+	// urgentRefresh says the next lookup is for an error that condemned
+	// what scionproto's daemon has cached (wantFresh): it asks its
+	// control service again.
+	urgentRefresh bool
 }
 
 type recentPath struct {
@@ -635,15 +641,30 @@ func (d *pathDaemon) dispatch() {
 		d.unqueueOwner(x)
 		d.inflight++
 		d.stats.add(statLookups, 1)
-		// A destination with paths asks scionproto's daemon to ask its
-		// control service again: its cache holds what is about to expire
-		// or what an error said is broken.
-		d.lookup(ia, len(x.dp) > 0)
+		// A periodic refresh takes what scionproto's daemon has cached (it
+		// asks its control service again at its own query interval): one
+		// control-service fetch per destination in use a minute would load
+		// it as a scan does. It is asked to fetch afresh only for an error
+		// (wantFresh: paths expired, a failover), or when the paths
+		// installed expire within MinLife: its cache has nothing fresher.
+		fresh := x.urgentRefresh || (len(x.dp) > 0 && !x.expires.IsZero() && x.expires.Sub(d.now()) < d.lim.MinLife)
+		x.urgentRefresh = false
+		d.lookup(ia, fresh)
 	}
 }
 
-// lookup asks for paths aside from the loop; the result comes back on
-// d.results, which has room for every lookup in flight.
+// wantFresh queues an urgent lookup for x that asks scionproto's daemon to
+// ask its control service again (Refresh): for an error that says what it
+// cached is broken or gone (paths expired, an interface down, a path found
+// dead).
+func (d *pathDaemon) wantFresh(x *dest) {
+	x.urgentRefresh = true
+	d.want(x, true)
+}
+
+// lookup asks for paths aside from the loop (refresh: past scionproto's
+// daemon's cache); the result comes back on d.results, which has room for
+// every lookup in flight.
 func (d *pathDaemon) lookup(ia addr.IA, refresh bool) {
 	go func() {
 		r := lookupResult{ia: ia}
@@ -1051,7 +1072,8 @@ func (d *pathDaemon) expire(x *dest, now time.Time) {
 	if len(keep) == 0 {
 		d.logf("paths to %s expired", x.ia)
 	}
-	d.want(x, true)
+	// What scionproto's daemon cached expired with them: ask past it.
+	d.wantFresh(x)
 }
 
 // residentKiB is this process's resident memory (VmRSS), 0 if unknown.

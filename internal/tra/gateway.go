@@ -1,7 +1,6 @@
 package tra
 
 import (
-	"net"
 	"net/netip"
 	"time"
 
@@ -9,14 +8,13 @@ import (
 )
 
 // Each path's first hop is reached by the host's routes: on the device's
-// link, or through a gateway. The daemon looks the route up once a second
-// per first hop and writes the neighbour into the path, so that tra_out
-// redirects to it without a route lookup a packet; a path without one (not
-// known yet, or a route by another device) is routed by the kernel each
-// packet.
-
-// gatewayTTL is how long a looked-up route is taken as it is.
-const gatewayTTL = time.Second
+// link, or through a gateway. The daemon looks the route up per first hop
+// when a path is installed and writes the neighbour into the path, so that
+// tra_out redirects to it without a route lookup a packet; a path without
+// one (not known yet, or a route by another device) is routed by the
+// kernel each packet. A looked-up route is kept until an IPv4 route or the
+// device changes (netlink says so: health.gatewaysChanged), and at most
+// fullCheckEvery.
 
 type gatewayEntry struct {
 	gw netip.Addr
@@ -26,25 +24,39 @@ type gatewayEntry struct {
 // gateways are the routes to the first hops, as the host's FIB gives them.
 type gateways struct {
 	device string
-	cache  map[netip.Addr]gatewayEntry
+	// watch gives the device's index and the netlink handle (nil: looked
+	// up by name each time).
+	watch *hostWatch
+	cache map[netip.Addr]gatewayEntry
 }
 
-func newGateways(device string) *gateways {
-	return &gateways{device: device, cache: map[netip.Addr]gatewayEntry{}}
+func newGateways(device string, w *hostWatch) *gateways {
+	return &gateways{device: device, watch: w, cache: map[netip.Addr]gatewayEntry{}}
 }
+
+// invalidate forgets every route: a route or the device changed.
+func (g *gateways) invalidate() { clear(g.cache) }
 
 // of is the neighbour that takes what goes to nh: nh itself on the
 // device's link, its route's gateway otherwise; invalid if the route does
 // not leave by the device, or there is none. Called in the host's
 // namespace.
 func (g *gateways) of(nh netip.Addr, now time.Time) netip.Addr {
-	if e, ok := g.cache[nh]; ok && now.Sub(e.at) < gatewayTTL {
+	if e, ok := g.cache[nh]; ok && now.Sub(e.at) < fullCheckEvery {
 		return e.gw
 	}
 	var gw netip.Addr
-	dev, err := net.InterfaceByName(g.device)
-	routes, rerr := netlink.RouteGet(nh.AsSlice())
-	if err == nil && rerr == nil && len(routes) > 0 && routes[0].LinkIndex == dev.Index {
+	var index int
+	var routes []netlink.Route
+	var err error
+	if g.watch != nil {
+		index = g.watch.index(g.device)
+		routes, err = g.watch.h.RouteGet(nh.AsSlice())
+	} else if l, lerr := netlink.LinkByName(g.device); lerr == nil {
+		index = l.Attrs().Index
+		routes, err = netlink.RouteGet(nh.AsSlice())
+	}
+	if index > 0 && err == nil && len(routes) > 0 && routes[0].LinkIndex == index {
 		gw = nh
 		if a, ok := netip.AddrFromSlice(routes[0].Gw); ok && routes[0].Gw != nil {
 			gw = a.Unmap()

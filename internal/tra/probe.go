@@ -214,7 +214,7 @@ func (d *pathDaemon) checkProbed(x *dest, now time.Time) {
 	})
 	d.dropPaths(x, func(i int) bool { return gone[i] }, now)
 	d.logf("paths to %s: %d of %d unanswered by their probes, dropped; %d left", x.ia, len(gone), n, len(x.dp))
-	d.want(x, true)
+	d.wantFresh(x)
 }
 
 // shunSuspects avoids, for a while, the interfaces of a silent path that no

@@ -236,12 +236,12 @@ func (d *pathDaemon) interfaceDown(ev Event, e *scmpError) (believed, bereft boo
 		}
 		if d.leftWith(y, gone, now) == 0 {
 			d.logf("SCMP %d from %s: interface %v down; paths to %s through it kept until a lookup brings others (no other path)", e.typ, e.ia, e.ifids, y.ia)
-			d.want(y, true)
+			d.wantFresh(y)
 			continue
 		}
 		if dropped := d.dropPaths(y, gone, now); dropped > 0 {
 			d.logf("SCMP %d from %s: interface %v down; paths to %s through it dropped, %d left", e.typ, e.ia, e.ifids, y.ia, len(y.dp))
-			d.want(y, true)
+			d.wantFresh(y)
 		}
 	}
 	return true, len(x.dp) == 0
@@ -252,14 +252,14 @@ const scionPathType = 1
 
 // ownedBySender says whether the router that sent an interface down (its
 // internal address, as the data plane saw it hand the error over) is the
-// one whose interfaces it names: the first non-zero of them (an internal
-// connectivity down names the ingress interface first).
+// one whose interfaces it names (topology.json): the first non-zero of them
+// (an internal connectivity down names the ingress interface first).
 func (d *pathDaemon) ownedBySender(from netip.AddrPort, ifids []uint64) bool {
 	for _, id := range ifids {
 		if id == 0 {
 			continue
 		}
-		owner, ok := d.cfg.IfOwners[id]
+		owner, ok := d.cfg.Routers[d.cfg.IfOwners[id]]
 		return ok && owner.Addr().Unmap() == from.Addr().Unmap() && owner.Port() == from.Port()
 	}
 	return false

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -18,6 +19,7 @@ import (
 	"github.com/safchain/ethtool"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
@@ -273,36 +275,59 @@ func (t *Translator) SetPaths(ia addr.IA, paths []Path) error {
 
 // setRouters replaces the routers the host takes SCION from: the new ones
 // go in before the old ones that are left go, so that no router's packets
-// are refused in between.
+// are refused in between. IPv6 internal addresses are left out (the
+// underlay is IPv4; LoadConfig names them) and take no room.
 func setRouters(m *ebpf.Map, routers []netip.AddrPort) error {
-	if len(routers) > int(m.MaxEntries()) {
-		return fmt.Errorf("%d border routers: the translator takes at most %d", len(routers), m.MaxEntries())
-	}
-	want := map[translatorTraAddr4]bool{}
+	var v4 []netip.AddrPort
 	for _, r := range routers {
-		if !r.Addr().Unmap().Is4() {
-			continue // an IPv6 internal address: the underlay is IPv4
+		if r.Addr().Unmap().Is4() {
+			v4 = append(v4, r)
 		}
+	}
+	if len(v4) > int(m.MaxEntries()) {
+		return fmt.Errorf("%d border routers with IPv4 internal addresses: the translator takes at most %d", len(v4), m.MaxEntries())
+	}
+	want := map[translatorTraAddr4]netip.AddrPort{}
+	for _, r := range v4 {
 		a := r.Addr().Unmap().As4()
-		k := translatorTraAddr4{Addr: binary.NativeEndian.Uint32(a[:]), Port: htons(r.Port())}
-		want[k] = true
-		if err := m.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("router %s: %w", r, err)
-		}
+		want[translatorTraAddr4{Addr: binary.NativeEndian.Uint32(a[:]), Port: htons(r.Port())}] = r
 	}
 	var k translatorTraAddr4
 	var v uint8
 	var stale []translatorTraAddr4
+	have := map[translatorTraAddr4]bool{}
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if !want[k] {
+		have[k] = true
+		if _, ok := want[k]; !ok {
 			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	added := 0
+	for k := range want {
+		if !have[k] {
+			added++
+		}
+	}
+	// Without room for the new ones beside the old, the old go first.
+	if len(have)+added > int(m.MaxEntries()) {
+		for _, k := range stale {
+			m.Delete(k)
+		}
+		stale = nil
+	}
+	for k, r := range want {
+		if err := m.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("router %s: %w", r, err)
 		}
 	}
 	for _, k := range stale {
 		m.Delete(k)
 	}
-	return it.Err()
+	return nil
 }
 
 // Counts are the counters summed over CPUs, by verdict name.
@@ -451,6 +476,11 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
+	// A pair deleted and made again leaves the old one's TC links severed:
+	// attach afresh.
+	for _, pin := range []string{tcLinkPin, tcEgressLinkPin} {
+		removeSeveredTCX(filepath.Join(dir, pin))
+	}
 	if err := xdp.AttachTCX(filepath.Join(dir, tcLinkPin), xdp.Iface{Netns: o.Netns, Name: cfg.Pair + "1"}, pair.pairIndex, t.objs.TraOut, ebpf.AttachTCXIngress); err != nil {
 		return "", err
 	}
@@ -461,6 +491,20 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 		fmt.Fprintf(o.Warn, "warning: translator %s: %v; frames the pair refuses are counted translated_in, not tx_failed\n", name, err)
 	}
 	return name, nil
+}
+
+// removeSeveredTCX removes a pinned TC link whose device went (its
+// ifindex is 0 then): it cannot be updated, only made anew.
+func removeSeveredTCX(pin string) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return
+	}
+	info, err := l.Info()
+	l.Close()
+	if err == nil && info.TCX() != nil && info.TCX().Ifindex == 0 {
+		os.Remove(pin)
+	}
 }
 
 // Pins of the transmit tracepoints' links.
@@ -635,6 +679,21 @@ func (p *Pinned) UsedAt() ([]uint32, error) { return p.usedAt() }
 
 // SetRouters replaces the border routers the host takes SCION from.
 func (p *Pinned) SetRouters(routers []netip.AddrPort) error { return setRouters(p.routers, routers) }
+
+// SetDispatched sets the dispatched ports tra_in takes SCION on besides
+// the end-host port (topology.json's dispatched_ports; 0-0: none); it says
+// whether they changed.
+func (p *Pinned) SetDispatched(start, end uint16) (bool, error) {
+	c, err := p.config()
+	if err != nil {
+		return false, err
+	}
+	if c.DispatchedStart == start && c.DispatchedEnd == end {
+		return false, nil
+	}
+	c.DispatchedStart, c.DispatchedEnd = start, end
+	return true, p.conf.Put(uint32(0), &c)
+}
 
 // SetUnderlaySWCsum tells tra_out_egress whether the underlay device
 // completes pending checksums in software; it says whether that changed.
@@ -850,4 +909,77 @@ func nsName(ns string) string {
 		return "this network namespace"
 	}
 	return "network namespace " + ns
+}
+
+// LockDir holds the daemons' instance locks: bpffs, where the pins live,
+// takes no flock.
+var LockDir = "/run/fastpath"
+
+// ErrAlreadyRunning is returned by Run when another daemon runs the same
+// translator: two would split its ring buffers between them and fight
+// over its slots.
+var ErrAlreadyRunning = errors.New("already running")
+
+// instanceLock is a daemon's hold on its translator.
+type instanceLock struct {
+	f    *os.File
+	path string
+}
+
+// lockInstance takes the translator's lock (LockDir/tra-NAME.lock, 0600,
+// holding the PID), or says who holds it. A lock file removed and made
+// again between the open and the flock is opened again: the lock is on the
+// file the path names.
+func lockInstance(name, cfgPath string) (*instanceLock, error) {
+	if err := os.MkdirAll(LockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("translator %s: the lock's directory: %w", name, err)
+	}
+	path := filepath.Join(LockDir, "tra-"+name+".lock")
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("translator %s: lock: %w", name, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			b, _ := io.ReadAll(io.LimitReader(f, 32))
+			f.Close()
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("translator %s: lock %s: %w", name, path, err)
+			}
+			by := "another process"
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				by = fmt.Sprintf("PID %d", pid)
+			}
+			return nil, fmt.Errorf("translator %s is already run by %s; stop it first (%s): %w", name, by, stopHint(cfgPath), ErrAlreadyRunning)
+		}
+		var held, named unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(path, &named) != nil || held.Ino != named.Ino || held.Dev != named.Dev {
+			f.Close()
+			continue
+		}
+		if err := f.Truncate(0); err == nil {
+			_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		}
+		return &instanceLock{f: f, path: path}, nil
+	}
+}
+
+// stopHint names how to stop the daemon that holds a translator: its
+// service, if the configuration is the unit's.
+func stopHint(cfgPath string) string {
+	base := filepath.Base(cfgPath)
+	if inst, ok := strings.CutPrefix(strings.TrimSuffix(base, ".toml"), "tra-"); ok && strings.HasSuffix(base, ".toml") && inst != "" {
+		return "systemctl stop fastpath-tra@" + inst
+	}
+	return "systemctl stop fastpath-tra@INSTANCE, or end the other tra run"
+}
+
+// release gives the lock up; the file goes while it is still held, so
+// that no one locks a file no longer at the path.
+func (l *instanceLock) release() {
+	if l == nil {
+		return
+	}
+	os.Remove(l.path)
+	l.f.Close()
 }
