@@ -77,11 +77,11 @@ type Config struct {
 	// Skipped are the routers the translator takes nothing from, and why
 	// (an IPv6 internal address: the underlay is IPv4); Unresolved the
 	// routers whose names did not resolve when the file was read.
-	Skipped             map[string]string
-	Unresolved          map[string]string
+	Skipped    map[string]string
+	Unresolved map[string]string
 	// IfOwners name the router of each of the AS's interfaces: the only
 	// sender (its address in Routers) whose SCMP may say one is down.
-	IfOwners map[uint64]string
+	IfOwners            map[uint64]string
 	DispatchedPortStart uint16
 	DispatchedPortEnd   uint16
 	// SMIP is the host's SCION-mapped IPv6 address: the IPv4 form of

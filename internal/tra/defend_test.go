@@ -313,7 +313,7 @@ func TestEventLayout(t *testing.T) {
 		"src_host_len": {evSrcHostLen, unsafe.Offsetof(e.SrcHostLen)}, "path_type": {evPathType, unsafe.Offsetof(e.PathType)},
 		"uid": {evUID, unsafe.Offsetof(e.Uid)}, "src_host": {evSrcHost, unsafe.Offsetof(e.SrcHost)},
 		"from_addr": {evFromAddr, unsafe.Offsetof(e.FromAddr)}, "from_port": {evFromPort, unsafe.Offsetof(e.FromPort)},
-		"data": {evData, unsafe.Offsetof(e.Data)},
+		"data":     {evData, unsafe.Offsetof(e.Data)},
 		"probe ia": {prIA, unsafe.Offsetof(r.Ia)}, "probe from_addr": {prFromAddr, unsafe.Offsetof(r.FromAddr)},
 		"probe from_port": {prFromPort, unsafe.Offsetof(r.FromPort)}, "probe path_type": {prPathType, unsafe.Offsetof(r.PathType)},
 		"probe len": {prLen, unsafe.Offsetof(r.Len)}, "probe msg": {prMsg, unsafe.Offsetof(r.Msg)},
