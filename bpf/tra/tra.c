@@ -46,21 +46,29 @@ struct {
 	__type(value, struct tra_config);
 } tra_conf SEC(".maps");
 
-/* Paths by destination ISD-AS, filled by the daemon (tra run): each value
- * an array of one struct tra_dest, replaced whole. A hash element the
- * kernel recycles at once for another key cannot hand a packet another
- * AS's paths: the inner value names its AS, and is checked. */
+/* Where each destination AS's paths are, by its ISD-AS (network order):
+ * its entry of tra_sets and that entry's generation. The daemon writes a
+ * set whole into a free entry, then points the destination to it with one
+ * update here; neither update waits for a grace period (a map of maps
+ * does, on each update from userspace). A hash element the kernel recycles
+ * at once for another key cannot hand a packet another AS's paths: the set
+ * names its AS and generation, and both are checked. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, TRA_MAX_DESTS);
 	__type(key, __u64);
-	__array(values, struct {
-		__uint(type, BPF_MAP_TYPE_ARRAY);
-		__uint(max_entries, 1);
-		__type(key, __u32);
-		__type(value, struct tra_dest);
-	});
-} tra_paths SEC(".maps");
+	__type(value, struct tra_set_ref);
+} tra_dests SEC(".maps");
+
+/* The destinations' sets of paths. An entry is written only while no
+ * destination points to it and none has for a while (dataplane.go: longer
+ * than a program runs), so that a packet reads one set whole. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TRA_SETS);
+	__type(key, __u32);
+	__type(value, struct tra_dest);
+} tra_sets SEC(".maps");
 
 /* When each destination last had a packet (coarse monotonic time in units
  * of 2^30 ns), by its slot: the daemon refreshes and probes only what is in
@@ -120,13 +128,11 @@ struct {
 	__type(value, __u64);
 } tra_daemon SEC(".maps");
 
-/* Unused by the programs: put the enums, struct tra_event (a ring buffer
- * has no value type) and struct tra_dest (clang declares an inner map's
- * value type only forward) into BTF for bpf2go. */
+/* Unused by the programs: put the enums and struct tra_event (a ring
+ * buffer has no value type) into BTF for bpf2go. */
 volatile const enum tra_verdict tra_verdict_anchor = TRA_VERDICT_MAX;
 volatile const enum tra_daemon_counter tra_daemon_anchor = TRA_D_MAX;
 const struct tra_event *tra_event_anchor __attribute__((unused));
-const struct tra_dest *tra_dest_anchor __attribute__((unused));
 
 /* Counters per direction and verdict: tra_out's come first, then tra_in's,
  * so that each program's packets add up to what it was handed. */
@@ -542,17 +548,19 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
  * the packet and sends it again once it has one. The local AS needs none. */
 static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
 {
-	__u32 zero = 0, n, i;
+	struct tra_set_ref *ref;
 	struct tra_dest *d;
-	void *inner;
+	__u32 set, gen, n, i;
 
 	if (p->dst_ia == p->cfg->local_ia)
 		return CONTINUE;
-	inner = bpf_map_lookup_elem(&tra_paths, &p->dst_ia);
-	if (!inner)
+	ref = bpf_map_lookup_elem(&tra_dests, &p->dst_ia);
+	if (!ref)
 		return hold(skb, p);
-	d = bpf_map_lookup_elem(inner, &zero);
-	if (!d || d->ia != p->dst_ia || d->n == 0)
+	set = ref->set;
+	gen = ref->gen;
+	d = bpf_map_lookup_elem(&tra_sets, &set);
+	if (!d || d->ia != p->dst_ia || d->gen != gen || d->n == 0)
 		return hold(skb, p);
 	n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
 	i = hash % n;

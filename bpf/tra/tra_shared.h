@@ -15,6 +15,11 @@
 #ifndef TRA_MAX_DESTS
 #define TRA_MAX_DESTS 4096 /* destinations with paths; a power of two (slots of tra_used) */
 #endif
+#ifndef TRA_SETS
+#define TRA_SETS (2 * TRA_MAX_DESTS) /* entries of tra_sets: every destination's set
+				      * and as many free or set aside, so that all
+				      * can be replaced at once (a route change) */
+#endif
 #ifndef TRA_MAX_ROUTERS
 #define TRA_MAX_ROUTERS 64 /* the AS's border routers' internal addresses */
 #endif
@@ -89,14 +94,25 @@ struct tra_path {
 	__u8 raw[TRA_PATH_MAX];
 };
 
-/* A destination AS's paths: the one entry of an inner map of tra_paths.
- * The daemon writes a new inner map whole and swaps it in, so that a
- * packet reads one set of paths, never a set being rewritten. */
+/* A destination AS's set of paths: an entry of tra_sets. The daemon writes
+ * a set whole into an entry no destination points to, then points the
+ * destination to it (tra_dests); an entry is written again only once no
+ * program can still be reading it, so that a packet reads one set of
+ * paths, never a set being rewritten. */
 struct tra_dest {
 	__u64 ia;   /* the destination, network order: checked against the key */
+	__u32 gen;  /* written with the entry, checked against the tra_set_ref (never 0) */
 	__u32 n;    /* paths in use, 1..TRA_MAX_PATHS */
 	__u32 slot; /* the destination's entry in tra_used */
+	__u32 pad;
 	struct tra_path paths[TRA_MAX_PATHS];
+};
+
+/* Where a destination's set is: its entry of tra_sets and the generation
+ * the entry was written with (the value of tra_dests). */
+struct tra_set_ref {
+	__u32 set;
+	__u32 gen;
 };
 
 /* A border router's internal address: who may hand the host SCION with a

@@ -1,6 +1,7 @@
 package tra
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -572,7 +574,9 @@ func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 }
 
 // setPaths installs x's paths with each first hop's gateway, and keeps
-// them as installed.
+// them as installed. A set the same as the one installed, gateways and
+// all (a refresh that found the same paths, a route change that moved
+// another destination's first hop), is not written again.
 func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
 	now := d.now()
 	withGW := make([]Path, len(paths))
@@ -582,12 +586,23 @@ func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
 			withGW[i].Gateway = d.gateway(p.NextHop.Addr(), now)
 		}
 	}
+	if samePaths(withGW, x.dp) {
+		return nil
+	}
 	if err := d.dp.SetPaths(x.ia, x.slot, withGW); err != nil {
 		return err
 	}
 	x.dp = withGW
 	d.fitPair()
 	return nil
+}
+
+// samePaths says whether two sets of paths are the same in every field
+// the data plane holds, in the same order.
+func samePaths(a, b []Path) bool {
+	return slices.EqualFunc(a, b, func(p, q Path) bool {
+		return bytes.Equal(p.Raw, q.Raw) && p.MTU == q.MTU && p.NextHop == q.NextHop && p.Expiry == q.Expiry && p.Gateway == q.Gateway
+	})
 }
 
 // refreshGateways installs again the paths whose first hop's gateway

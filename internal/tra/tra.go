@@ -148,6 +148,9 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 	if m := spec.Maps["tra_used"]; m == nil || int(m.MaxEntries) != MaxDests {
 		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
 	}
+	if m := spec.Maps["tra_dests"]; m == nil || int(m.MaxEntries) != MaxDests {
+		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
+	}
 	if m := spec.Maps["tra_routers"]; m == nil || int(m.MaxEntries) != MaxRouters {
 		return nil, fmt.Errorf("the translator's object holds another number of routers than this program (%d)", MaxRouters)
 	}
@@ -159,6 +162,7 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 			}
 		}
 		opts.Maps.PinPath = dir
+		removeOldPins(dir, warn)
 		replaceIncompatiblePins(spec, dir, warn)
 	}
 	t := &Translator{}
@@ -169,8 +173,22 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 		}
 		return nil, fmt.Errorf("load translator: %w", err)
 	}
-	t.pathMaps = pathMaps{paths: t.objs.TraPaths, used: t.objs.TraUsed, inner: spec.Maps["tra_paths"].InnerMap.Copy()}
+	t.pathMaps = pathMaps{dests: t.objs.TraDests, sets: t.objs.TraSets, used: t.objs.TraUsed, alloc: newSetAlloc()}
 	return t, nil
+}
+
+// Maps of earlier versions that these programs no longer have: their pins
+// are removed when met (the programs attached until the swap keep them).
+// tra_paths was a map of maps, each update of which waited for an RCU grace
+// period; tra_dests and tra_sets hold the paths now.
+var oldMapPins = []string{"tra_paths"}
+
+func removeOldPins(dir string, warn io.Writer) {
+	for _, name := range oldMapPins {
+		if err := os.Remove(filepath.Join(dir, name)); err == nil {
+			fmt.Fprintf(warn, "translator: %s of an earlier version removed: the daemon installs the paths again\n", name)
+		}
+	}
 }
 
 // replaceIncompatiblePins removes the pins in dir of maps whose layout the
@@ -553,7 +571,7 @@ func OpenPinned(name string) (*Pinned, error) {
 	dir := PinDir(name)
 	p := &Pinned{Name: name}
 	for n, dst := range map[string]**ebpf.Map{
-		"tra_paths": &p.paths, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
+		"tra_dests": &p.dests, "tra_sets": &p.sets, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
 		"tra_held": &p.held, "tra_events": &p.events, "tra_routers": &p.routers, "tra_daemon": &p.daemon,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
@@ -566,12 +584,7 @@ func OpenPinned(name string) (*Pinned, error) {
 		}
 		*dst = m
 	}
-	inner, err := innerSpec()
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	p.inner = inner
+	p.alloc = newSetAlloc()
 	return p, nil
 }
 
@@ -584,7 +597,7 @@ type Pinned struct {
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.paths, p.used, p.counters, p.conf, p.held, p.events, p.routers, p.daemon} {
+	for _, m := range []*ebpf.Map{p.dests, p.sets, p.used, p.counters, p.conf, p.held, p.events, p.routers, p.daemon} {
 		if m != nil {
 			m.Close()
 		}
