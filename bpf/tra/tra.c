@@ -1341,6 +1341,20 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	return CONTINUE;
 }
 
+/* What the pair takes: the IPv6 packet must fit the host's end's MTU, or
+ * the veth drops it after the redirect, where nothing of the translator's
+ * counts it. The pair is sized for the largest packet the underlay device
+ * can bring (pairmtu.go); this catches one set smaller (by hand, or while
+ * the daemon changes it). */
+static __always_inline int check_pair_mtu(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	if (p->cfg->pair_mtu && IP6_LEN + (__u32)p->l4_len > p->cfg->pair_mtu) {
+		count_in(TRA_TOO_BIG_IN, p->len);
+		return XDP_DROP;
+	}
+	return CONTINUE;
+}
+
 /* Everything in front of L4 becomes Ethernet and IPv6, from the remote's
  * SM-IP address to this host's; into tra1, out of tra0. */
 static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
@@ -1420,6 +1434,8 @@ int tra_in(struct xdp_md *ctx)
 	if ((ret = map_source(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = translate_l4_in(ctx, &p)) != CONTINUE)
+		return ret;
+	if ((ret = check_pair_mtu(ctx, &p)) != CONTINUE)
 		return ret;
 	return to_ipv6(ctx, &p);
 }

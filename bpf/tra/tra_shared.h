@@ -50,6 +50,8 @@ enum tra_verdict {
 	TRA_PROBE,          /* an SCMP traceroute reply: to the daemon's path probes */
 	TRA_TO_PAIR,        /* at the host's end: on through the pair, to be translated there once
 			     * the kernel has cut it or completed its checksum (not a final verdict) */
+	TRA_TOO_BIG_IN,     /* SCION whose IPv6 packet would exceed the pair's MTU: dropped
+			     * (the pair would drop it after the redirect, uncounted) */
 	TRA_VERDICT_MAX,
 };
 
@@ -77,6 +79,8 @@ struct tra_config {
 	__u32 underlay_sw_csum; /* 1: the underlay device has no transmit checksum offload, so
 				 * the kernel completes a pending checksum on the way out of it
 				 * (tra run keeps this as the device is) */
+	__u32 pair_mtu;         /* the host's end's MTU: the largest IPv6 packet tra_in may
+				 * hand the pair (0: unchecked) */
 };
 
 /* One path to a destination AS, as the daemon gives it. */

@@ -167,7 +167,7 @@ type pathDaemon struct {
 	// gateway gives each first hop's neighbour (gateways.of); nil: the
 	// kernel routes each packet.
 	gateway func(nh netip.Addr, now time.Time) netip.Addr
-	// pair is the host's pair, whose MTU follows the paths (nil: left as
+	// pair is the host's pair, whose MTU follows what arrives and the paths (nil: left as
 	// attach made it).
 	pair pairLink
 

@@ -327,7 +327,7 @@ func TestAttachOverOldPins(t *testing.T) {
 	}
 	p := a.pinned(t)
 	defer p.Close()
-	if c, err := p.config(); err != nil || c.HostIp4 == 0 {
+	if c, err := p.config(); err != nil || c.HostIp4 == 0 || c.PairMtu == 0 {
 		t.Fatalf("configuration %+v, %v", c, err)
 	}
 	if err := p.SetPaths(remoteIA, 7, []Path{{Raw: testPath(t), MTU: 1472, NextHop: farRouter, Expiry: uint64(time.Now().Add(time.Hour).Unix()), Gateway: gateway}}); err != nil {

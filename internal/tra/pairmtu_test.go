@@ -39,14 +39,14 @@ func withMTU(p snet.Path, mtu uint16) snet.Path {
 	return sp
 }
 
-// The pair's MTU is the largest host packet a path installed carries: it
-// rises when a destination with a large path is installed, falls when that
-// destination goes, stays within IPv6's minimum and what the underlay
-// device takes, and comes back on a pair made anew and to a daemon started
-// again.
+// While the underlay device's MTU is unknown, the pair's MTU is the largest
+// host packet a path installed carries: it rises when a destination with a
+// large path is installed, falls when that destination goes, and comes
+// back on a pair made anew and to a daemon started again. Once the
+// underlay's MTU is known, what can arrive sizes it (TestPairMTUTakesWhatArrives).
 func TestPairMTUFollowsPaths(t *testing.T) {
 	td := newTestDaemon(t, 1, Limits{})
-	pair := &fakePair{mtu: pairMTU, under: 9000}
+	pair := &fakePair{mtu: pairMTU}
 	td.pair = pair
 	if srcHostLen(td.cfg) != 4 {
 		t.Fatal("the test host is meant to be an IPv4 host")
@@ -129,18 +129,18 @@ func TestPairMTUFollowsPaths(t *testing.T) {
 		t.Fatalf("pair MTU %d once the big path went, want %d", pair.get(), want)
 	}
 
-	// The underlay device bounds it: IPv4 and UDP in front of the SCION
-	// packet, on every path (the small path's header is the shorter).
+	// The underlay device's MTU known, what it can bring sizes the pair:
+	// no path carries more.
 	pair.under = 1450
 	install(bigIA)
-	if want := hostMTU(small, 1450-28); pair.get() != want {
+	if want := 1450 - 20 - 8 - (12 + 16 + 4 + 4) + 40; pair.get() != want {
 		t.Fatalf("pair MTU %d on a 1450-byte underlay, want %d", pair.get(), want)
 	}
 }
 
-// The pair's MTU agrees with tra_out: a host packet of that size on the
-// path is translated, one byte more is answered Packet Too Big with that
-// MTU.
+// What a path carries of the host's, as the pair's MTU counts it, agrees
+// with tra_out: a host packet of that size on the path is translated, one
+// byte more is answered Packet Too Big with that MTU.
 func TestPairMTUFitsTraOut(t *testing.T) {
 	tr := loadTest(t)
 	raw := testPath(t)
@@ -149,7 +149,7 @@ func TestPairMTUFitsTraOut(t *testing.T) {
 	if err := tr.SetPaths(remoteIA, []Path{path}); err != nil {
 		t.Fatal(err)
 	}
-	mtu := wantPairMTU(map[addr.IA]*dest{remoteIA: {dp: []Path{path}}}, 4, 9000)
+	mtu := wantPairMTU(map[addr.IA]*dest{remoteIA: {dp: []Path{path}}}, 4, 0)
 	udp := func(size int) []byte {
 		return ipv6Frame(t, hostSMIP, remote4SMIP, &layers.UDP{SrcPort: 1, DstPort: 2}, gopacket.Payload(make([]byte, size-40-8)))
 	}

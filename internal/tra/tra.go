@@ -105,6 +105,7 @@ var verdictNames = map[Verdict]string{
 	translatorTraVerdictTRA_UNREACHABLE:  "unreachable",
 	translatorTraVerdictTRA_PROBE:        "probe",
 	translatorTraVerdictTRA_TO_PAIR:      "to_pair",
+	translatorTraVerdictTRA_TOO_BIG_IN:   "too_big_in",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -247,6 +248,9 @@ type HostConfig struct {
 	// offload (underlaySWCsum), so that tra_out_egress may translate a
 	// packet whose checksum is still pending.
 	UnderlaySWCsum bool
+	// PairMTU is the host's end's MTU: tra_in hands the pair no larger
+	// IPv6 packet (0: unchecked).
+	PairMTU int
 }
 
 // Configure writes the host's configuration and where redirects into the
@@ -271,6 +275,7 @@ func (t *Translator) Configure(h HostConfig) error {
 	if h.UnderlaySWCsum {
 		c.UnderlaySwCsum = 1
 	}
+	c.PairMtu = uint32(h.PairMTU)
 	if err := setRouters(t.objs.TraRouters, h.Routers); err != nil {
 		return err
 	}
@@ -450,7 +455,7 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 		IA: cfg.IA, SMIP: cfg.SMIP, Address: cfg.Address, UnderlayIfindex: ua.Index,
 		PairIfindex: pair.pairIndex, HostMAC: pair.hostMAC, PairMAC: pair.pairMAC,
 		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd,
-		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino,
+		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino, PairMTU: pair.hostMTU,
 	}
 	if err := netns.Run(o.Netns, func() error {
 		var err error
@@ -667,6 +672,20 @@ func (p *Pinned) SetUnderlaySWCsum(on bool) (bool, error) {
 	return true, p.conf.Put(uint32(0), &c)
 }
 
+// SetPairMTU tells tra_in the host's end's MTU (pairmtu.go keeps it as the
+// pair is).
+func (p *Pinned) SetPairMTU(mtu int) error {
+	c, err := p.config()
+	if err != nil {
+		return err
+	}
+	if c.PairMtu == uint32(mtu) {
+		return nil
+	}
+	c.PairMtu = uint32(mtu)
+	return p.conf.Put(uint32(0), &c)
+}
+
 // Config reads the programs' configuration.
 func (p *Pinned) config() (translatorTraConfig, error) {
 	var c translatorTraConfig
@@ -679,10 +698,14 @@ type pairDevs struct {
 	pairIndex        int // the translator's end
 	hostIndex        int // the host's end
 	hostMAC, pairMAC net.HardwareAddr
+	hostMTU          int // the host's end's MTU
 }
 
 // makePair makes (or finds) PAIR0/PAIR1 in the host's namespace and sets
-// what the host needs to route SM-IP traffic into it.
+// what the host needs to route SM-IP traffic into it. Its MTU takes the
+// largest packet tra_in can make of a frame the underlay device takes
+// (wantPairMTU; the daemon keeps it so): the host's larger packets get
+// Packet Too Big from tra_out for the path they take.
 func makePair(cfg *Config, ns string) (pairDevs, error) {
 	var out pairDevs
 	h, err := netns.Handle(ns)
@@ -691,10 +714,19 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 	}
 	defer h.Close()
 	host, trans := cfg.Pair+"0", cfg.Pair+"1"
-	if _, err := h.LinkByName(host); err != nil {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host, MTU: pairMTU}, PeerName: trans}
+	under := 0
+	if l, err := h.LinkByName(cfg.Device); err == nil {
+		under = l.Attrs().MTU
+	}
+	mtu := wantPairMTU(nil, srcHostLen(cfg), under)
+	if l, err := h.LinkByName(host); err != nil {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host, MTU: mtu}, PeerName: trans}
 		if err := h.LinkAdd(v); err != nil {
 			return out, fmt.Errorf("create the translator's devices %s/%s in %s: %w", host, trans, nsName(ns), err)
+		}
+	} else if under > 0 && l.Attrs().MTU != mtu {
+		if err := (netlinkPair{ns: ns, pair: cfg.Pair, device: cfg.Device}).SetMTU(mtu); err != nil {
+			return out, fmt.Errorf("MTU %d on %s/%s: %w", mtu, host, trans, err)
 		}
 	}
 	hl, err := h.LinkByName(host)
@@ -706,6 +738,7 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 		return out, err
 	}
 	out.pairIndex, out.hostIndex, out.hostMAC, out.pairMAC = tl.Attrs().Index, hl.Attrs().Index, hl.Attrs().HardwareAddr, tl.Attrs().HardwareAddr
+	out.hostMTU = hl.Attrs().MTU
 	err = netns.Run(ns, func() error {
 		// IPv6 on the host's end even where the namespace turns it off.
 		for _, k := range []string{"disable_ipv6", "accept_dad", "accept_ra"} {
