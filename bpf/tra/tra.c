@@ -592,15 +592,20 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct tcphdr *tcp = data + ETH_LEN + IP6_LEN;
-	__u16 max, mss, old, new;
+	__u16 mss, old, new;
 	__u32 at = 0;
 	__u8 *opt;
+	int max;
 
 	if (p->proto != IPPROTO_TCP || !(p->tcp_flags & 0x02) || !p->path)
 		return;
 	if (!PKT_HAS(tcp, sizeof(*tcp), end))
 		return;
-	max = p->path->mtu - p->scion_len - sizeof(*tcp);
+	/* In signed arithmetic: a path too small for the headers (refused
+	 * by the daemon, and dropped by check_path_mtu) would wrap. */
+	max = (int)p->path->mtu - (int)p->scion_len - (int)sizeof(*tcp);
+	if (max <= 0)
+		return;
 	opt = (__u8 *)(tcp + 1);
 	/* Options up to 40 bytes; the MSS option is usually first. An option
 	 * is read only if it lies whole within the header. */
@@ -620,7 +625,7 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 			if (mss <= max)
 				return;
 			old = *(__u16 *)(opt + 2);
-			new = bpf_htons(max);
+			new = bpf_htons((__u16)max);
 			at = (void *)(opt + 2) - data;
 			break;
 		}
@@ -696,14 +701,25 @@ static __always_inline int move_l4_csum_out(struct __sk_buff *skb, const struct 
 }
 
 /* Too big for the path: the host gets ICMPv6 Packet Too Big with the MTU
- * that fits, quoting its packet (IPv6 minimum MTU: 1280 bytes in all). */
+ * that fits, quoting its packet (IPv6 minimum MTU: 1280 bytes in all). A
+ * path that cannot carry even its SCION header (an MTU of 0: metadata
+ * missing; the daemon installs no such path) is no path: a Packet Too Big
+ * would name an MTU that wrapped, which Linux ignores, and every packet
+ * would bounce. */
 static __always_inline int check_path_mtu(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
-	__u32 mtu;
+	int room, mtu;
 
-	if (!p->path || p->scion_len + p->l4_len <= p->path->mtu)
+	if (!p->path)
 		return CONTINUE;
-	mtu = p->path->mtu - p->scion_len + IP6_LEN;
+	room = (int)p->path->mtu - (int)p->scion_len; /* for the IPv6 payload */
+	if (room <= 0) {
+		count_out(TRA_BAD_PATH, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (p->l4_len <= room)
+		return CONTINUE;
+	mtu = room + IP6_LEN;
 	count_out(TRA_PTB, skb->len);
 	return reply(p, ICMPV6_PKT_TOOBIG, 0, mtu < 1280 ? 1280 : mtu);
 }

@@ -52,6 +52,8 @@ enum tra_verdict {
 			     * the kernel has cut it or completed its checksum (not a final verdict) */
 	TRA_TOO_BIG_IN,     /* SCION whose IPv6 packet would exceed the pair's MTU: dropped
 			     * (the pair would drop it after the redirect, uncounted) */
+	TRA_BAD_PATH,       /* the path chosen cannot carry its own SCION header (an MTU of 0:
+			     * installed without the daemon, which refuses it): dropped */
 	TRA_VERDICT_MAX,
 };
 
@@ -188,6 +190,7 @@ enum tra_daemon_counter {
 	TRA_D_RSS_KB,            /* gauge: the daemon's resident memory, KiB */
 	TRA_D_PAIR_MTU_SET,      /* the pair's MTU set to follow the paths installed */
 	TRA_D_PAIR_MTU,          /* gauge: the pair's MTU */
+	TRA_D_PATH_REFUSED,      /* paths a lookup gave that cannot carry IPv6's minimum MTU (or name none) */
 	TRA_D_MAX,
 };
 

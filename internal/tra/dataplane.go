@@ -283,8 +283,44 @@ func (m *pathMaps) generations() ([]uint32, error) {
 	return out, nil
 }
 
-// dataPlane is a path as struct tra_path holds it.
+// ErrPathMTU says a path's MTU cannot carry IPv6's minimum MTU, or that
+// the path names none.
+var ErrPathMTU = errors.New("path MTU")
+
+// minPathMTU is the smallest MTU of a path whose header is pathLen bytes
+// that the translator takes: one that carries an IPv6 packet of 1,280 bytes
+// (IPv6's minimum MTU, which a host may send without asking, and QUIC's
+// first packets fill) as SCION, with the shortest SCION header (IPv4
+// hosts). On a smaller one such a packet would be answered Packet Too Big
+// naming 1,280 again and again.
+func minPathMTU(pathLen int) int {
+	return minIPv6MTU - ipv6HdrLen + scionCommonLen + 2*scionIALen + 4 + 4 + pathLen
+}
+
+// checkMTU refuses a path without an MTU (metadata missing: Packet Too Big
+// and the MSS clamp would be computed from 0) or with one too small for
+// IPv6's minimum.
+func (p Path) checkMTU() error {
+	if p.MTU == 0 {
+		return fmt.Errorf("%w: none given", ErrPathMTU)
+	}
+	if need := minPathMTU(len(p.Raw)); int(p.MTU) < need {
+		return fmt.Errorf("%w %d: a 1280-byte IPv6 packet takes %d as SCION on this %d-byte path", ErrPathMTU, p.MTU, need, len(p.Raw))
+	}
+	return nil
+}
+
+// dataPlane is a path as struct tra_path holds it, if the translator
+// takes it.
 func (p Path) dataPlane(ia addr.IA) (translatorTraPath, error) {
+	if err := p.checkMTU(); err != nil {
+		return translatorTraPath{}, fmt.Errorf("path to %s: %w", ia, err)
+	}
+	return p.encode(ia)
+}
+
+// encode is a path as struct tra_path holds it.
+func (p Path) encode(ia addr.IA) (translatorTraPath, error) {
 	var v translatorTraPath
 	if len(p.Raw) > PathMax || len(p.Raw)%4 != 0 {
 		return v, fmt.Errorf("path to %s: %d bytes; the translator takes whole 4-byte lines up to %d", ia, len(p.Raw), PathMax)

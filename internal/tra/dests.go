@@ -79,6 +79,7 @@ const (
 	statRSS                = int(translatorTraDaemonCounterTRA_D_RSS_KB)
 	statPairMTUSet         = int(translatorTraDaemonCounterTRA_D_PAIR_MTU_SET)
 	statPairMTU            = int(translatorTraDaemonCounterTRA_D_PAIR_MTU)
+	statPathRefused        = int(translatorTraDaemonCounterTRA_D_PATH_REFUSED)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -93,6 +94,7 @@ var daemonCounterNames = [statCount]string{
 	statReattached: "reattached", statPanics: "panics", statDests: "destinations",
 	statHeldNow: "held_now", statLookupsNow: "lookups_now", statShunnedNow: "shunned_now",
 	statGoroutines: "goroutines", statRSS: "rss_kib", statPairMTUSet: "pair_mtu_set", statPairMTU: "pair_mtu",
+	statPathRefused: "path_refused",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.
@@ -714,9 +716,14 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 		return nil, nil, nil, err
 	}
 	ordered = d.byProbes(ordered, now)
+	var refused error
 	for _, p := range ordered {
 		conv, err := toPaths([]snet.Path{p})
 		if err != nil {
+			if errors.Is(err, ErrPathMTU) {
+				d.stats.add(statPathRefused, 1)
+				refused = err
+			}
 			continue
 		}
 		if len(inst) < d.cfg.MaxPaths {
@@ -726,7 +733,13 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 		}
 	}
 	if len(inst) == 0 {
+		if refused != nil {
+			return nil, nil, nil, refused
+		}
 		return nil, nil, nil, errors.New("no path the translator can carry")
+	}
+	if refused != nil {
+		d.logf("paths to %s: some refused, such as %v", ia, refused)
 	}
 	return inst, spare, dp, nil
 }
@@ -990,9 +1003,13 @@ func ChoosePaths(paths []snet.Path, dest Destination, max int) ([]snet.Path, err
 	return live, nil
 }
 
-// toPaths converts scionproto's paths for the data plane.
+// toPaths converts scionproto's paths for the data plane. A path without
+// an MTU, or one too small for a 1,280-byte IPv6 packet with its SCION
+// header, is refused (Path.checkMTU): another path is taken, and a
+// destination with only such paths has none (ErrPathMTU says why).
 func toPaths(sp []snet.Path) ([]Path, error) {
 	var out []Path
+	var refused []error
 	for _, p := range sp {
 		dp, ok := p.Dataplane().(snetpath.SCION)
 		if !ok {
@@ -1014,10 +1031,32 @@ func toPaths(sp []snet.Path) ([]Path, error) {
 		if len(path.Raw) > PathMax || len(path.Raw)%4 != 0 {
 			continue
 		}
+		if err := path.checkMTU(); err != nil {
+			refused = append(refused, fmt.Errorf("no path the translator can carry: path through %s: %w", pathInterfaces(md), err))
+			continue
+		}
 		out = append(out, path)
 	}
 	if len(out) == 0 {
+		if len(refused) > 0 {
+			return nil, errors.Join(refused...)
+		}
 		return nil, errors.New("no path the translator can carry")
 	}
 	return out, nil
+}
+
+// pathInterfaces names a path by its interfaces, for a log line.
+func pathInterfaces(md *snet.PathMetadata) string {
+	if md == nil || len(md.Interfaces) == 0 {
+		return "interfaces unknown"
+	}
+	var b strings.Builder
+	for i, f := range md.Interfaces {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s#%d", f.IA, f.ID)
+	}
+	return b.String()
 }

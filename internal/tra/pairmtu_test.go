@@ -55,7 +55,7 @@ func TestPairMTUFollowsPaths(t *testing.T) {
 	bigIA, smallIA, tinyIA := remoteIA, addr.MustParseIA("1-64520"), addr.MustParseIA("1-64521")
 	big := withMTU(testSCIONPath(t, bigIA, viaLink1, 1, exp), 8972)
 	small := withMTU(testSCIONPath(t, smallIA, []ifKey{{localIA, 2}, {smallIA, 5}}, 2, exp), 1472)
-	tiny := withMTU(testSCIONPath(t, tinyIA, []ifKey{{localIA, 3}, {tinyIA, 6}}, 3, exp), 1200)
+	tiny := withMTU(testSCIONPath(t, tinyIA, []ifKey{{localIA, 3}, {tinyIA, 6}}, 3, exp), 1320)
 	td.src.paths[bigIA], td.src.paths[smallIA], td.src.paths[tinyIA] = []snet.Path{big}, []snet.Path{small}, []snet.Path{tiny}
 	// A host packet on a path: its SCION header (common 12, ISD-ASes 16,
 	// two IPv4 hosts, the path) instead of IPv6's 40 bytes.
@@ -73,14 +73,14 @@ func TestPairMTUFollowsPaths(t *testing.T) {
 	if pair.get() != pairMTU || len(pair.sets) != 0 {
 		t.Fatalf("pair MTU %d without paths (set %v), want %d as made", pair.get(), pair.sets, pairMTU)
 	}
-	// Below IPv6's minimum: 1280, and the host hears Packet Too Big.
+	// The least path the daemon takes carries IPv6's minimum.
 	install(tinyIA)
-	if pair.get() != minIPv6MTU {
-		t.Fatalf("pair MTU %d with a path of MTU 1200, want %d", pair.get(), minIPv6MTU)
+	if want := hostMTU(tiny, 1320); pair.get() != want || want < minIPv6MTU {
+		t.Fatalf("pair MTU %d with a path of MTU 1320, want %d", pair.get(), want)
 	}
 	install(smallIA)
 	if want := hostMTU(small, 1472); pair.get() != want {
-		t.Fatalf("pair MTU %d with paths of MTU 1200 and 1472, want %d", pair.get(), want)
+		t.Fatalf("pair MTU %d with paths of MTU 1320 and 1472, want %d", pair.get(), want)
 	}
 	td.advance(4 * time.Minute)
 	install(bigIA)

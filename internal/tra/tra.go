@@ -106,6 +106,7 @@ var verdictNames = map[Verdict]string{
 	translatorTraVerdictTRA_PROBE:        "probe",
 	translatorTraVerdictTRA_TO_PAIR:      "to_pair",
 	translatorTraVerdictTRA_TOO_BIG_IN:   "too_big_in",
+	translatorTraVerdictTRA_BAD_PATH:     "bad_path",
 }
 
 // VerdictName is the counter name of a verdict.
