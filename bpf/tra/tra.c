@@ -70,6 +70,16 @@ struct {
 	__type(value, struct tra_dest);
 } tra_sets SEC(".maps");
 
+/* When the daemon last said it is there (bpf_ktime_get_coarse_ns, written
+ * each second; 0: no daemon has run yet): a packet without a path is held
+ * for a daemon only while one reads them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} tra_heartbeat SEC(".maps");
+
 /* When each destination last had a packet (coarse monotonic time in units
  * of 2^30 ns), by its slot: the daemon refreshes and probes only what is in
  * use, and forgets what is idle. */
@@ -544,32 +554,86 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 	return TC_ACT_SHOT;
 }
 
-/* A path per destination AS, chosen per flow; none yet: the daemon gets
- * the packet and sends it again once it has one. The local AS needs none. */
+/* Whether the daemon is gone: it wrote its heartbeat once and not for a
+ * few seconds (stopped, killed, stuck). */
+static __always_inline int daemon_gone(void)
+{
+	__u32 zero = 0;
+	__u64 *beat = bpf_map_lookup_elem(&tra_heartbeat, &zero);
+
+	return beat && *beat && (__s64)(bpf_ktime_get_coarse_ns() - *beat) > (__s64)TRA_HEARTBEAT_STALE_NS;
+}
+
+/* No path to send the packet on: held for the daemon, which sends it again
+ * once it has one. With the daemon gone nobody would read it: the host
+ * hears at once that there is no route (as the daemon would tell it after
+ * a failed lookup), and its existing flows' packets in go on being
+ * translated by tra_in. */
+static __always_inline int no_path(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	if (daemon_gone()) {
+		count_out(TRA_NO_DAEMON, skb->len);
+		return reply(p, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, 0);
+	}
+	return hold(skb, p);
+}
+
+/* Unix time in seconds: BPF has no wall clock, but CLOCK_TAI is Unix time
+ * plus the TAI-UTC offset the kernel keeps (attach and the daemon copy it
+ * into the configuration), and follows the clock's steps as CLOCK_REALTIME
+ * does. */
+static __always_inline __u64 unix_now(const struct tra_config *cfg)
+{
+	return bpf_ktime_get_tai_ns() / 1000000000ULL - (__s64)cfg->tai_offset;
+}
+
+/* A path per destination AS, chosen per flow among those not expired (a
+ * flow whose path expired moves to the next); none: the daemon gets the
+ * packet and sends it again once it has one. The daemon removes a path
+ * before it expires; this keeps an expired one out of use when the daemon
+ * is not there to. The local AS needs none. */
 static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
 {
 	struct tra_set_ref *ref;
 	struct tra_dest *d;
-	__u32 set, gen, n, i;
+	__u32 set, gen, n, first;
+	__u64 now = 0;
 
 	if (p->dst_ia == p->cfg->local_ia)
 		return CONTINUE;
 	ref = bpf_map_lookup_elem(&tra_dests, &p->dst_ia);
 	if (!ref)
-		return hold(skb, p);
+		return no_path(skb, p);
 	set = ref->set;
 	gen = ref->gen;
 	d = bpf_map_lookup_elem(&tra_sets, &set);
 	if (!d || d->ia != p->dst_ia || d->gen != gen || d->n == 0)
-		return hold(skb, p);
+		return no_path(skb, p);
+	mark_used(d->slot);
 	n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
-	i = hash % n;
+	first = hash % n;
 	/* clang drops a mask it can prove idle; the verifier cannot follow
 	 * the modulo. */
-	asm volatile("" : "+r"(i));
-	p->path = &d->paths[i & (TRA_MAX_PATHS - 1)];
-	mark_used(d->slot);
-	return CONTINUE;
+	asm volatile("" : "+r"(first));
+	for (__u32 k = 0; k < TRA_MAX_PATHS; k++) {
+		struct tra_path *path;
+		__u32 i = first + k;
+
+		if (k >= n)
+			break;
+		if (i >= n)
+			i -= n;
+		path = &d->paths[i & (TRA_MAX_PATHS - 1)];
+		if (path->expiry) {
+			if (!now)
+				now = unix_now(p->cfg);
+			if (path->expiry <= now)
+				continue;
+		}
+		p->path = path;
+		return CONTINUE;
+	}
+	return no_path(skb, p);
 }
 
 /* The SCION header this packet will carry: common (12), address (16 of

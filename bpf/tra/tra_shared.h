@@ -20,6 +20,10 @@
 				      * and as many free or set aside, so that all
 				      * can be replaced at once (a route change) */
 #endif
+#ifndef TRA_HEARTBEAT_STALE_NS
+#define TRA_HEARTBEAT_STALE_NS (3ULL * 1000000000ULL) /* the daemon writes its heartbeat
+							* each second: gone when older */
+#endif
 #ifndef TRA_MAX_ROUTERS
 #define TRA_MAX_ROUTERS 64 /* the AS's border routers' internal addresses */
 #endif
@@ -54,6 +58,8 @@ enum tra_verdict {
 			     * (the pair would drop it after the redirect, uncounted) */
 	TRA_BAD_PATH,       /* the path chosen cannot carry its own SCION header (an MTU of 0:
 			     * installed without the daemon, which refuses it): dropped */
+	TRA_NO_DAEMON,      /* no path, and the daemon gone (its heartbeat stale): ICMPv6 no
+			     * route to the host at once, rather than held for nobody */
 	TRA_VERDICT_MAX,
 };
 
@@ -83,6 +89,8 @@ struct tra_config {
 				 * (tra run keeps this as the device is) */
 	__u32 pair_mtu;         /* the host's end's MTU: the largest IPv6 packet tra_in may
 				 * hand the pair (0: unchecked) */
+	__s32 tai_offset;       /* TAI − UTC in seconds, as the kernel keeps it (adjtimex):
+				 * CLOCK_TAI less this is Unix time, for paths' expiry */
 };
 
 /* One path to a destination AS, as the daemon gives it. */
@@ -96,7 +104,8 @@ struct tra_path {
 	__u32 gateway;     /* the neighbour that takes what goes to next_hop: next_hop
 			    * on the device's link, or its route's gateway (the daemon
 			    * keeps it); 0: the kernel routes each packet */
-	__u64 expiry;      /* Unix seconds */
+	__u64 expiry;      /* Unix seconds: tra_out takes the path no longer from then
+			    * on, daemon or not; 0: none */
 	__u8 raw[TRA_PATH_MAX];
 };
 

@@ -298,26 +298,37 @@ func TestSetsReusedOnlyAfterSetAside(t *testing.T) {
 }
 
 // An attach over an earlier translator's pins replaces what changed: the
-// map of maps tra_paths goes, and the translator works: paths installed, a
-// datagram translated.
+// map of maps tra_paths goes, a configuration of another layout is made
+// anew, and the translator works: paths installed, a datagram translated.
 func TestAttachOverOldPins(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
 	dir := PinDir(a.name)
-	// tra_paths as the version before this one had it.
+	// tra_conf and tra_paths as the version before this one had them.
+	oldConf, err := ebpf.NewMap(&ebpf.MapSpec{Name: "tra_conf", Type: ebpf.Array, KeySize: 4, ValueSize: 72, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldConf.Close()
 	oldPaths, err := ebpf.NewMap(&ebpf.MapSpec{Name: "tra_paths", Type: ebpf.HashOfMaps, KeySize: 8, MaxEntries: MaxDests,
 		InnerMap: &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 1136, MaxEntries: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer oldPaths.Close()
-	if err := oldPaths.Pin(filepath.Join(dir, "tra_paths")); err != nil {
-		t.Fatal(err)
+	os.Remove(filepath.Join(dir, "tra_conf"))
+	for _, m := range []struct {
+		m    *ebpf.Map
+		name string
+	}{{oldConf, "tra_conf"}, {oldPaths, "tra_paths"}} {
+		if err := m.m.Pin(filepath.Join(dir, m.name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var warn bytes.Buffer
 	if _, err := Attach(a.cfg, AttachOptions{Netns: a.host, Warn: &warn}); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"tra_paths of an earlier version removed"} {
+	for _, w := range []string{"tra_conf was made by another version", "tra_paths of an earlier version removed"} {
 		if !strings.Contains(warn.String(), w) {
 			t.Errorf("attach said %q, want %q", warn.String(), w)
 		}

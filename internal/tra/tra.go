@@ -107,6 +107,7 @@ var verdictNames = map[Verdict]string{
 	translatorTraVerdictTRA_TO_PAIR:      "to_pair",
 	translatorTraVerdictTRA_TOO_BIG_IN:   "too_big_in",
 	translatorTraVerdictTRA_BAD_PATH:     "bad_path",
+	translatorTraVerdictTRA_NO_DAEMON:    "no_daemon",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -122,7 +123,7 @@ type Path struct {
 	Raw     []byte         // the path header (standard path), as the daemon gives it
 	MTU     uint16         // the largest SCION packet it takes
 	NextHop netip.AddrPort // the first router's underlay address (IPv4)
-	Expiry  uint64         // Unix seconds
+	Expiry  uint64         // Unix seconds; tra_out no longer takes it from then on (0: never)
 	// Gateway is the neighbour that takes what goes to NextHop (NextHop
 	// itself on the device's link); invalid: the kernel routes each packet.
 	Gateway netip.Addr
@@ -277,6 +278,11 @@ func (t *Translator) Configure(h HostConfig) error {
 		c.UnderlaySwCsum = 1
 	}
 	c.PairMtu = uint32(h.PairMTU)
+	tai, err := taiOffset()
+	if err != nil {
+		return err
+	}
+	c.TaiOffset = tai
 	if err := setRouters(t.objs.TraRouters, h.Routers); err != nil {
 		return err
 	}
@@ -579,6 +585,7 @@ func OpenPinned(name string) (*Pinned, error) {
 	for n, dst := range map[string]**ebpf.Map{
 		"tra_dests": &p.dests, "tra_sets": &p.sets, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
 		"tra_held": &p.held, "tra_events": &p.events, "tra_routers": &p.routers, "tra_daemon": &p.daemon,
+		"tra_heartbeat": &p.heartbeat,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
 		if err != nil {
@@ -598,12 +605,12 @@ func OpenPinned(name string) (*Pinned, error) {
 type Pinned struct {
 	Name string
 	pathMaps
-	counters, conf, held, events, routers, daemon *ebpf.Map
+	counters, conf, held, events, routers, daemon, heartbeat *ebpf.Map
 }
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.dests, p.sets, p.used, p.counters, p.conf, p.held, p.events, p.routers, p.daemon} {
+	for _, m := range []*ebpf.Map{p.dests, p.sets, p.used, p.counters, p.conf, p.held, p.events, p.routers, p.daemon, p.heartbeat} {
 		if m != nil {
 			m.Close()
 		}
