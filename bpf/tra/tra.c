@@ -578,13 +578,20 @@ static __always_inline int no_path(struct __sk_buff *skb, struct tra_out_pkt *p)
 	return hold(skb, p);
 }
 
-/* Unix time in seconds: BPF has no wall clock, but CLOCK_TAI is Unix time
- * plus the TAI-UTC offset the kernel keeps (attach and the daemon copy it
- * into the configuration), and follows the clock's steps as CLOCK_REALTIME
- * does. */
-static __always_inline __u64 unix_now(const struct tra_config *cfg)
+/* Whether a path's expiry (Unix seconds; 0: none) has passed. BPF has no
+ * wall clock, but CLOCK_TAI is Unix time plus the TAI-UTC offset the
+ * kernel keeps (attach and the daemon copy it into the configuration), and
+ * follows the clock's steps as CLOCK_REALTIME does. Compared in
+ * nanoseconds: a multiplication per path, where Unix seconds would take a
+ * division per packet; an expiry past 2^33 s (the year 2242) is none, so
+ * that the product stays within 64 bits. tai holds the clock once read. */
+static __always_inline int expired(const struct tra_config *cfg, __u64 expiry, __u64 *tai)
 {
-	return bpf_ktime_get_tai_ns() / 1000000000ULL - (__s64)cfg->tai_offset;
+	if (!expiry || expiry >= 1ULL << 33)
+		return 0;
+	if (!*tai)
+		*tai = bpf_ktime_get_tai_ns();
+	return (__u64)((__s64)expiry + cfg->tai_offset) * 1000000000ULL <= *tai;
 }
 
 /* A path per destination AS, chosen per flow among those not expired (a
@@ -597,7 +604,7 @@ static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt
 	struct tra_set_ref *ref;
 	struct tra_dest *d;
 	__u32 set, gen, n, first;
-	__u64 now = 0;
+	__u64 tai = 0;
 
 	if (p->dst_ia == p->cfg->local_ia)
 		return CONTINUE;
@@ -624,12 +631,8 @@ static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt
 		if (i >= n)
 			i -= n;
 		path = &d->paths[i & (TRA_MAX_PATHS - 1)];
-		if (path->expiry) {
-			if (!now)
-				now = unix_now(p->cfg);
-			if (path->expiry <= now)
-				continue;
-		}
+		if (expired(p->cfg, path->expiry, &tai))
+			continue;
 		p->path = path;
 		return CONTINUE;
 	}

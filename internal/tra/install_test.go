@@ -97,9 +97,12 @@ func TestInstallTime(t *testing.T) {
 	}
 }
 
-// BenchmarkInstall is one install through the pinned maps, the same
+// BenchmarkInstall is one install through the pinned maps, 1,000
 // destinations again and again with a gateway that changes each round:
-// go test -run '^$' -bench Install ./internal/tra/
+// go test -run '^$' -bench Install ./internal/tra/. Sustained, it measures
+// the rate set-aside entries come back at (some 7,000 free entries each
+// 250 ms with 1,000 in use: about 35 µs an install); a burst of up to that
+// many costs what TestInstallTime logs, some 10 µs each.
 func BenchmarkInstall(b *testing.B) {
 	p := pinnedTest(b)
 	gws := []netip.Addr{gateway, netip.MustParseAddr("10.101.0.253")}
