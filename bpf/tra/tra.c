@@ -48,21 +48,39 @@ struct {
 	__type(value, struct tra_config);
 } tra_conf SEC(".maps");
 
-/* Paths by destination ISD-AS, filled by the daemon (tra run): each value
- * an array of one struct tra_dest, replaced whole. A hash element the
- * kernel recycles at once for another key cannot hand a packet another
- * AS's paths: the inner value names its AS, and is checked. */
+/* Where each destination AS's paths are, by its ISD-AS (network order):
+ * its entry of tra_sets and that entry's generation. The daemon writes a
+ * set whole into a free entry, then points the destination to it with one
+ * update here; neither update waits for a grace period (a map of maps
+ * does, on each update from userspace). A hash element the kernel recycles
+ * at once for another key cannot hand a packet another AS's paths: the set
+ * names its AS and generation, and both are checked. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, TRA_MAX_DESTS);
 	__type(key, __u64);
-	__array(values, struct {
-		__uint(type, BPF_MAP_TYPE_ARRAY);
-		__uint(max_entries, 1);
-		__type(key, __u32);
-		__type(value, struct tra_dest);
-	});
-} tra_paths SEC(".maps");
+	__type(value, struct tra_set_ref);
+} tra_dests SEC(".maps");
+
+/* The destinations' sets of paths. An entry is written only while no
+ * destination points to it and none has for a while (dataplane.go: longer
+ * than a program runs), so that a packet reads one set whole. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TRA_SETS);
+	__type(key, __u32);
+	__type(value, struct tra_dest);
+} tra_sets SEC(".maps");
+
+/* When the daemon last said it is there (bpf_ktime_get_coarse_ns, written
+ * each second; 0: no daemon has run yet): a packet without a path is held
+ * for a daemon only while one reads them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} tra_heartbeat SEC(".maps");
 
 /* When each destination last had a packet (coarse monotonic time in units
  * of 2^30 ns), by its slot: the daemon refreshes and probes only what is in
@@ -128,14 +146,12 @@ struct {
 	__type(value, __u64);
 } tra_daemon SEC(".maps");
 
-/* Unused by the programs: put the enums, struct tra_event (a ring buffer
- * has no value type) and struct tra_dest (clang declares an inner map's
- * value type only forward) into BTF for bpf2go. */
+/* Unused by the programs: put the enums and struct tra_event (a ring
+ * buffer has no value type) into BTF for bpf2go. */
 volatile const enum tra_verdict tra_verdict_anchor = TRA_VERDICT_MAX;
 volatile const enum tra_daemon_counter tra_daemon_anchor = TRA_D_MAX;
 const struct tra_event *tra_event_anchor __attribute__((unused));
 const struct tra_probe_reply *tra_probe_reply_anchor __attribute__((unused));
-const struct tra_dest *tra_dest_anchor __attribute__((unused));
 
 /* Counters per direction and verdict: tra_out's come first, then tra_in's,
  * so that each program's packets add up to what it was handed. */
@@ -564,32 +580,91 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 	return TC_ACT_SHOT;
 }
 
-/* A path per destination AS, chosen per flow; none yet: the daemon gets
- * the packet and sends it again once it has one. The local AS needs none. */
+/* Whether the daemon is gone: it wrote its heartbeat once and not for a
+ * few seconds (stopped, killed, stuck). */
+static __always_inline int daemon_gone(void)
+{
+	__u32 zero = 0;
+	__u64 *beat = bpf_map_lookup_elem(&tra_heartbeat, &zero);
+
+	return beat && *beat && (__s64)(bpf_ktime_get_coarse_ns() - *beat) > (__s64)TRA_HEARTBEAT_STALE_NS;
+}
+
+/* No path to send the packet on: held for the daemon, which sends it again
+ * once it has one. With the daemon gone nobody would read it: the host
+ * hears at once that there is no route (as the daemon would tell it after
+ * a failed lookup), and its existing flows' packets in go on being
+ * translated by tra_in. */
+static __always_inline int no_path(struct __sk_buff *skb, struct tra_out_pkt *p)
+{
+	if (daemon_gone()) {
+		count_out(TRA_NO_DAEMON, skb->len);
+		return reply(p, ICMPV6_DEST_UNREACH, ICMPV6_NOROUTE, 0);
+	}
+	return hold(skb, p);
+}
+
+/* Whether a path's expiry (Unix seconds; 0: none) has passed. BPF has no
+ * wall clock, but CLOCK_TAI is Unix time plus the TAI-UTC offset the
+ * kernel keeps (attach and the daemon copy it into the configuration), and
+ * follows the clock's steps as CLOCK_REALTIME does. Compared in
+ * nanoseconds: a multiplication per path, where Unix seconds would take a
+ * division per packet; an expiry past 2^33 s (the year 2242) is none, so
+ * that the product stays within 64 bits. tai holds the clock once read. */
+static __always_inline int expired(const struct tra_config *cfg, __u64 expiry, __u64 *tai)
+{
+	if (!expiry || expiry >= 1ULL << 33)
+		return 0;
+	if (!*tai)
+		*tai = bpf_ktime_get_tai_ns();
+	return (__u64)((__s64)expiry + cfg->tai_offset) * 1000000000ULL <= *tai;
+}
+
+/* A path per destination AS, chosen per flow among those not expired (a
+ * flow whose path expired moves to the next); none: the daemon gets the
+ * packet and sends it again once it has one. The daemon removes a path
+ * before it expires; this keeps an expired one out of use when the daemon
+ * is not there to. The local AS needs none. */
 static __always_inline int choose_path(struct __sk_buff *skb, struct tra_out_pkt *p, __u32 hash)
 {
-	__u32 zero = 0, n, i;
+	struct tra_set_ref *ref;
 	struct tra_dest *d;
-	void *inner;
+	__u32 set, gen, n, first;
+	__u64 tai = 0;
 
 	if (p->dst_ia == p->cfg->local_ia)
 		return p->hold_only ? PASS_ON : CONTINUE;
-	inner = bpf_map_lookup_elem(&tra_paths, &p->dst_ia);
-	if (!inner)
-		return hold(skb, p);
-	d = bpf_map_lookup_elem(inner, &zero);
-	if (!d || d->ia != p->dst_ia || d->n == 0)
-		return hold(skb, p);
-	if (p->hold_only)
-		return PASS_ON;
+	ref = bpf_map_lookup_elem(&tra_dests, &p->dst_ia);
+	if (!ref)
+		return no_path(skb, p);
+	set = ref->set;
+	gen = ref->gen;
+	d = bpf_map_lookup_elem(&tra_sets, &set);
+	if (!d || d->ia != p->dst_ia || d->gen != gen || d->n == 0)
+		return no_path(skb, p);
+	mark_used(d->slot);
 	n = d->n < TRA_MAX_PATHS ? d->n : TRA_MAX_PATHS;
-	i = hash % n;
+	first = hash % n;
 	/* clang drops a mask it can prove idle; the verifier cannot follow
 	 * the modulo. */
-	asm volatile("" : "+r"(i));
-	p->path = &d->paths[i & (TRA_MAX_PATHS - 1)];
-	mark_used(d->slot);
-	return CONTINUE;
+	asm volatile("" : "+r"(first));
+	for (__u32 k = 0; k < TRA_MAX_PATHS; k++) {
+		struct tra_path *path;
+		__u32 i = first + k;
+
+		if (k >= n)
+			break;
+		if (i >= n)
+			i -= n;
+		path = &d->paths[i & (TRA_MAX_PATHS - 1)];
+		if (expired(p->cfg, path->expiry, &tai))
+			continue;
+		if (p->hold_only)
+			return PASS_ON;
+		p->path = path;
+		return CONTINUE;
+	}
+	return no_path(skb, p);
 }
 
 /* The SCION header this packet will carry: common (12), address (16 of
@@ -612,15 +687,20 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct tcphdr *tcp = data + ETH_LEN + IP6_LEN;
-	__u16 max, mss, old, new;
+	__u16 mss, old, new;
 	__u32 at = 0;
 	__u8 *opt;
+	int max;
 
 	if (p->proto != IPPROTO_TCP || !(p->tcp_flags & 0x02) || !p->path)
 		return;
 	if (!PKT_HAS(tcp, sizeof(*tcp), end))
 		return;
-	max = p->path->mtu - p->scion_len - sizeof(*tcp);
+	/* In signed arithmetic: a path too small for the headers (refused
+	 * by the daemon, and dropped by check_path_mtu) would wrap. */
+	max = (int)p->path->mtu - (int)p->scion_len - (int)sizeof(*tcp);
+	if (max <= 0)
+		return;
 	opt = (__u8 *)(tcp + 1);
 	/* Options up to 40 bytes; the MSS option is usually first. An option
 	 * is read only if it lies whole within the header. */
@@ -640,7 +720,7 @@ static __always_inline void clamp_mss(struct __sk_buff *skb, struct tra_out_pkt 
 			if (mss <= max)
 				return;
 			old = *(__u16 *)(opt + 2);
-			new = bpf_htons(max);
+			new = bpf_htons((__u16)max);
 			at = (void *)(opt + 2) - data;
 			break;
 		}
@@ -716,14 +796,25 @@ static __always_inline int move_l4_csum_out(struct __sk_buff *skb, const struct 
 }
 
 /* Too big for the path: the host gets ICMPv6 Packet Too Big with the MTU
- * that fits, quoting its packet (IPv6 minimum MTU: 1280 bytes in all). */
+ * that fits, quoting its packet (IPv6 minimum MTU: 1280 bytes in all). A
+ * path that cannot carry even its SCION header (an MTU of 0: metadata
+ * missing; the daemon installs no such path) is no path: a Packet Too Big
+ * would name an MTU that wrapped, which Linux ignores, and every packet
+ * would bounce. */
 static __always_inline int check_path_mtu(struct __sk_buff *skb, struct tra_out_pkt *p)
 {
-	__u32 mtu;
+	int room, mtu;
 
-	if (!p->path || p->scion_len + p->l4_len <= p->path->mtu)
+	if (!p->path)
 		return CONTINUE;
-	mtu = p->path->mtu - p->scion_len + IP6_LEN;
+	room = (int)p->path->mtu - (int)p->scion_len; /* for the IPv6 payload */
+	if (room <= 0) {
+		count_out(TRA_BAD_PATH, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (p->l4_len <= room)
+		return CONTINUE;
+	mtu = room + IP6_LEN;
 	count_out(TRA_PTB, skb->len);
 	return reply(p, ICMPV6_PKT_TOOBIG, 0, mtu < 1280 ? 1280 : mtu);
 }
@@ -1433,6 +1524,20 @@ static __always_inline int translate_l4_in(struct xdp_md *ctx, struct tra_in_pkt
 	return CONTINUE;
 }
 
+/* What the pair takes: the IPv6 packet must fit the host's end's MTU, or
+ * the veth drops it after the redirect, where nothing of the translator's
+ * counts it. The pair is sized for the largest packet the underlay device
+ * can bring (pairmtu.go); this catches one set smaller (by hand, or while
+ * the daemon changes it). */
+static __always_inline int check_pair_mtu(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	if (p->cfg->pair_mtu && IP6_LEN + (__u32)p->l4_len > p->cfg->pair_mtu) {
+		count_in(TRA_TOO_BIG_IN, p->len);
+		return XDP_DROP;
+	}
+	return CONTINUE;
+}
+
 /* Everything in front of L4 becomes Ethernet and IPv6, from the remote's
  * SM-IP address to this host's; into tra1, out of tra0. */
 static __always_inline int to_ipv6(struct xdp_md *ctx, struct tra_in_pkt *p)
@@ -1512,6 +1617,8 @@ int tra_in(struct xdp_md *ctx)
 	if ((ret = map_source(ctx, &p)) != CONTINUE)
 		return ret;
 	if ((ret = translate_l4_in(ctx, &p)) != CONTINUE)
+		return ret;
+	if ((ret = check_pair_mtu(ctx, &p)) != CONTINUE)
 		return ret;
 	return to_ipv6(ctx, &p);
 }

@@ -15,6 +15,15 @@
 #ifndef TRA_MAX_DESTS
 #define TRA_MAX_DESTS 4096 /* destinations with paths; a power of two (slots of tra_used) */
 #endif
+#ifndef TRA_SETS
+#define TRA_SETS (2 * TRA_MAX_DESTS) /* entries of tra_sets: every destination's set
+				      * and as many free or set aside, so that all
+				      * can be replaced at once (a route change) */
+#endif
+#ifndef TRA_HEARTBEAT_STALE_NS
+#define TRA_HEARTBEAT_STALE_NS (3ULL * 1000000000ULL) /* the daemon writes its heartbeat
+							* each second: gone when older */
+#endif
 #ifndef TRA_MAX_ROUTERS
 #define TRA_MAX_ROUTERS 64 /* the AS's border routers' internal addresses */
 #endif
@@ -45,6 +54,12 @@ enum tra_verdict {
 	TRA_PROBE,          /* an SCMP traceroute reply: to the daemon's path probes */
 	TRA_TO_PAIR,        /* at the host's end: on through the pair, to be translated there once
 			     * the kernel has cut it or completed its checksum (not a final verdict) */
+	TRA_TOO_BIG_IN,     /* SCION whose IPv6 packet would exceed the pair's MTU: dropped
+			     * (the pair would drop it after the redirect, uncounted) */
+	TRA_BAD_PATH,       /* the path chosen cannot carry its own SCION header (an MTU of 0:
+			     * installed without the daemon, which refuses it): dropped */
+	TRA_NO_DAEMON,      /* no path, and the daemon gone (its heartbeat stale): ICMPv6 no
+			     * route to the host at once, rather than held for nobody */
 	TRA_VERDICT_MAX,
 };
 
@@ -72,6 +87,10 @@ struct tra_config {
 	__u32 underlay_sw_csum; /* 1: the underlay device has no transmit checksum offload, so
 				 * the kernel completes a pending checksum on the way out of it
 				 * (tra run keeps this as the device is) */
+	__u32 pair_mtu;         /* the host's end's MTU: the largest IPv6 packet tra_in may
+				 * hand the pair (0: unchecked) */
+	__s32 tai_offset;       /* TAI − UTC in seconds, as the kernel keeps it (adjtimex):
+				 * CLOCK_TAI less this is Unix time, for paths' expiry */
 };
 
 /* One path to a destination AS, as the daemon gives it. */
@@ -85,18 +104,30 @@ struct tra_path {
 	__u32 gateway;     /* the neighbour that takes what goes to next_hop: next_hop
 			    * on the device's link, or its route's gateway (the daemon
 			    * keeps it); 0: the kernel routes each packet */
-	__u64 expiry;      /* Unix seconds */
+	__u64 expiry;      /* Unix seconds: tra_out takes the path no longer from then
+			    * on, daemon or not; 0: none */
 	__u8 raw[TRA_PATH_MAX];
 };
 
-/* A destination AS's paths: the one entry of an inner map of tra_paths.
- * The daemon writes a new inner map whole and swaps it in, so that a
- * packet reads one set of paths, never a set being rewritten. */
+/* A destination AS's set of paths: an entry of tra_sets. The daemon writes
+ * a set whole into an entry no destination points to, then points the
+ * destination to it (tra_dests); an entry is written again only once no
+ * program can still be reading it, so that a packet reads one set of
+ * paths, never a set being rewritten. */
 struct tra_dest {
 	__u64 ia;   /* the destination, network order: checked against the key */
+	__u32 gen;  /* written with the entry, checked against the tra_set_ref (never 0) */
 	__u32 n;    /* paths in use, 1..TRA_MAX_PATHS */
 	__u32 slot; /* the destination's entry in tra_used */
+	__u32 pad;
 	struct tra_path paths[TRA_MAX_PATHS];
+};
+
+/* Where a destination's set is: its entry of tra_sets and the generation
+ * the entry was written with (the value of tra_dests). */
+struct tra_set_ref {
+	__u32 set;
+	__u32 gen;
 };
 
 /* A border router's internal address: who may hand the host SCION with a
@@ -197,6 +228,7 @@ enum tra_daemon_counter {
 	TRA_D_PROBE_REFUSED,     /* probe replies that answer no probe of ours from the probed path's end */
 	TRA_D_OWNER_LIMITED,     /* new destinations refused: their sender's user was over its share */
 	TRA_D_RESOLVE_FAILED,    /* resolutions of a router's name (topology.json) that failed */
+	TRA_D_PATH_REFUSED,      /* paths a lookup gave that cannot carry IPv6's minimum MTU (or name none) */
 	TRA_D_MAX,
 };
 

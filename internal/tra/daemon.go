@@ -325,6 +325,7 @@ func (d *pathDaemon) safely(what string, f func()) {
 
 // tick runs what is due: probes, housekeeping, the health check.
 func (d *pathDaemon) tick() {
+	d.beat()
 	now := d.now()
 	d.wantStale(now)
 	if d.lim.ProbeEvery > 0 && now.Sub(d.lastProbe) >= d.lim.ProbeEvery {

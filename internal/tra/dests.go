@@ -1,6 +1,7 @@
 package tra
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +84,7 @@ const (
 	statProbeRefused       = int(translatorTraDaemonCounterTRA_D_PROBE_REFUSED)
 	statOwnerLimited       = int(translatorTraDaemonCounterTRA_D_OWNER_LIMITED)
 	statResolveFailed      = int(translatorTraDaemonCounterTRA_D_RESOLVE_FAILED)
+	statPathRefused        = int(translatorTraDaemonCounterTRA_D_PATH_REFUSED)
 	statCount              = int(translatorTraDaemonCounterTRA_D_MAX)
 )
 
@@ -99,6 +102,7 @@ var daemonCounterNames = [statCount]string{
 	statIfDownForged: "interface_down_forged", statIfDownProbed: "interface_down_probed",
 	statProbeRefused: "probe_refused", statOwnerLimited: "owner_limited",
 	statResolveFailed: "resolve_failed",
+	statPathRefused:   "path_refused",
 }
 
 // daemonStats are the daemon's counters; the ring readers add to them too.
@@ -187,7 +191,7 @@ type pathDaemon struct {
 	// gateway gives each first hop's neighbour (gateways.of); nil: the
 	// kernel routes each packet.
 	gateway func(nh netip.Addr, now time.Time) netip.Addr
-	// pair is the host's pair, whose MTU follows the paths (nil: left as
+	// pair is the host's pair, whose MTU follows what arrives and the paths (nil: left as
 	// attach made it).
 	pair pairLink
 
@@ -744,7 +748,9 @@ func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 }
 
 // setPaths installs x's paths with each first hop's gateway, and keeps
-// them as installed.
+// them as installed. A set the same as the one installed, gateways and
+// all (a refresh that found the same paths, a route change that moved
+// another destination's first hop), is not written again.
 func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
 	now := d.now()
 	withGW := make([]Path, len(paths))
@@ -754,12 +760,23 @@ func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
 			withGW[i].Gateway = d.gateway(p.NextHop.Addr(), now)
 		}
 	}
+	if samePaths(withGW, x.dp) {
+		return nil
+	}
 	if err := d.dp.SetPaths(x.ia, x.slot, withGW); err != nil {
 		return err
 	}
 	x.dp = withGW
 	d.fitPair()
 	return nil
+}
+
+// samePaths says whether two sets of paths are the same in every field
+// the data plane holds, in the same order.
+func samePaths(a, b []Path) bool {
+	return slices.EqualFunc(a, b, func(p, q Path) bool {
+		return bytes.Equal(p.Raw, q.Raw) && p.MTU == q.MTU && p.NextHop == q.NextHop && p.Expiry == q.Expiry && p.Gateway == q.Gateway
+	})
 }
 
 // refreshGateways installs again the paths whose first hop's gateway
@@ -871,9 +888,14 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 		return nil, nil, nil, err
 	}
 	ordered = d.byProbes(ordered, now)
+	var refused error
 	for _, p := range ordered {
 		conv, err := toPaths([]snet.Path{p})
 		if err != nil {
+			if errors.Is(err, ErrPathMTU) {
+				d.stats.add(statPathRefused, 1)
+				refused = err
+			}
 			continue
 		}
 		if len(inst) < d.cfg.MaxPaths {
@@ -883,7 +905,13 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 		}
 	}
 	if len(inst) == 0 {
+		if refused != nil {
+			return nil, nil, nil, refused
+		}
 		return nil, nil, nil, errors.New("no path the translator can carry")
+	}
+	if refused != nil {
+		d.logf("paths to %s: some refused, such as %v", ia, refused)
 	}
 	return inst, spare, dp, nil
 }
@@ -1160,9 +1188,13 @@ func ChoosePaths(paths []snet.Path, dest Destination, max int) ([]snet.Path, err
 	return live, nil
 }
 
-// toPaths converts scionproto's paths for the data plane.
+// toPaths converts scionproto's paths for the data plane. A path without
+// an MTU, or one too small for a 1,280-byte IPv6 packet with its SCION
+// header, is refused (Path.checkMTU): another path is taken, and a
+// destination with only such paths has none (ErrPathMTU says why).
 func toPaths(sp []snet.Path) ([]Path, error) {
 	var out []Path
+	var refused []error
 	for _, p := range sp {
 		dp, ok := p.Dataplane().(snetpath.SCION)
 		if !ok {
@@ -1184,10 +1216,32 @@ func toPaths(sp []snet.Path) ([]Path, error) {
 		if len(path.Raw) > PathMax || len(path.Raw)%4 != 0 {
 			continue
 		}
+		if err := path.checkMTU(); err != nil {
+			refused = append(refused, fmt.Errorf("no path the translator can carry: path through %s: %w", pathInterfaces(md), err))
+			continue
+		}
 		out = append(out, path)
 	}
 	if len(out) == 0 {
+		if len(refused) > 0 {
+			return nil, errors.Join(refused...)
+		}
 		return nil, errors.New("no path the translator can carry")
 	}
 	return out, nil
+}
+
+// pathInterfaces names a path by its interfaces, for a log line.
+func pathInterfaces(md *snet.PathMetadata) string {
+	if md == nil || len(md.Interfaces) == 0 {
+		return "interfaces unknown"
+	}
+	var b strings.Builder
+	for i, f := range md.Interfaces {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s#%d", f.IA, f.ID)
+	}
+	return b.String()
 }

@@ -367,8 +367,8 @@ func TestPathUpdatesAreAtomic(t *testing.T) {
 	// turn with this one's: a hash element the kernel frees when it
 	// replaces one key's value is the next it fills for another key.
 	setB := [][]Path{
-		{{Raw: long[:len(long)-24], MTU: 1300, NextHop: netip.MustParseAddrPort("10.101.0.99:1"), Expiry: 1 << 40}},
-		{{Raw: short[:len(short)-12], MTU: 1300, NextHop: netip.MustParseAddrPort("10.101.0.98:2"), Expiry: 1 << 40}},
+		{{Raw: long[:len(long)-24], MTU: 1400, NextHop: netip.MustParseAddrPort("10.101.0.99:1"), Expiry: 1 << 40}},
+		{{Raw: short[:len(short)-12], MTU: 1400, NextHop: netip.MustParseAddrPort("10.101.0.98:2"), Expiry: 1 << 40}},
 	}
 	if err := tr.SetPaths(other, setB[0]); err != nil {
 		t.Fatal(err)

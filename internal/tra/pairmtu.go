@@ -8,15 +8,20 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// The pair's MTU follows the paths installed: it is the largest IPv6 packet
-// of the host that one of them carries whole, so that a host on a network
-// of jumbo links sends jumbo packets. A packet too big for the path it
-// takes gets Packet Too Big from tra_out (check_path_mtu), and a TCP SYN has
-// its MSS clamped to its path (clamp_mss): the host learns the rest by its
-// path MTU discovery.
+// The pair's MTU takes the largest IPv6 packet either way: what tra_in makes
+// of the largest frame the underlay device takes (the shortest SCION header
+// to this host: the empty path from a host of the AS), and what the paths
+// installed carry of the host's (on links of jumbo frames the host sends
+// jumbo packets). A pair smaller than what arrives would drop it after
+// tra_in counted it translated, unseen; a host packet larger than its path
+// takes gets Packet Too Big from tra_out (check_path_mtu), and a TCP SYN
+// has its MSS clamped to its path (clamp_mss): the host learns each
+// destination's by its path MTU discovery. tra_in drops what would not fit
+// the pair all the same, and counts it (too_big_in).
 
-// pairMTU is the pair's MTU before any path is installed: room for a SCION
-// header of a few segments within a 1500-byte underlay.
+// pairMTU is the pair's MTU while the underlay device's is unknown and no
+// path is installed: room for a SCION header of a few segments within a
+// 1500-byte underlay.
 const pairMTU = 1400
 
 // maxPairMTU is the most a veth takes.
@@ -58,11 +63,23 @@ const (
 	outHdrs        = 20 + 8 // IPv4 and UDP in front of the SCION header
 )
 
-// wantPairMTU is the pair's MTU for the paths installed: the largest host
-// packet any carries, at least IPv6's minimum; pairMTU (within what the
-// underlay allows) while none is installed.
+// inPacketMTU is the largest IPv6 packet tra_in makes of a frame the
+// underlay device takes: IPv4 and UDP, and the shortest SCION header to
+// this host (common, ISD-ASes, this host's address, and the IPv4 address of
+// a host of the AS on the empty path, the only sender that needs none)
+// give way to IPv6's 40 bytes. 0: the underlay's MTU is unknown.
+func inPacketMTU(srcHostLen, underlayMTU int) int {
+	if underlayMTU <= 0 {
+		return 0
+	}
+	return underlayMTU - outHdrs - (scionCommonLen + 2*scionIALen + srcHostLen + 4) + ipv6HdrLen
+}
+
+// wantPairMTU is the pair's MTU: the largest of what can arrive
+// (inPacketMTU) and the largest host packet a path installed carries, at
+// least IPv6's minimum; pairMTU while neither is known.
 func wantPairMTU(dests map[addr.IA]*dest, srcHostLen, underlayMTU int) int {
-	best := 0
+	best := inPacketMTU(srcHostLen, underlayMTU)
 	for _, x := range dests {
 		for _, p := range x.dp {
 			best = max(best, hostPacketMTU(p, srcHostLen, underlayMTU))
@@ -70,10 +87,6 @@ func wantPairMTU(dests map[addr.IA]*dest, srcHostLen, underlayMTU int) int {
 	}
 	if best == 0 {
 		best = pairMTU
-		if underlayMTU > 0 {
-			// The empty path's header: common, address of IPv4 hosts.
-			best = min(best, underlayMTU-outHdrs-(scionCommonLen+2*scionIALen+8)+ipv6HdrLen)
-		}
 	}
 	return min(max(best, minIPv6MTU), maxPairMTU)
 }
@@ -87,9 +100,11 @@ func srcHostLen(cfg *Config) int {
 	return 16
 }
 
-// fitPair sets the pair's MTU to what the paths installed want, at once
-// when a path raises or lowers it; the health check calls it too, so that
-// a pair made anew gets it back.
+// fitPair sets the pair's MTU to what wantPairMTU says, at once when a path
+// raises or lowers it; the health check calls it too, so that a pair made
+// anew or an underlay device of another MTU gets it right. tra_in learns
+// the MTU before the pair takes less, and after it takes more: it never
+// hands the pair what it would drop.
 func (d *pathDaemon) fitPair() {
 	if d.pair == nil {
 		return
@@ -105,15 +120,34 @@ func (d *pathDaemon) fitPair() {
 	want := wantPairMTU(d.dests, srcHostLen(d.cfg), under)
 	d.stats.set(statPairMTU, uint64(have))
 	if want == have {
+		d.tellPairMTU(have)
 		return
+	}
+	if want < have {
+		d.tellPairMTU(want)
 	}
 	if err := d.pair.SetMTU(want); err != nil {
 		d.logf("MTU %d on %s0/%s1: %v", want, d.cfg.Pair, d.cfg.Pair, err)
+		d.tellPairMTU(have)
 		return
 	}
+	d.tellPairMTU(want)
 	d.stats.add(statPairMTUSet, 1)
 	d.stats.set(statPairMTU, uint64(want))
-	d.logf("pair %s0: MTU %d, was %d (the largest packet the paths installed carry)", d.cfg.Pair, want, have)
+	d.logf("pair %s0: MTU %d, was %d (the largest packet the underlay brings or the paths installed carry)", d.cfg.Pair, want, have)
+}
+
+// pairMTUPlane is a data plane whose tra_in checks packets against the
+// pair's MTU (the pinned maps; the tests' fakes do not).
+type pairMTUPlane interface{ SetPairMTU(mtu int) error }
+
+// tellPairMTU tells tra_in the pair's MTU.
+func (d *pathDaemon) tellPairMTU(mtu int) {
+	if p, ok := d.dp.(pairMTUPlane); ok {
+		if err := p.SetPairMTU(mtu); err != nil {
+			d.logf("the pair's MTU for tra_in: %v", err)
+		}
+	}
 }
 
 // netlinkPair is the pair and the underlay device in a namespace.

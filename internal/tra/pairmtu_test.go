@@ -39,14 +39,14 @@ func withMTU(p snet.Path, mtu uint16) snet.Path {
 	return sp
 }
 
-// The pair's MTU is the largest host packet a path installed carries: it
-// rises when a destination with a large path is installed, falls when that
-// destination goes, stays within IPv6's minimum and what the underlay
-// device takes, and comes back on a pair made anew and to a daemon started
-// again.
+// While the underlay device's MTU is unknown, the pair's MTU is the largest
+// host packet a path installed carries: it rises when a destination with a
+// large path is installed, falls when that destination goes, and comes
+// back on a pair made anew and to a daemon started again. Once the
+// underlay's MTU is known, what can arrive sizes it (TestPairMTUTakesWhatArrives).
 func TestPairMTUFollowsPaths(t *testing.T) {
 	td := newTestDaemon(t, 1, Limits{})
-	pair := &fakePair{mtu: pairMTU, under: 9000}
+	pair := &fakePair{mtu: pairMTU}
 	td.pair = pair
 	if srcHostLen(td.cfg) != 4 {
 		t.Fatal("the test host is meant to be an IPv4 host")
@@ -55,7 +55,7 @@ func TestPairMTUFollowsPaths(t *testing.T) {
 	bigIA, smallIA, tinyIA := remoteIA, addr.MustParseIA("1-64520"), addr.MustParseIA("1-64521")
 	big := withMTU(testSCIONPath(t, bigIA, viaLink1, 1, exp), 8972)
 	small := withMTU(testSCIONPath(t, smallIA, []ifKey{{localIA, 2}, {smallIA, 5}}, 2, exp), 1472)
-	tiny := withMTU(testSCIONPath(t, tinyIA, []ifKey{{localIA, 3}, {tinyIA, 6}}, 3, exp), 1200)
+	tiny := withMTU(testSCIONPath(t, tinyIA, []ifKey{{localIA, 3}, {tinyIA, 6}}, 3, exp), 1320)
 	td.src.paths[bigIA], td.src.paths[smallIA], td.src.paths[tinyIA] = []snet.Path{big}, []snet.Path{small}, []snet.Path{tiny}
 	// A host packet on a path: its SCION header (common 12, ISD-ASes 16,
 	// two IPv4 hosts, the path) instead of IPv6's 40 bytes.
@@ -73,14 +73,14 @@ func TestPairMTUFollowsPaths(t *testing.T) {
 	if pair.get() != pairMTU || len(pair.sets) != 0 {
 		t.Fatalf("pair MTU %d without paths (set %v), want %d as made", pair.get(), pair.sets, pairMTU)
 	}
-	// Below IPv6's minimum: 1280, and the host hears Packet Too Big.
+	// The least path the daemon takes carries IPv6's minimum.
 	install(tinyIA)
-	if pair.get() != minIPv6MTU {
-		t.Fatalf("pair MTU %d with a path of MTU 1200, want %d", pair.get(), minIPv6MTU)
+	if want := hostMTU(tiny, 1320); pair.get() != want || want < minIPv6MTU {
+		t.Fatalf("pair MTU %d with a path of MTU 1320, want %d", pair.get(), want)
 	}
 	install(smallIA)
 	if want := hostMTU(small, 1472); pair.get() != want {
-		t.Fatalf("pair MTU %d with paths of MTU 1200 and 1472, want %d", pair.get(), want)
+		t.Fatalf("pair MTU %d with paths of MTU 1320 and 1472, want %d", pair.get(), want)
 	}
 	td.advance(4 * time.Minute)
 	install(bigIA)
@@ -129,18 +129,18 @@ func TestPairMTUFollowsPaths(t *testing.T) {
 		t.Fatalf("pair MTU %d once the big path went, want %d", pair.get(), want)
 	}
 
-	// The underlay device bounds it: IPv4 and UDP in front of the SCION
-	// packet, on every path (the small path's header is the shorter).
+	// The underlay device's MTU known, what it can bring sizes the pair:
+	// no path carries more.
 	pair.under = 1450
 	install(bigIA)
-	if want := hostMTU(small, 1450-28); pair.get() != want {
+	if want := 1450 - 20 - 8 - (12 + 16 + 4 + 4) + 40; pair.get() != want {
 		t.Fatalf("pair MTU %d on a 1450-byte underlay, want %d", pair.get(), want)
 	}
 }
 
-// The pair's MTU agrees with tra_out: a host packet of that size on the
-// path is translated, one byte more is answered Packet Too Big with that
-// MTU.
+// What a path carries of the host's, as the pair's MTU counts it, agrees
+// with tra_out: a host packet of that size on the path is translated, one
+// byte more is answered Packet Too Big with that MTU.
 func TestPairMTUFitsTraOut(t *testing.T) {
 	tr := loadTest(t)
 	raw := testPath(t)
@@ -149,7 +149,7 @@ func TestPairMTUFitsTraOut(t *testing.T) {
 	if err := tr.SetPaths(remoteIA, []Path{path}); err != nil {
 		t.Fatal(err)
 	}
-	mtu := wantPairMTU(map[addr.IA]*dest{remoteIA: {dp: []Path{path}}}, 4, 9000)
+	mtu := wantPairMTU(map[addr.IA]*dest{remoteIA: {dp: []Path{path}}}, 4, 0)
 	udp := func(size int) []byte {
 		return ipv6Frame(t, hostSMIP, remote4SMIP, &layers.UDP{SrcPort: 1, DstPort: 2}, gopacket.Payload(make([]byte, size-40-8)))
 	}

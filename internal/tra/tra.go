@@ -107,6 +107,9 @@ var verdictNames = map[Verdict]string{
 	translatorTraVerdictTRA_UNREACHABLE:  "unreachable",
 	translatorTraVerdictTRA_PROBE:        "probe",
 	translatorTraVerdictTRA_TO_PAIR:      "to_pair",
+	translatorTraVerdictTRA_TOO_BIG_IN:   "too_big_in",
+	translatorTraVerdictTRA_BAD_PATH:     "bad_path",
+	translatorTraVerdictTRA_NO_DAEMON:    "no_daemon",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -122,7 +125,7 @@ type Path struct {
 	Raw     []byte         // the path header (standard path), as the daemon gives it
 	MTU     uint16         // the largest SCION packet it takes
 	NextHop netip.AddrPort // the first router's underlay address (IPv4)
-	Expiry  uint64         // Unix seconds
+	Expiry  uint64         // Unix seconds; tra_out no longer takes it from then on (0: never)
 	// Gateway is the neighbour that takes what goes to NextHop (NextHop
 	// itself on the device's link); invalid: the kernel routes each packet.
 	Gateway netip.Addr
@@ -150,6 +153,9 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 	if m := spec.Maps["tra_used"]; m == nil || int(m.MaxEntries) != MaxDests {
 		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
 	}
+	if m := spec.Maps["tra_dests"]; m == nil || int(m.MaxEntries) != MaxDests {
+		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
+	}
 	if m := spec.Maps["tra_routers"]; m == nil || int(m.MaxEntries) != MaxRouters {
 		return nil, fmt.Errorf("the translator's object holds another number of routers than this program (%d)", MaxRouters)
 	}
@@ -161,6 +167,7 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 			}
 		}
 		opts.Maps.PinPath = dir
+		removeOldPins(dir, warn)
 		replaceIncompatiblePins(spec, dir, warn)
 	}
 	t := &Translator{}
@@ -171,8 +178,22 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 		}
 		return nil, fmt.Errorf("load translator: %w", err)
 	}
-	t.pathMaps = pathMaps{paths: t.objs.TraPaths, used: t.objs.TraUsed, inner: spec.Maps["tra_paths"].InnerMap.Copy()}
+	t.pathMaps = pathMaps{dests: t.objs.TraDests, sets: t.objs.TraSets, used: t.objs.TraUsed, alloc: newSetAlloc()}
 	return t, nil
+}
+
+// Maps of earlier versions that these programs no longer have: their pins
+// are removed when met (the programs attached until the swap keep them).
+// tra_paths was a map of maps, each update of which waited for an RCU grace
+// period; tra_dests and tra_sets hold the paths now.
+var oldMapPins = []string{"tra_paths"}
+
+func removeOldPins(dir string, warn io.Writer) {
+	for _, name := range oldMapPins {
+		if err := os.Remove(filepath.Join(dir, name)); err == nil {
+			fmt.Fprintf(warn, "translator: %s of an earlier version removed: the daemon installs the paths again\n", name)
+		}
+	}
 }
 
 // replaceIncompatiblePins removes the pins in dir of maps whose layout the
@@ -231,6 +252,9 @@ type HostConfig struct {
 	// offload (underlaySWCsum), so that tra_out_egress may translate a
 	// packet whose checksum is still pending.
 	UnderlaySWCsum bool
+	// PairMTU is the host's end's MTU: tra_in hands the pair no larger
+	// IPv6 packet (0: unchecked).
+	PairMTU int
 }
 
 // Configure writes the host's configuration and where redirects into the
@@ -255,6 +279,12 @@ func (t *Translator) Configure(h HostConfig) error {
 	if h.UnderlaySWCsum {
 		c.UnderlaySwCsum = 1
 	}
+	c.PairMtu = uint32(h.PairMTU)
+	tai, err := taiOffset()
+	if err != nil {
+		return err
+	}
+	c.TaiOffset = tai
 	if err := setRouters(t.objs.TraRouters, h.Routers); err != nil {
 		return err
 	}
@@ -457,7 +487,7 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 		IA: cfg.IA, SMIP: cfg.SMIP, Address: cfg.Address, UnderlayIfindex: ua.Index,
 		PairIfindex: pair.pairIndex, HostMAC: pair.hostMAC, PairMAC: pair.pairMAC,
 		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd,
-		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino,
+		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino, PairMTU: pair.hostMTU,
 	}
 	if err := netns.Run(o.Netns, func() error {
 		var err error
@@ -597,8 +627,9 @@ func OpenPinned(name string) (*Pinned, error) {
 	dir := PinDir(name)
 	p := &Pinned{Name: name}
 	for n, dst := range map[string]**ebpf.Map{
-		"tra_paths": &p.paths, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
+		"tra_dests": &p.dests, "tra_sets": &p.sets, "tra_used": &p.used, "tra_counters": &p.counters, "tra_conf": &p.conf,
 		"tra_held": &p.held, "tra_events": &p.events, "tra_probes": &p.probes, "tra_routers": &p.routers, "tra_daemon": &p.daemon,
+		"tra_heartbeat": &p.heartbeat,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
 		if err != nil {
@@ -610,12 +641,7 @@ func OpenPinned(name string) (*Pinned, error) {
 		}
 		*dst = m
 	}
-	inner, err := innerSpec()
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	p.inner = inner
+	p.alloc = newSetAlloc()
 	return p, nil
 }
 
@@ -623,12 +649,12 @@ func OpenPinned(name string) (*Pinned, error) {
 type Pinned struct {
 	Name string
 	pathMaps
-	counters, conf, held, events, probes, routers, daemon *ebpf.Map
+	counters, conf, held, events, probes, routers, daemon, heartbeat *ebpf.Map
 }
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.paths, p.used, p.counters, p.conf, p.held, p.events, p.probes, p.routers, p.daemon} {
+	for _, m := range []*ebpf.Map{p.dests, p.sets, p.used, p.counters, p.conf, p.held, p.events, p.probes, p.routers, p.daemon, p.heartbeat} {
 		if m != nil {
 			m.Close()
 		}
@@ -713,6 +739,20 @@ func (p *Pinned) SetUnderlaySWCsum(on bool) (bool, error) {
 	return true, p.conf.Put(uint32(0), &c)
 }
 
+// SetPairMTU tells tra_in the host's end's MTU (pairmtu.go keeps it as the
+// pair is).
+func (p *Pinned) SetPairMTU(mtu int) error {
+	c, err := p.config()
+	if err != nil {
+		return err
+	}
+	if c.PairMtu == uint32(mtu) {
+		return nil
+	}
+	c.PairMtu = uint32(mtu)
+	return p.conf.Put(uint32(0), &c)
+}
+
 // Config reads the programs' configuration.
 func (p *Pinned) config() (translatorTraConfig, error) {
 	var c translatorTraConfig
@@ -725,10 +765,14 @@ type pairDevs struct {
 	pairIndex        int // the translator's end
 	hostIndex        int // the host's end
 	hostMAC, pairMAC net.HardwareAddr
+	hostMTU          int // the host's end's MTU
 }
 
 // makePair makes (or finds) PAIR0/PAIR1 in the host's namespace and sets
-// what the host needs to route SM-IP traffic into it.
+// what the host needs to route SM-IP traffic into it. Its MTU takes the
+// largest packet tra_in can make of a frame the underlay device takes
+// (wantPairMTU; the daemon keeps it so): the host's larger packets get
+// Packet Too Big from tra_out for the path they take.
 func makePair(cfg *Config, ns string) (pairDevs, error) {
 	var out pairDevs
 	h, err := netns.Handle(ns)
@@ -737,10 +781,19 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 	}
 	defer h.Close()
 	host, trans := cfg.Pair+"0", cfg.Pair+"1"
-	if _, err := h.LinkByName(host); err != nil {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host, MTU: pairMTU}, PeerName: trans}
+	under := 0
+	if l, err := h.LinkByName(cfg.Device); err == nil {
+		under = l.Attrs().MTU
+	}
+	mtu := wantPairMTU(nil, srcHostLen(cfg), under)
+	if l, err := h.LinkByName(host); err != nil {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host, MTU: mtu}, PeerName: trans}
 		if err := h.LinkAdd(v); err != nil {
 			return out, fmt.Errorf("create the translator's devices %s/%s in %s: %w", host, trans, nsName(ns), err)
+		}
+	} else if under > 0 && l.Attrs().MTU != mtu {
+		if err := (netlinkPair{ns: ns, pair: cfg.Pair, device: cfg.Device}).SetMTU(mtu); err != nil {
+			return out, fmt.Errorf("MTU %d on %s/%s: %w", mtu, host, trans, err)
 		}
 	}
 	hl, err := h.LinkByName(host)
@@ -752,6 +805,7 @@ func makePair(cfg *Config, ns string) (pairDevs, error) {
 		return out, err
 	}
 	out.pairIndex, out.hostIndex, out.hostMAC, out.pairMAC = tl.Attrs().Index, hl.Attrs().Index, hl.Attrs().HardwareAddr, tl.Attrs().HardwareAddr
+	out.hostMTU = hl.Attrs().MTU
 	err = netns.Run(ns, func() error {
 		// IPv6 on the host's end even where the namespace turns it off.
 		for _, k := range []string{"disable_ipv6", "accept_dad", "accept_ra"} {

@@ -137,7 +137,7 @@ func TestEgressHoldsWithoutPath(t *testing.T) {
 func TestEgressClampsMSS(t *testing.T) {
 	tr := loadTest(t)
 	raw := testPath(t)
-	if err := tr.SetPaths(remoteIA, []Path{{Raw: raw, MTU: 1300, NextHop: routerAddr}}); err != nil {
+	if err := tr.SetPaths(remoteIA, []Path{{Raw: raw, MTU: 1350, NextHop: routerAddr}}); err != nil {
 		t.Fatal(err)
 	}
 	syn := &layers.TCP{SrcPort: 40000, DstPort: 5201, SYN: true, Window: 64240, Options: []layers.TCPOption{
@@ -150,9 +150,9 @@ func TestEgressClampsMSS(t *testing.T) {
 	}
 	_, _, s, l4 := decodeSCION(t, out)
 	scionHdr := 12 + 16 + 4 + 4 + len(raw)
-	want := 1300 - scionHdr - 20
+	want := 1350 - scionHdr - 20
 	if got := int(binary.BigEndian.Uint16(l4[22:])); got != want {
-		t.Fatalf("MSS %d, want %d (path MTU 1300 less %d of SCION header and 20 of TCP)", got, want, scionHdr)
+		t.Fatalf("MSS %d, want %d (path MTU 1350 less %d of SCION header and 20 of TCP)", got, want, scionHdr)
 	}
 	if checksum.Fold(checksum.Sum(l4, scionPseudoSum(s, len(l4), 6))) != 0xffff {
 		t.Fatal("TCP checksum wrong after the clamp")

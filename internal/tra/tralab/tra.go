@@ -145,6 +145,6 @@ func setupTra(ctx context.Context, env Env) (p Path, err error) {
 	return Path{
 		ClientNetns: env.Client.HostNetns, ServerNetns: env.Server.HostNetns, Addr: server.smip,
 		Teardown: undo.run,
-		Note:     "hosts' TSO off (their eth0's peer runs XDP), transmit checksums by the host (as ip-xdp); their pair end: MTU following the paths (1400 before any), segmentation off (the kernel segments)",
+		Note:     "hosts' TSO off (their eth0's peer runs XDP), transmit checksums by the host (as ip-xdp); their pair end: MTU of the largest packet the underlay brings (1476 on 1500), segmentation off (the kernel segments)",
 	}, nil
 }
