@@ -525,6 +525,21 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 	})
 }
 
+// linkMTU is a device's MTU (0: no such device).
+func linkMTU(t *testing.T, ns, dev string) int {
+	t.Helper()
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return 0
+	}
+	return l.Attrs().MTU
+}
+
 // rxPackets is a device's received-packet count.
 func rxPackets(t *testing.T, ns, dev string) uint64 {
 	t.Helper()

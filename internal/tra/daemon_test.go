@@ -625,13 +625,7 @@ func TestProbesFailOver(t *testing.T) {
 		x.used = td.clock
 		td.probeTick(td.clock)
 		for _, s := range td.sc.take() {
-			var sc slayers.SCION
-			if err := sc.DecodeFromBytes(s.b, gopacket.NilDecodeFeedback); err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := quotedPath(&sc)
-			// The probe carries the router alert; the path is the same.
-			if answer(pathSignature(raw)) {
+			if _, sig := probed(t, s.b); answer(sig) {
 				td.onEvent(probeReply(t, s.b))
 			}
 		}

@@ -23,18 +23,26 @@ import (
 // can do to the daemon's choices: claims of interfaces down, answers to
 // probes, packets that buy probes, new destinations that crowd out others'.
 
+// probed is the destination and path signature of a probe the daemon sent
+// (the probe carries the router alert; the path is the same).
+func probed(t *testing.T, probe []byte) (addr.IA, string) {
+	t.Helper()
+	var sc slayers.SCION
+	if err := sc.DecodeFromBytes(probe, gopacket.NilDecodeFeedback); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := quotedPath(&sc)
+	return sc.DstIA, pathSignature(raw)
+}
+
 // answerProbes hands the daemon an answer to each probe it sent for which
 // answer holds, made by mk.
 func (td *testDaemon) answerProbes(t *testing.T, answer func(sig string) bool, mk func(t *testing.T, probe []byte) Event) int {
 	t.Helper()
 	n := 0
 	for _, s := range td.sc.take() {
-		var sc slayers.SCION
-		if err := sc.DecodeFromBytes(s.b, gopacket.NilDecodeFeedback); err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := quotedPath(&sc)
-		if answer(pathSignature(raw)) {
+		_, sig := probed(t, s.b)
+		if answer(sig) {
 			td.onEvent(mk(t, s.b))
 			n++
 		}
@@ -142,12 +150,8 @@ func TestProbeRepliesChecked(t *testing.T) {
 		x.used = td.clock
 		td.probeTick(td.clock)
 		for _, s := range td.sc.take() {
-			var sc slayers.SCION
-			if err := sc.DecodeFromBytes(s.b, gopacket.NilDecodeFeedback); err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := quotedPath(&sc)
-			if pathSignature(raw) == sig2 {
+			_, sig := probed(t, s.b)
+			if sig == sig2 {
 				td.onEvent(probeReply(t, s.b))
 			} else {
 				td.onEvent(forgeries[i%len(forgeries)](t, s.b))
@@ -181,13 +185,9 @@ func TestSlowPathKept(t *testing.T) {
 		x.used = td.clock
 		td.probeTick(td.clock)
 		for _, s := range td.sc.take() {
-			var sc slayers.SCION
-			if err := sc.DecodeFromBytes(s.b, gopacket.NilDecodeFeedback); err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := quotedPath(&sc)
+			_, sig := probed(t, s.b)
 			delay := time.Duration(0)
-			if pathSignature(raw) == slow {
+			if sig == slow {
 				delay = 600 * time.Millisecond
 			}
 			queue = append(queue, late{td.clock.Add(delay), probeReply(t, s.b)})
@@ -234,11 +234,8 @@ func TestProbesFollowUse(t *testing.T) {
 		}
 		td.probeTick(td.clock)
 		for _, s := range td.sc.take() {
-			var sc slayers.SCION
-			if err := sc.DecodeFromBytes(s.b, gopacket.NilDecodeFeedback); err != nil {
-				t.Fatal(err)
-			}
-			probesTo[sc.DstIA]++
+			ia, _ := probed(t, s.b)
+			probesTo[ia]++
 		}
 	}
 	// 3 packets, each bought at most a round of two probes (the path and
