@@ -574,6 +574,9 @@ static __always_inline int hold(struct __sk_buff *skb, struct tra_out_pkt *p)
 	bpf_ringbuf_submit(e, 0);
 	count_out(TRA_NO_PATH, skb->len);
 	if (p->at_egress) {
+		/* Its verdict is no_path; it still crosses the pair, as
+		 * to_pair counts what does. */
+		count_out(TRA_TO_PAIR, skb->len);
 		skb->mark = TRA_HELD_MARK;
 		return TC_ACT_OK;
 	}
