@@ -1087,6 +1087,22 @@ static __always_inline int translatable_here(struct __sk_buff *skb, const struct
 	return cfg->underlay_sw_csum || !csum_pending(skb);
 }
 
+/* Whether a packet may start a flow to a new destination: anything but a
+ * TCP segment without SYN (the host's first packet to an AS is a SYN, a
+ * datagram, an echo). */
+static __always_inline int flow_start(struct __sk_buff *skb)
+{
+	__u8 nh, flags;
+
+	if (bpf_skb_load_bytes(skb, ETH_LEN + 6, &nh, 1))
+		return 1;
+	if (nh != IPPROTO_TCP)
+		return 1;
+	if (bpf_skb_load_bytes(skb, ETH_LEN + IP6_LEN + 13, &flags, 1))
+		return 1;
+	return flags & 0x02;
+}
+
 static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hook)
 {
 	struct tra_out_pkt p = {};
@@ -1102,8 +1118,11 @@ static __always_inline int tra_out_main(struct __sk_buff *skb, enum tra_hook hoo
 		return TC_ACT_SHOT; /* held at the host's end, counted there */
 	p.at_egress = hook == TRA_AT_EGRESS;
 	if (hook == TRA_AT_EGRESS && !translatable_here(skb, p.cfg)) {
-		/* Cut by the pair's kernel in any case: nothing to hold here. */
-		if (skb->gso_size) {
+		/* Cut by the pair's kernel (GSO), or a TCP segment of a flow
+		 * under way: on through the pair at once, as every segment of
+		 * a transfer is. A flow's first packet is held here if it has
+		 * no path, where its sender is known. */
+		if (skb->gso_size || !flow_start(skb)) {
 			count_out(TRA_TO_PAIR, skb->len);
 			return TC_ACT_OK;
 		}
