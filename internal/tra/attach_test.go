@@ -20,6 +20,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/safchain/ethtool"
 	"github.com/scionproto/scion/pkg/slayers"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/capture"
@@ -525,8 +526,8 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 	})
 }
 
-// linkMTU is a device's MTU (0: no such device).
-func linkMTU(t *testing.T, ns, dev string) int {
+// linkAttrs are a device's attributes (nil: no such device).
+func linkAttrs(t *testing.T, ns, dev string) *netlink.LinkAttrs {
 	t.Helper()
 	h, err := netns.Handle(ns)
 	if err != nil {
@@ -535,24 +536,27 @@ func linkMTU(t *testing.T, ns, dev string) int {
 	defer h.Close()
 	l, err := h.LinkByName(dev)
 	if err != nil {
-		return 0
+		return nil
 	}
-	return l.Attrs().MTU
+	return l.Attrs()
+}
+
+// linkMTU is a device's MTU (0: no such device).
+func linkMTU(t *testing.T, ns, dev string) int {
+	if a := linkAttrs(t, ns, dev); a != nil {
+		return a.MTU
+	}
+	return 0
 }
 
 // rxPackets is a device's received-packet count.
 func rxPackets(t *testing.T, ns, dev string) uint64 {
 	t.Helper()
-	h, err := netns.Handle(ns)
-	if err != nil {
-		t.Fatal(err)
+	a := linkAttrs(t, ns, dev)
+	if a == nil {
+		t.Fatalf("no device %s", dev)
 	}
-	defer h.Close()
-	l, err := h.LinkByName(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l.Attrs().Statistics.RxPackets
+	return a.Statistics.RxPackets
 }
 
 // The host's datagrams are translated at its own end of the pair, as it
