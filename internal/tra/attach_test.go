@@ -186,6 +186,23 @@ func (a *attachedHost) counts(t *testing.T) Counts {
 }
 
 // dialUDP is a connected UDP socket of the host to dst.
+// sendToNoPath sends a datagram to an AS no path leads to and gives what
+// reading the socket then says within 8 s. "No route" is a soft error: a
+// UDP socket hears it with IPV6_RECVERR (TCP when its connect times out).
+func (a *attachedHost) sendToNoPath(t *testing.T, msg string) error {
+	t.Helper()
+	c := a.dialUDP(t, netip.AddrPortFrom(netip.MustParseAddr("fc00:10fc:500::ffff:a66:2"), 31000))
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVERR, 1) })
+	c.Write([]byte(msg))
+	c.SetReadDeadline(time.Now().Add(8 * time.Second))
+	_, err = c.Read(make([]byte, 100))
+	return err
+}
+
 func (a *attachedHost) dialUDP(t *testing.T, dst netip.AddrPort) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
@@ -440,18 +457,7 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 	})
 
 	t.Run("scionproto's daemon down", func(t *testing.T) {
-		c := a.dialUDP(t, netip.AddrPortFrom(netip.MustParseAddr("fc00:10fc:500::ffff:a66:2"), 31000))
-		// "No route" is a soft error: a UDP socket hears it with
-		// IPV6_RECVERR (TCP when its connect times out).
-		raw, err := c.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVERR, 1) })
-		c.Write([]byte("to an AS without a path yet"))
-		c.SetReadDeadline(time.Now().Add(8 * time.Second))
-		_, err = c.Read(make([]byte, 100))
-		if !errorsIs(err, syscall.ENETUNREACH) {
+		if err := a.sendToNoPath(t, "to an AS without a path yet"); !errorsIs(err, syscall.ENETUNREACH) {
 			t.Fatalf("read: %v, want ENETUNREACH (ICMPv6 no route from the daemon)", err)
 		}
 	})

@@ -344,15 +344,7 @@ func TestDaemonRunsWithTheUnitsCapabilities(t *testing.T) {
 	if l := log.String(); strings.Contains(l, "warning") || strings.Contains(l, "not permitted") {
 		t.Fatalf("the daemon with the unit's capabilities:\n%s", l)
 	}
-	c := a.dialUDP(t, netip.AddrPortFrom(netip.MustParseAddr("fc00:10fc:500::ffff:a66:2"), 31000))
-	raw, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_RECVERR, 1) })
-	c.Write([]byte("to an AS without a path"))
-	c.SetReadDeadline(time.Now().Add(8 * time.Second))
-	if _, err := c.Read(make([]byte, 100)); !errorsIs(err, syscall.ENETUNREACH) {
+	if err := a.sendToNoPath(t, "to an AS without a path"); !errorsIs(err, syscall.ENETUNREACH) {
 		t.Fatalf("read: %v, want ENETUNREACH (ICMPv6 no route from the daemon's packet socket)", err)
 	}
 	setFeatures(t, a.host, a.cfg.Pair+"0", map[string]bool{"tx-checksum-ip-generic": true, "rx-gro": false})
