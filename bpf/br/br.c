@@ -710,10 +710,39 @@ static __always_inline int validate_udp_checksum(struct xdp_md *ctx, struct br_p
 
 /* ---- SCION common and address header ------------------------------------ */
 
-/* The reference router reads each datagram into a buffer of this many bytes
- * (router/dataplane.go bufSize): a longer one arrives cut short, and what
- * it makes of that is its to decide. */
-#define SCION_MAX_DATAGRAM 9000
+static __always_inline int known_l4(__u8 next_hdr)
+{
+	switch (next_hdr) {
+	case SCION_PROTO_TCP:
+	case SCION_PROTO_UDP:
+	case SCION_PROTO_SCMP:
+	case SCION_PROTO_BFD:
+	case SCION_PROTO_HBH:
+	case SCION_PROTO_E2E:
+	case SCION_PROTO_EXP1:
+	case SCION_PROTO_EXP2:
+		return 1;
+	}
+	return 0;
+}
+
+/* From v0.15 the reference router reads NextHdr before anything else: a
+ * value it does not know is not SCION to it, on any link. On the internal
+ * link such a datagram may be a STUN binding request (its magic cookie
+ * lies where NextHdr is), which it answers with the sender's address; it
+ * drops all others. A request it answers ends in a fingerprint: 28 bytes
+ * at least, what parse_scion has checked before it asks. */
+static __noinline int unknown_next_hdr(struct br_pkt *p)
+{
+	const __u8 *c = p->data + p->scion_off;
+
+	if (!PKT_HAS(c, 8, p->data_end))
+		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+	if (p->ingress == 0 && (p->cfg->reference & BR_REF_STUN) && (c[0] & 0xc0) == 0 &&
+	    c[4] == 0x21 && c[5] == 0x12 && c[6] == 0xa4 && c[7] == 0x42)
+		return verdict(p, BR_STUN, XDP_PASS);
+	return verdict(p, BR_UNKNOWN_L4, XDP_DROP);
+}
 
 static __always_inline int parse_scion(struct br_pkt *p)
 {
@@ -725,6 +754,8 @@ static __always_inline int parse_scion(struct br_pkt *p)
 	if (!PKT_HAS(c, SCION_CMN_LEN + 2 * SCION_IA_LEN, p->data_end))
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 	p->next_hdr = c[4];
+	if ((p->cfg->reference & BR_REF_KNOWN_L4) && !known_l4(p->next_hdr))
+		return unknown_next_hdr(p);
 	p->hdr_bytes = c[5] * SCION_LINE;
 	p->payload_len = pkt_be16(c + 6);
 	p->path_type = c[8];
@@ -737,7 +768,7 @@ static __always_inline int parse_scion(struct br_pkt *p)
 	__builtin_memcpy(&p->src_ia, c + SCION_CMN_LEN + 8, 8);
 
 	datagram = p->udp_len - sizeof(struct udphdr);
-	if (datagram > SCION_MAX_DATAGRAM)
+	if (datagram > p->cfg->max_datagram)
 		return slow_path(p, BR_BAD_LENGTH);
 	if (datagram < SCION_CMN_LEN + addr_len)
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
@@ -998,8 +1029,14 @@ static __always_inline int validate_transit_underlay_src(struct br_pkt *p)
 		return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 	key = ifid;
 	ifc = bpf_map_lookup_elem(&br_ifaces, &key);
+	/* ifid 0 is dropped in every release mode: from v0.14 the reference
+	 * lets it through from any address but a sibling's (its internal link
+	 * is interface 0), which would let a host of the AS leave with a
+	 * source ISD-AS of its choice. */
 	if (!ifc || ifc->kind != BR_IFACE_SIBLING || ifc->remote.family != p->family ||
 	    !addr_eq(ifc->remote.addr, p->ul_src, p->family))
+		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
+	if ((p->cfg->reference & BR_REF_SIBLING_PORT) && ifc->remote.port != p->ul_sport)
 		return verdict(p, BR_UNDERLAY_MISMATCH, XDP_DROP);
 	return CONTINUE;
 }
@@ -1198,6 +1235,14 @@ static __always_inline int resolve_inbound(struct br_pkt *p)
 			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
 		port = pkt_be16(l4 + 2);
 		break;
+	case SCION_PROTO_TCP:
+		/* Before v0.14 all SCION/TCP went to the end-host port. */
+		if (!(p->cfg->reference & BR_REF_TCP_TO_PORT))
+			break;
+		if (l4_len < 20 || !PKT_HAS(l4, 4, p->data_end))
+			return verdict(p, BR_PARSE_ERROR, XDP_DROP);
+		port = pkt_be16(l4 + 2);
+		break;
 	case SCION_PROTO_SCMP:
 		/* The reference decodes type, code and checksum, and for a reply
 		 * its whole body (echo: identifier and sequence; traceroute: also
@@ -1224,8 +1269,16 @@ static __always_inline int resolve_inbound(struct br_pkt *p)
 	default:
 		break;
 	}
-	if (port < p->cfg->dispatched_port_start || port > p->cfg->dispatched_port_end)
+	/* Before v0.14 a port outside dispatched_ports went to the end-host
+	 * port; from v0.14 every port is its own (the release's range check
+	 * never holds). */
+	if ((p->cfg->reference & BR_REF_REDIRECT_OUTSIDE_RANGE) &&
+	    (port < p->cfg->dispatched_port_start || port > p->cfg->dispatched_port_end))
 		port = SCION_ENDHOST_PORT;
+	/* Port 0 stays 0 (v0.14 on, or inside an empty range, 0-0): the
+	 * kernel refuses to send there, and the reference drops it. */
+	if (port == 0)
+		return verdict(p, BR_UNKNOWN_L4, XDP_DROP);
 	p->next_hop.port = bpf_htons(port);
 	p->src = &p->cfg->internal;
 	p->egress = 0;

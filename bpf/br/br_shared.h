@@ -44,6 +44,8 @@ enum br_verdict {
 	BR_OTHER_HOST,         /* Ethernet destination another host's: passed, the kernel drops it */
 	BR_WRONG_DEVICE,       /* for a socket whose traffic does not arrive by this device: passed, the kernel decides */
 	BR_UNKNOWN_DEVICE,     /* arrived on a device the router has no entry for: passed */
+	BR_STUN,               /* a STUN request to the internal address: passed, the reference router answers it */
+	BR_UNKNOWN_L4,         /* a NextHdr the reference router refuses (v0.15), or for port 0, where it cannot send: dropped */
 	BR_VERDICT_MAX,
 };
 
@@ -65,6 +67,26 @@ enum br_ip_verdict {
 	BR_IP_REVERSE_PATH,  /* IPv4 rp_filter on the device, and the source is not reached back through it: passed */
 	BR_IP_EXTERNAL,      /* arrived on a SCION external interface's device (forward_ip_external off): passed */
 	BR_IP_VERDICT_MAX,
+};
+
+/* How the reference router behind this one behaves where its releases
+ * differ (br_config.reference); internal/scionproto says which release
+ * does what. */
+enum br_ref_flags {
+	/* A port outside dispatched_ports is delivered to 30041 (v0.12). */
+	BR_REF_REDIRECT_OUTSIDE_RANGE = 1 << 0,
+	/* SCION/TCP is delivered to its port; a header under 20 bytes is
+	 * dropped (v0.14 on). */
+	BR_REF_TCP_TO_PORT = 1 << 1,
+	/* A datagram whose NextHdr is none of TCP, UDP, SCMP, BFD, the
+	 * extensions and the experimental values is dropped (v0.15 on). */
+	BR_REF_KNOWN_L4 = 1 << 2,
+	/* Such a datagram to the internal address is a STUN request the
+	 * reference answers (v0.15 on). */
+	BR_REF_STUN = 1 << 3,
+	/* Transit from a sibling must come from its internal_addr's port too,
+	 * not only its address (v0.14 on: a connected socket per sibling). */
+	BR_REF_SIBLING_PORT = 1 << 4,
 };
 
 /* What an SCMP-worthy verdict does: the fast path never builds SCMP errors. */
@@ -147,7 +169,12 @@ struct br_config {
 	/* 1: plain IP arriving on a device of an external interface only is
 	 * forwarded too (`forward_ip_external`). */
 	__u8 ip_from_external;
-	__u8 pad[2];
+	__u8 reference; /* enum br_ref_flags */
+	__u8 pad;
+	/* The longest SCION datagram the reference router reads whole (9,000
+	 * bytes, 8,488 from v0.14): a longer one is its to judge. */
+	__u16 max_datagram;
+	__u8 pad2[2];
 	/* An external interface whose neighbour sent BFD once and then nothing
 	 * for this long is down (0: never). */
 	__u64 link_timeout_ns;

@@ -21,11 +21,15 @@
 #define SCION_PATH_EPIC 3
 
 /* NextHdr */
+#define SCION_PROTO_TCP 6
 #define SCION_PROTO_UDP 17
 #define SCION_PROTO_HBH 200
 #define SCION_PROTO_E2E 201
 #define SCION_PROTO_SCMP 202
 #define SCION_PROTO_BFD 203
+/* Experimentation and testing (RFC 3692, as SCION reuses them). */
+#define SCION_PROTO_EXP1 253
+#define SCION_PROTO_EXP2 254
 
 /* Address types: T (2 bits) << 2 | L (2 bits); length is 4 * (L + 1). */
 #define SCION_ADDR_IP4 0x0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // labScionCmd is `fastpath lab scion`: a real SCION network of
@@ -22,7 +23,8 @@ func labScionCmd(prefix *string) *cobra.Command {
 		Use:   "scion",
 		Short: "a SCION network of scionproto's router, control service and daemon, an AS per namespace",
 		Long: `A SCION network in network namespaces: one core AS (1-64512) and its leaf ASes
-(1-64513, ...), each running scionproto ` + "v0.12.0" + `'s router, control service and daemon,
+(1-64513, ...), each running scionproto's router, control service and daemon
+(` + scionproto.Default + ` unless --scion-version names another of ` + strings.Join(scionproto.Versions, ", ") + `),
 joined by veth pairs, each with an internal network (a veth) to an end host in a
 namespace of its own that runs the dispatcher shim (it answers scion ping). The
 programs are built once from the Go module proxy; the crypto is made fresh by
@@ -38,16 +40,17 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	}
 
 	var (
-		ases      int
-		hybrid    bool
-		sig       bool
-		timeout   time.Duration
-		nlinks    int
-		hopExpiry time.Duration
-		mtu       int
-		topoFile  string
-		renumber  bool
-		devices   string
+		ases         int
+		scionVersion string
+		hybrid       bool
+		sig          bool
+		timeout      time.Duration
+		nlinks       int
+		hopExpiry    time.Duration
+		mtu          int
+		topoFile     string
+		renumber     bool
+		devices      string
 	)
 	up := &cobra.Command{
 		Use:   "up [--ases N] [--links 2] [--hybrid] [--sig] [--hop-expiry DURATION] [--mtu 9000] [--topo FILE.topo [--renumber]] [--devices KIND[,IA#IFID=KIND,...]]",
@@ -103,7 +106,10 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			if err := scionlab.CheckMTU(mtu); err != nil {
 				return err
 			}
-			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{ASes: ases, Links: nlinks, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Topo: topo, Renumber: renumber, Devices: devices, Log: os.Stderr}); err != nil {
+			if err := scionproto.Check(scionVersion); err != nil {
+				return fmt.Errorf("--scion-version: %w", err)
+			}
+			if _, err := n.Up(cmd.Context(), scionlab.UpOptions{Version: scionVersion, ASes: ases, Links: nlinks, Hybrid: hybrid, HopExpiry: hopExpiry, MTU: mtu, Timeout: timeout, Topo: topo, Renumber: renumber, Devices: devices, Log: os.Stderr}); err != nil {
 				return err
 			}
 			if sig {
@@ -123,6 +129,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 			return nil
 		},
 	}
+	up.Flags().StringVar(&scionVersion, "scion-version", scionproto.Default, "the scionproto release whose programs run the network ("+strings.Join(scionproto.Versions, ", ")+"), each built once per machine; fastpath's routers (--hybrid) behave as that release's")
 	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
 	up.Flags().IntVar(&nlinks, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "put fastpath's border router in front of every AS's reference router, core first, each kept by a fastpath br serve")

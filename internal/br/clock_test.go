@@ -77,7 +77,7 @@ func TestClockStepLeavesLinksUp(t *testing.T) {
 // refuses as expired was forwarded in XDP for as long as the router ran.
 func TestClockStepIsFollowed(t *testing.T) {
 	b := newHostBed(t, false)
-	ref, err := StartReferenceRouter(b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
+	ref, err := StartReferenceRouter(ReferenceVersion, b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
 	if err != nil {
 		t.Fatal(err)
 	}

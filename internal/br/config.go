@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/pkg/segment/iface"
 	"github.com/scionproto/scion/private/keyconf"
@@ -100,6 +101,11 @@ type Config struct {
 	// past the kernel's forwarding switches and firewall; off, it goes up
 	// to the kernel, which forwards it or not as without fastpath.
 	ForwardIPExternal bool
+	// SCIONVersion (toml "scion_version", default scionproto.Default) is
+	// the release of the scionproto router this one fronts: where releases
+	// deliver or drop differently (TCP's port, ports outside
+	// dispatched_ports, STUN), fastpath does as that release does.
+	SCIONVersion string
 
 	// Resolved from the topology and keys:
 	IA                                     addr.IA
@@ -113,6 +119,15 @@ type Config struct {
 	// master1.key with scion's control.DeriveHFMacKey; Keys[1] is nil if master1.key is absent.
 	// The reference router installs Keys[0] only; Keys[1] is used only with KeyRollover.
 	Keys [2][]byte
+}
+
+// Reference is the scionproto release of the router this one fronts:
+// SCIONVersion, or scionproto.Default if it is unset.
+func (c *Config) Reference() string {
+	if c.SCIONVersion == "" {
+		return scionproto.Default
+	}
+	return c.SCIONVersion
 }
 
 // InterfaceKind tells whether an interface is this router's own link or a sibling's.
@@ -162,6 +177,7 @@ type tomlFile struct {
 	LinkTimeout        string   `toml:"link_timeout"`
 	ForwardIP          bool     `toml:"forward_ip"`
 	ForwardIPExternal  bool     `toml:"forward_ip_external"`
+	SCIONVersion       string   `toml:"scion_version"`
 }
 
 // minMasterKeyLen is the shortest master key accepted; scion's generator writes 16 random bytes.
@@ -186,6 +202,12 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	// Last, so that what every release refuses is reported as such first.
+	if scionproto.RouterOf(c.Reference()).LiteralUnderlays {
+		if err := literalUnderlays(c.TopologyPath, c.Reference()); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -300,6 +322,13 @@ func (c *Config) decodeTOML() error {
 	c.UDPChecksum = raw.UDPChecksum
 	c.ForwardIP = raw.ForwardIP
 	c.ForwardIPExternal = raw.ForwardIPExternal
+	c.SCIONVersion = raw.SCIONVersion
+	if c.SCIONVersion == "" {
+		c.SCIONVersion = scionproto.Default
+	}
+	if err := scionproto.Check(c.SCIONVersion); err != nil {
+		return errorf(c.Path, "scion_version", nil, "%v: the release of scionproto's router behind this one", err)
+	}
 	d, err := time.ParseDuration(raw.LinkTimeout)
 	if err != nil || d < 0 {
 		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)
@@ -506,6 +535,37 @@ func locateTopologyError(file string, raw *jsontopo.Topology, err error) error {
 }
 
 // localField names the underlay field scion takes the local address from, and how to write it.
+// literalUnderlays refuses what a release's router refuses to start with
+// from v0.14.0 on: every interface of every router (siblings' too) must
+// give "local" and "remote" as a literal "IP:port" — no host name, no
+// ":port", no deprecated "public" or "bind" (it no longer reads them).
+func literalUnderlays(file, version string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return errorf(file, "", err, "%v", err)
+	}
+	var raw jsontopo.Topology
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return jsonError(file, b, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(raw.BorderRouters)) {
+		rb := raw.BorderRouters[name]
+		for _, id := range slices.Sorted(maps.Keys(rb.Interfaces)) {
+			u := rb.Interfaces[id].Underlay
+			key := ifKey(name, uint64(id))
+			if u.DeprecatedPublic != "" || u.DeprecatedBind != "" {
+				return errorf(file, key+".underlay", nil, "uses \"public\"/\"bind\", which scionproto %s's router no longer reads; write \"local\": \"IP:port\" instead (or set scion_version to the release the routers run)", version)
+			}
+			for _, f := range []struct{ name, v string }{{"local", u.Local}, {"remote", u.Remote}} {
+				if _, err := netip.ParseAddrPort(f.v); err != nil {
+					return errorf(file, key+".underlay."+f.name, nil, "%q is not a literal IP:port, which scionproto %s's router needs (no host names, no \":port\")", f.v, version)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func localField(u jsontopo.Underlay) (field, hint string) {
 	const addrPort = "write \"IP:port\""
 	deprecated := u.DeprecatedPublic != "" || u.DeprecatedBind != ""

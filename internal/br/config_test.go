@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/router/control"
 )
@@ -56,7 +57,7 @@ func TestConfigSample(t *testing.T) {
 		ap       func(string) netip.AddrPort
 	}{
 		"local":  {"topology.json", netip.MustParseAddrPort},
-		"public": {"topology_public.json", netip.MustParseAddrPort},
+		"public": {"topology_public.json", netip.MustParseAddrPort}, // read as v0.12.0 reads it
 		"ipv6":   {"topology_v6.json", v6},
 	}
 	for name, tc := range tests {
@@ -70,7 +71,8 @@ func TestConfigSample(t *testing.T) {
 			path := filepath.Join(dir, "br.toml")
 			writeFile(t, path, "router_id = \"br1-ff00_0_110-1\"\n"+
 				"topology = \""+filepath.Join(abs, tc.topology)+"\"\n"+
-				"keys = \""+filepath.Join(abs, "keys")+"\"\n")
+				"keys = \""+filepath.Join(abs, "keys")+"\"\n"+
+				map[bool]string{true: "scion_version = \"v0.12.0\"\n"}[name == "public"])
 			c, err := LoadConfig(path)
 			if err != nil {
 				t.Fatal(err)
@@ -107,6 +109,7 @@ func TestConfigTestdata(t *testing.T) {
 		XDPMode:             XDPModeNative,
 		UDPChecksum:         UDPChecksumUpdate,
 		LinkTimeout:         DefaultLinkTimeout,
+		SCIONVersion:        scionproto.Default,
 		IA:                  addr.MustParseIA("1-ff00:0:110"),
 		MTU:                 1472,
 		Internal:            netip.MustParseAddrPort("198.18.0.1:30042"),
@@ -315,7 +318,10 @@ func TestConfigGood(t *testing.T) {
 				}
 			},
 		},
+		// scionproto v0.12.0 reads no sibling interface's underlay; from
+		// v0.14.0 its router refuses to start without it.
 		"sibling without underlay": {
+			toml: "scion_version = \"v0.12.0\"\n",
 			topo: func(m map[string]any) { delete(ifMap(m, "br1-ff00_0_110-2", "3"), "underlay") },
 		},
 	}
@@ -449,17 +455,45 @@ func TestConfigErrors(t *testing.T) {
 			topo: func(m map[string]any) { underlay(m, "1")["remote"] = "[2001:2:0:1::2]:50000" },
 			want: []string{topoFile + if1 + ".underlay: local 198.18.1.1:50000 is IPv4 but remote [2001:2:0:1::2]:50000 is IPv6"},
 		},
+		// scionproto v0.12.0 still reads the deprecated public and bind.
 		"underlay local and public": {
+			toml: "scion_version = \"v0.12.0\"\n",
 			topo: func(m map[string]any) { underlay(m, "1")["public"] = "198.18.1.1:50000" },
 			want: []string{topoFile + if1 + ".underlay: ", `remove the deprecated "public"`},
 		},
 		"public with invalid bind": {
+			toml: "scion_version = \"v0.12.0\"\n",
 			topo: func(m map[string]any) {
 				u := underlay(m, "1")
 				u["public"], u["bind"] = u["local"], "not-an-ip"
 				delete(u, "local")
 			},
 			want: []string{topoFile + if1 + ".underlay.bind: "},
+		},
+		// From v0.14.0 scionproto's router reads local and remote only, as
+		// literal IP:port, of every router's interfaces.
+		"public refused from v0.14.0": {
+			topo: func(m map[string]any) {
+				u := underlay(m, "1")
+				u["public"] = u["local"]
+				delete(u, "local")
+			},
+			want: []string{topoFile + if1 + `.underlay: uses "public"/"bind", which scionproto v0.15.1's router no longer reads`},
+		},
+		"host name refused from v0.14.0": {
+			toml: "scion_version = \"v0.14.0\"\n",
+			topo: func(m map[string]any) { underlay(m, "1")["remote"] = "localhost:50000" },
+			want: []string{topoFile + if1 + `.underlay.remote: "localhost:50000" is not a literal IP:port, which scionproto v0.14.0's router needs`},
+		},
+		"sibling's host name refused from v0.14.0": {
+			topo: func(m map[string]any) {
+				m["border_routers"].(map[string]any)["br1-ff00_0_110-2"].(map[string]any)["interfaces"].(map[string]any)["3"].(map[string]any)["underlay"].(map[string]any)["local"] = ":50000"
+			},
+			want: []string{`interfaces["3"].underlay.local: ":50000" is not a literal IP:port`},
+		},
+		"unknown scion_version": {
+			toml: "scion_version = \"v0.13.0\"\n",
+			want: []string{`br.toml: scion_version: scionproto "v0.13.0" is not supported: choose one of v0.15.1, v0.14.0, v0.12.0`},
 		},
 		"duplicate local": {
 			topo: func(m map[string]any) { underlay(m, "2")["local"] = "198.18.1.1:50000" },

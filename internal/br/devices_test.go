@@ -113,7 +113,7 @@ func TestDevicesThatTakeNoXDPFrames(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			b := newHostBed(t, false)
 			dev := b.kind(t, kind)
-			ref, err := StartReferenceRouter(b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
+			ref, err := StartReferenceRouter(ReferenceVersion, b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +215,7 @@ func TestJumboFramesToADeviceWithoutScatterGather(t *testing.T) {
 	b.ip(t, b.dut, "addr", "add", b.d1Addr.String()+"/24", "dev", "t1")
 	b.ip(t, b.dut, "link", "set", "t1", "up")
 	b.ip(t, b.dut, "neigh", "replace", b.bAddr.String(), "lladdr", "02:00:00:00:0b:0b", "dev", "t1", "nud", "permanent")
-	ref, err := StartReferenceRouter(b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
+	ref, err := StartReferenceRouter(ReferenceVersion, b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
 	if err != nil {
 		t.Fatal(err)
 	}

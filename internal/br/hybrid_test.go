@@ -491,7 +491,7 @@ func TestFailedTransmitIsNotForwarded(t *testing.T) {
 // behind, delivers them.
 func TestLocalHostsAreDelivered(t *testing.T) {
 	b := newHostBed(t, false)
-	ref, err := StartReferenceRouter(b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
+	ref, err := StartReferenceRouter(ReferenceVersion, b.dut, "br1", b.dir, netip.AddrPortFrom(b.d0Addr, 30042).String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
-// ReferenceVersion is the scionproto release the router follows and is
-// compared with.
-const ReferenceVersion = scionproto.Version
+// ReferenceVersion is the scionproto release the router follows unless its
+// configuration names another (scion_version).
+const ReferenceVersion = scionproto.Default
 
 // ReferenceRouter is scionproto's router running in a network namespace.
 type ReferenceRouter struct {
@@ -23,12 +23,12 @@ type ReferenceRouter struct {
 	Logs   bytes.Buffer
 }
 
-// StartReferenceRouter runs scionproto's router for the configuration in
+// StartReferenceRouter runs release version of scionproto's router for the configuration in
 // configDir (topology.json and keys/ with master0.key and master1.key) and
 // waits until it listens on internal. BFD is off: it would hold every
 // interface down until a BFD peer answered.
-func StartReferenceRouter(netns, id, configDir, internal string) (*ReferenceRouter, error) {
-	bin, err := scionproto.Binary("router")
+func StartReferenceRouter(version, netns, id, configDir, internal string) (*ReferenceRouter, error) {
+	bin, err := scionproto.Binary(version, "router")
 	if err != nil {
 		return nil, err
 	}

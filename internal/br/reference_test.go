@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // The AS of the differential test: the test AS without its core links,
@@ -47,6 +49,7 @@ const refTopology = `{
 // refBed is a network namespace with the reference router running and a
 // socket at every address it may send to.
 type refBed struct {
+	version string // scionproto's release
 	ns      string
 	dir     string
 	sockets map[netip.AddrPort]*net.UDPConn
@@ -56,19 +59,19 @@ type refBed struct {
 
 func (b *refBed) start(t *testing.T) {
 	t.Helper()
-	r, err := StartReferenceRouter(b.ns, "br1", b.dir, "198.18.0.1:30042")
+	r, err := StartReferenceRouter(b.version, b.ns, "br1", b.dir, "198.18.0.1:30042")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.router = r
 }
 
-func startReference(t *testing.T) *refBed {
+func startReference(t *testing.T, version string) *refBed {
 	t.Helper()
 	requireKernel(t)
 	b := make([]byte, 2)
 	rand.Read(b)
-	bed := &refBed{ns: "fp-tref" + hex.EncodeToString(b), sockets: map[netip.AddrPort]*net.UDPConn{}, arrived: make(chan datagram, 1024)}
+	bed := &refBed{version: version, ns: "fp-tref" + hex.EncodeToString(b), sockets: map[netip.AddrPort]*net.UDPConn{}, arrived: make(chan datagram, 1024)}
 	if err := netns.Create(bed.ns); err != nil {
 		t.Fatal(err)
 	}
@@ -189,13 +192,79 @@ func (b *refBed) exchange(t *testing.T, from, to netip.AddrPort, payload []byte,
 // the reference forwards to the same place with the same SCION bytes; what
 // it drops or passes as needing an SCMP error, the reference does not
 // forward. Packets the fast path leaves to the slow path are not compared.
+//
+// It runs against each release of scionproto's router the tests cover
+// (scionproto.ToTest), fastpath configured for that release; where the
+// releases differ, versionCases say what each must do.
 func TestAgreesWithReferenceRouter(t *testing.T) {
-	bed := startReference(t)
+	for _, v := range testedVersions(t) {
+		t.Run(v, func(t *testing.T) { agreesWithReference(t, v) })
+	}
+}
+
+// testedVersions are the scionproto releases a version-sensitive test
+// runs against.
+func testedVersions(t *testing.T) []string {
+	t.Helper()
+	vs, err := scionproto.ToTest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+// versionCase is a packet the releases of scionproto's router deliver
+// differently: to where each release sends it ("" for dropped).
+type versionCase struct {
+	name  string
+	pkt   SCIONPacket
+	want  map[string]string // release → underlay destination
+	xdpOK bool              // fastpath forwards it in XDP (else drops it)
+}
+
+// asTCP makes a SCION/UDP packet SCION/TCP, as a Mutate does: NextHdr 6;
+// the UDP header's ports are where TCP's are, and the data offset (5 words)
+// lies in the payload, if it is long enough.
+func asTCP(b []byte) {
+	b[4] = 6
+	if l4 := b[int(b[5])*4:]; len(l4) > 12 {
+		l4[12] = 5 << 4
+	}
+}
+
+func versionCases() []versionCase {
+	inbound := PathSpec{Segments: []Segment{seg(true, 2, hopPair{0, 31}, hopPair{21, 41}, hopPair{2, 0})}, CurrHF: 2}
+	pkt := func(port uint16, mutate func([]byte)) SCIONPacket {
+		p := pktCase{path: inbound, src: farIA, dst: localIA, dstHost: hostA, dstPort: port, in: arrival{ifid: 2}}.packet()
+		p.Mutate = mutate
+		return p
+	}
+	// 8 bytes of UDP header and 11 of payload: a TCP header of 19.
+	short := pkt(31500, asTCP)
+	short.Payload = short.Payload[:11]
+	return []versionCase{
+		{name: "UDP to a port outside dispatched_ports", pkt: pkt(40000, nil), xdpOK: true,
+			want: map[string]string{"v0.12.0": "198.18.0.100:30041", "v0.14.0": "198.18.0.100:40000", "v0.15.1": "198.18.0.100:40000"}},
+		{name: "UDP to a port inside dispatched_ports", pkt: pkt(31500, nil), xdpOK: true,
+			want: map[string]string{"v0.12.0": "198.18.0.100:31500", "v0.14.0": "198.18.0.100:31500", "v0.15.1": "198.18.0.100:31500"}},
+		{name: "TCP to a port inside dispatched_ports", pkt: pkt(31500, asTCP), xdpOK: true,
+			want: map[string]string{"v0.12.0": "198.18.0.100:30041", "v0.14.0": "198.18.0.100:31500", "v0.15.1": "198.18.0.100:31500"}},
+		{name: "TCP to a port outside dispatched_ports", pkt: pkt(40000, asTCP), xdpOK: true,
+			want: map[string]string{"v0.12.0": "198.18.0.100:30041", "v0.14.0": "198.18.0.100:40000", "v0.15.1": "198.18.0.100:40000"}},
+		{name: "TCP header of 19 bytes", pkt: short,
+			want: map[string]string{"v0.12.0": "198.18.0.100:30041", "v0.14.0": "", "v0.15.1": ""}},
+		{name: "NextHdr 99, unknown to the router", pkt: pkt(31500, func(b []byte) { b[4] = 99 }),
+			want: map[string]string{"v0.12.0": "198.18.0.100:30041", "v0.14.0": "198.18.0.100:30041", "v0.15.1": ""}},
+	}
+}
+
+func agreesWithReference(t *testing.T, version string) {
+	bed := startReference(t, version)
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "keys"), 0o700)
 	os.WriteFile(filepath.Join(dir, "topology.json"), []byte(refTopology), 0o600)
 	os.WriteFile(filepath.Join(dir, "keys", "master0.key"), []byte("IAOYbTs/CobLFV3T3jt6lQ=="), 0o600)
-	os.WriteFile(filepath.Join(dir, "br.toml"), []byte("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "br.toml"), []byte("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nscion_version = \""+version+"\"\n"), 0o600)
 	xcfg, err := LoadConfig(filepath.Join(dir, "br.toml"))
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +303,40 @@ func TestAgreesWithReferenceRouter(t *testing.T) {
 	}
 	// Map order would make the mutations differ from run to run.
 	sort.Slice(inputs, func(i, j int) bool { return inputs[i].name < inputs[j].name })
+	// Where the releases differ: each must do what its release does, and
+	// fastpath what the release it is configured for does.
+	for _, c := range versionCases() {
+		f, err := c.pkt.Frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := c.want[version]
+		if !ok {
+			t.Fatalf("%s: no expectation for %s", c.name, version)
+		}
+		res := r.runOne(t, f)
+		switch {
+		case want == "" && res.action != xdpDrop:
+			t.Errorf("%s: %s drops it; XDP %s", c.name, version, res.verdict)
+		case want != "" && c.xdpOK && (res.action != xdpTX || mustNextHop(res.out) != want):
+			t.Errorf("%s: %s delivers to %s; XDP %s to %s", c.name, version, want, res.verdict, mustNextHop(res.out))
+		}
+		from, to, _ := underlayEnds(f)
+		got := bed.exchange(t, from, to, scionPayload(f), 2*time.Second)
+		var at []string
+		for _, d := range got {
+			if d.at != from {
+				at = append(at, d.at.String())
+			}
+		}
+		switch {
+		case want == "" && len(at) != 0:
+			t.Errorf("%s: scionproto %s was expected to drop it; it sent it to %v", c.name, version, at)
+		case want != "" && !slices.Contains(at, want):
+			t.Errorf("%s: scionproto %s was expected to deliver it to %s; it sent it to %v", c.name, version, want, at)
+		}
+		inputs = append(inputs, input{c.name, f})
+	}
 	// Mutations of the fixtures, in the SCION header and path.
 	rng := mrand.New(mrand.NewSource(7))
 	base := len(inputs)
@@ -270,7 +373,7 @@ func TestAgreesWithReferenceRouter(t *testing.T) {
 		}
 		got := bed.exchange(t, from, to, sc, wait)
 		if bed.router.Exited() {
-			// v0.12.0 panics on some inputs (an SVC source address from the
+			// scionproto's router panics on some inputs (an SVC source address from the
 			// local AS, an SVC destination without services): nothing to
 			// compare with; start it again.
 			crashes++

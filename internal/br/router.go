@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 	"github.com/scionproto/scion/pkg/addr"
 	"golang.org/x/sys/unix"
@@ -51,6 +52,8 @@ var verdictNames = map[Verdict]string{
 	routerBrVerdictBR_OTHER_HOST:        "other_host",
 	routerBrVerdictBR_WRONG_DEVICE:      "wrong_device",
 	routerBrVerdictBR_UNKNOWN_DEVICE:    "unknown_device",
+	routerBrVerdictBR_STUN:              "stun",
+	routerBrVerdictBR_UNKNOWN_L4:        "unknown_l4",
 }
 
 // VerdictName is the counter name of a verdict.
@@ -431,6 +434,37 @@ func socketKey(a netip.AddrPort) routerBrSocketKey {
 
 var linkTypes = map[string]uint8{"core": 1, "parent": 2, "child": 3, "peer": 4}
 
+// enum br_ref_flags of bpf/br/br_shared.h (no BTF type: the field is a
+// __u8); keep in step.
+const (
+	refRedirectOutsideRange uint8 = 1 << iota
+	refTCPToPort
+	refKnownL4
+	refSTUN
+	refSiblingPort
+)
+
+// referenceFlags are br_config.reference for a release's router.
+func referenceFlags(r scionproto.Router) uint8 {
+	var f uint8
+	if r.RedirectOutsideRange {
+		f |= refRedirectOutsideRange
+	}
+	if r.TCPToPort {
+		f |= refTCPToPort
+	}
+	if r.KnownL4 {
+		f |= refKnownL4
+	}
+	if r.STUN {
+		f |= refSTUN
+	}
+	if r.SiblingPort {
+		f |= refSiblingPort
+	}
+	return f
+}
+
 // configure writes the configuration into the maps.
 func (r *Router) configure() error {
 	cfg := r.cfg
@@ -447,6 +481,9 @@ func (r *Router) configure() error {
 	if cfg.ForwardIPExternal {
 		conf.IpFromExternal = 1
 	}
+	ref := scionproto.RouterOf(cfg.Reference())
+	conf.Reference = referenceFlags(ref)
+	conf.MaxDatagram = uint16(ref.MaxDatagram)
 	if err := r.objs.Conf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("write router config: %w", err)
 	}

@@ -299,7 +299,9 @@ func routerCases() map[string]pktCase {
 			src:  childIA, dst: localIA, dstHost: hostA, dstPort: 8080, in: arrival{ifid: 1},
 			wantAction: xdpTX, wantVerdict: "forwarded",
 			wantPath: PathSpec{Segments: []Segment{seg(false, 0, hopPair{21, 41}, hopPair{31, 11}, hopPair{0, 1})}, CurrHF: 2},
-			wantFrom: internal, wantTo: netip.MustParseAddrPort("198.18.0.100:30041"),
+			// 8080 lies outside dispatched_ports: its own port from
+			// v0.14.0 (the default), 30041 before (versionCases).
+			wantFrom: internal, wantTo: netip.MustParseAddrPort("198.18.0.100:8080"),
 		},
 		"AS transit in: to the sibling owning the egress": {
 			path: PathSpec{Segments: []Segment{seg(true, 1, hopPair{0, 31}, hopPair{2, 5}, hopPair{21, 0})}, CurrHF: 1},
@@ -729,22 +731,39 @@ func routerCases() map[string]pktCase {
 		}
 		cases["SCMP "+c.name+" to a local host"] = pc
 	}
-	// The reference reads a datagram into 9,000 bytes: a longer one is its
-	// to answer or discard.
-	cases["datagram over 9,000 bytes goes to the slow path"] = pktCase{
-		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
-		src:  childIA, dst: farIA, in: arrival{ifid: 1},
-		mac:        func(p *SCIONPacket) { p.Payload = make([]byte, 9001) },
-		wantAction: xdpPass, wantVerdict: "bad_length",
-	}
-	cases["datagram of 9,000 bytes is forwarded"] = pktCase{
-		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
-		src:  childIA, dst: farIA, in: arrival{ifid: 1},
-		mac: func(p *SCIONPacket) {
+	// The reference reads a datagram whole up to 8,488 bytes (v0.14.0 on,
+	// the default) or 9,000 (v0.12.0): a longer one is its to answer or
+	// discard.
+	sized := func(n int) func(p *SCIONPacket) {
+		return func(p *SCIONPacket) {
 			p.Payload = nil
 			b, _ := p.SCIONBytes()
-			p.Payload = make([]byte, 9000-len(b))
-		},
+			p.Payload = make([]byte, n-len(b))
+		}
+	}
+	v12 := func(c *Config) { c.SCIONVersion = "v0.12.0" }
+	cases["datagram over 9,000 bytes goes to the slow path (v0.12.0)"] = pktCase{
+		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+		src:  childIA, dst: farIA, in: arrival{ifid: 1}, cfg: v12,
+		mac:        sized(9001),
+		wantAction: xdpPass, wantVerdict: "bad_length",
+	}
+	cases["datagram of 9,000 bytes is forwarded (v0.12.0)"] = pktCase{
+		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+		src:  childIA, dst: farIA, in: arrival{ifid: 1}, cfg: v12,
+		mac:        sized(9000),
+		wantAction: xdpTX, wantVerdict: "forwarded",
+	}
+	cases["datagram over 8,488 bytes goes to the slow path"] = pktCase{
+		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+		src:  childIA, dst: farIA, in: arrival{ifid: 1},
+		mac:        sized(8489),
+		wantAction: xdpPass, wantVerdict: "bad_length",
+	}
+	cases["datagram of 8,488 bytes is forwarded"] = pktCase{
+		path: PathSpec{Segments: []Segment{up(2)}, CurrHF: 1},
+		src:  childIA, dst: farIA, in: arrival{ifid: 1},
+		mac:        sized(8488),
 		wantAction: xdpTX, wantVerdict: "forwarded",
 	}
 	return cases

@@ -63,6 +63,8 @@ type genOptions struct {
 	hopExpTime *uint8
 	// trust, if set, is the .topo network whose ISDs testcrypto makes.
 	trust *Topo
+	// version is the scionproto release the files are for.
+	version string
 }
 
 func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOptions) error {
@@ -89,7 +91,7 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 			return err
 		}
 	}
-	b, err := json.MarshalIndent(topology(a, as, links, o.mtu), "", "  ")
+	b, err := json.MarshalIndent(topology(a, as, links, o.mtu, o.version), "", "  ")
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 		}
 		files[routerFile("br", k)] = br
 		// fastpath's router in front of the reference, on the same files.
-		files[routerFile("fastpath-br", k)] = fmt.Sprintf("# fastpath's XDP border router in front of scionproto's router %s:\n# the same topology.json and keys.\nrouter_id = %q\ntopology = \"topology.json\"\nkeys = \"keys\"\n", r.ID, r.ID)
+		files[routerFile("fastpath-br", k)] = fmt.Sprintf("# fastpath's XDP border router in front of scionproto %s's router %s:\n# the same topology.json and keys.\nrouter_id = %q\ntopology = \"topology.json\"\nkeys = \"keys\"\nscion_version = %q\n", o.version, r.ID, r.ID, o.version)
 	}
 	if a.Core {
 		files["cs.toml"] += "\n[ca]\nmode = \"in-process\"\n"
@@ -163,7 +165,7 @@ var (
 // every router of the AS with its interfaces, the AS's MTU and each
 // interface's (in the default network, the SCION MTU the links' MTU
 // leaves), a peer interface with its remote interface ID.
-func topology(a AS, as []AS, links []Link, mtu int) map[string]any {
+func topology(a AS, as []AS, links []Link, mtu int, version string) map[string]any {
 	attrs := []string{}
 	if a.Core {
 		attrs = append(attrs, "core")
@@ -196,7 +198,7 @@ func topology(a AS, as []AS, links []Link, mtu int) map[string]any {
 			"underlay": map[string]string{"local": local, "remote": remote},
 			"isd_as":   other.IA.String(),
 			"link_to":  linkTo,
-			"mtu":      ifMTU,
+			"mtu":      TopoMTU(version, ifMTU),
 		}
 		if l.Type == LinkPeer {
 			intf["remote_interface_id"] = remoteID
@@ -218,7 +220,7 @@ func topology(a AS, as []AS, links []Link, mtu int) map[string]any {
 	return map[string]any{
 		"attributes":        attrs,
 		"isd_as":            a.IA.String(),
-		"mtu":               asMTU,
+		"mtu":               TopoMTU(version, asMTU),
 		"dispatched_ports":  DispatchedPorts,
 		"control_service":   cs,
 		"discovery_service": cs,

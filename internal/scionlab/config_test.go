@@ -172,7 +172,7 @@ func TestMTU(t *testing.T) {
 			}
 			want := float64(c.mtu - 28)
 			for _, a := range as {
-				b, err := json.Marshal(topology(a, as, links, c.mtu))
+				b, err := json.Marshal(topology(a, as, links, c.mtu, "v0.12.0"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -2,6 +2,7 @@ package scionlab
 
 import (
 	"fmt"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -198,7 +199,7 @@ func TestDevicesOnTheDefaultNetwork(t *testing.T) {
 				t.Errorf("the core's interface %d is cut at %s/%s (%v), want %s/%s", l.ParentIf, ns, dev, err, c.coreEnd.ns, c.coreEnd.veth)
 			}
 			// The topology files say the same SCION MTU whatever the kind.
-			topo := topology(core, as, links, c.mtu)
+			topo := topology(core, as, links, c.mtu, scionproto.Default)
 			if topo["mtu"] != c.mtu-UnderlayOverhead {
 				t.Errorf("topology.json of the core says MTU %v, want %d", topo["mtu"], c.mtu-UnderlayOverhead)
 			}

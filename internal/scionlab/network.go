@@ -54,6 +54,9 @@ type UpOptions struct {
 	// ParseDevices' form ("bridge", "veth,1-64512#2=bridge"); "" is every
 	// address on a veth.
 	Devices string
+	// Version is the scionproto release whose programs run the network
+	// (one of scionproto.Versions); "" is scionproto.Chosen().
+	Version string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -112,7 +115,15 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := devices.Apply(as, links); err != nil {
 		return nil, err
 	}
-	gen := genOptions{bfd: !o.NoBFD, mtu: o.MTU, trust: o.Topo}
+	if o.Version == "" {
+		if o.Version, err = scionproto.Chosen(); err != nil {
+			return nil, err
+		}
+	}
+	if err := scionproto.Check(o.Version); err != nil {
+		return nil, err
+	}
+	gen := genOptions{bfd: !o.NoBFD, mtu: o.MTU, trust: o.Topo, version: o.Version}
 	if o.HopExpiry != 0 {
 		e, err := HopExpTime(o.HopExpiry)
 		if err != nil {
@@ -131,7 +142,8 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := n.Down(io.Discard); err != nil {
 		return nil, err
 	}
-	bins, err := scionproto.Binaries("router", "control", "daemon", "dispatcher", "scion", "scion-pki")
+	fmt.Fprintf(o.Log, "scionproto %s's programs from %s\n", o.Version, scionproto.Dir(o.Version))
+	bins, err := scionproto.Binaries(o.Version, "router", "control", "daemon", "dispatcher", "scion", "scion-pki")
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +157,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU, Devices: o.Devices}
+	st = &State{Version: o.Version, Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU, Devices: o.Devices}
 	if o.Topo != nil {
 		st.Topo, st.Renumber = o.Topo.Path, o.Renumber
 		if err := os.WriteFile(n.topoPath(), o.Topo.Text, 0o644); err != nil {
@@ -287,9 +299,9 @@ func (s *State) sameShape(n Network, o UpOptions) bool {
 		old, err := os.ReadFile(n.topoPath())
 		return o.Topo != nil && err == nil && string(old) == string(o.Topo.Text) && s.Renumber == o.Renumber &&
 			s.Prefix == n.Prefix && (len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
-			s.devices() == o.Devices
+			s.devices() == o.Devices && s.version() == o.Version
 	}
-	return s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
+	return s.version() == o.Version && s.Prefix == n.Prefix && s.ASes == o.ASes && s.links() == o.Links &&
 		(len(s.Hybrid) > 0) == o.Hybrid && s.NoBFD == o.NoBFD && s.HopExpiry == o.HopExpiry &&
 		s.mtu() == o.MTU && s.devices() == o.Devices
 }
@@ -744,7 +756,7 @@ func (n Network) namespaces() map[string]bool {
 // Scion runs scionproto's scion tool on an AS's end host, against its
 // daemon, and returns what it printed.
 func (n Network) Scion(ctx context.Context, a AS, args ...string) (string, error) {
-	bin, err := scionproto.Binary("scion")
+	bin, err := scionproto.Binary(n.Version(), "scion")
 	if err != nil {
 		return "", err
 	}

@@ -181,7 +181,7 @@ func (n Network) replay(a AS, k int, links []Link, frames []br.TapFrame, missed 
 			return res, err
 		}
 	}
-	ref, err := br.StartReferenceRouter(ns, r.ID, dir, r.RouterInternal().String())
+	ref, err := br.StartReferenceRouter(n.Version(), ns, r.ID, dir, r.RouterInternal().String())
 	if err != nil {
 		return res, err
 	}

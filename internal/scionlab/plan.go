@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"path/filepath"
 
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/scionproto/scion/pkg/addr"
 )
 
@@ -69,9 +70,17 @@ const (
 	UnderlayOverhead = 20 + 8
 )
 
-// SCIONMTU is the SCION MTU of a link of the given (IP) MTU: what the
-// topology files say, for the AS and each interface.
+// SCIONMTU is the SCION MTU of a link of the given (IP) MTU.
 func SCIONMTU(linkMTU int) int { return linkMTU - UnderlayOverhead }
+
+// TopoMTU is what the topology files say of a link of SCION MTU
+// scionMTU, for the AS and each interface, on a network of scionproto
+// release version: no more than the release's router reads whole (8,488
+// bytes from v0.14.0, 9,000 before), so that no path promises packets its
+// routers would see cut short.
+func TopoMTU(version string, scionMTU int) int {
+	return min(scionMTU, scionproto.RouterOf(version).MaxDatagram)
+}
 
 // CheckMTU refuses an MTU the network cannot run with.
 func CheckMTU(mtu int) error {

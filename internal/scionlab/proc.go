@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // Proc is a process the network started: found again by PID, and told
@@ -34,6 +35,9 @@ type Proc struct {
 
 // State is what up records in Dir/state.json, and what status and down read.
 type State struct {
+	// Version is the scionproto release the network runs ("" in a record
+	// of before there was a choice: v0.12.0).
+	Version string    `json:"scion_version,omitempty"`
 	Prefix  string    `json:"prefix"`
 	ASes    int       `json:"ases"`
 	Started time.Time `json:"started"`
@@ -59,6 +63,27 @@ type State struct {
 	// Devices is up's Devices in ParseDevices' form ("" in a record of
 	// before --devices: every address on a veth).
 	Devices string `json:"devices,omitempty"`
+}
+
+// version is the scionproto release the recorded network runs.
+func (s *State) version() string {
+	if s.Version == "" {
+		return "v0.12.0"
+	}
+	return s.Version
+}
+
+// Version is the scionproto release the network runs: the recorded one if
+// it is up, else the one Up would choose.
+func (n Network) Version() string {
+	if st, err := n.readState(); err == nil && st != nil {
+		return st.version()
+	}
+	v, err := scionproto.Chosen()
+	if err != nil {
+		return scionproto.Default
+	}
+	return v
 }
 
 func (n Network) topoPath() string { return filepath.Join(n.Dir, "network.topo") }

@@ -100,7 +100,7 @@ func (n Network) StartSIG(ctx context.Context, a, b AS, timeout time.Duration, l
 		}
 		return fmt.Errorf("a SIG runs already (%s): stop it first", strings.Join(running, ", "))
 	}
-	bin, err := scionproto.Binary("gateway")
+	bin, err := scionproto.Binary(n.Version(), "gateway")
 	if err != nil {
 		return err
 	}

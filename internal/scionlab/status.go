@@ -33,6 +33,8 @@ type Status struct {
 	// the largest SCION packet a path of the network carries.
 	MTU      int `json:"mtu"`
 	SCIONMTU int `json:"scion_mtu"`
+	// Version is the scionproto release the network runs.
+	Version string `json:"scion_version"`
 	// Topo is the .topo file the network was built from, if any.
 	Topo string `json:"topo,omitempty"`
 	// Routers counts the border routers; MemKiB is the memory of every
@@ -151,7 +153,7 @@ func (n Network) Status() (*Status, error) {
 		return nil, err
 	}
 	out := &Status{Dir: n.Dir, Started: st.Started, PathsAfter: st.PathsAfter, Logs: n.logDir(), Hops: hopExpiry(st.HopExpiry),
-		MTU: st.mtu(), SCIONMTU: SCIONMTU(st.mtu()), Topo: st.Topo, Devices: st.devices()}
+		MTU: st.mtu(), SCIONMTU: TopoMTU(st.version(), SCIONMTU(st.mtu())), Version: st.version(), Topo: st.Topo, Devices: st.devices()}
 	hybrid := map[string]bool{}
 	for _, h := range st.Hybrid {
 		hybrid[h] = hybridAttached(h)
@@ -183,7 +185,7 @@ func (n Network) Status() (*Status, error) {
 
 // Write prints the status for a terminal.
 func (s *Status) Write(w io.Writer) {
-	fmt.Fprintf(w, "SCION network in %s, started %s", s.Dir, s.Started.Format(time.DateTime))
+	fmt.Fprintf(w, "SCION network of scionproto %s in %s, started %s", s.Version, s.Dir, s.Started.Format(time.DateTime))
 	if s.PathsAfter > 0 {
 		fmt.Fprintf(w, ", first path after %.1f s", s.PathsAfter.Seconds())
 	}

@@ -211,7 +211,7 @@ func TestTopoRenumber(t *testing.T) {
 // The trust of several ISDs from one file: scion-pki testcrypto makes a
 // TRC per ISD and every AS's certificate, issued as the file says.
 func TestGenerateCryptoForSeveralISDs(t *testing.T) {
-	pki, err := scionproto.Binary("scion-pki")
+	pki, err := scionproto.Binary(scionproto.Default, "scion-pki")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // The lab lays a .topo network out on namespaces, addresses and MTUs of
@@ -48,7 +49,7 @@ func TestPlanTopo(t *testing.T) {
 	if peer.Type != LinkPeer || peer.ParentRouter != 1 || peer.ParentIf != 2 || peer.ChildIf != 2 || peer.DevMTU != 1500 {
 		t.Fatalf("the peering link laid out as %+v", peer)
 	}
-	topology := topology(a111, as, links, 0)
+	topology := topology(a111, as, links, 0, scionproto.Default)
 	routers := topology["border_routers"].(map[string]any)
 	b := routers["br1-ff00_0_111-2"].(map[string]any)
 	ifs := b["interfaces"].(map[string]any)

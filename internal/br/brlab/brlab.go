@@ -135,7 +135,7 @@ func registerReference() {
 				os.RemoveAll(dir)
 				return nil, err
 			}
-			r, err := br.StartReferenceRouter(tb.DUTIn().Netns, "br1-ff00_0_110-1", dir, "198.18.0.2:30042")
+			r, err := br.StartReferenceRouter(br.ReferenceVersion, tb.DUTIn().Netns, "br1-ff00_0_110-1", dir, "198.18.0.2:30042")
 			if err != nil {
 				os.RemoveAll(dir)
 				return nil, err
