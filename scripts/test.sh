@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -count=1 -v ./... 2>&1 | tee "$log" | grep -E '^(--- (PASS|FAIL|SKIP)|ok|FAIL|panic)'
+# Each package's tests get 30 minutes (the default, 10, is near what the border
+# router's take against two releases of scionproto's router on a busy machine).
+go test -count=1 -timeout 30m -v ./... 2>&1 | tee "$log" | grep -E '^(--- (PASS|FAIL|SKIP)|ok|FAIL|panic)'
 status=${PIPESTATUS[0]}
 # The runtime's own tests (Rust); each "test … ok" counts as a pass.
 rlog=$(mktemp)

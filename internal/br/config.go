@@ -80,7 +80,7 @@ type Config struct {
 	// about 0.45 µs per router attached (docs/br.md); refused redirects and
 	// XDP_TX failures are counted either way.
 	CountTxDrops bool
-	// LinkTimeout (toml "link_timeout", default 600ms, v0.12.0's BFD detection time: 3 × 200 ms):
+	// LinkTimeout (toml "link_timeout", default 600ms, scionproto's BFD detection time: 3 × 200 ms):
 	// an external interface whose neighbour's BFD was seen and then not for this long is down,
 	// and packets for it go to the reference router, which answers with SCMP. "0s" turns it off.
 	LinkTimeout time.Duration
@@ -337,7 +337,7 @@ func (c *Config) decodeTOML() error {
 	return nil
 }
 
-// DefaultLinkTimeout is v0.12.0's BFD detection time: 3 missed packets of
+// DefaultLinkTimeout is scionproto's BFD detection time: 3 missed packets of
 // 200 ms.
 const DefaultLinkTimeout = 600 * time.Millisecond
 

@@ -106,10 +106,12 @@ func (n Network) writeAS(a AS, as []AS, links []Link, trcs []string, o genOption
 		"sd.toml": fmt.Sprintf("[general]\nid = %q\nconfig_dir = %q\n\n[log.console]\nlevel = \"info\"\n\n"+
 			"[trust_db]\nconnection = %q\n\n[path_db]\nconnection = %q\n\n[sd]\naddress = %q\n",
 			"sd"+a.fileIA(), a.Dir, filepath.Join(a.Dir, "db", "sd.trust.db"), filepath.Join(a.Dir, "db", "sd.path.db"), a.Daemon().String()),
-		// The AS's own shim: the router hands packets for the control
+		// The AS's own shim: v0.12.0's router hands packets for the control
 		// service's SVC addresses (beacons come that way) to 30041, as the
 		// control service's port lies outside dispatched_ports; the shim
-		// forwards them there, and answers SCMP echo for the AS.
+		// forwards them there, and answers SCMP echo for the AS. From
+		// v0.14.0 the router sends them to the control service's port
+		// itself, and the shim only answers echo.
 		"dispatcher-as.toml": fmt.Sprintf("[dispatcher]\nid = %q\nlocal_udp_forwarding = true\nunderlay_addr = %q\n\n[dispatcher.service_addresses]\n%q = %q\n%q = %q\n\n[log.console]\nlevel = \"info\"\n",
 			"disp-as"+a.fileIA(), a.Internal.String(), a.IA.String()+",CS", cs, a.IA.String()+",DS", cs),
 		// The end host's shim answers SCMP echo and traceroute on 30041.
@@ -246,7 +248,7 @@ func HopExpTime(d time.Duration) (uint8, error) {
 }
 
 // defaultHopExpTime is control/beacon.DefaultMaxExpTime of scionproto
-// v0.12.0 (6 h); the control package itself is too heavy to import for it.
+// (6 h in every supported release); the control package itself is too heavy to import for it.
 const defaultHopExpTime = 63
 
 // beaconPolicy is one beaconing policy file of an AS's control service and

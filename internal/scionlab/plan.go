@@ -61,10 +61,11 @@ const (
 	// MinMTU leaves a SCION MTU of 1280, the least scionproto allows a
 	// path (MinMTU in its pkg/private/common).
 	MinMTU = 1280 + UnderlayOverhead
-	// MaxMTU is the largest link MTU whose SCION packets reach scionproto
-	// v0.12.0's router whole: it reads each datagram into a 9000-byte
-	// buffer (bufSize in router/dataplane.go) and would see a longer one
-	// cut short.
+	// MaxMTU is the largest link MTU whose SCION packets reach v0.12.0's
+	// router whole: it reads each datagram into a 9000-byte buffer
+	// (bufSize in router/dataplane.go) and would see a longer one cut
+	// short. From v0.14.0 it reads 8,488 bytes, and TopoMTU caps what the
+	// paths say.
 	MaxMTU = 9000 + UnderlayOverhead
 	// UnderlayOverhead is what the IPv4/UDP underlay takes of a link's MTU.
 	UnderlayOverhead = 20 + 8

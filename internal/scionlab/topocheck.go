@@ -148,7 +148,7 @@ func interfaceOwners(as []AS, links []Link) map[ifKey]ifOwner {
 // of fastpath's router at every point where they and their replies arrive
 // must have counted them forwarded in XDP. A kind whose path MTU is set by
 // a link also gets packets a little larger than the path's MTU: scionproto's
-// router v0.12.0 sends no SCMP packet-too-big (its data plane checks no
+// router (every release) sends no SCMP packet-too-big (its data plane checks no
 // MTU); the router where they no longer fit must pass them up (too_big)
 // rather than forward them. Progress goes to w.
 func (n Network) CheckTopo(ctx context.Context, o TopoCheckOptions, w io.Writer) (*TopoCheck, error) {

@@ -118,7 +118,7 @@ func labTransitPackets(tb lab.Testbed, size int) ([][]byte, error) {
 
 func registerReference() {
 	lab.Register(lab.Scenario{
-		Name: "ref-router", Description: "scionproto " + br.ReferenceVersion + "'s router (UDP sockets) in the DUT namespace",
+		Name: "ref-router", Description: "scionproto " + benchVersion() + "'s router (UDP sockets) in the DUT namespace",
 		Layout: lab.LayoutDUT, Order: 32, Rewrites: true, Anchor: "xdp-redirect",
 		Note: "a userspace router on both cores, beside the generator",
 		Setup: func(tb lab.Testbed) (func() error, error) {
@@ -135,7 +135,7 @@ func registerReference() {
 				os.RemoveAll(dir)
 				return nil, err
 			}
-			r, err := br.StartReferenceRouter(br.ReferenceVersion, tb.DUTIn().Netns, "br1-ff00_0_110-1", dir, "198.18.0.2:30042")
+			r, err := br.StartReferenceRouter(benchVersion(), tb.DUTIn().Netns, "br1-ff00_0_110-1", dir, "198.18.0.2:30042")
 			if err != nil {
 				os.RemoveAll(dir)
 				return nil, err

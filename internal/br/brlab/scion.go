@@ -14,6 +14,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -35,6 +36,14 @@ var scionBench struct {
 	sync.Mutex
 	n       *scionlab.Network
 	transit *scionlab.Transit
+}
+
+// benchVersion is the scionproto release the scion rows' network runs.
+func benchVersion() string {
+	if v, err := scionproto.Chosen(); err == nil {
+		return v
+	}
+	return scionproto.Default
 }
 
 func init() {
@@ -78,7 +87,7 @@ func init() {
 		lab.Register(lab.Scenario{
 			Name: v.name, Description: v.desc, Layout: lab.LayoutNone, Order: v.order, Anchor: v.anchor,
 			Fixture: scionFixture, Rewrites: true, SCIONSink: true,
-			Note: "echo requests captured from scion ping on a real path of 3 ASes of scionproto v0.12.0",
+			Note: "echo requests captured from scion ping on a real path of 3 ASes of scionproto " + benchVersion(),
 			Setup: func(lab.Testbed) (func() error, error) {
 				n, _, err := scionNetwork()
 				if err != nil || !v.hybrid {
