@@ -15,6 +15,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -90,6 +91,10 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		ns = devs[0].Netns
 	}
 	warnForwarding(cfg, ns, opts.Warn)
+	if cfg.SCIONVersion == "" {
+		fmt.Fprintf(opts.Warn, "warning: %s sets no scion_version: fastpath delivers and drops as scionproto %s's router does; if the router behind runs another release (%s), set scion_version to it\n",
+			cfg.Path, scionproto.Default, strings.Join(scionproto.Versions[1:], ", "))
+	}
 	name := opts.Name
 	if name == "" {
 		name = cfg.RouterID

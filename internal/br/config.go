@@ -322,13 +322,8 @@ func (c *Config) decodeTOML() error {
 	c.UDPChecksum = raw.UDPChecksum
 	c.ForwardIP = raw.ForwardIP
 	c.ForwardIPExternal = raw.ForwardIPExternal
+	// Unset, Reference() gives the default, and attach says so.
 	c.SCIONVersion = raw.SCIONVersion
-	if c.SCIONVersion == "" {
-		c.SCIONVersion = scionproto.Default
-	}
-	if err := scionproto.Check(c.SCIONVersion); err != nil {
-		return errorf(c.Path, "scion_version", nil, "%v: the release of scionproto's router behind this one", err)
-	}
 	d, err := time.ParseDuration(raw.LinkTimeout)
 	if err != nil || d < 0 {
 		return errorf(c.Path, "link_timeout", nil, "%q is not a duration; give one like \"600ms\" (\"0s\" turns the check off)", raw.LinkTimeout)
@@ -657,6 +652,11 @@ func ioProblem(err error) string {
 }
 
 func (c *Config) validateSettings() error {
+	if c.SCIONVersion != "" {
+		if err := scionproto.Check(c.SCIONVersion); err != nil {
+			return errorf(c.Path, "scion_version", nil, "%v: the release of scionproto's router behind this one", err)
+		}
+	}
 	if c.RouterID == "" {
 		return errorf(c.Path, "router_id", nil, "missing; set it to this router's name among topology.json's border_routers")
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/scionproto/scion/pkg/addr"
 	"github.com/scionproto/scion/router/control"
 )
@@ -109,7 +108,6 @@ func TestConfigTestdata(t *testing.T) {
 		XDPMode:             XDPModeNative,
 		UDPChecksum:         UDPChecksumUpdate,
 		LinkTimeout:         DefaultLinkTimeout,
-		SCIONVersion:        scionproto.Default,
 		IA:                  addr.MustParseIA("1-ff00:0:110"),
 		MTU:                 1472,
 		Internal:            netip.MustParseAddrPort("198.18.0.1:30042"),

@@ -24,6 +24,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/capture"
 	"github.com/fastpath-dev/fastpath/internal/checksum"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -126,7 +127,7 @@ func newHostBed(t *testing.T, v6 bool) *hostBed {
 	must(os.WriteFile(filepath.Join(b.dir, "topology.json"), []byte(topo), 0o600))
 	must(os.WriteFile(filepath.Join(b.dir, "keys", "master0.key"), []byte("IAOYbTs/CobLFV3T3jt6lQ=="), 0o600))
 	must(os.WriteFile(filepath.Join(b.dir, "keys", "master1.key"), []byte("8fiM4fdey8zv/9OaQw8lKg=="), 0o600))
-	must(os.WriteFile(filepath.Join(b.dir, "br.toml"), []byte("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\n"), 0o600))
+	must(os.WriteFile(filepath.Join(b.dir, "br.toml"), []byte("router_id = \"br1\"\ntopology = \"topology.json\"\nkeys = \"keys\"\nscion_version = \""+scionproto.Default+"\"\n"), 0o600))
 	cfg, err := LoadConfig(filepath.Join(b.dir, "br.toml"))
 	must(err)
 	b.cfg = cfg

@@ -7,10 +7,12 @@ import (
 	"hash/crc32"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // stunRequest is a STUN binding request (RFC 5389) with a FINGERPRINT, as
@@ -101,5 +103,21 @@ func TestSTUNInHybridMode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A configuration without scion_version is attached as the default release
+// would have it, and attach says so: an operator upgrading fastpath in
+// front of an older router learns what to set.
+func TestAttachWarnsWithoutSCIONVersion(t *testing.T) {
+	b := newHostBed(t, false)
+	b.cfg.SCIONVersion = ""
+	_, warnings := b.attach(t, XDPModeNative)
+	if !strings.Contains(warnings, "sets no scion_version: fastpath delivers and drops as scionproto "+scionproto.Default+"'s router does") {
+		t.Fatalf("no warning about scion_version:\n%s", warnings)
+	}
+	b.cfg.SCIONVersion = scionproto.Default
+	if _, warnings := b.attach(t, XDPModeNative); strings.Contains(warnings, "scion_version") {
+		t.Fatalf("warned with scion_version set:\n%s", warnings)
 	}
 }
