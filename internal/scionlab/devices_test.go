@@ -200,8 +200,8 @@ func TestDevicesOnTheDefaultNetwork(t *testing.T) {
 			}
 			// The topology files say the same SCION MTU whatever the kind.
 			topo := topology(core, as, links, c.mtu, scionproto.Default)
-			if topo["mtu"] != c.mtu-UnderlayOverhead {
-				t.Errorf("topology.json of the core says MTU %v, want %d", topo["mtu"], c.mtu-UnderlayOverhead)
+			if want := TopoMTU(scionproto.Default, c.mtu-UnderlayOverhead); topo["mtu"] != want {
+				t.Errorf("topology.json of the core says MTU %v, want %d", topo["mtu"], want)
 			}
 		})
 	}
@@ -318,7 +318,7 @@ func TestDevicesOnATopoNetwork(t *testing.T) {
 // devices it was built with.
 func TestDevicesRecorded(t *testing.T) {
 	n := Network{Prefix: "fp-x-", Dir: t.TempDir()}
-	st := &State{Prefix: n.Prefix, ASes: 3, Devices: "veth,1-64512#2=bridge"}
+	st := &State{Version: scionproto.Default, Prefix: n.Prefix, ASes: 3, Devices: "veth,1-64512#2=bridge"}
 	as, links, err := n.plan(st)
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +326,7 @@ func TestDevicesRecorded(t *testing.T) {
 	if links[1].ParentKind != Bridge || links[1].ParentVeth != "if2v" || links[0].ParentKind != Veth || as[0].InternalKind != Veth {
 		t.Fatalf("the recorded network's links: %+v", links)
 	}
-	o := UpOptions{ASes: 3, Links: 1, MTU: DefaultMTU, Devices: "veth,1-64512#2=bridge"}
+	o := UpOptions{Version: scionproto.Default, ASes: 3, Links: 1, MTU: DefaultMTU, Devices: "veth,1-64512#2=bridge"}
 	if !st.sameShape(n, o) {
 		t.Fatal("the same devices taken for another network")
 	}
@@ -334,8 +334,14 @@ func TestDevicesRecorded(t *testing.T) {
 	if st.sameShape(n, o) {
 		t.Fatal("other devices taken for the same network")
 	}
+	o.Version = "v0.14.0"
+	if st.sameShape(n, o) {
+		t.Fatal("another release taken for the same network")
+	}
+	// A record of before --devices is also one of before --scion-version:
+	// its network runs v0.12.0.
 	old := &State{Prefix: n.Prefix, ASes: 3}
-	if o.Devices = "veth"; !old.sameShape(n, o) {
+	if o.Devices, o.Version = "veth", "v0.12.0"; !old.sameShape(n, o) {
 		t.Fatal("a record of before --devices is not the veth network it is")
 	}
 	if _, _, err := n.plan(&State{Prefix: n.Prefix, ASes: 3, Devices: "token ring"}); err == nil || !strings.Contains(err.Error(), n.statePath()) {
