@@ -2,7 +2,9 @@ package br
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,10 +46,15 @@ func StartReferenceRouter(version, netns, id, configDir, internal string) (*Refe
 		return nil, fmt.Errorf("start scionproto's router: %w", err)
 	}
 	go func() { r.cmd.Wait(); close(r.exited) }()
+	// Ready once every socket it opens is open: internal_addr's and one per
+	// interface of its own. From v0.14.0 it opens the interfaces' sockets
+	// after internal_addr's, connected (ss lists them established, not
+	// listening); a datagram sent before would be lost.
+	want := append([]string{internal}, ownLocals(configDir, id)...)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		out, _ := exec.Command("ip", "netns", "exec", netns, "ss", "-uln").CombinedOutput()
-		if strings.Contains(string(out), internal) {
+		out, _ := exec.Command("ip", "netns", "exec", netns, "ss", "-uan").CombinedOutput()
+		if allIn(string(out), want) {
 			return r, nil
 		}
 		if r.Exited() || time.Now().After(deadline) {
@@ -72,4 +79,42 @@ func (r *ReferenceRouter) Exited() bool {
 func (r *ReferenceRouter) Stop() {
 	r.cmd.Process.Kill()
 	<-r.exited
+}
+
+// ownLocals are the underlay addresses of router id's own interfaces in
+// configDir's topology.json, as ss prints them; none if it cannot be read
+// (the router then fails to start, and says why).
+func ownLocals(configDir, id string) []string {
+	b, err := os.ReadFile(filepath.Join(configDir, "topology.json"))
+	if err != nil {
+		return nil
+	}
+	var topo struct {
+		BorderRouters map[string]struct {
+			Interfaces map[string]struct {
+				Underlay struct {
+					Local string `json:"local"`
+				} `json:"underlay"`
+			} `json:"interfaces"`
+		} `json:"border_routers"`
+	}
+	if json.Unmarshal(b, &topo) != nil {
+		return nil
+	}
+	var out []string
+	for _, ifc := range topo.BorderRouters[id].Interfaces {
+		if a, err := netip.ParseAddrPort(ifc.Underlay.Local); err == nil {
+			out = append(out, a.String())
+		}
+	}
+	return out
+}
+
+func allIn(s string, subs []string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
 }
