@@ -98,7 +98,7 @@ func TestIngressJumboFrames(t *testing.T) {
 				t.Fatalf("the linear part %d does not hold the headers", c.linear)
 			}
 			ret, out := tr.runFrags(t, in, c.linear)
-			if fd := fzCheckIn(in, ret, out); fd != nil {
+			if fd := fzCheckIn(in, false, ret, out); fd != nil {
 				t.Fatalf("%s: %s; counters %v", fd.kind, fd.detail, tr.counts(t))
 			}
 			if ret != xdpRedirect {
