@@ -297,12 +297,17 @@ func (c *Config) Validate() error {
 // v0.12.0's routers hand what is not dispatched, and all SCION/TCP, to the
 // end-host port 30041, where the translator takes it on every release.
 func (c *Config) RoutersToPort() bool {
-	v := c.SCIONVersion
-	if v == "" {
-		v = scionproto.Default
-	}
-	r := scionproto.RouterOf(v)
+	r := scionproto.RouterOf(c.release())
 	return !r.RedirectOutsideRange || r.TCPToPort
+}
+
+// release is SCIONVersion, or scionproto.Default for a Config made without
+// LoadConfig.
+func (c *Config) release() string {
+	if c.SCIONVersion == "" {
+		return scionproto.Default
+	}
+	return c.SCIONVersion
 }
 
 // What the translator takes from topology.json: the AS, its dispatched
