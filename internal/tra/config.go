@@ -301,6 +301,16 @@ func (c *Config) RoutersToPort() bool {
 	return !r.RedirectOutsideRange || r.TCPToPort
 }
 
+// takenOn says on which ports of the host tra_in takes SCION, for a log
+// line.
+func takenOn(c *Config) string {
+	s := fmt.Sprintf("port %d and the dispatched ports %d-%d", endHostPort, c.DispatchedPortStart, c.DispatchedPortEnd)
+	if c.RoutersToPort() {
+		s += ", and from the AS's routers on any port"
+	}
+	return s
+}
+
 // release is SCIONVersion, or scionproto.Default for a Config made without
 // LoadConfig.
 func (c *Config) release() string {

@@ -247,11 +247,7 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	fmt.Fprintf(o.Log, "translator %s: %s as %s, paths from %s; %d destinations adopted\n", o.Name, cfg.Address, cfg.SMIP, cfg.Daemon, len(d.dests))
 	// Which ports SCION is taken on follows the routers' release: a
 	// scion_version that does not match them loses traffic silently.
-	ports := fmt.Sprintf("port %d and the dispatched ports %d-%d", endHostPort, cfg.DispatchedPortStart, cfg.DispatchedPortEnd)
-	if cfg.RoutersToPort() {
-		ports += ", and from the routers on any port"
-	}
-	fmt.Fprintf(o.Log, "translator %s: the AS's routers run scionproto %s: SCION taken on %s\n", o.Name, cfg.release(), ports)
+	fmt.Fprintf(o.Log, "translator %s: the AS's routers run scionproto %s: SCION taken on %s\n", o.Name, cfg.release(), takenOn(cfg))
 	every := lim.HousekeepEvery
 	if lim.ProbeEvery > 0 {
 		every = min(every, lim.ProbeEvery)
