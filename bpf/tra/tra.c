@@ -1178,7 +1178,8 @@ struct tra_in_pkt {
 	__u8 qos;
 	__u8 path_type;
 	__u8 multi;        /* the frame is in several buffers */
-	__u16 pad;
+	__u8 any_port;     /* it came to a port only a router delivers to (routers_to_port) */
+	__u8 pad;
 	__u32 len;         /* the frame's length, every buffer's */
 	__u32 flow;
 	struct tra_addr4 from; /* the underlay sender */
@@ -1247,24 +1248,33 @@ static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_p
 	udp = data + p->udp_off;
 	if (!PKT_HAS(udp, sizeof(*udp), end))
 		return XDP_PASS;
-	/* The router delivers SCION/UDP to its port when dispatched, the rest
-	 * to the end-host port. */
+	/* Hosts of the AS send SCION to the end-host port, or to the
+	 * destination's port when it lies in dispatched_ports (scionproto's
+	 * snet, every release); scionproto v0.12.0's routers deliver alike,
+	 * and all SCION/TCP to the end-host port. From v0.14.0 a router
+	 * delivers to the port the packet names, whatever the range: its UDP
+	 * or TCP port, an SCMP reply's identifier, the port of the datagram an
+	 * SCMP error quotes. What comes to another port is taken only then,
+	 * and only from a router (check_sender). */
 	{
 		__u16 port = bpf_ntohs(udp->dest);
 
-		if (port != SCION_ENDHOST_PORT && (port < p->cfg->dispatched_start || port > p->cfg->dispatched_end))
-			return XDP_PASS;
+		if (port != SCION_ENDHOST_PORT && (port < p->cfg->dispatched_start || port > p->cfg->dispatched_end)) {
+			if (!p->cfg->routers_to_port)
+				return XDP_PASS;
+			p->any_port = 1;
+		}
 	}
 	p->from.addr = ip->saddr;
 	p->from.port = udp->source;
 	p->scion_off = p->udp_off + sizeof(*udp);
-	/* With a wide range, UDP that is not even shaped like SCION is the
-	 * kernel's at once, uncounted: a few loads. Who sent it is not looked
-	 * up (tra_routers): the lookup cost a DNS reply more than the parsing
-	 * it spares (BenchmarkOrdinaryUDP), and a router sends no datagram
-	 * of another shape; check_sender still says who may hand over what is
-	 * shaped like SCION. */
-	if (dispatched_wide(p->cfg) && !plausible_scion(udp, end))
+	/* On any port, or with a wide range, UDP that is not even shaped like
+	 * SCION is the kernel's at once, uncounted: a few loads. Who sent it
+	 * is not looked up (tra_routers): the lookup cost a DNS reply more than
+	 * the parsing it spares (BenchmarkOrdinaryUDP), and a router sends no
+	 * datagram of another shape; check_sender still says who may hand over
+	 * what is shaped like SCION. */
+	if ((p->any_port || dispatched_wide(p->cfg)) && !plausible_scion(udp, end))
 		return XDP_PASS;
 	return CONTINUE;
 }
@@ -1385,14 +1395,16 @@ short_pkt:
 /* Who handed the packet over must be able to have sent it: a standard path
  * ends at one of the AS's border routers, which sends from its internal
  * address; the empty path is a host of this AS, which sends from the
- * underlay address it names as the source. Anything else is a machine of
- * the network injecting what it likes under another's name. */
+ * underlay address it names as the source, to the end-host port or a
+ * dispatched one (never any_port: only a router delivers there). Anything
+ * else is a machine of the network injecting what it likes under another's
+ * name. */
 static __always_inline int check_sender(struct xdp_md *ctx, struct tra_in_pkt *p)
 {
 	if (p->path_type == SCION_PATH_SCION) {
 		if (bpf_map_lookup_elem(&tra_routers, &p->from))
 			return CONTINUE;
-	} else if (p->src_ia == p->cfg->local_ia && p->src_host_len == 4 &&
+	} else if (!p->any_port && p->src_ia == p->cfg->local_ia && p->src_host_len == 4 &&
 		   *(__u32 *)p->src_host == p->from.addr) {
 		return CONTINUE;
 	}

@@ -82,7 +82,11 @@ struct tra_config {
 	__u16 dispatched_start; /* the AS's dispatched_ports (host order) */
 	__u16 dispatched_end;
 	__u16 underlay_port;    /* the port SCION packets leave from (network order) */
-	__u16 pad2;
+	__u8 routers_to_port;   /* 1: the AS's routers hand the host SCION on the port the
+				 * packet names (its UDP or TCP port, an SCMP identifier),
+				 * dispatched or not (scionproto v0.14.0 on); 0: outside
+				 * dispatched_ports, and all TCP, on the end-host port (v0.12.0) */
+	__u8 pad2;
 	__u32 netns_ino;        /* the host's network namespace, for the transmit tracepoints */
 	__u32 underlay_sw_csum; /* 1: the underlay device has no transmit checksum offload, so
 				 * the kernel completes a pending checksum on the way out of it

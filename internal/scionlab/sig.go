@@ -22,17 +22,23 @@ import (
 )
 
 // scionproto's SCION-IP gateway (SIG) on the end hosts of two ASes: each
-// gateway runs in its AS's end-host namespace, owns a TUN device there and
-// carries the IPv4 and IPv6 prefix of its host (SIGPrefixes) to the other,
-// over SCION and through the ASes' routers. What it takes to run it on
-// v0.12.0 (../shared/MEASURED.md): a "sigs" entry in each AS's
-// topology.json, which the remote gateway learns from that AS's control
-// service (it reloads the file on SIGHUP); ports inside dispatched_ports;
-// an explicit IP on every listen address; an IP routing policy whose
-// advertise and accept lines make it install the remote prefixes.
+// gateway, of the network's release, runs in its AS's end-host namespace,
+// owns a TUN device there and carries the IPv4 and IPv6 prefix of its host
+// (SIGPrefixes) to the other, over SCION and through the ASes' routers.
+// What it takes to run it (../shared/MEASURED.md, found on v0.12.0; the
+// gateway's configuration keys are the same in every supported release,
+// v0.14.0 adds an optional [rpc] section this file leaves out): a "sigs"
+// entry in each AS's topology.json, which the remote gateway learns from
+// that AS's control service (it reloads the file on SIGHUP); an explicit
+// IP on every listen address; an IP routing policy whose advertise and
+// accept lines make it install the remote prefixes; and, with v0.12.0's
+// routers only, ports inside dispatched_ports.
 
-// Ports of the gateway, inside DispatchedPorts (the defaults 30256, 30056
-// and 30856 are not, so the router would hand its packets to 30041).
+// Ports of the gateway, inside DispatchedPorts: a v0.12.0 router hands a
+// host a packet for a port outside them (the defaults 30256, 30056 and
+// 30856) at 30041 instead, where the gateway does not listen. From v0.14.0
+// routers deliver to the packet's own port whatever the range; the ports
+// stay the same so that one configuration serves every release.
 const (
 	SIGCtrlPort  = 31256
 	SIGDataPort  = 31056

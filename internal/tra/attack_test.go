@@ -22,6 +22,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -111,7 +112,7 @@ func (h *host) pingOK(t *testing.T, to netip.Addr, n int) {
 // another AS, a burst of interface-down messages about paths not in use.
 // Nothing ends the daemon, nothing spoofed reaches the host, new flows go on.
 func TestCraftedPacketsFromTheAS(t *testing.T) {
-	_, as := labNetwork(t)
+	n, as := labNetwork(t)
 	a, b := translate(t, as[1], hostOptions{}), translate(t, as[2], hostOptions{})
 	a.pingOK(t, b.smip, 2)
 	w := internalWire(t, a.as)
@@ -145,6 +146,40 @@ func TestCraftedPacketsFromTheAS(t *testing.T) {
 	srv.SetReadDeadline(time.Now().Add(time.Second))
 	if k, from, err := srv.ReadFromUDP(make([]byte, 100)); err == nil {
 		t.Fatalf("a spoofed datagram of %d bytes reached the host from %s", k, from)
+	}
+
+	// A port outside dispatched_ports: from v0.14.0 a router delivers
+	// there, and the translator takes SCION there from the router alone;
+	// the same datagram from another machine, or with the empty path from
+	// a host of the AS, is spoofed. With v0.12.0 routers nothing is taken
+	// there.
+	toPort := !scionproto.RouterOf(n.Version()).RedirectOutsideRange
+	far := a.udpListen(t, 5005)
+	genuine := scionPacket(t, b.as.IA, a.as.IA, addr.HostIP(b.as.Host), addr.HostIP(a.as.Host), raw, &slayers.UDP{SrcPort: 5005, DstPort: 5005}, gopacket.Payload("from the router"))
+	local := scionPacket(t, a.as.IA, a.as.IA, addr.HostIP(a.as.Internal), addr.HostIP(a.as.Host), nil, &slayers.UDP{SrcPort: 5005, DstPort: 5005}, gopacket.Payload("from a host of the AS"))
+	spoofedBefore = a.counts(t)["spoofed"].Packets
+	w.send(t, netip.MustParseAddrPort("10.101.0.77:30042"), netip.AddrPortFrom(a.as.Host, 5005), genuine)
+	w.send(t, netip.AddrPortFrom(a.as.Internal, 30041), netip.AddrPortFrom(a.as.Host, 5005), local)
+	w.send(t, router, netip.AddrPortFrom(a.as.Host, 5005), genuine)
+	buf := make([]byte, 100)
+	far.SetReadDeadline(time.Now().Add(time.Second))
+	k, from, err := far.ReadFromUDP(buf)
+	switch {
+	case toPort && (err != nil || string(buf[:k]) != "from the router" || !from.IP.Equal(b.smip.AsSlice())):
+		t.Fatalf("scionproto %s: from the router to port 5005: %q from %v (%v), want the datagram from %s", n.Version(), buf[:k], from, err, b.smip)
+	case !toPort && err == nil:
+		t.Fatalf("scionproto %s: a datagram of %d bytes taken on port 5005 from %s", n.Version(), k, from)
+	}
+	far.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if k, from, err := far.ReadFromUDP(buf); err == nil {
+		t.Fatalf("a spoofed datagram %q reached the host's port 5005 from %s", buf[:k], from)
+	}
+	want := spoofedBefore
+	if toPort {
+		want += 2
+	}
+	if a.counts(t)["spoofed"].Packets != want {
+		t.Fatalf("spoofed %d, want %d (the copy from 10.101.0.77 and the empty path, on a port only a router delivers to)", a.counts(t)["spoofed"].Packets, want)
 	}
 
 	// 2,000 interface-down messages from the router's address: about a
@@ -227,8 +262,9 @@ type iperfResult struct {
 }
 
 // TCP fails over without any SCMP: the remote link a TCP flow's path
-// crosses goes down in the middle of an iperf3 transfer (scionproto v0.12's
-// routers drop the SCMP errors that quote TCP on their way to the host);
+// crosses goes down in the middle of an iperf3 transfer (scionproto's
+// routers, every release, drop the SCMP errors that quote TCP on their way
+// to the host);
 // the translators' probes find the path dead and move the flow. The
 // transfer completes, with a gap of at most 2 s.
 func TestTCPFailoverWithoutSCMP(t *testing.T) {

@@ -25,6 +25,8 @@ import (
 	"github.com/scionproto/scion/private/path/pathpol"
 	"github.com/scionproto/scion/private/topology"
 	jsontopo "github.com/scionproto/scion/private/topology/json"
+
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // Policies a destination's paths are chosen by.
@@ -62,6 +64,10 @@ type Config struct {
 	// IdleTimeout is how long a destination without packets keeps its
 	// paths (toml "idle_timeout"; 0: the default).
 	IdleTimeout time.Duration
+	// SCIONVersion (toml "scion_version", default scionproto.Default) is
+	// the release of the AS's routers: it decides on which ports SCION
+	// for the host arrives (RoutersToPort).
+	SCIONVersion string
 
 	// Resolved:
 	IA addr.IA
@@ -105,6 +111,7 @@ type tomlFile struct {
 	MaxPaths    int    `toml:"max_paths"`
 	Probe       string `toml:"probe_interval"`
 	Idle        string `toml:"idle_timeout"`
+	Version     string `toml:"scion_version"`
 	Destination []struct {
 		IA       string `toml:"ia"`
 		Policy   string `toml:"policy"`
@@ -143,7 +150,7 @@ func loadConfig(path string, resolve bool) (*Config, error) {
 	if err != nil {
 		return nil, errorf(path, "", "%v; give the translator's TOML file", err)
 	}
-	raw := tomlFile{Pair: "fp-tra", Policy: PolicyShortest, MaxPaths: 2}
+	raw := tomlFile{Pair: "fp-tra", Policy: PolicyShortest, MaxPaths: 2, Version: scionproto.Default}
 	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
 		var pe toml.ParseError
@@ -153,9 +160,9 @@ func loadConfig(path string, resolve bool) (*Config, error) {
 		return nil, errorf(path, "", "%v", err)
 	}
 	if u := md.Undecoded(); len(u) > 0 {
-		return nil, errorf(path, u[0].String(), "unknown key; the keys are topology, daemon, device, address, pair, policy, max_paths, probe_interval, idle_timeout and [[destination]] (ia, policy, sequence)")
+		return nil, errorf(path, u[0].String(), "unknown key; the keys are topology, daemon, device, address, pair, policy, max_paths, probe_interval, idle_timeout, scion_version and [[destination]] (ia, policy, sequence)")
 	}
-	c := &Config{Path: path, Daemon: raw.Daemon, Device: raw.Device, Pair: raw.Pair, Policy: raw.Policy, MaxPaths: raw.MaxPaths, Destinations: map[addr.IA]Destination{}}
+	c := &Config{Path: path, Daemon: raw.Daemon, Device: raw.Device, Pair: raw.Pair, Policy: raw.Policy, MaxPaths: raw.MaxPaths, SCIONVersion: raw.Version, Destinations: map[addr.IA]Destination{}}
 	if raw.Probe != "" {
 		v, err := time.ParseDuration(raw.Probe)
 		if err != nil || v < 0 || (v > 0 && (v < 10*time.Millisecond || v > time.Minute)) {
@@ -231,6 +238,12 @@ func (c *Config) Validate() error {
 	if len(c.Pair) == 0 || len(c.Pair)+1 > 15 {
 		return errorf(c.Path, "pair", "%q: the pair's devices are PAIR0 and PAIR1, at most 15 characters", c.Pair)
 	}
+	if c.SCIONVersion == "" {
+		c.SCIONVersion = scionproto.Default
+	}
+	if err := scionproto.Check(c.SCIONVersion); err != nil {
+		return errorf(c.Path, "scion_version", "%v: give the release the AS's border routers run", err)
+	}
 	if c.MaxPaths < 1 || c.MaxPaths > MaxPaths {
 		return errorf(c.Path, "max_paths", "%d: between 1 and %d", c.MaxPaths, MaxPaths)
 	}
@@ -275,6 +288,36 @@ func (c *Config) Validate() error {
 		c.SMIP = smip
 	}
 	return nil
+}
+
+// RoutersToPort says whether the AS's routers hand the host SCION on the
+// port the packet names — its UDP or TCP destination port, an SCMP echo or
+// traceroute reply's identifier, the source port of the datagram an SCMP
+// error quotes — whatever dispatched_ports says (scionproto v0.14.0 on).
+// v0.12.0's routers hand what is not dispatched, and all SCION/TCP, to the
+// end-host port 30041, where the translator takes it on every release.
+func (c *Config) RoutersToPort() bool {
+	r := scionproto.RouterOf(c.release())
+	return !r.RedirectOutsideRange || r.TCPToPort
+}
+
+// takenOn says on which ports of the host tra_in takes SCION, for a log
+// line.
+func takenOn(c *Config) string {
+	s := fmt.Sprintf("port %d and the dispatched ports %d-%d", endHostPort, c.DispatchedPortStart, c.DispatchedPortEnd)
+	if c.RoutersToPort() {
+		s += ", and from the AS's routers on any port"
+	}
+	return s
+}
+
+// release is SCIONVersion, or scionproto.Default for a Config made without
+// LoadConfig.
+func (c *Config) release() string {
+	if c.SCIONVersion == "" {
+		return scionproto.Default
+	}
+	return c.SCIONVersion
 }
 
 // What the translator takes from topology.json: the AS, its dispatched

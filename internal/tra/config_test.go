@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // topologyJSON is a leaf AS's topology as scionproto v0.12.0 writes it.
@@ -80,11 +82,35 @@ func TestConfigExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.Pair != def.Pair || ex.Policy != def.Policy || ex.MaxPaths != def.MaxPaths {
-		t.Errorf("example shows pair=%q policy=%q max_paths=%d; defaults are %q %q %d", ex.Pair, ex.Policy, ex.MaxPaths, def.Pair, def.Policy, def.MaxPaths)
+	if ex.Pair != def.Pair || ex.Policy != def.Policy || ex.MaxPaths != def.MaxPaths || ex.SCIONVersion != def.SCIONVersion {
+		t.Errorf("example shows pair=%q policy=%q max_paths=%d scion_version=%q; defaults are %q %q %d %q", ex.Pair, ex.Policy, ex.MaxPaths, ex.SCIONVersion, def.Pair, def.Policy, def.MaxPaths, def.SCIONVersion)
 	}
 	if def.DispatchedPortStart != 31000 || def.DispatchedPortEnd != 32767 || def.IA != addr.MustParseIA("1-64513") {
 		t.Errorf("from the topology: %s, dispatched %d-%d", def.IA, def.DispatchedPortStart, def.DispatchedPortEnd)
+	}
+}
+
+// scion_version says on which ports the AS's routers hand the host SCION:
+// v0.12.0's only on the end-host port and the dispatched ones, later
+// releases' on the port the packet names.
+func TestConfigSCIONVersion(t *testing.T) {
+	dir := configDir(t, "1-64513")
+	base := "topology = \"topology.json\"\ndaemon = \"127.0.0.1:30255\"\ndevice = \"eth0\"\n"
+	for v, want := range map[string]bool{"": true, "v0.15.1": true, "v0.14.0": true, "v0.12.0": false} {
+		toml := base
+		if v != "" {
+			toml += fmt.Sprintf("scion_version = %q\n", v)
+		}
+		c, err := LoadConfig(writeConfig(t, dir, toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == "" && c.SCIONVersion != scionproto.Default {
+			t.Errorf("scion_version unset: %q, want the default %s", c.SCIONVersion, scionproto.Default)
+		}
+		if got := c.RoutersToPort(); got != want {
+			t.Errorf("scion_version %q: RoutersToPort %v, want %v", v, got, want)
+		}
 	}
 }
 
@@ -114,6 +140,7 @@ func TestConfigRefusals(t *testing.T) {
 		"AS without SM-IP":      {"1-ff00:0:110", base, "has no SCION-mapped addresses"},
 		"ISD without SM-IP":     {"4096-64513", base, "has no SCION-mapped addresses"},
 		"missing topology file": {"", base, "topology.json"},
+		"unknown scion_version": {"1-64513", base + "scion_version = \"v0.13.0\"\n", "scion_version: scionproto \"v0.13.0\" is not supported: choose one of v0.15.1, v0.14.0, v0.12.0: give the release"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

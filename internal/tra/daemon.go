@@ -245,6 +245,9 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 		probes.Close()
 	}()
 	fmt.Fprintf(o.Log, "translator %s: %s as %s, paths from %s; %d destinations adopted\n", o.Name, cfg.Address, cfg.SMIP, cfg.Daemon, len(d.dests))
+	// Which ports SCION is taken on follows the routers' release: a
+	// scion_version that does not match them loses traffic silently.
+	fmt.Fprintf(o.Log, "translator %s: the AS's routers run scionproto %s: SCION taken on %s\n", o.Name, cfg.release(), takenOn(cfg))
 	every := lim.HousekeepEvery
 	if lim.ProbeEvery > 0 {
 		every = min(every, lim.ProbeEvery)

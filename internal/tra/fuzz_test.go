@@ -1018,8 +1018,11 @@ type fzInRef struct {
 // from one of the AS's routers or the empty path from the local host it
 // names, headers within the frame, a source with an SM-IP address, and an
 // L4 the host understands (TCP, UDP, SCMP echo); SCMP errors and
-// traceroute replies go to the daemon. Anything else is dropped.
-func fzRefIn(f []byte) fzInRef {
+// traceroute replies go to the daemon. Anything else is dropped. With
+// routers that deliver to the packet's own port (toPort: scionproto v0.14.0
+// on), any other port of the host takes SCION too, if it has SCION's shape
+// and a router handed it over.
+func fzRefIn(f []byte, toPort bool) fzInRef {
 	pass := func(why string) fzInRef { return fzInRef{action: fzActPass, why: why} }
 	drop := func(why string) fzInRef { return fzInRef{action: fzActDrop, why: why} }
 	if len(f) < 34 || fzBe16(f[12:]) != 0x0800 {
@@ -1036,8 +1039,12 @@ func fzRefIn(f []byte) fzInRef {
 		return pass("no UDP header")
 	}
 	l := fzLayoutIn(f)
+	anyPort := false
 	if p := fzBe16(f[l.udp+2:]); p != 30041 && (p < 31000 || p > 32767) {
-		return pass("not the host's SCION ports")
+		if !toPort {
+			return pass("not the host's SCION ports")
+		}
+		anyPort = true
 	}
 	// What the kernel drops (a bad header checksum, lengths that do not
 	// fit) is passed to it.
@@ -1048,6 +1055,11 @@ func fzRefIn(f []byte) fzInRef {
 	}
 	udpEnd := l.udp + udpLen
 	c := l.sc
+	// On another port, what does not even have SCION's shape (version 0,
+	// header and payload filling the datagram) is the host's own UDP.
+	if anyPort && (len(f) < c+12 || f[c]>>4 != 0 || int(f[c+5])*4+int(fzBe16(f[c+6:]))+8 != udpLen) {
+		return pass("another port, not shaped like SCION")
+	}
 	if len(f) < c+36 {
 		return pass("too short for SCION")
 	}
@@ -1102,6 +1114,9 @@ func fzRefIn(f []byte) fzInRef {
 	if pt == 0 && (srcIA != localIA || l.sl != 4 || src != from.Addr()) {
 		return drop("the empty path not from the local host it names")
 	}
+	if pt == 0 && anyPort {
+		return drop("the empty path on a port only a router delivers to")
+	}
 	// An IPv6 host is its own SM-IP address, of the AS it is in; one of
 	// another form (an IPv4-mapped address too) has none: a reply to the
 	// IPv4 host it would map to would not go to the same SCION address.
@@ -1119,9 +1134,10 @@ func fzRefIn(f []byte) fzInRef {
 	return fzInRef{action: fzActRedirect, why: "translated", l: l, plen: plen, nh: nh, srcSMIP: smip}
 }
 
-// fzCheckIn checks what tra_in did with f; nil if right.
-func fzCheckIn(f []byte, ret uint32, out []byte) *fzFinding {
-	r := fzRefIn(f)
+// fzCheckIn checks what tra_in did with f (its routers delivering to the
+// packet's own port or not); nil if right.
+func fzCheckIn(f []byte, toPort bool, ret uint32, out []byte) *fzFinding {
+	r := fzRefIn(f, toPort)
 	if ret != r.action && !(r.either && ret == fzActDrop) {
 		return fzFindf(fmt.Sprintf("tra_in action %d, want %d (%s)", ret, r.action, r.why), "")
 	}
@@ -1518,6 +1534,8 @@ func fzRunCount(t *testing.T) int {
 
 func TestFuzzTranslatorPrograms(t *testing.T) {
 	fx := newFzFixture(t)
+	fxPort := newFzFixture(t)
+	fxPort.tr.setRoutersToPort(t, true)
 	seed, runs := fzSeed(t), fzRunCount(t)
 	t.Logf("seed %d (%s=%d repeats it), %d runs per program", seed, envFuzzSeed, seed, runs)
 	inSeeds, outSeeds := fzInSeeds(t), fzOutSeeds(t, fx.dests)
@@ -1537,7 +1555,14 @@ func TestFuzzTranslatorPrograms(t *testing.T) {
 		salt  uint64
 	}
 	progs := []prog{
-		{"tra_in", fx.tr.objs.TraIn, false, inSeeds, (*fzMutator).fuzzIn, fzCheckIn, func(f []byte) string { return fzRefIn(f).why }, 1},
+		{"tra_in", fx.tr.objs.TraIn, false, inSeeds, (*fzMutator).fuzzIn,
+			func(f []byte, ret uint32, out []byte) *fzFinding { return fzCheckIn(f, false, ret, out) },
+			func(f []byte) string { return fzRefIn(f, false).why }, 1},
+		// The same frames, with routers that deliver to the packet's own
+		// port (scionproto v0.14.0 on): a translator of its own.
+		{"tra_in routers to port", fxPort.tr.objs.TraIn, false, inSeeds, (*fzMutator).fuzzIn,
+			func(f []byte, ret uint32, out []byte) *fzFinding { return fzCheckIn(f, true, ret, out) },
+			func(f []byte) string { return fzRefIn(f, true).why }, 3},
 		{"tra_out", fx.tr.objs.TraOut, true, outSeeds, (*fzMutator).fuzzOut,
 			func(f []byte, ret uint32, out []byte) *fzFinding { return fzCheckOut(f, ret, out, fx.dests) },
 			func(f []byte) string { return fzRefOut(f, fx.dests).why }, 2},

@@ -121,6 +121,76 @@ func TestIngressChecksSender(t *testing.T) {
 	}
 }
 
+// Routers that deliver to the packet's own port (scionproto v0.14.0 on):
+// SCION arrives from them on the ports the packet names — TCP's, a UDP
+// flow's outside dispatched_ports, an echo reply's identifier, the quoted
+// datagram's source port — and is taken there from the routers only. The
+// host's own UDP on those ports goes to the kernel untouched and uncounted;
+// what has SCION's shape from anyone else is spoofed, the empty path too
+// (hosts of the AS send to 30041 or a dispatched port). With v0.12.0's
+// routers (TestIngressRefuses) another port is never the translator's.
+func TestIngressOnTheRoutersPorts(t *testing.T) {
+	tr := loadTest(t)
+	tr.setRoutersToPort(t, true)
+	payload := gopacket.Payload("on its own port")
+	udp := func() []gopacket.SerializableLayer {
+		return []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 45000}, payload}
+	}
+	local := netip.MustParseAddr("10.101.0.9")
+	quote := scionPacket(t, localIA, remoteIA, addr.HostIP(hostIP4), addr.HostIP(remote4), testPath(t), &slayers.UDP{SrcPort: 45000, DstPort: 31000})
+	for name, c := range map[string]struct {
+		f       inFrame
+		action  uint32
+		verdict string
+	}{
+		"udp outside dispatched_ports":       {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
+		"udp from a router behind a gateway": {inFrame{from: farRouter, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
+		"tcp on its port": {inFrame{from: routerAddr, port: 5201, srcIA: remoteIA, srcHost: remote4,
+			l4: []gopacket.SerializableLayer{&layers.TCP{SrcPort: 40000, DstPort: 5201, SYN: true, Window: 9}, payload}}, xdpRedirect, "translated_in"},
+		"echo reply on its identifier": {inFrame{from: routerAddr, port: 4711, srcIA: remoteIA, srcHost: remote4, l4: []gopacket.SerializableLayer{
+			&slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeEchoReply, 0)}, &slayers.SCMPEcho{Identifier: 4711, SeqNumber: 1}, payload}}, xdpRedirect, "translated_in"},
+		"traceroute reply on its identifier": {inFrame{from: routerAddr, port: 4712, srcIA: remoteIA, srcHost: netip.MustParseAddr("10.102.0.1"), l4: []gopacket.SerializableLayer{
+			&slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeTracerouteReply, 0)}, &slayers.SCMPTraceroute{Identifier: 4712, Sequence: 1, IA: remoteIA, Interface: 1}}}, xdpDrop, "probe"},
+		"SCMP error on the quoted source port": {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: []gopacket.SerializableLayer{
+			&slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeDestinationUnreachable, 4)}, &slayers.SCMPDestinationUnreachable{}, gopacket.Payload(quote)}}, xdpDrop, "scmp_error"},
+		"udp for another host":                 {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, dstHost: local, l4: udp()}, xdpPass, "not_ours"},
+		"a standard path from another machine": {inFrame{from: netip.MustParseAddrPort("10.101.0.66:30042"), port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpDrop, "spoofed"},
+		"from the router's address, other port": {inFrame{from: netip.MustParseAddrPort("10.101.0.1:40000"), port: 5201, srcIA: remoteIA, srcHost: remote4,
+			l4: []gopacket.SerializableLayer{&layers.TCP{SrcPort: 40000, DstPort: 5201, SYN: true, Window: 9}, payload}}, xdpDrop, "spoofed"},
+		"the empty path from a host of the AS": {inFrame{from: netip.AddrPortFrom(local, 30041), port: 45000, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpDrop, "spoofed"},
+		"the empty path to the end-host port":  {inFrame{from: netip.AddrPortFrom(local, 30041), port: 30041, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpRedirect, "translated_in"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tr.counts(t)[c.verdict].Packets
+			if ret, _ := tr.run(t, tr.objs.TraIn, c.f.build(t), false); ret != c.action {
+				t.Fatalf("action %d, want %d; counters %v", ret, c.action, tr.counts(t))
+			}
+			if got := tr.counts(t)[c.verdict].Packets; got != before+1 {
+				t.Fatalf("%s %d, want %d; counters %v", c.verdict, got, before+1, tr.counts(t))
+			}
+		})
+	}
+	dns := []byte{0x0a, 0xbc, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'o', 'r', 'g', 0, 0, 1, 0, 1,
+		0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 93, 184, 215, 14}
+	for name, f := range map[string][]byte{
+		"a DNS reply":                 udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns),
+		"a DNS reply from the router": udpFrame(t, netip.AddrPortFrom(routerAddr.Addr(), 53), 40001, dns),
+		"a datagram from the router's own address and port": udpFrame(t, routerAddr, 40002, []byte("not SCION")),
+		"an empty datagram": udpFrame(t, routerAddr, 40003, nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tr.total(t)
+			ret, out := tr.run(t, tr.objs.TraIn, f, false)
+			if ret != xdpPass || !bytes.Equal(out[:len(f)], f) {
+				t.Fatalf("action %d (want %d, passed untouched); counters %v", ret, xdpPass, tr.counts(t))
+			}
+			if after := tr.total(t); after != before {
+				t.Fatalf("counted: %d → %d packets; counters %v", before, after, tr.counts(t))
+			}
+		})
+	}
+}
+
 // Defect 6: a bare ACK, an empty datagram, a small echo between hosts of
 // one AS (the empty path and IPv4 hosts: the shortest SCION there is).
 func TestShortPacketsInTheLocalAS(t *testing.T) {

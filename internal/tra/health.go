@@ -482,7 +482,7 @@ func (h *health) checkTopology(d *pathDaemon) {
 	} else {
 		h.cfg.DispatchedPortStart, h.cfg.DispatchedPortEnd = cfg.DispatchedPortStart, cfg.DispatchedPortEnd
 		if changed {
-			d.logf("%s changed: SCION taken on port %d and the dispatched ports %d-%d", h.cfg.Topology, endHostPort, cfg.DispatchedPortStart, cfg.DispatchedPortEnd)
+			d.logf("%s changed: SCION taken on %s", h.cfg.Topology, takenOn(h.cfg))
 		}
 	}
 	pending := 0

@@ -35,6 +35,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 )
 
 // The translator in the lab's SCION network: unmodified IPv6 hosts in two
@@ -134,21 +135,41 @@ func runSnetEcho(spec string) int {
 
 var lab struct {
 	sync.Mutex
-	n   *scionlab.Network
-	as  []scionlab.AS
-	err error
+	n       *scionlab.Network
+	version string // the scionproto release n runs
+	binDir  string // fastpath built for hybrid mode, if the tests built it
+	as      []scionlab.AS
+	err     error
 }
 
-// labNetwork is one network for every test of the package, brought up by
-// the first that needs it and taken down when they are done.
+// labNetwork is the package's network at the release tests run on unless
+// they name one (scionproto.Chosen: the default, or FASTPATH_SCION_VERSION).
 func labNetwork(t *testing.T) (scionlab.Network, []scionlab.AS) {
+	t.Helper()
+	v, err := scionproto.Chosen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return labNetworkAt(t, v)
+}
+
+// labNetworkAt is one network for the tests of the package, running
+// scionproto release version: brought up by the first test that needs it,
+// taken down when a test needs another release (one network at a time:
+// the machine runs other labs beside) and when they are done.
+func labNetworkAt(t *testing.T, version string) (scionlab.Network, []scionlab.AS) {
 	t.Helper()
 	if err := preflight.BPF(); err != nil {
 		t.Fatalf("kernel test: %v", err)
 	}
 	lab.Lock()
 	defer lab.Unlock()
-	if lab.n == nil && lab.err == nil {
+	if lab.n != nil && lab.version != version {
+		if err := downLabNetwork(); err != nil {
+			t.Fatalf("take the network of scionproto %s down for %s: %v", lab.version, version, err)
+		}
+	}
+	if lab.n == nil {
 		b := make([]byte, 2)
 		rand.Read(b)
 		dir, err := os.MkdirTemp("", "fastpath-tra-test-")
@@ -156,22 +177,27 @@ func labNetwork(t *testing.T) (scionlab.Network, []scionlab.AS) {
 			t.Fatal(err)
 		}
 		n := scionlab.Network{Prefix: "fp-t" + hex.EncodeToString(b) + "-", Dir: filepath.Join(dir, "scion")}
-		lab.n = &n
+		lab.n, lab.version, lab.err = &n, version, nil
 		if os.Getenv("FASTPATH_BIN") == "" {
 			// Hybrid mode runs `fastpath br serve` for every AS; the
-			// network outlives this test, so the binary lives in its dir.
-			bin, err := labtest.BuildFastpath(dir)
+			// binary outlives this test and this network (another
+			// release's may follow), so it lives in a dir of its own,
+			// removed when the tests are done.
+			if lab.binDir, err = os.MkdirTemp("", "fastpath-tra-test-bin-"); err != nil {
+				t.Fatal(err)
+			}
+			bin, err := labtest.BuildFastpath(lab.binDir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			os.Setenv("FASTPATH_BIN", bin)
 		}
 		var log strings.Builder
-		st, err := n.Up(context.Background(), scionlab.UpOptions{ASes: 3, Links: 2, Hybrid: true, Log: &log})
+		st, err := n.Up(context.Background(), scionlab.UpOptions{Version: version, ASes: 3, Links: 2, Hybrid: true, Log: &log})
 		if err != nil {
-			lab.err = fmt.Errorf("up: %v\n%s", err, log.String())
+			lab.err = fmt.Errorf("up (scionproto %s): %v\n%s", version, err, log.String())
 		} else {
-			t.Logf("first path after %.1f s", st.PathsAfter.Seconds())
+			t.Logf("scionproto %s: first path after %.1f s", version, st.PathsAfter.Seconds())
 			lab.as, _, lab.err = n.ASes()
 		}
 	}
@@ -184,13 +210,42 @@ func labNetwork(t *testing.T) (scionlab.Network, []scionlab.AS) {
 func stopLabNetwork() error {
 	lab.Lock()
 	defer lab.Unlock()
+	err := downLabNetwork()
+	if lab.binDir != "" {
+		os.RemoveAll(lab.binDir)
+		lab.binDir = ""
+	}
+	return err
+}
+
+// downLabNetwork takes the package's network down; lab is locked.
+func downLabNetwork() error {
 	if lab.n == nil {
 		return nil
 	}
 	err := lab.n.Down(io.Discard)
 	os.RemoveAll(filepath.Dir(lab.n.Dir))
-	lab.n = nil
+	lab.n, lab.version, lab.as, lab.err = nil, "", nil, nil
 	return err
+}
+
+// releases are the scionproto releases a test runs its subtests on
+// (scionproto.ToTest), the one the package's network runs now first, so
+// that tests in a row bring a network up as seldom as may be.
+func releases(t *testing.T) []string {
+	t.Helper()
+	vs, err := scionproto.ToTest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs = slices.Clone(vs)
+	lab.Lock()
+	running := lab.version
+	lab.Unlock()
+	if i := slices.Index(vs, running); i > 0 {
+		vs = append([]string{running}, slices.Delete(vs, i, i+1)...)
+	}
+	return vs
 }
 
 // host is an end host with a translator and its daemon.
@@ -205,6 +260,10 @@ type host struct {
 
 type hostOptions struct {
 	maxPaths int
+	// version is the scionproto release of the AS's routers, the
+	// translator's scion_version ("": scionproto.Chosen(), the release a
+	// network runs unless told).
+	version string
 	// toml is added to the translator's configuration ([[destination]]
 	// tables, say).
 	toml string
@@ -217,10 +276,17 @@ func translate(t *testing.T, a scionlab.AS, o hostOptions) *host {
 	if o.maxPaths == 0 {
 		o.maxPaths = 2
 	}
+	if o.version == "" {
+		v, err := scionproto.Chosen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.version = v
+	}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tra.toml")
-	toml := fmt.Sprintf("topology = %q\ndaemon = %q\ndevice = %q\naddress = %q\nmax_paths = %d\n",
-		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host, o.maxPaths) + o.toml
+	toml := fmt.Sprintf("topology = %q\ndaemon = %q\ndevice = %q\naddress = %q\nmax_paths = %d\nscion_version = %q\n",
+		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host, o.maxPaths, o.version) + o.toml
 	if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -332,9 +398,19 @@ func received(t *testing.T, out string) int {
 	return n
 }
 
+// Two translated hosts in leaf ASes, on a network of each release tested:
+// a new flow's first packets, ping6, TCP, UDP on a port outside
+// dispatched_ports (the one v0.14.0 and later routers deliver it to), and
+// native SCION applications reaching a translated host.
 func TestTranslatedHosts(t *testing.T) {
-	n, as := labNetwork(t)
-	a, b := translate(t, as[1], hostOptions{}), translate(t, as[2], hostOptions{})
+	for _, v := range releases(t) {
+		t.Run(v, func(t *testing.T) { testTranslatedHosts(t, v) })
+	}
+}
+
+func testTranslatedHosts(t *testing.T, version string) {
+	n, as := labNetworkAt(t, version)
+	a, b := translate(t, as[1], hostOptions{version: version}), translate(t, as[2], hostOptions{version: version})
 
 	// Neither translator has a path yet: every datagram of the burst waits
 	// for one, and none is lost.
@@ -440,6 +516,46 @@ func TestTranslatedHosts(t *testing.T) {
 		t.Logf("%d MB in %s: %.0f Mbit/s", size>>20, time.Since(start).Round(time.Millisecond), float64(size*8)/time.Since(start).Seconds()/1e6)
 	})
 
+	// UDP to a port outside dispatched_ports, from an ephemeral port of
+	// the client's: a v0.12.0 router hands both ways to the end-host port,
+	// later ones to the port itself. Neither host's kernel gets a SCION
+	// datagram for a port it has no socket on: the translator takes
+	// them all.
+	t.Run("udp outside dispatched_ports", func(t *testing.T) {
+		const port = 5002
+		noPorts := func(h *host) int { return udpNoPorts(t, h.ns) }
+		beforeA, beforeB := noPorts(a), noPorts(b)
+		srv := b.udpListen(t, port)
+		go echo(srv)
+		var cli *net.UDPConn
+		if err := netns.Run(a.ns, func() error {
+			var err error
+			cli, err = net.DialUDP("udp6", nil, &net.UDPAddr{IP: b.smip.AsSlice(), Port: port})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if p := cli.LocalAddr().(*net.UDPAddr).Port; p >= 31000 && p <= 32767 {
+			t.Logf("the client's port %d lies in dispatched_ports", p)
+		}
+		buf := make([]byte, 2048)
+		for i := range 20 {
+			msg := []byte(fmt.Sprintf("datagram %d", i))
+			if _, err := cli.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			cli.SetReadDeadline(time.Now().Add(3 * time.Second))
+			k, err := cli.Read(buf)
+			if err != nil || !bytes.Equal(buf[:k], msg) {
+				t.Fatalf("datagram %d: echo %q (%v); a's counters %v, b's %v", i, buf[:k], err, a.counts(t), b.counts(t))
+			}
+		}
+		if da, db := noPorts(a)-beforeA, noPorts(b)-beforeB; da != 0 || db != 0 {
+			t.Fatalf("the hosts' kernels got %d and %d UDP datagrams for no socket (SCION the translator left them)", da, db)
+		}
+	})
+
 	// A native SCION application in another AS: scionproto's scion ping
 	// reaches the translated host, whose kernel answers ICMPv6 echo.
 	t.Run("scion ping from a native host", func(t *testing.T) {
@@ -466,6 +582,40 @@ func TestTranslatedHosts(t *testing.T) {
 			t.Fatalf("snet: %v\n%s", err, out.String())
 		}
 	})
+}
+
+// udpNoPorts is the UDP datagrams a namespace's kernel got for a port
+// without a socket (/proc/net/snmp, Udp: NoPorts).
+func udpNoPorts(t *testing.T, ns string) int {
+	t.Helper()
+	var b []byte
+	if err := netns.Run(ns, func() error {
+		var err error
+		b, err = os.ReadFile("/proc/net/snmp")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		if i := slices.Index(names, "NoPorts"); i > 0 && i < len(f) {
+			n, err := strconv.Atoi(f[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no Udp NoPorts in /proc/net/snmp of %s", ns)
+	return 0
 }
 
 // egressOf is the interface by which a path leaves the first AS on it.
@@ -516,10 +666,18 @@ func (h *host) pathTo(t *testing.T, ia addr.IA) []Path {
 // The link a flow's path uses goes down: the routers' BFD notices, the
 // reference routers answer with SCMP external interface down, the
 // translators drop the paths through it and take others, and the flow
-// goes on.
+// goes on; on a network of each release tested (a v0.14.0 and later
+// router delivers the SCMP error to the quoted datagram's source port, no
+// longer to the end-host port).
 func TestFailover(t *testing.T) {
-	n, as := labNetwork(t)
-	a, b := translate(t, as[1], hostOptions{maxPaths: 1}), translate(t, as[2], hostOptions{maxPaths: 1})
+	for _, v := range releases(t) {
+		t.Run(v, func(t *testing.T) { testFailover(t, v) })
+	}
+}
+
+func testFailover(t *testing.T, version string) {
+	n, as := labNetworkAt(t, version)
+	a, b := translate(t, as[1], hostOptions{maxPaths: 1, version: version}), translate(t, as[2], hostOptions{maxPaths: 1, version: version})
 	f := startFlow(t, a, b, 31700)
 	f.waitReplies("before the failure", time.Now(), 10*time.Second)
 

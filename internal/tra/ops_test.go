@@ -232,6 +232,23 @@ func (tr *Translator) setDispatched(t *testing.T, start, end uint16) {
 	}
 }
 
+// setRoutersToPort tells a loaded translator whether the AS's routers
+// deliver to the packet's own port (scionproto v0.14.0 on).
+func (tr *Translator) setRoutersToPort(t testing.TB, on bool) {
+	t.Helper()
+	var c translatorTraConfig
+	if err := tr.objs.TraConf.Lookup(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+	c.RoutersToPort = 0
+	if on {
+		c.RoutersToPort = 1
+	}
+	if err := tr.objs.TraConf.Put(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (tr *Translator) total(t *testing.T) (n uint64) {
 	t.Helper()
 	for _, c := range tr.counts(t) {

@@ -143,25 +143,34 @@ func TestIdleDaemonCostWithManyDevices(t *testing.T) {
 // BenchmarkOrdinaryUDP times tra_in on what a wide dispatched range brings
 // it (BPF_PROG_TEST_RUN, the mean of a million runs): the host's DNS reply
 // passed at the port with the usual range, and with "all"; and SCION from
-// the router with "all", which pays the shape check too:
+// the router with "all", which pays the shape check too; and the same with
+// routers that deliver to the packet's own port (scionproto v0.14.0 on),
+// where every port of the host is looked at:
 // go test -run '^$' -bench OrdinaryUDP ./internal/tra/
 func BenchmarkOrdinaryUDP(b *testing.B) {
 	dns := []byte{0x0a, 0xbc, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'o', 'r', 'g', 0, 0, 1, 0, 1,
 		0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 93, 184, 215, 14}
+	scion := func(port uint16) func(t testing.TB) []byte {
+		return func(t testing.TB) []byte {
+			return inFrame{from: routerAddr, port: port, srcIA: remoteIA, srcHost: remote4,
+				l4: []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: port}, gopacket.Payload(make([]byte, 100))}}.build(t)
+		}
+	}
 	for _, c := range []struct {
 		name       string
 		start, end uint16
+		toPort     bool // routers deliver to the packet's own port (scionproto v0.14.0 on)
 		frame      func(t testing.TB) []byte
 	}{
-		{"a DNS reply, dispatched 31000-32767", 31000, 32767, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
-		{"a DNS reply, dispatched all", 1, 65535, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
-		{"a DNS reply of ID 0x8abc, dispatched all", 1, 65535, func(t testing.TB) []byte {
+		{"a DNS reply, dispatched 31000-32767", 31000, 32767, false, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
+		{"a DNS reply, dispatched all", 1, 65535, false, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
+		{"a DNS reply of ID 0x8abc, dispatched all", 1, 65535, false, func(t testing.TB) []byte {
 			return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, append([]byte{0x8a}, dns[1:]...))
 		}},
-		{"SCION from the router, dispatched all", 1, 65535, func(t testing.TB) []byte {
-			return inFrame{from: routerAddr, port: 31000, srcIA: remoteIA, srcHost: remote4,
-				l4: []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 31000}, gopacket.Payload(make([]byte, 100))}}.build(t)
-		}},
+		{"SCION from the router, dispatched all", 1, 65535, false, scion(31000)},
+		{"a DNS reply, routers to port", 31000, 32767, true, func(t testing.TB) []byte { return udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns) }},
+		{"SCION from the router to a dispatched port, routers to port", 31000, 32767, true, scion(31000)},
+		{"SCION from the router to another port, routers to port", 31000, 32767, true, scion(40000)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			tr := loadTest(b)
@@ -170,6 +179,10 @@ func BenchmarkOrdinaryUDP(b *testing.B) {
 				b.Fatal(err)
 			}
 			conf.DispatchedStart, conf.DispatchedEnd = c.start, c.end
+			conf.RoutersToPort = 0
+			if c.toPort {
+				conf.RoutersToPort = 1
+			}
 			if err := tr.objs.TraConf.Put(uint32(0), &conf); err != nil {
 				b.Fatal(err)
 			}

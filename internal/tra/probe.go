@@ -15,9 +15,9 @@ import (
 	"github.com/scionproto/scion/pkg/snet"
 )
 
-// Path probes: TCP gets no SCMP about a remote link that died (scionproto
-// v0.12's routers drop SCMP errors that quote TCP on the way to the host,
-// and a silent loss sends none at all), so the daemon probes the paths of
+// Path probes: TCP gets no SCMP about a remote link that died (scionproto's
+// routers, every release, drop SCMP errors that quote TCP on the way to the
+// host, and a silent loss sends none at all), so the daemon probes the paths of
 // the destinations in use as scionproto's gateway probes its remotes: an
 // SCMP traceroute request with the router alert on the path's last hop,
 // which the destination AS's ingress router answers. A path whose probes go
@@ -148,8 +148,10 @@ func (d *pathDaemon) probeDest(x *dest, now time.Time) {
 // probe sends one probe on a path.
 func (d *pathDaemon) probe(ia addr.IA, p Path, now time.Time) {
 	sig := pathSignature(p.Raw)
+	// The identifier is the port the reply is delivered to on routers of
+	// scionproto v0.14.0 on: 0 is none they can send to.
 	key := rand.Uint32()
-	for _, taken := d.probes.sent[key]; taken; _, taken = d.probes.sent[key] {
+	for _, taken := d.probes.sent[key]; taken || key>>16 == 0; _, taken = d.probes.sent[key] {
 		key = rand.Uint32()
 	}
 	b, ifid, err := probePacket(d.cfg.IA, d.cfg.Address, ia, p.Raw, uint16(key>>16), uint16(key))

@@ -45,9 +45,9 @@ func TestScitraInterop(t *testing.T) {
 	}
 	_, as := labNetwork(t)
 	sa, b := as[1], translate(t, as[2], hostOptions{})
-	// Scitra-TUN takes SCMP (echo requests, and replies whose identifier
-	// lies outside dispatched_ports) by binding UDP port 30041 of its
-	// address (--scmp). On the host's own address the lab's dispatcher shim
+	// Scitra-TUN takes SCMP (echo requests, and with v0.12.0's routers
+	// replies whose identifier lies outside dispatched_ports) by binding
+	// UDP port 30041 of its address (--scmp). On the host's own address the lab's dispatcher shim
 	// holds that port, so Scitra-TUN gets a second address of the host's
 	// subnet: a SCION host of its own, as on a machine without the shim.
 	scitraIP := sa.Host.Next()
@@ -67,8 +67,9 @@ func TestScitraInterop(t *testing.T) {
 	t.Cleanup(func() {
 		netns.Run(sa.HostNetns, func() error { return os.WriteFile(v6, []byte("1"), 0o644) })
 	})
-	// Scitra-TUN receives on the flow's own port: a v0.12 router hands a
-	// host only ports inside dispatched_ports, the rest go to 30041.
+	// Scitra-TUN receives on the flow's own port: a v0.12.0 router hands a
+	// host only ports inside dispatched_ports, the rest go to 30041 (later
+	// releases deliver to any port; the range does no harm there).
 	const ports = "/proc/sys/net/ipv4/ip_local_port_range"
 	if err := netns.Run(sa.HostNetns, func() error { return os.WriteFile(ports, []byte("31000 32000"), 0o644) }); err != nil {
 		t.Fatal(err)

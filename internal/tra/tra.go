@@ -242,6 +242,10 @@ type HostConfig struct {
 	PairMAC         net.HardwareAddr // PAIR1
 	DispatchedStart uint16
 	DispatchedEnd   uint16
+	// RoutersToPort says the AS's routers hand the host SCION on the port
+	// the packet names, dispatched or not (Config.RoutersToPort): tra_in
+	// takes SCION from them on any port.
+	RoutersToPort bool
 	// Routers are the AS's border routers' internal addresses: the only
 	// senders of SCION with a standard path the host takes.
 	Routers []netip.AddrPort
@@ -275,6 +279,9 @@ func (t *Translator) Configure(h HostConfig) error {
 	copy(c.PairMac[:], h.PairMAC)
 	c.DispatchedStart, c.DispatchedEnd = h.DispatchedStart, h.DispatchedEnd
 	c.UnderlayPort = htons(endHostPort)
+	if h.RoutersToPort {
+		c.RoutersToPort = 1
+	}
 	c.NetnsIno = uint32(h.NetnsIno)
 	if h.UnderlaySWCsum {
 		c.UnderlaySwCsum = 1
@@ -486,7 +493,7 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	h := HostConfig{
 		IA: cfg.IA, SMIP: cfg.SMIP, Address: cfg.Address, UnderlayIfindex: ua.Index,
 		PairIfindex: pair.pairIndex, HostMAC: pair.hostMAC, PairMAC: pair.pairMAC,
-		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd,
+		DispatchedStart: cfg.DispatchedPortStart, DispatchedEnd: cfg.DispatchedPortEnd, RoutersToPort: cfg.RoutersToPort(),
 		Routers: slices.Collect(maps.Values(cfg.Routers)), NetnsIno: ino, PairMTU: pair.hostMTU,
 	}
 	if err := netns.Run(o.Netns, func() error {

@@ -161,7 +161,7 @@ func startLongRun(ctx context.Context, n scionlab.Network, hop time.Duration, o 
 	}
 	lr.ases = [2]scionlab.AS{lr.as[1], lr.as[len(lr.as)-1]}
 	for i, a := range lr.ases {
-		if lr.hosts[i], err = translate(bin, a, log); err != nil {
+		if lr.hosts[i], err = translate(bin, n, a, log); err != nil {
 			return nil, down, errors.Join(err, lr.stop())
 		}
 	}

@@ -57,9 +57,10 @@ func (h *translated) stop() error {
 	return errors.Join(errs...)
 }
 
-// translate attaches a translator to the AS's end host and starts its
-// daemon; the daemon's log is in the row's directory until teardown.
-func translate(bin string, a scionlab.AS, log io.Writer) (h *translated, err error) {
+// translate attaches a translator to the AS's end host, set for the
+// scionproto release the network's routers run, and starts its daemon; the
+// daemon's log is in the row's directory until teardown.
+func translate(bin string, n scionlab.Network, a scionlab.AS, log io.Writer) (h *translated, err error) {
 	h = &translated{}
 	defer func() {
 		if err != nil {
@@ -70,8 +71,8 @@ func translate(bin string, a scionlab.AS, log io.Writer) (h *translated, err err
 		return h, err
 	}
 	cfgPath := filepath.Join(h.dir, "tra.toml")
-	conf := fmt.Sprintf("topology = %q\ndaemon = %q\ndevice = %q\naddress = %q\n",
-		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host)
+	conf := fmt.Sprintf("topology = %q\ndaemon = %q\ndevice = %q\naddress = %q\nscion_version = %q\n",
+		filepath.Join(a.Dir, "topology.json"), a.Daemon(), scionlab.HostDev, a.Host, n.Version())
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
 		return h, err
 	}
@@ -132,12 +133,12 @@ func setupTra(ctx context.Context, env Env) (p Path, err error) {
 		}
 		undo.add(u)
 	}
-	client, err := translate(bin, env.Client, env.Log)
+	client, err := translate(bin, env.Net, env.Client, env.Log)
 	if err != nil {
 		return p, err
 	}
 	undo.add(client.stop)
-	server, err := translate(bin, env.Server, env.Log)
+	server, err := translate(bin, env.Net, env.Server, env.Log)
 	if err != nil {
 		return p, err
 	}
