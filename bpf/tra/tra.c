@@ -1276,6 +1276,13 @@ static __always_inline int parse_underlay_in(struct xdp_md *ctx, struct tra_in_p
 	 * what is shaped like SCION. */
 	if ((p->any_port || dispatched_wide(p->cfg)) && !plausible_scion(udp, end))
 		return XDP_PASS;
+	/* On a port that is not SCION's, only a router hands the host SCION:
+	 * from anyone else the datagram is the host's own traffic, however it
+	 * looks (a WireGuard session whose index reads like SCION lengths, a
+	 * forgery): the kernel's, untranslated, as without the translator. A
+	 * forger gains nothing there: the host sees the real sender. */
+	if (p->any_port && !bpf_map_lookup_elem(&tra_routers, &p->from))
+		return XDP_PASS;
 	return CONTINUE;
 }
 
@@ -1396,7 +1403,8 @@ short_pkt:
  * ends at one of the AS's border routers, which sends from its internal
  * address; the empty path is a host of this AS, which sends from the
  * underlay address it names as the source, to the end-host port or a
- * dispatched one (never any_port: only a router delivers there). Anything
+ * dispatched one (never any_port: only a router delivers there, and what
+ * comes there from anyone else is passed in parse_underlay_in). Anything
  * else is a machine of the network injecting what it likes under another's
  * name. */
 static __always_inline int check_sender(struct xdp_md *ctx, struct tra_in_pkt *p)

@@ -1060,6 +1060,11 @@ func fzRefIn(f []byte, toPort bool) fzInRef {
 	if anyPort && (len(f) < c+12 || f[c]>>4 != 0 || int(f[c+5])*4+int(fzBe16(f[c+6:]))+8 != udpLen) {
 		return pass("another port, not shaped like SCION")
 	}
+	// There only a router hands over SCION: from anyone else it is the
+	// host's own UDP, whatever it looks like.
+	if sender := netip.AddrPortFrom(netip.AddrFrom4([4]byte(f[26:30])), fzBe16(f[l.udp:])); anyPort && sender != routerAddr && sender != farRouter {
+		return pass("another port, not from a router")
+	}
 	if len(f) < c+36 {
 		return pass("too short for SCION")
 	}

@@ -110,9 +110,15 @@ func TestIngressChecksSender(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			before := tr.counts(t)[c.verdict].Packets
+			before, total := tr.counts(t)[c.verdict].Packets, tr.total(t)
 			if ret, _ := tr.run(t, tr.objs.TraIn, c.f.build(t), false); ret != c.action {
 				t.Fatalf("action %d, want %d; counters %v", ret, c.action, tr.counts(t))
+			}
+			if c.verdict == "" {
+				if after := tr.total(t); after != total {
+					t.Fatalf("passed as the host's own, yet counted: %d → %d packets; counters %v", total, after, tr.counts(t))
+				}
+				return
 			}
 			if got := tr.counts(t)[c.verdict].Packets; got != before+1 {
 				t.Fatalf("%s %d, want %d", c.verdict, got, before+1)
@@ -125,10 +131,12 @@ func TestIngressChecksSender(t *testing.T) {
 // SCION arrives from them on the ports the packet names — TCP's, a UDP
 // flow's outside dispatched_ports, an echo reply's identifier, the quoted
 // datagram's source port — and is taken there from the routers only. The
-// host's own UDP on those ports goes to the kernel untouched and uncounted;
-// what has SCION's shape from anyone else is spoofed, the empty path too
-// (hosts of the AS send to 30041 or a dispatched port). With v0.12.0's
-// routers (TestIngressRefuses) another port is never the translator's.
+// host's own UDP on those ports goes to the kernel untouched and uncounted,
+// and so does what has SCION's shape from anyone but a router, the empty
+// path too (hosts of the AS send to 30041 or a dispatched port): there it
+// is the host's traffic, not the translator's, and the host sees its real
+// sender. With v0.12.0's routers (TestIngressRefuses) another port is never
+// the translator's.
 func TestIngressOnTheRoutersPorts(t *testing.T) {
 	tr := loadTest(t)
 	tr.setRoutersToPort(t, true)
@@ -154,16 +162,23 @@ func TestIngressOnTheRoutersPorts(t *testing.T) {
 		"SCMP error on the quoted source port": {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: []gopacket.SerializableLayer{
 			&slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeDestinationUnreachable, 4)}, &slayers.SCMPDestinationUnreachable{}, gopacket.Payload(quote)}}, xdpDrop, "scmp_error"},
 		"udp for another host":                 {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, dstHost: local, l4: udp()}, xdpPass, "not_ours"},
-		"a standard path from another machine": {inFrame{from: netip.MustParseAddrPort("10.101.0.66:30042"), port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpDrop, "spoofed"},
+		"a standard path from another machine": {inFrame{from: netip.MustParseAddrPort("10.101.0.66:30042"), port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpPass, ""},
 		"from the router's address, other port": {inFrame{from: netip.MustParseAddrPort("10.101.0.1:40000"), port: 5201, srcIA: remoteIA, srcHost: remote4,
-			l4: []gopacket.SerializableLayer{&layers.TCP{SrcPort: 40000, DstPort: 5201, SYN: true, Window: 9}, payload}}, xdpDrop, "spoofed"},
-		"the empty path from a host of the AS": {inFrame{from: netip.AddrPortFrom(local, 30041), port: 45000, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpDrop, "spoofed"},
+			l4: []gopacket.SerializableLayer{&layers.TCP{SrcPort: 40000, DstPort: 5201, SYN: true, Window: 9}, payload}}, xdpPass, ""},
+		"the empty path from a host of the AS": {inFrame{from: netip.AddrPortFrom(local, 30041), port: 45000, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpPass, ""},
+		"the empty path from the router":       {inFrame{from: routerAddr, port: 45000, srcIA: localIA, srcHost: routerAddr.Addr(), emptyRaw: true, l4: udp()}, xdpDrop, "spoofed"},
 		"the empty path to the end-host port":  {inFrame{from: netip.AddrPortFrom(local, 30041), port: 30041, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpRedirect, "translated_in"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			before := tr.counts(t)[c.verdict].Packets
+			before, total := tr.counts(t)[c.verdict].Packets, tr.total(t)
 			if ret, _ := tr.run(t, tr.objs.TraIn, c.f.build(t), false); ret != c.action {
 				t.Fatalf("action %d, want %d; counters %v", ret, c.action, tr.counts(t))
+			}
+			if c.verdict == "" {
+				if after := tr.total(t); after != total {
+					t.Fatalf("passed as the host's own, yet counted: %d → %d packets; counters %v", total, after, tr.counts(t))
+				}
+				return
 			}
 			if got := tr.counts(t)[c.verdict].Packets; got != before+1 {
 				t.Fatalf("%s %d, want %d; counters %v", c.verdict, got, before+1, tr.counts(t))
