@@ -12,6 +12,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionlab"
+	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/tra/tralab"
 )
 
@@ -51,6 +52,11 @@ See docs/scion-lab.md.`,
 			if _, err := o.Validate(); err != nil {
 				return err
 			}
+			if o.Version != "" {
+				if err := scionproto.Check(o.Version); err != nil {
+					return fmt.Errorf("--scion-version: %w", err)
+				}
+			}
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
@@ -67,6 +73,7 @@ See docs/scion-lab.md.`,
 	f.IntVar(&o.ASes, "ases", scionlab.DefaultASes, "ASes of the SCION network, if it has to be brought up")
 	f.BoolVar(&o.Keep, "keep", false, "leave the network up at the end")
 	f.IntVar(&o.MTU, "mtu", scionlab.DefaultMTU, fmt.Sprintf("MTU of the network's links if it has to be brought up (as lab scion up --mtu, %d to %d); a network up at another MTU is an error", scionlab.MinMTU, scionlab.MaxMTU))
+	f.StringVar(&o.Version, "scion-version", "", "the scionproto release of the network if it has to be brought up (as lab scion up --scion-version; default: the one up, else "+scionproto.Default+"); a network up at another release is an error")
 	f.IntVar(&o.Runs, "runs", tralab.DefaultRuns, "turns: each runs every row once")
 	f.IntVar(&o.Seconds, "seconds", tralab.DefaultSeconds, "seconds per iperf3 run")
 	f.IntVar(&o.Pings, "pings", tralab.DefaultPings, "UDP echoes per round-trip figure")

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -42,7 +43,7 @@ func TestParseIperf(t *testing.T) {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
 				}
-				if !transientIperf(err) {
+				if !transientIperf(err, false) {
 					t.Errorf("%v: a refused connection is worth another try", err)
 				}
 				return
@@ -210,4 +211,16 @@ func TestIperfServersCleanUp(t *testing.T) {
 		t.Fatalf("the first server still holds its port: %v", err)
 	}
 	l.Close()
+}
+
+// A UDP stream whose opening exchange was lost is tried again; a TCP
+// stream that failed reading has measured something, and is not.
+func TestTransientIperfUDPOpening(t *testing.T) {
+	err := errors.New("unable to read from stream socket: Resource temporarily unavailable")
+	if !transientIperf(err, true) {
+		t.Error("a UDP stream's lost opening is worth another try")
+	}
+	if transientIperf(err, false) {
+		t.Error("a TCP stream that failed reading is not tried again")
+	}
 }

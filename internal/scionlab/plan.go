@@ -48,8 +48,9 @@ const (
 	RouterMetricsPort  = 30442
 	LinkPort           = 50000
 	// DispatchedPorts is the topology's dispatched_ports: the control
-	// service takes its QUIC ports from it, and the router delivers SCION/UDP
-	// there straight to the host's port (elsewhere to 30041).
+	// service takes its QUIC ports from it; v0.12.0's router delivers
+	// SCION/UDP there straight to the host's port (elsewhere to 30041),
+	// later releases deliver every port as it is.
 	DispatchedPorts = "31000-32767"
 )
 

@@ -138,6 +138,10 @@ type Options struct {
 	// MTU is the network's links' MTU (scionlab.DefaultMTU if 0); a network
 	// up at another MTU is an error, not taken down.
 	MTU int
+	// Version is the scionproto release of a network brought up ("": the
+	// one up, else scionproto.Chosen()); a network up at another release
+	// is an error, not taken down.
+	Version string
 	// Command is recorded in the report.
 	Command string
 	Log     io.Writer
@@ -204,8 +208,16 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, fmt.Errorf("the network in %s is up with links of MTU %d, not %d: take it down first (fastpath --prefix %s lab scion down) or run with --mtu %d",
 			o.Net.Dir, s.MTU, o.MTU, o.Net.Prefix, s.MTU)
 	}
+	if s, err := o.Net.Status(); err == nil && o.Version != "" && s.Version != o.Version && anyRunning(s) {
+		return nil, fmt.Errorf("the network in %s is up with scionproto %s, not %s: take it down first (fastpath --prefix %s lab scion down) or run with --scion-version %s",
+			o.Net.Dir, s.Version, o.Version, o.Net.Prefix, s.Version)
+	}
+	version := o.Version
+	if s, err := o.Net.Status(); err == nil && version == "" && anyRunning(s) {
+		version = s.Version
+	}
 	before := time.Now()
-	st, err := o.Net.Up(ctx, scionlab.UpOptions{ASes: o.ASes, Hybrid: true, MTU: o.MTU, Log: o.Log})
+	st, err := o.Net.Up(ctx, scionlab.UpOptions{Version: version, ASes: o.ASes, Hybrid: true, MTU: o.MTU, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
