@@ -64,11 +64,23 @@ func (n Network) CaptureTransit(ctx context.Context) (*Transit, error) {
 		return nil, fmt.Errorf("capture a path: %w\n%s", err, out)
 	}
 	time.Sleep(50 * time.Millisecond)
+	// The echo request, not the first SCION packet: the control services'
+	// SCION/UDP leaves by the same link (on v0.15.1 networks, from port
+	// 32767, it came first now and then).
+	var other error
 	for _, f := range tap.Frames() {
-		if f.Outgoing && isSCIONTo(f.Data, up.ParentAddr) {
-			tr.Template = f.Data
-			return tr, nil
+		if !f.Outgoing || !isSCIONTo(f.Data, up.ParentAddr) {
+			continue
 		}
+		if _, err := echoVariants(f.Data, 1, 0); err != nil {
+			other = err
+			continue
+		}
+		tr.Template = f.Data
+		return tr, nil
+	}
+	if other != nil {
+		return nil, fmt.Errorf("no SCMP echo request to %s left %s during scion ping: %w", up.ParentAddr, tr.Gen, other)
 	}
 	return nil, fmt.Errorf("no SCION packet to %s left %s during scion ping", up.ParentAddr, tr.Gen)
 }
@@ -109,6 +121,9 @@ func echoVariants(frame []byte, n, frameLen int) ([][]byte, error) {
 	var echo slayers.SCMPEcho
 	if err := scn.DecodeFromBytes(udp.Payload, gopacket.NilDecodeFeedback); err != nil {
 		return nil, fmt.Errorf("decode the captured SCION header: %w", err)
+	}
+	if scn.NextHdr != slayers.L4SCMP {
+		return nil, fmt.Errorf("the captured packet is SCION with NextHdr %s, not SCMP", scn.NextHdr)
 	}
 	if err := scmp.DecodeFromBytes(scn.Payload, gopacket.NilDecodeFeedback); err != nil {
 		return nil, fmt.Errorf("decode the captured SCMP header: %w", err)
