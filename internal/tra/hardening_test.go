@@ -92,11 +92,7 @@ func TestIngressChecksSender(t *testing.T) {
 		return []gopacket.SerializableLayer{&slayers.UDP{SrcPort: 31000, DstPort: 31000}, gopacket.Payload("spoof?")}
 	}
 	local := netip.MustParseAddr("10.101.0.9")
-	cases := map[string]struct {
-		f       inFrame
-		action  uint32
-		verdict string
-	}{
+	cases := map[string]ingressCase{
 		"from the router":                       {inFrame{from: routerAddr, port: 31000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
 		"from a router behind a gateway":        {inFrame{from: farRouter, port: 31000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
 		"from another machine of the AS":        {inFrame{from: netip.MustParseAddrPort("10.101.0.66:30042"), port: 31000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpDrop, "spoofed"},
@@ -108,6 +104,20 @@ func TestIngressChecksSender(t *testing.T) {
 		"SCMP error from another machine": {inFrame{from: netip.MustParseAddrPort("10.101.0.66:30042"), port: 30041, srcIA: remoteIA, srcHost: remote4,
 			l4: []gopacket.SerializableLayer{&slayers.SCMP{TypeCode: slayers.CreateSCMPTypeCode(slayers.SCMPTypeExternalInterfaceDown, 0)}, gopacket.Payload(make([]byte, 64))}}, xdpDrop, "spoofed"},
 	}
+	runIngressCases(t, tr, cases)
+}
+
+// ingressCase is a frame for tra_in, what it must do with it, and the
+// counter that must count it once ("": passed as the host's own, nothing
+// counted).
+type ingressCase struct {
+	f       inFrame
+	action  uint32
+	verdict string
+}
+
+func runIngressCases(t *testing.T, tr *Translator, cases map[string]ingressCase) {
+	t.Helper()
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			before, total := tr.counts(t)[c.verdict].Packets, tr.total(t)
@@ -121,7 +131,7 @@ func TestIngressChecksSender(t *testing.T) {
 				return
 			}
 			if got := tr.counts(t)[c.verdict].Packets; got != before+1 {
-				t.Fatalf("%s %d, want %d", c.verdict, got, before+1)
+				t.Fatalf("%s %d, want %d; counters %v", c.verdict, got, before+1, tr.counts(t))
 			}
 		})
 	}
@@ -146,11 +156,7 @@ func TestIngressOnTheRoutersPorts(t *testing.T) {
 	}
 	local := netip.MustParseAddr("10.101.0.9")
 	quote := scionPacket(t, localIA, remoteIA, addr.HostIP(hostIP4), addr.HostIP(remote4), testPath(t), &slayers.UDP{SrcPort: 45000, DstPort: 31000})
-	for name, c := range map[string]struct {
-		f       inFrame
-		action  uint32
-		verdict string
-	}{
+	runIngressCases(t, tr, map[string]ingressCase{
 		"udp outside dispatched_ports":       {inFrame{from: routerAddr, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
 		"udp from a router behind a gateway": {inFrame{from: farRouter, port: 45000, srcIA: remoteIA, srcHost: remote4, l4: udp()}, xdpRedirect, "translated_in"},
 		"tcp on its port": {inFrame{from: routerAddr, port: 5201, srcIA: remoteIA, srcHost: remote4,
@@ -168,23 +174,7 @@ func TestIngressOnTheRoutersPorts(t *testing.T) {
 		"the empty path from a host of the AS": {inFrame{from: netip.AddrPortFrom(local, 30041), port: 45000, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpPass, ""},
 		"the empty path from the router":       {inFrame{from: routerAddr, port: 45000, srcIA: localIA, srcHost: routerAddr.Addr(), emptyRaw: true, l4: udp()}, xdpDrop, "spoofed"},
 		"the empty path to the end-host port":  {inFrame{from: netip.AddrPortFrom(local, 30041), port: 30041, srcIA: localIA, srcHost: local, emptyRaw: true, l4: udp()}, xdpRedirect, "translated_in"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			before, total := tr.counts(t)[c.verdict].Packets, tr.total(t)
-			if ret, _ := tr.run(t, tr.objs.TraIn, c.f.build(t), false); ret != c.action {
-				t.Fatalf("action %d, want %d; counters %v", ret, c.action, tr.counts(t))
-			}
-			if c.verdict == "" {
-				if after := tr.total(t); after != total {
-					t.Fatalf("passed as the host's own, yet counted: %d → %d packets; counters %v", total, after, tr.counts(t))
-				}
-				return
-			}
-			if got := tr.counts(t)[c.verdict].Packets; got != before+1 {
-				t.Fatalf("%s %d, want %d; counters %v", c.verdict, got, before+1, tr.counts(t))
-			}
-		})
-	}
+	})
 	dns := []byte{0x0a, 0xbc, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'o', 'r', 'g', 0, 0, 1, 0, 1,
 		0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 93, 184, 215, 14}
 	for name, f := range map[string][]byte{
