@@ -525,16 +525,7 @@ func testTranslatedHosts(t *testing.T, version string) {
 		const port = 5002
 		noPorts := func(h *host) int { return udpNoPorts(t, h.ns) }
 		beforeA, beforeB := noPorts(a), noPorts(b)
-		srv := b.udpListen(t, port)
-		go echo(srv)
-		var cli *net.UDPConn
-		if err := netns.Run(a.ns, func() error {
-			var err error
-			cli, err = net.DialUDP("udp6", nil, &net.UDPAddr{IP: b.smip.AsSlice(), Port: port})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		cli := dialEcho(t, a, b, port)
 		defer cli.Close()
 		if p := cli.LocalAddr().(*net.UDPAddr).Port; p >= 31000 && p <= 32767 {
 			t.Logf("the client's port %d lies in dispatched_ports", p)
@@ -725,10 +716,10 @@ type flow struct {
 	replied map[uint32]time.Time
 }
 
-// startFlow starts a flow from a to b's port; it stops when the test ends.
-func startFlow(t *testing.T, a, b *host, port int) *flow {
+// dialEcho starts an echo server on b's port and returns a socket of a's
+// connected to it, by b's SM-IP address.
+func dialEcho(t *testing.T, a, b *host, port int) *net.UDPConn {
 	t.Helper()
-	f := &flow{t: t, a: a, b: b, sent: map[uint32]time.Time{}, replied: map[uint32]time.Time{}}
 	srv := b.udpListen(t, port)
 	go echo(srv)
 	var cli *net.UDPConn
@@ -739,6 +730,14 @@ func startFlow(t *testing.T, a, b *host, port int) *flow {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return cli
+}
+
+// startFlow starts a flow from a to b's port; it stops when the test ends.
+func startFlow(t *testing.T, a, b *host, port int) *flow {
+	t.Helper()
+	f := &flow{t: t, a: a, b: b, sent: map[uint32]time.Time{}, replied: map[uint32]time.Time{}}
+	cli := dialEcho(t, a, b, port)
 	go func() {
 		buf := make([]byte, 64)
 		for {
