@@ -107,6 +107,24 @@ func TestIngressChecksSender(t *testing.T) {
 	runIngressCases(t, tr, cases)
 }
 
+// passedUntouched runs each frame through tra_in, which must pass it to the
+// kernel as it came and count nothing: the host's own traffic.
+func passedUntouched(t *testing.T, tr *Translator, frames map[string][]byte) {
+	t.Helper()
+	for name, f := range frames {
+		t.Run(name, func(t *testing.T) {
+			before := tr.total(t)
+			ret, out := tr.run(t, tr.objs.TraIn, f, false)
+			if ret != xdpPass || !bytes.Equal(out[:len(f)], f) {
+				t.Fatalf("action %d (want %d, passed untouched); counters %v", ret, xdpPass, tr.counts(t))
+			}
+			if after := tr.total(t); after != before {
+				t.Fatalf("counted: %d → %d packets; counters %v", before, after, tr.counts(t))
+			}
+		})
+	}
+}
+
 // ingressCase is a frame for tra_in, what it must do with it, and the
 // counter that must count it once ("": passed as the host's own, nothing
 // counted).
@@ -177,23 +195,12 @@ func TestIngressOnTheRoutersPorts(t *testing.T) {
 	})
 	dns := []byte{0x0a, 0xbc, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'o', 'r', 'g', 0, 0, 1, 0, 1,
 		0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 93, 184, 215, 14}
-	for name, f := range map[string][]byte{
+	passedUntouched(t, tr, map[string][]byte{
 		"a DNS reply":                 udpFrame(t, netip.MustParseAddrPort("10.101.0.53:53"), 40000, dns),
 		"a DNS reply from the router": udpFrame(t, netip.AddrPortFrom(routerAddr.Addr(), 53), 40001, dns),
 		"a datagram from the router's own address and port": udpFrame(t, routerAddr, 40002, []byte("not SCION")),
 		"an empty datagram": udpFrame(t, routerAddr, 40003, nil),
-	} {
-		t.Run(name, func(t *testing.T) {
-			before := tr.total(t)
-			ret, out := tr.run(t, tr.objs.TraIn, f, false)
-			if ret != xdpPass || !bytes.Equal(out[:len(f)], f) {
-				t.Fatalf("action %d (want %d, passed untouched); counters %v", ret, xdpPass, tr.counts(t))
-			}
-			if after := tr.total(t); after != before {
-				t.Fatalf("counted: %d → %d packets; counters %v", before, after, tr.counts(t))
-			}
-		})
-	}
+	})
 }
 
 // Defect 6: a bare ACK, an empty datagram, a small echo between hosts of
