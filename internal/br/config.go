@@ -123,12 +123,7 @@ type Config struct {
 
 // Reference is the scionproto release of the router this one fronts:
 // SCIONVersion, or scionproto.Default if it is unset.
-func (c *Config) Reference() string {
-	if c.SCIONVersion == "" {
-		return scionproto.Default
-	}
-	return c.SCIONVersion
-}
+func (c *Config) Reference() string { return scionproto.OrDefault(c.SCIONVersion) }
 
 // InterfaceKind tells whether an interface is this router's own link or a sibling's.
 type InterfaceKind int

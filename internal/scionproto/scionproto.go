@@ -37,6 +37,14 @@ func Check(v string) error {
 	return fmt.Errorf("scionproto %q is not supported: choose one of %s", v, strings.Join(Versions, ", "))
 }
 
+// OrDefault is v, or Default if v is unset: a configuration's release.
+func OrDefault(v string) string {
+	if v == "" {
+		return Default
+	}
+	return v
+}
+
 // Chosen is the release named by FASTPATH_SCION_VERSION, else Default.
 func Chosen() (string, error) {
 	v := os.Getenv("FASTPATH_SCION_VERSION")

@@ -313,12 +313,7 @@ func takenOn(c *Config) string {
 
 // release is SCIONVersion, or scionproto.Default for a Config made without
 // LoadConfig.
-func (c *Config) release() string {
-	if c.SCIONVersion == "" {
-		return scionproto.Default
-	}
-	return c.SCIONVersion
-}
+func (c *Config) release() string { return scionproto.OrDefault(c.SCIONVersion) }
 
 // What the translator takes from topology.json: the AS, its dispatched
 // ports, and its border routers' internal addresses. scionproto v0.12.0's
