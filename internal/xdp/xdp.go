@@ -32,6 +32,9 @@ var ErrNoDevice = errors.New("no device")
 // ErrNativeUnsupported is returned when the driver refuses native XDP.
 var ErrNativeUnsupported = errors.New("native XDP not supported by the device")
 
+// ErrDeviceHeld is returned when another XDP program holds the device.
+var ErrDeviceHeld = errors.New("the device has another XDP program")
+
 // ParseMode checks a mode given on the command line.
 func ParseMode(s string) (Mode, error) {
 	switch Mode(s) {
@@ -100,6 +103,13 @@ func Attach(i Iface, prog *ebpf.Program, mode Mode) (link.Link, error) {
 		// API does not return).
 		if mode == Native && errors.Is(err, unix.ERANGE) {
 			return nil, fmt.Errorf("attach XDP to %s: %w: the MTU of its peer allows frames longer than a page, and only a frags-aware program (SEC(\"xdp.frags\")) takes those: lower the MTU or load such a program", i, err)
+		}
+		// EBUSY: a program is there already in this mode; EEXIST: one is
+		// there in the other mode (native and generic exclude each other).
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+			if h, herr := HolderOf(i); herr == nil && h != nil {
+				return nil, fmt.Errorf("attach XDP (%s mode) to %s: %w (%w): %s", mode, i, ErrDeviceHeld, err, h.describe(i))
+			}
 		}
 		return nil, fmt.Errorf("attach XDP (%s mode) to %s: %w", mode, i, err)
 	}
