@@ -11,7 +11,7 @@ BPF_PKGS := $(patsubst %/bpf.go,%,$(wildcard internal/*/bpf.go))
 BPF_STAMPS := $(BPF_PKGS:%=%/.bpf-stamp)
 BPF_INCLUDE := $(wildcard bpf/include/*.h)
 
-.PHONY: all build deps test demo soak clean bench lab-down
+.PHONY: all build deps test demo soak clean bench lab-down figures
 all: build
 
 deps:
@@ -60,6 +60,10 @@ demo: deps build
 	./$(BIN) --prefix fp-topo- lab scion up --topo default --hybrid > results/scion-topo.txt
 	./$(BIN) --prefix fp-topo- lab scion check >> results/scion-topo.txt; rc=$$?; ./$(BIN) --prefix fp-topo- lab scion down; exit $$rc
 	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
+
+# docs/figures.md from the reports make demo left in results/.
+figures: build
+	./$(BIN) lab figures --results results --out docs/figures.md
 
 # The translator over 30 minutes: steady UDP, TCP and ping6 between two
 # translated hosts while links flap every minute and scionproto's daemons and

@@ -38,6 +38,7 @@ func labCmd() *cobra.Command {
 		return t, err
 	}
 	cmd.AddCommand(labUpCmd(tb), labDownCmd(tb), labGenCmd(&prefix), labSinkCmd(&prefix), labPacketsCmd(tb), labBenchCmd(&prefix), labTCPCmd(&prefix), labScionCmd(&prefix), labTraCmd(&prefix), labTraSoakCmd(&prefix), labTraFloodCmd(&prefix))
+	cmd.AddCommand(labFiguresCmd())
 	return cmd
 }
 

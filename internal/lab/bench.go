@@ -414,6 +414,20 @@ func settle(s *Sink) (SinkCounters, error) {
 // buildCommit is the revision this binary was built from, with "-dirty"
 // when the tree had uncommitted changes; "" when the build did not stamp it
 // (go test, go run).
+// RunCommit is the revision a report is made from: the binary's own when the
+// build stamped it, else the HEAD of the fastpath checkout the command runs
+// in (CheckoutCommit); "" when neither is known.
+func RunCommit() string {
+	if c := buildCommit(); c != "" {
+		return c
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return CheckoutCommit(wd)
+}
+
 func buildCommit() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -56,12 +56,15 @@ func (o *TCPOptions) Validate() ([]Scenario, error) {
 
 // TCPReport is what one TCP run measured; tables and plot come from it.
 type TCPReport struct {
-	Started  time.Time `json:"started"`
-	Command  string    `json:"command"`
-	Kernel   string    `json:"kernel"`
-	CPUModel string    `json:"cpu_model"`
-	CPUs     int       `json:"cpus"`
-	Seconds  int       `json:"seconds_per_run"`
+	Started time.Time `json:"started"`
+	Command string    `json:"command"`
+	// Commit is the revision measured (RunCommit); "" when not known, and
+	// in reports from before it was recorded.
+	Commit   string `json:"commit,omitempty"`
+	Kernel   string `json:"kernel"`
+	CPUModel string `json:"cpu_model"`
+	CPUs     int    `json:"cpus"`
+	Seconds  int    `json:"seconds_per_run"`
 	// Baseline is the scenario ratios are taken to: routed, if it ran.
 	Baseline string   `json:"baseline"`
 	Rows     []TCPRow `json:"rows"`
@@ -99,7 +102,7 @@ func TCPBench(ctx context.Context, o TCPOptions) (*TCPReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &TCPReport{Started: time.Now().UTC(), Command: o.Command, Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs(), Seconds: o.Seconds}
+	rep := &TCPReport{Started: time.Now().UTC(), Command: o.Command, Commit: RunCommit(), Kernel: kernelRelease(), CPUModel: cpuModel(), CPUs: onlineCPUs(), Seconds: o.Seconds}
 	for _, s := range scs {
 		if s.Name == "routed" {
 			rep.Baseline = "routed"
@@ -267,6 +270,9 @@ func (r *TCPReport) Markdown() string {
 	var b strings.Builder
 	b.WriteString("# fastpath lab tcp\n\n")
 	fmt.Fprintf(&b, "- date: %s\n- command: `%s`\n- kernel: %s\n- CPU: %s (%d CPUs)\n", r.Started.Format(time.RFC3339), r.Command, r.Kernel, r.CPUModel, r.CPUs)
+	if r.Commit != "" {
+		fmt.Fprintf(&b, "- commit: %s\n", r.Commit)
+	}
 	fmt.Fprintf(&b, "- iperf3, one TCP stream (one iperf3 process), %d s per run, client and server in their own namespaces, the DUT routing between them\n", r.Seconds)
 	if r.Baseline != "" {
 		fmt.Fprintf(&b, "- ratio: Gbit/s / Gbit/s of %s in the same run\n", r.Baseline)

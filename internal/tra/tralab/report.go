@@ -15,6 +15,9 @@ import (
 type Report struct {
 	Started time.Time `json:"started"`
 	Command string    `json:"command"`
+	// Commit is the revision measured (lab.RunCommit); "" when not known,
+	// and in reports from before it was recorded.
+	Commit string `json:"commit,omitempty"`
 	lab.Machine
 	Runs       int    `json:"runs"`
 	Seconds    int    `json:"seconds_per_iperf3_run"`
@@ -178,6 +181,9 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	b.WriteString("# fastpath lab tra\n\n")
 	fmt.Fprintf(&b, "- date: %s\n- command: `%s`\n- kernel: %s\n- CPU: %s (%d CPUs)\n", r.Started.Format(time.RFC3339), r.Command, r.Kernel, r.CPUModel, r.CPUs)
+	if r.Commit != "" {
+		fmt.Fprintf(&b, "- commit: %s\n", r.Commit)
+	}
 	fmt.Fprintf(&b, "- the lab's SCION network of %d ASes, fastpath's border router in front of every AS's reference router (hybrid mode)\n", r.ASes)
 	fmt.Fprintf(&b, "- %s\n\n", r.legend())
 	lines, right := r.lines()

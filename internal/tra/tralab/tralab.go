@@ -230,7 +230,7 @@ func Bench(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	env := Env{Net: o.Net, ASes: as, Client: as[1], Server: as[len(as)-1], Log: o.Log}
 	rep = &Report{
-		Started: time.Now().UTC(), Command: o.Command, Machine: lab.ThisMachine(),
+		Started: time.Now().UTC(), Command: o.Command, Commit: lab.RunCommit(), Machine: lab.ThisMachine(),
 		Runs: o.Runs, Seconds: o.Seconds, Pings: o.Pings, UDPLen: o.UDPLen, UDPBitrate: o.UDPBitrate, X4: x4,
 		ASes: o.ASes, MTU: st.MTU, ClientIA: env.Client.IA.String(), ServerIA: env.Server.IA.String(),
 	}
