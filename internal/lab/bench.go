@@ -411,9 +411,6 @@ func settle(s *Sink) (SinkCounters, error) {
 	return last, err
 }
 
-// buildCommit is the revision this binary was built from, with "-dirty"
-// when the tree had uncommitted changes; "" when the build did not stamp it
-// (go test, go run).
 // RunCommit is the revision a report is made from: the binary's own when the
 // build stamped it, else the HEAD of the fastpath checkout the command runs
 // in (CheckoutCommit); "" when neither is known.
@@ -428,6 +425,9 @@ func RunCommit() string {
 	return CheckoutCommit(wd)
 }
 
+// buildCommit is the revision this binary was built from, with "-dirty"
+// when the tree had uncommitted changes; "" when the build did not stamp it
+// (go test, go run).
 func buildCommit() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
