@@ -105,7 +105,7 @@ func TestConfigTestdata(t *testing.T) {
 		InternalInterfaces:  []string{"fp-int0"},
 		MACCheck:            true,
 		SCMP:                SCMPPass,
-		XDPMode:             XDPModeNative,
+		XDPMode:             XDPModeAuto,
 		UDPChecksum:         UDPChecksumUpdate,
 		LinkTimeout:         DefaultLinkTimeout,
 		IA:                  addr.MustParseIA("1-ff00:0:110"),
