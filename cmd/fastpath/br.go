@@ -88,7 +88,7 @@ detaching. --mode overrides the configuration's xdp_mode.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
@@ -155,7 +155,7 @@ Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
@@ -767,8 +767,8 @@ over N runs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "router configuration (TOML)")
-	f.StringVar(&in, "in", "", "capture to run")
+	f.StringVar(&config, "config", "", "router configuration (TOML) (required)")
+	f.StringVar(&in, "in", "", "capture to run (required)")
 	f.StringVar(&out, "out", "", "write the emitted frames here")
 	f.StringVar(&ns, "netns", "", "network namespace whose FIB the lookups see")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per packet")

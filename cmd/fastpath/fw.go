@@ -600,7 +600,7 @@ func fwTopCmd(open openFunc) *cobra.Command {
 		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "top [--name NAME] [--json] [--once]",
+		Use:   "top [--name NAME] [--flows 20] [--interval 1s] [--json] [--once]",
 		Short: "the busiest flows, live, with packets/s and bit/s",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -662,7 +662,10 @@ func fwTopCmd(open openFunc) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between samples")
-	cmd.Flags().IntVarP(&n, "n", "n", 20, "flows to show")
+	cmd.Flags().IntVar(&n, "flows", 20, "flows to show")
+	// -n was the number of flows; it is --name now, as in every command.
+	cmd.Flags().IntVar(&n, "n", 20, "flows to show")
+	cmd.Flags().MarkDeprecated("n", "use --flows")
 	cmd.Flags().BoolVar(&once, "once", false, "print one sample and exit")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per sample")
 	return cmd

@@ -152,3 +152,8 @@ func oldPositionalName(cmd *cobra.Command, name string, args []string, newForm f
 	deprecatedForm(cmd, cmd.CommandPath()+" "+strings.Join(args, " "), newForm(args[0]))
 	return args[0], args[1:], nil
 }
+
+// noJSON is the annotation of a command whose name says it reads (list,
+// stats, check, …) but that has no --json, with the reason: the CLI's test
+// holds every other such command to having one.
+const noJSON = "fastpath/no-json"

@@ -191,10 +191,10 @@ func labGenCmd(prefix *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dev, "dev", "", "interface to send from (searched in the lab's namespaces too)")
+	f.StringVar(&dev, "dev", "", "interface to send from (searched in the lab's namespaces too) (required)")
 	cmd.RegisterFlagCompletionFunc("dev", completeDevices)
 	f.StringVar(&ns, "netns", "", "network namespace of the interface")
-	f.StringVar(&capture, "pcap", "", "capture whose packets are sent in turn")
+	f.StringVar(&capture, "pcap", "", "capture whose packets are sent in turn (required)")
 	f.Uint64Var(&count, "count", 0, "packets to send")
 	f.DurationVar(&duration, "duration", 0, "how long to send (e.g. 10s)")
 	f.Uint64Var(&rate, "rate", 0, "packets per second (0: as fast as possible)")
@@ -271,7 +271,7 @@ func labSinkCmd(prefix *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dev, "dev", "", "interface to count on (searched in the lab's namespaces too)")
+	f.StringVar(&dev, "dev", "", "interface to count on (searched in the lab's namespaces too) (required)")
 	f.StringVar(&ns, "netns", "", "network namespace of the interface")
 	registerMode(cmd, &mode, modeAuto, modeAuto)
 	cmd.RegisterFlagCompletionFunc("dev", completeDevices)
@@ -409,7 +409,7 @@ interface to the next. Their hop fields are valid for 24 hours from now.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "pcap file to write")
+	f.StringVar(&out, "out", "", "pcap file to write (required)")
 	f.IntVar(&size, "size", 138, "frame length in bytes, without FCS")
 	f.IntVar(&count, "count", 1000, "number of distinct packets (one flow each)")
 	f.Uint16Var(&dport, "dport", 9, "UDP destination port")

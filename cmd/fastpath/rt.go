@@ -48,6 +48,8 @@ type rtPass struct {
 	// mode: the command attaches an AF_XDP redirect program and takes
 	// --mode, which fastpath turns into fastpath-rt's --generic.
 	mode bool
+	// noJSON: why a command whose name says it reads has no --json.
+	noJSON string
 }
 
 // rtKernelFlag is fastpath-rt's flag that every command takes.
@@ -88,7 +90,7 @@ var rtPassThrough = []rtPass{
   --duration SECONDS   stop after this long
   --json               print the figures as JSON
 `},
-	{use: "list OBJ", short: "list an object's programs and maps"},
+	{use: "list OBJ", short: "list an object's programs and maps", noJSON: "fastpath-rt prints the object's programs and maps as text"},
 	{use: "verify OBJ [--prog NAME]", short: "load a program into the kernel's verifier and print its verdict", flags: `  --prog NAME          program of OBJ (default: every one)
 `},
 }
@@ -120,6 +122,9 @@ func (p rtPass) command() *cobra.Command {
 			}
 			return err
 		},
+	}
+	if p.noJSON != "" {
+		c.Annotations = map[string]string{noJSON: p.noJSON}
 	}
 	if p.mode {
 		// Shown in --help and usage tests: the flag is parsed by

@@ -174,7 +174,8 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	check := &cobra.Command{
-		Use:   "check",
+		Use:         "check",
+		Annotations: map[string]string{noJSON: "it runs scionproto's scion showpaths, ping and traceroute and prints what they print"},
 		Short: "scion showpaths, ping and traceroute between the end hosts of two leaf ASes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -63,7 +63,7 @@ The translator's name is NETNS:PAIR, or PAIR for a host in this namespace.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	return cmd
@@ -188,7 +188,7 @@ restarts (docs/fastpath-tra@.service); tra detach removes the translator.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML)")
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	cmd.Flags().DurationVar(&refresh, "refresh", time.Minute, "how often installed paths are asked for again")

@@ -260,7 +260,7 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 		select {
 		case <-ctx.Done():
 			d.flushStats()
-			fmt.Fprintf(o.Log, "translator %s stays attached with %d destinations installed; `fastpath tra detach %s` removes it\n", o.Name, d.installedCount(), o.Name)
+			fmt.Fprintf(o.Log, "translator %s stays attached with %d destinations installed; `fastpath tra detach --name %s` removes it\n", o.Name, d.installedCount(), o.Name)
 			return nil
 		case ev, ok := <-heldCh:
 			if !ok {
