@@ -57,7 +57,7 @@ const rtKernelFlag = "  --kernel X.Y         behave as kernel X.Y's helpers, not
 
 var rtPassThrough = []rtPass{
 	{use: "run OBJ --dev IFACE [flags]", short: "run a program on an interface's queue 0 over AF_XDP (TX back out, PASS to --tap)", mode: true, flags: `  --dev IFACE          device to take frames from (again for several)
-  --prog NAME          program of OBJ (default: its only or first XDP program)
+  --prog NAME          program (or section) of OBJ; needed when it has several
   --engine interp|jit  how the program runs (aot: OBJ.native from fastpath rt compile)
   --mode native|generic  XDP mode of the AF_XDP redirect program (default native; no fallback)
   --tap NAME           a TAP device that takes the frames the program passes
@@ -71,7 +71,7 @@ var rtPassThrough = []rtPass{
 `},
 	{use: "test-run OBJ --in IN.pcap [flags]", short: "run a program over a capture: the userspace twin of BPF_PROG_TEST_RUN", flags: `  --in IN.pcap         capture to run
   --out OUT.pcap       write the frames the program emits
-  --prog NAME          program of OBJ
+  --prog NAME          program (or section) of OBJ; needed when it has several
   --repeat N           run each packet N times (ns per packet)
   --engine interp|jit  how the program runs (aot: OBJ.native from fastpath rt compile)
   --json               one JSON object per packet
@@ -80,7 +80,7 @@ var rtPassThrough = []rtPass{
   --no-verify          do not load the program into the kernel's verifier first
   --elf PATH           the ELF OBJ.native was compiled from (checked by hash)
 `},
-	{use: "compile OBJ [-o OBJ.native]", short: "compile every program of an object ahead of time, for run and test-run without Cranelift", flags: `  -o OBJ.native        output (default OBJ with .native)
+	{use: "compile OBJ [-o OBJ.native]", short: "compile every program of an object ahead of time, for run and test-run without Cranelift", flags: `  -o OBJ.native        output (default: OBJ.native)
   --no-verify          do not load the programs into the kernel's verifier first
 `},
 	{use: "forward --dev IFACE --dev IFACE [flags]", short: "forward frames between interfaces over AF_XDP with no program: the runtime's I/O ceiling", mode: true, flags: `  --dev IFACE          a device (two or more: each frame leaves by the next)
@@ -91,7 +91,7 @@ var rtPassThrough = []rtPass{
   --json               print the figures as JSON
 `},
 	{use: "list OBJ", short: "list an object's programs and maps", noJSON: "fastpath-rt prints the object's programs and maps as text"},
-	{use: "verify OBJ [--prog NAME]", short: "load a program into the kernel's verifier and print its verdict", flags: `  --prog NAME          program of OBJ (default: every one)
+	{use: "verify OBJ [--prog NAME]", short: "load a program into the kernel's verifier and print its verdict", flags: `  --prog NAME          program (or section) of OBJ; needed when it has several
 `},
 }
 
