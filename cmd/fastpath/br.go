@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -40,22 +41,35 @@ func ifaces(ns string, names []string) []xdp.Iface {
 	return out
 }
 
+// brAttached lists the attached routers, for --name's completion and for
+// the read commands that take the only one when none is named.
+func brAttached() ([]string, error) { return br.Attached() }
+
+// brRouter is the router a command reads or acts on: --name, else the
+// only one attached.
+func brRouter(name string) (string, error) {
+	return pickInstance(name, "router", "fastpath br attach", brAttached)
+}
+
 func brAttachCmd() *cobra.Command {
-	var (
-		config, ns string
-		noFallback bool
-	)
+	var config, ns, name, mode string
 	cmd := &cobra.Command{
-		Use:   "attach --config FILE [IFACE...]",
+		Use:   "attach --config FILE [--name BR] [--mode auto|native|generic] [--netns NS] [IFACE...]",
 		Short: "attach the router to devices (again: reload the configuration in place)",
 		Long: `Attach the router to the named devices, or, without names, to the configuration's
 internal_interfaces (or the device holding internal_addr) and the devices holding the
 external interfaces' underlay addresses. Maps and links are pinned under
-/sys/fs/bpf/fastpath/br/<router_id>/. Running it again updates the configuration and
-keys in place and swaps the program without detaching.`,
+/sys/fs/bpf/fastpath/br/<name>/, the name being --name or the router_id. Running it
+again updates the configuration and keys in place and swaps the program without
+detaching. --mode overrides the configuration's xdp_mode.`,
+		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if config == "" {
 				return fmt.Errorf("--config is required")
+			}
+			mode, err := modeOf(cmd, mode)
+			if err != nil {
+				return err
 			}
 			cfg, err := br.LoadConfig(config)
 			if err != nil {
@@ -64,27 +78,30 @@ keys in place and swaps the program without detaching.`,
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			if err := br.Attach(cfg, br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, NoFallback: noFallback, Warn: os.Stderr}); err != nil {
+			if err := br.Attach(cfg, br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, Mode: mode, Name: name, Warn: os.Stderr}); err != nil {
 				return err
 			}
-			fmt.Printf("router %s attached; pins in %s\n", cfg.RouterID, br.PinDir(cfg.RouterID))
+			if name == "" {
+				name = cfg.RouterID
+			}
+			fmt.Printf("router %s attached; pins in %s\n", name, br.PinDir(name))
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
-	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
+	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	return cmd
 }
 
 func brServeCmd() *cobra.Command {
 	var (
-		config, ns, name string
-		noFallback       bool
-		interval         time.Duration
+		config, ns, name, mode string
+		interval               time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --config FILE [IFACE...] [--netns NS] [--interval 1s]",
+		Use:   "serve --config FILE [--name BR] [--mode auto|native|generic] [--netns NS] [--interval 1s] [IFACE...]",
 		Short: "attach the router and keep it in step with the host until stopped (SIGHUP reloads)",
 		Long: `Attach the router as br attach does, then keep what it knows of the host in step
 until SIGINT or SIGTERM: every --interval, and at once on the namespace's netlink
@@ -96,12 +113,17 @@ second of it becoming able to; one that stops falls back to the reference router
 quickly. SIGHUP reads the configuration again and attaches again in place. Stopping
 never detaches: the fast path keeps forwarding, and serve started again takes over.
 Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
+		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if config == "" {
 				return fmt.Errorf("--config is required")
 			}
 			if interval <= 0 {
 				return fmt.Errorf("--interval %s: give a positive duration, such as 1s", interval)
+			}
+			mode, err := modeOf(cmd, mode)
+			if err != nil {
+				return err
 			}
 			if err := preflight.BPF(); err != nil {
 				return err
@@ -121,7 +143,7 @@ Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
 			}()
 			return br.Serve(cmd.Context(), br.ServeOptions{
 				Config:   config,
-				Attach:   br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, NoFallback: noFallback, Name: name},
+				Attach:   br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, Mode: mode, Name: name},
 				Interval: interval,
 				Log:      os.Stderr,
 				Reload:   reload,
@@ -133,10 +155,10 @@ Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
-	cmd.Flags().StringVar(&name, "name", "", "pin directory name under /sys/fs/bpf/fastpath/br/ (default: the router_id)")
-	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
+	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	cmd.Flags().DurationVar(&interval, "interval", br.DefaultKeepInterval, "how often to look at the host when no netlink event comes")
 	return cmd
 }
@@ -146,35 +168,70 @@ Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
 func notifyReady() error { return sdNotify("READY=1") }
 
 func brDetachCmd() *cobra.Command {
-	var router, ns string
+	var name, ns string
 	cmd := &cobra.Command{
-		Use:   "detach IFACE... | --router BR",
-		Short: "detach the router from devices; the last detach removes its maps too",
+		Use:   "detach [--name BR] [--netns NS] [IFACE...]",
+		Short: "detach a router from devices (all of its devices unless named); the last detach removes its maps too",
+		Long: `With --name, detach that router from the named devices, or from all of its devices.
+Without --name, detach whichever router holds each named device; with neither, the only
+router attached.`,
+		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			switch {
-			case router != "" && len(args) > 0:
-				return br.Detach(router, ifaces(ns, args))
-			case router != "":
-				return br.Detach(router, nil)
-			case len(args) > 0:
+			if name == "" && len(args) > 0 {
 				return br.DetachDevices(ifaces(ns, args))
 			}
-			return fmt.Errorf("name the devices to detach from, or --router BR for all of its devices")
+			router, err := brRouter(name)
+			if err != nil {
+				return err
+			}
+			return br.Detach(router, ifaces(ns, args))
 		},
 	}
-	cmd.Flags().StringVar(&router, "router", "", "router ID (all of its devices unless devices are named)")
+	registerName(cmd, &name, "", "the router to detach", brAttached)
+	cmd.Flags().StringVar(&name, "router", "", "router to detach")
+	cmd.Flags().MarkDeprecated("router", "use --name")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	return cmd
+}
+
+// instanceState is an attached instance as `list` shows it, in every
+// function: its name and devices (namespace, mode, chain); Rules for the
+// firewall.
+type instanceState struct {
+	Name    string             `json:"name"`
+	Devices []xdp.PinnedDevice `json:"devices"`
+	Rules   *int               `json:"rules,omitempty"`
+}
+
+// describeDevices is a device list as list prints it: "veth0 (native)",
+// "ns/veth1 (generic, behind fw default)", "veth2 (gone)".
+func describeDevices(devs []xdp.PinnedDevice) string {
+	var out []string
+	for _, d := range devs {
+		state := string(d.Mode)
+		if d.Gone {
+			state = "gone"
+		}
+		if d.Behind != "" {
+			// The chain: "fw default → br on veth0".
+			state += ", behind " + d.Behind
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", d.Iface, state))
+	}
+	if len(out) == 0 {
+		return "no device"
+	}
+	return strings.Join(out, ", ")
 }
 
 func brListCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "list attached routers and the state of their devices",
+		Use:   "list [--json]",
+		Short: "the attached routers: name, devices (netns/device) and the mode of each",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := preflight.BPF(); err != nil {
@@ -185,30 +242,20 @@ func brListCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rs)
+				out := []instanceState{}
+				for _, r := range rs {
+					out = append(out, instanceState{Name: r.ID, Devices: r.Devices})
+				}
+				return printJSON(out)
 			}
 			if len(rs) == 0 {
 				fmt.Fprintln(os.Stderr, "no router is attached")
 				return nil
 			}
 			for _, r := range rs {
-				var devs []string
-				for _, d := range r.Devices {
-					state := string(d.Mode)
-					if d.Gone {
-						state = "gone"
-					}
-					if d.Behind != "" {
-						// The chain: "fw default → br on veth0".
-						state += ", behind " + d.Behind
-					}
-					devs = append(devs, fmt.Sprintf("%s (%s)", d.Iface, state))
-				}
-				line := fmt.Sprintf("%s  %s", r.ID, strings.Join(devs, ", "))
+				line := fmt.Sprintf("%s  %s", r.ID, describeDevices(r.Devices))
 				if r.Gone() {
-					line += fmt.Sprintf("  — every device is gone (namespace deleted?): fastpath br detach --router %s removes what is left", r.ID)
+					line += fmt.Sprintf("  — every device is gone (namespace deleted?): fastpath br detach --name %s removes what is left", r.ID)
 				}
 				fmt.Println(line)
 			}
@@ -217,6 +264,32 @@ func brListCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// readKey reads a forwarding key from a file, or from stdin for "-": the
+// base64 of 16 bytes (as scionproto's key files hold keys), or the 16
+// bytes themselves.
+func readKey(path string, stdin io.Reader) ([]byte, error) {
+	var (
+		b   []byte
+		err error
+	)
+	if path == "-" {
+		b, err = io.ReadAll(io.LimitReader(stdin, 4096))
+		path = "stdin"
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	if key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); err == nil && len(key) == 16 {
+		return key, nil
+	}
+	if len(b) == 16 {
+		return b, nil
+	}
+	return nil, fmt.Errorf("--key-file %s: want the base64 of 16 bytes, or the 16 bytes (an AES-128 forwarding key, as derived from a master key)", path)
 }
 
 func brKeyCmd() *cobra.Command {
@@ -228,40 +301,106 @@ func brKeyCmd() *cobra.Command {
 		}
 		return n, nil
 	}
-	cmd.AddCommand(&cobra.Command{
-		Use:   "add BR INDEX BASE64-KEY",
-		Short: "put a pre-derived 16-byte forwarding key into slot INDEX (0, or 1 during a rollover)",
-		Args:  cobra.ExactArgs(3),
+	var (
+		addName, keyFile string
+		addIndex         int
+	)
+	add := &cobra.Command{
+		Use:   "add [--name BR] --index 0|1 --key-file FILE|-",
+		Short: "put a pre-derived 16-byte forwarding key into slot --index (0, or 1 during a rollover)",
+		Long: `Put a forwarding key, read from --key-file (- reads stdin), into a key slot. The file
+holds the base64 of the 16 bytes, or the bytes themselves. A key is never taken from the
+command line, where ps and the shell's history would show it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			slot, err := parseSlot(args[1])
+			if len(args) == 3 {
+				return fmt.Errorf("a key on the command line is refused: ps and the shell's history show it to anyone; put it in a file readable by root alone and run fastpath br key add --name %s --index %s --key-file FILE (or --key-file - to read stdin)", args[0], args[1])
+			}
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected arguments %q: fastpath br key add --name BR --index 0|1 --key-file FILE", args)
+			}
+			if !cmd.Flags().Changed("index") {
+				return fmt.Errorf("--index is required: the key slot, 0 (or 1 during a rollover)")
+			}
+			slot, err := parseSlot(strconv.Itoa(addIndex))
 			if err != nil {
 				return err
 			}
-			key, err := base64.StdEncoding.DecodeString(args[2])
-			if err != nil || len(key) != 16 {
-				return fmt.Errorf("key: want the base64 of 16 bytes (an AES-128 forwarding key, as derived from a master key)")
+			if keyFile == "" {
+				return fmt.Errorf("--key-file is required: a file that holds the key (- reads stdin)")
 			}
-			return withPinned(args[0], func(p *br.Pinned) error { return p.SetKey(slot, key) })
+			key, err := readKey(keyFile, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			router, err := brRouter(addName)
+			if err != nil {
+				return err
+			}
+			return withPinned(router, func(p *br.Pinned) error { return p.SetKey(slot, key) })
 		},
-	})
-	cmd.AddCommand(&cobra.Command{
-		Use:   "remove BR INDEX",
+	}
+	registerName(add, &addName, "", "router", brAttached)
+	add.Flags().IntVar(&addIndex, "index", 0, "key slot: 0, or 1 during a rollover (required)")
+	add.Flags().StringVar(&keyFile, "key-file", "", "file holding the key, base64 or raw; - reads stdin (required)")
+	add.RegisterFlagCompletionFunc("index", cobra.FixedCompletions([]string{"0", "1"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.AddCommand(add)
+
+	var rmName string
+	rmIndex := -1
+	remove := &cobra.Command{
+		Use:   "remove [--name BR] --index 0|1",
 		Short: "clear a key slot",
-		Args:  cobra.ExactArgs(2),
+		Args:  cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			slot, err := parseSlot(args[1])
+			index := strconv.Itoa(rmIndex)
+			if len(args) > 0 {
+				if len(args) != 2 || cmd.Flags().Changed("index") {
+					return fmt.Errorf("fastpath br key remove --name BR --index 0|1")
+				}
+				var err error
+				if rmName, args, err = oldPositionalName(cmd, rmName, args, func(n string) string {
+					return "fastpath br key remove --name " + n + " --index " + args[1]
+				}); err != nil {
+					return err
+				}
+				index = args[0]
+			} else if !cmd.Flags().Changed("index") {
+				return fmt.Errorf("--index is required: the key slot to clear, 0 or 1")
+			}
+			slot, err := parseSlot(index)
 			if err != nil {
 				return err
 			}
-			return withPinned(args[0], func(p *br.Pinned) error { return p.SetKey(slot, nil) })
+			router, err := brRouter(rmName)
+			if err != nil {
+				return err
+			}
+			return withPinned(router, func(p *br.Pinned) error { return p.SetKey(slot, nil) })
 		},
-	})
-	cmd.AddCommand(&cobra.Command{
-		Use:   "list BR",
+	}
+	registerName(remove, &rmName, "", "router", brAttached)
+	remove.Flags().IntVar(&rmIndex, "index", -1, "key slot to clear: 0 or 1 (required)")
+	remove.RegisterFlagCompletionFunc("index", cobra.FixedCompletions([]string{"0", "1"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.AddCommand(remove)
+
+	var (
+		listName string
+		asJSON   bool
+	)
+	list := &cobra.Command{
+		Use:   "list [--name BR] [--json]",
 		Short: "show which key slots are set",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := br.OpenPinned(args[0])
+			name, _, err := oldPositionalName(cmd, listName, args, func(n string) string { return "fastpath br key list --name " + n })
+			if err != nil {
+				return err
+			}
+			router, err := brRouter(name)
+			if err != nil {
+				return err
+			}
+			p, err := br.OpenPinned(router)
 			if err != nil {
 				return err
 			}
@@ -269,6 +408,17 @@ func brKeyCmd() *cobra.Command {
 			slots, err := p.KeySlots()
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				type slot struct {
+					Index int  `json:"index"`
+					Set   bool `json:"set"`
+				}
+				out := []slot{}
+				for i, set := range slots {
+					out = append(out, slot{i, set})
+				}
+				return printJSON(map[string]any{"name": router, "slots": out})
 			}
 			for i, set := range slots {
 				state := "empty"
@@ -279,25 +429,34 @@ func brKeyCmd() *cobra.Command {
 			}
 			return nil
 		},
-	})
+	}
+	registerName(list, &listName, "", "router", brAttached)
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(list)
 	return cmd
 }
 
 func brStatsCmd() *cobra.Command {
 	var (
-		asJSON  bool
-		metrics string
+		asJSON        bool
+		metrics, name string
 	)
 	cmd := &cobra.Command{
-		Use:   "stats [BR]",
-		Short: "counters per interface and verdict; --metrics serves them to Prometheus",
+		Use:   "stats [--name BR] [--json] [--metrics ADDR]",
+		Short: "counters per interface and verdict, of one router or every one attached; --metrics serves them to Prometheus",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			name, _, err := oldPositionalName(cmd, name, args, func(n string) string { return "fastpath br stats --name " + n })
+			if err != nil {
+				return err
+			}
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			routers := args
-			if len(routers) == 0 {
+			var routers []string
+			if name != "" {
+				routers = []string{name}
+			} else {
 				var err error
 				if routers, err = br.Attached(); err != nil {
 					return err
@@ -344,7 +503,7 @@ func brStatsCmd() *cobra.Command {
 				ifs := all[id]
 				fmt.Printf("router %s\n", id)
 				if gone[id] {
-					fmt.Printf("  every device of this router is gone (namespace deleted?): these counters are its last; fastpath br detach --router %s removes them\n", id)
+					fmt.Printf("  every device of this router is gone (namespace deleted?): these counters are its last; fastpath br detach --name %s removes them\n", id)
 				}
 				fmt.Printf("  %-10s %-18s %14s %16s\n", "interface", "verdict", "packets", "bytes")
 				for _, ifn := range slices.Sorted(maps.Keys(ifs)) {
@@ -359,6 +518,7 @@ func brStatsCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9120) until stopped")
+	registerName(cmd, &name, "", "router (default: every one attached)", brAttached)
 	return cmd
 }
 
@@ -394,18 +554,43 @@ func serveRouterMetrics(cmd *cobra.Command, addr string, routers []string) error
 }
 
 func brWatchCmd() *cobra.Command {
-	var interval time.Duration
+	var (
+		interval time.Duration
+		name     string
+		asJSON   bool
+	)
 	cmd := &cobra.Command{
-		Use:   "watch BR [INTERFACE]",
-		Short: "refreshing table per verdict: packets, pkts/s, bytes, Mbit/s",
-		Long:  "INTERFACE is a SCION interface ID, internal, unmatched or all (default).",
-		Args:  cobra.RangeArgs(1, 2),
+		Use:   "watch [--name BR] [--json] [INTERFACE]",
+		Short: "refreshing table per verdict: packets, pkts/s, bytes, Mbit/s (--json: one object per line)",
+		Long: `INTERFACE is a SCION interface ID, internal, unmatched or all (default). Without --name,
+the only router attached. --json prints one JSON object a line per --interval instead
+of the table.`,
+		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			iface := "all"
-			if len(args) == 2 {
-				iface = args[1]
+			// The old form named the router first: watch BR [INTERFACE].
+			if name == "" && (len(args) == 2 || len(args) == 1 && isAttachedRouter(args[0])) {
+				var err error
+				if name, args, err = oldPositionalName(cmd, name, args, func(n string) string {
+					return strings.TrimSpace("fastpath br watch --name " + n + " " + strings.Join(args[1:], " "))
+				}); err != nil {
+					return err
+				}
 			}
-			p, err := br.OpenPinned(args[0])
+			if len(args) > 1 {
+				return fmt.Errorf("one INTERFACE at most: fastpath br watch --name BR [INTERFACE]")
+			}
+			if interval <= 0 {
+				return fmt.Errorf("--interval %s: give a positive duration, such as 1s", interval)
+			}
+			iface := "all"
+			if len(args) == 1 {
+				iface = args[0]
+			}
+			router, err := brRouter(name)
+			if err != nil {
+				return err
+			}
+			p, err := br.OpenPinned(router)
 			if err != nil {
 				return err
 			}
@@ -428,6 +613,7 @@ func brWatchCmd() *cobra.Command {
 			last := time.Now()
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
+			enc := json.NewEncoder(os.Stdout)
 			for {
 				select {
 				case <-cmd.Context().Done():
@@ -437,16 +623,61 @@ func brWatchCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					var b strings.Builder
-					br.WriteWatch(&b, args[0], iface, cur, prev, now.Sub(last))
-					fmt.Print("\033[H\033[2J" + b.String())
+					if asJSON {
+						err = enc.Encode(watchSample(router, iface, now, cur, prev, now.Sub(last)))
+					} else {
+						var b strings.Builder
+						br.WriteWatch(&b, router, iface, cur, prev, now.Sub(last))
+						_, err = fmt.Print("\033[H\033[2J" + b.String())
+					}
+					if err != nil {
+						return err
+					}
 					prev, last = cur, now
 				}
 			}
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per interval, a line each")
+	registerName(cmd, &name, "", "router (default: the only one attached)", brAttached)
 	return cmd
+}
+
+// isAttachedRouter says a router of that name is attached.
+func isAttachedRouter(name string) bool {
+	rs, _ := br.Attached()
+	return slices.Contains(rs, name)
+}
+
+// watchVerdict is one verdict's line of br watch --json.
+type watchVerdict struct {
+	Packets uint64  `json:"packets"`
+	PPS     float64 `json:"pps"`
+	Bytes   uint64  `json:"bytes"`
+	Mbps    float64 `json:"mbit_s"`
+}
+
+// watchSample is one interval of br watch --json: the counters and the
+// rates since the interval before, by verdict.
+func watchSample(router, iface string, now time.Time, cur, prev [br.VerdictCount]br.Stat, dt time.Duration) any {
+	verdicts := map[string]watchVerdict{}
+	sec := dt.Seconds()
+	for v := range br.VerdictCount {
+		c, p := cur[v], prev[v]
+		w := watchVerdict{Packets: c.Packets, Bytes: c.Bytes}
+		if sec > 0 {
+			w.PPS = float64(c.Packets-p.Packets) / sec
+			w.Mbps = float64(c.Bytes-p.Bytes) * 8 / sec / 1e6
+		}
+		verdicts[br.VerdictName(br.Verdict(v))] = w
+	}
+	return struct {
+		Time      time.Time               `json:"time"`
+		Name      string                  `json:"name"`
+		Interface string                  `json:"interface"`
+		Verdicts  map[string]watchVerdict `json:"verdicts"`
+	}{now.UTC(), router, iface, verdicts}
 }
 
 func brRunCmd() *cobra.Command {
@@ -536,8 +767,8 @@ over N runs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "router configuration (TOML)")
-	f.StringVar(&in, "in", "", "capture to run")
+	f.StringVar(&config, "config", "", "router configuration (TOML) (required)")
+	f.StringVar(&in, "in", "", "capture to run (required)")
 	f.StringVar(&out, "out", "", "write the emitted frames here")
 	f.StringVar(&ns, "netns", "", "network namespace whose FIB the lookups see")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per packet")

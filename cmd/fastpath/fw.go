@@ -28,7 +28,8 @@ func fwCmd() *cobra.Command {
 		Long: `An XDP firewall. Rules AND their fields (src, dst, proto, sport, dport); the first
 rule that matches decides, else the default policy. Rules files are TOML (see
 docs/fw.md and docs/fw.example.toml) and are validated whole before they replace the
-running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/fw/<name>/.`,
+running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/fw/<name>/;
+--name (default "default") selects the instance every command acts on.`,
 	}
 	// A rule set's file, its parse and its compiled maps are garbage as
 	// soon as the maps are written: collecting at half the live heap
@@ -40,7 +41,8 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		}
 	}
 	var name string
-	cmd.PersistentFlags().StringVar(&name, "name", fw.DefaultName, "firewall instance")
+	cmd.PersistentFlags().StringVarP(&name, "name", "n", fw.DefaultName, "firewall instance")
+	cmd.RegisterFlagCompletionFunc("name", completeInstances(fw.Attached))
 	open := func() (*fw.Firewall, error) {
 		if err := preflight.BPF(); err != nil {
 			return nil, err
@@ -48,7 +50,7 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 		return fw.OpenPinned(name)
 	}
 	cmd.AddCommand(fwAttachCmd(&name), fwServeCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
-		fwListCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open),
+		fwListCmd(), fwRulesCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open),
 		fwCtCmd(open), fwMetricsCmd(open))
 	return cmd
 }
@@ -57,15 +59,14 @@ type openFunc func() (*fw.Firewall, error)
 
 // attachFlags are fw attach's flags, which fw serve shares.
 type attachFlags struct {
-	ns                        string
-	generic, noFallback       bool
+	ns, mode                  string
 	maxFlows, ctMax, ctEmbryo uint32
 }
 
-func (a *attachFlags) register(fs *pflag.FlagSet) {
+func (a *attachFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
 	fs.StringVar(&a.ns, "netns", "", "network namespace of the devices")
-	fs.BoolVar(&a.generic, "generic", false, "attach in generic (skb) mode")
-	fs.BoolVar(&a.noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
+	registerMode(cmd, &a.mode, modeAuto, modeAuto)
 	fs.Uint32Var(&a.maxFlows, "max-flows", fw.DefaultMaxFlows, "flows each CPU's flow table tracks (both families), in a new instance (rounded up to a power of two; an existing instance keeps its own: another value is refused)")
 	fs.Uint32Var(&a.ctMax, "ct-max", fw.DefaultCtMax, "connections the established table holds (never evicted), in a new instance (an existing instance keeps its own: another value is refused)")
 	fs.Uint32Var(&a.ctEmbryo, "ct-embryonic", fw.DefaultCtEmbryonic, "connections the embryonic table (an LRU: handshakes, unanswered flows) holds, in a new instance (an existing instance keeps its own: another value is refused)")
@@ -75,11 +76,14 @@ func (a *attachFlags) register(fs *pflag.FlagSet) {
 // when its flag is given: attaching again to an instance with other sizes
 // is then refused (its maps keep theirs), rather than with every attach
 // that leaves the flag at its default.
-func (a *attachFlags) options(fs *pflag.FlagSet, name string, args []string) fw.AttachOptions {
-	o := fw.AttachOptions{Name: name, Devices: ifaces(a.ns, args), NoFallback: a.noFallback, Warn: os.Stderr}
-	if a.generic {
-		o.Mode = xdp.Generic
+func (a *attachFlags) options(cmd *cobra.Command, name string, args []string) (fw.AttachOptions, error) {
+	mode, err := modeOf(cmd, a.mode)
+	if err != nil {
+		return fw.AttachOptions{}, err
 	}
+	o := fw.AttachOptions{Name: name, Devices: ifaces(a.ns, args), Warn: os.Stderr}
+	o.Mode, o.NoFallback = xdpAttach(mode)
+	fs := cmd.Flags()
 	for _, s := range []struct {
 		flag     string
 		val, opt *uint32
@@ -88,7 +92,7 @@ func (a *attachFlags) options(fs *pflag.FlagSet, name string, args []string) fw.
 			*s.opt = *s.val
 		}
 	}
-	return o
+	return o, nil
 }
 
 func fwAttachCmd(name *string) *cobra.Command {
@@ -97,11 +101,15 @@ func fwAttachCmd(name *string) *cobra.Command {
 		af    attachFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "attach [--rules FILE] IFACE...",
-		Short: "attach the firewall to devices (again: swap the program, keep rules and flows)",
-		Args:  cobra.MinimumNArgs(1),
+		Use:               "attach [--name NAME] [--rules FILE] [--mode auto|native|generic] [--netns NS] IFACE...",
+		Short:             "attach the firewall to devices (again: swap the program, keep rules and flows)",
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := af.options(cmd.Flags(), *name, args)
+			o, err := af.options(cmd, *name, args)
+			if err != nil {
+				return err
+			}
 			if rules != "" {
 				rs, err := fw.LoadRules(rules)
 				if err != nil {
@@ -120,15 +128,16 @@ func fwAttachCmd(name *string) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&rules, "rules", "", "rules file to install (TOML)")
-	af.register(cmd.Flags())
+	af.register(cmd)
 	return cmd
 }
 
 func fwDetachCmd(name *string) *cobra.Command {
 	var ns string
 	cmd := &cobra.Command{
-		Use:   "detach [IFACE...]",
-		Short: "detach from the devices (all without names); the last detach removes the maps",
+		Use:               "detach [--name NAME] [--netns NS] [IFACE...]",
+		Short:             "detach from the devices (all without names); the last detach removes the maps",
+		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
 				return err
@@ -142,7 +151,7 @@ func fwDetachCmd(name *string) *cobra.Command {
 
 func fwLoadCmd(open openFunc) *cobra.Command {
 	return &cobra.Command{
-		Use:   "load FILE",
+		Use:   "load [--name NAME] FILE",
 		Short: "validate a rules file and make it the running rule set in one step",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -200,8 +209,9 @@ func fwClassBenchCmd() *cobra.Command {
 }
 
 func fwCheckCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "check FILE",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "check [--json] FILE",
 		Short: "validate a rules file without installing it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -209,10 +219,20 @@ func fwCheckCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(struct {
+					File    string    `json:"file"`
+					Rules   int       `json:"rules"`
+					Default fw.Action `json:"default"`
+					Valid   bool      `json:"valid"`
+				}{args[0], len(rs.Rules), rs.Default, true})
+			}
 			fmt.Printf("%s: %d rules, default %s: valid\n", args[0], len(rs.Rules), rs.Default)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (an invalid file is an error all the same)")
+	return cmd
 }
 
 // ruleFlags are the match fields of fw add.
@@ -231,7 +251,7 @@ func (r *ruleFlags) register(fs *pflag.FlagSet) {
 // rule parses the flags the way a rules file is parsed.
 func (r *ruleFlags) rule() (fw.Rule, error) {
 	if r.action == "" {
-		return fw.Rule{}, errors.New("--action drop or --action pass is required")
+		return fw.Rule{}, errors.New("--action drop, --action pass or --action synproxy is required")
 	}
 	var b strings.Builder
 	b.WriteString("[[rule]]\n")
@@ -254,7 +274,7 @@ func fwAddCmd(open openFunc) *cobra.Command {
 		at int
 	)
 	cmd := &cobra.Command{
-		Use:   "add --action drop|pass [--src P] [--dst P] [--proto P] [--sport R] [--dport R] [--at N]",
+		Use:   "add [--name NAME] --action drop|pass|synproxy [--src P] [--dst P] [--proto P] [--sport R] [--dport R] [--ct-state S] [--at N]",
 		Short: "add one rule (at the end, or as rule N) and swap the rule set",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -292,8 +312,8 @@ func fwAddCmd(open openFunc) *cobra.Command {
 
 func fwDelCmd(open openFunc) *cobra.Command {
 	return &cobra.Command{
-		Use:   "del N...",
-		Short: "delete rules by number (as fw list shows them) and swap the rule set",
+		Use:   "del [--name NAME] N...",
+		Short: "delete rules by number (as fw rules shows them) and swap the rule set",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := open()
@@ -305,7 +325,7 @@ func fwDelCmd(open openFunc) *cobra.Command {
 			for _, a := range args {
 				n, err := strconv.Atoi(a)
 				if err != nil {
-					return fmt.Errorf("rule %q: give rule numbers as fw list shows them", a)
+					return fmt.Errorf("rule %q: give rule numbers as fw rules shows them", a)
 				}
 				positions = append(positions, n)
 			}
@@ -323,11 +343,63 @@ func fwDelCmd(open openFunc) *cobra.Command {
 	}
 }
 
-func fwListCmd(open openFunc) *cobra.Command {
+func fwListCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "the running rules with their packet and byte counters",
+		Use:   "list [--json]",
+		Short: "the firewall instances: name, devices (netns/device) with the mode of each, and the number of rules",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := preflight.BPF(); err != nil {
+				return err
+			}
+			names, err := fw.Attached()
+			if err != nil {
+				return err
+			}
+			out := []instanceState{}
+			for _, n := range names {
+				devs, err := xdp.PinnedDevices(fw.PinDir(n))
+				if err != nil {
+					return fmt.Errorf("firewall %s: %w", n, err)
+				}
+				st := instanceState{Name: n, Devices: devs}
+				if f, err := fw.OpenPinned(n); err == nil {
+					if rules, err := f.Len(); err == nil {
+						st.Rules = &rules
+					}
+					f.Close()
+				}
+				out = append(out, st)
+			}
+			if asJSON {
+				return printJSON(out)
+			}
+			if len(out) == 0 {
+				fmt.Fprintln(os.Stderr, "no firewall is attached")
+				return nil
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tRULES\tDEVICES")
+			for _, st := range out {
+				rules := "?"
+				if st.Rules != nil {
+					rules = strconv.Itoa(*st.Rules)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\n", st.Name, rules, describeDevices(st.Devices))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func fwRulesCmd(open openFunc) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rules [--name NAME] [--json]",
+		Short: "the running rules of an instance with their packet and byte counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := open()
@@ -430,7 +502,7 @@ func fwBlockCmd(open openFunc) *cobra.Command {
 		dur time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "block --src A --dst B --proto P [--sport N] [--dport N] [--for DURATION]",
+		Use:   "block [--name NAME] --src A --dst B --proto P [--sport N] [--dport N] [--for DURATION]",
 		Short: "drop one flow (exact 5-tuple), for a time or until unblocked",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -462,7 +534,7 @@ func fwBlockCmd(open openFunc) *cobra.Command {
 func fwUnblockCmd(open openFunc) *cobra.Command {
 	var ff flowFlags
 	cmd := &cobra.Command{
-		Use:   "unblock --src A --dst B --proto P [--sport N] [--dport N]",
+		Use:   "unblock [--name NAME] --src A --dst B --proto P [--sport N] [--dport N]",
 		Short: "remove a flow from the block list",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -485,7 +557,7 @@ func fwUnblockCmd(open openFunc) *cobra.Command {
 func fwListBlockedCmd(open openFunc) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list-blocked",
+		Use:   "list-blocked [--name NAME] [--json]",
 		Short: "the block list with each flow's expiry and dropped packets",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -528,7 +600,7 @@ func fwTopCmd(open openFunc) *cobra.Command {
 		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "top",
+		Use:   "top [--name NAME] [--flows 20] [--interval 1s] [--json] [--once]",
 		Short: "the busiest flows, live, with packets/s and bit/s",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -590,7 +662,10 @@ func fwTopCmd(open openFunc) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between samples")
-	cmd.Flags().IntVarP(&n, "n", "n", 20, "flows to show")
+	cmd.Flags().IntVar(&n, "flows", 20, "flows to show")
+	// -n was the number of flows; it is --name now, as in every command.
+	cmd.Flags().IntVar(&n, "n", 20, "flows to show")
+	cmd.Flags().MarkDeprecated("n", "use --flows")
 	cmd.Flags().BoolVar(&once, "once", false, "print one sample and exit")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per sample")
 	return cmd
@@ -611,7 +686,7 @@ func siBits(v float64) string {
 func fwStatsCmd(name *string, open openFunc) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "stats",
+		Use:   "stats [--name NAME] [--json]",
 		Short: "packets per verdict reason, and the sources the rate limit blocked",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -32,7 +32,7 @@ synproxy, or the rules file says [conntrack] enabled = true; a file without a
 func fwCtListCmd(open openFunc) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list",
+		Use:   "list [--name NAME] [--json]",
 		Short: "the tracked connections, in their original direction",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -119,7 +119,7 @@ func fwCtGCCmd(open openFunc) *cobra.Command {
 func fwCtStatsCmd(open openFunc) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "stats",
+		Use:   "stats [--name NAME] [--json]",
 		Short: "packets per ct state, and the tables' fill",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -26,7 +26,7 @@ func fwServeCmd(name *string) *cobra.Command {
 		failClosed     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --rules FILE IFACE... [--netns NS] [--metrics ADDR] [--gc-interval 10s] [--fail-closed]",
+		Use:   "serve --rules FILE [--name NAME] [--mode auto|native|generic] [--netns NS] [--metrics ADDR] [--gc-interval 10s] [--fail-closed] IFACE...",
 		Short: "attach the firewall and keep it: reload on SIGHUP and file changes, remove expired connections",
 		Long: `Attach the firewall with the rules of --rules as fw attach does (waiting for devices
 that are not there yet), then keep it until SIGINT or SIGTERM: the file is read
@@ -42,13 +42,18 @@ the file is valid, and without it (failing open) nothing is attached until then.
 Stopping never detaches: the program keeps filtering with the rules it has, and
 serve started again takes over in place. fw detach ends serve, with success.
 Ready for systemd's Type=notify (docs/fastpath-fw@.service).`,
-		Args: cobra.MinimumNArgs(1),
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if rules == "" {
 				return fmt.Errorf("--rules is required: the rules file serve attaches with and watches")
 			}
 			if gcEvery <= 0 {
 				return fmt.Errorf("--gc-interval %s: give a positive duration, such as 10s", gcEvery)
+			}
+			attach, err := af.options(cmd, *name, args)
+			if err != nil {
+				return err
 			}
 			if err := preflight.BPF(); err != nil {
 				return err
@@ -87,9 +92,9 @@ Ready for systemd's Type=notify (docs/fastpath-fw@.service).`,
 					fmt.Fprintf(os.Stderr, "warning: %v\n", err)
 				}
 			}
-			err := fw.Serve(ctx, fw.ServeOptions{
+			err = fw.Serve(ctx, fw.ServeOptions{
 				Rules:      rules,
-				Attach:     af.options(cmd.Flags(), *name, args),
+				Attach:     attach,
 				FailClosed: failClosed,
 				GCInterval: gcEvery,
 				Log:        os.Stderr,
@@ -106,8 +111,8 @@ Ready for systemd's Type=notify (docs/fastpath-fw@.service).`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see docs/fw.example.toml)")
-	af.register(cmd.Flags())
+	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see docs/fw.example.toml) (required)")
+	af.register(cmd)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9436)")
 	cmd.Flags().DurationVar(&gcEvery, "gc-interval", fw.DefaultGCInterval, "how often to remove expired connections")
 	cmd.Flags().BoolVar(&failClosed, "fail-closed", false, "with a bad rules file at start, drop every IP packet until it is valid (default: attach nothing until then)")

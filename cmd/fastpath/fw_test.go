@@ -66,7 +66,7 @@ func TestFwCommands(t *testing.T) {
 	}
 	want := []string{"drop src 192.0.2.0/24", "pass src 198.18.0.0/24"}
 	list := func() []string {
-		out, err := fastpath(t, "fw", "list", "--name", name, "--json")
+		out, err := fastpath(t, "fw", "rules", "--name", name, "--json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestFwCommands(t *testing.T) {
 			} `json:"rules"`
 		}
 		if err := json.Unmarshal([]byte(out), &l); err != nil {
-			t.Fatalf("fw list --json: %v\n%s", err, out)
+			t.Fatalf("fw rules --json: %v\n%s", err, out)
 		}
 		var got []string
 		for _, r := range l.Rules {
@@ -105,6 +105,32 @@ func TestFwCommands(t *testing.T) {
 	}
 	if out, err := fastpath(t, "fw", "stats", "--name", name, "--json"); err != nil || !strings.Contains(out, `"drop_blocked"`) {
 		t.Fatalf("stats: %v\n%s", err, out)
+	}
+	// fw list shows the instance among the attached: its device, in its
+	// namespace and mode, and its number of rules.
+	out, err = fastpath(t, "fw", "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances []instanceState
+	if err := json.Unmarshal([]byte(out), &instances); err != nil {
+		t.Fatalf("fw list --json: %v\n%s", err, out)
+	}
+	found := false
+	for _, in := range instances {
+		if in.Name != name {
+			continue
+		}
+		found = true
+		if in.Rules == nil || *in.Rules != len(want)-1 {
+			t.Errorf("fw list: %s has %v rules, want %d", name, in.Rules, len(want)-1)
+		}
+		if len(in.Devices) != 1 || in.Devices[0].Iface != tb.DUTIn().Iface() || in.Devices[0].Mode == "" {
+			t.Errorf("fw list: %s on %+v, want %s with its mode", name, in.Devices, tb.DUTIn().Iface())
+		}
+	}
+	if !found {
+		t.Errorf("fw list does not show %s:\n%s", name, out)
 	}
 	if _, err := fastpath(t, "fw", "detach", "--name", name); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -191,9 +192,10 @@ func labGenCmd(prefix *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dev, "dev", "", "interface to send from (searched in the lab's namespaces too)")
+	f.StringVar(&dev, "dev", "", "interface to send from (searched in the lab's namespaces too) (required)")
+	cmd.RegisterFlagCompletionFunc("dev", completeDevices)
 	f.StringVar(&ns, "netns", "", "network namespace of the interface")
-	f.StringVar(&capture, "pcap", "", "capture whose packets are sent in turn")
+	f.StringVar(&capture, "pcap", "", "capture whose packets are sent in turn (required)")
 	f.Uint64Var(&count, "count", 0, "packets to send")
 	f.DurationVar(&duration, "duration", 0, "how long to send (e.g. 10s)")
 	f.Uint64Var(&rate, "rate", 0, "packets per second (0: as fast as possible)")
@@ -237,14 +239,15 @@ func labSinkCmd(prefix *string) *cobra.Command {
 		asJSON        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "sink --dev IFACE [--duration D] [--json]",
+		Use:   "sink --dev IFACE [--mode auto|native|generic] [--duration D] [--json]",
 		Short: "count and drop every packet reaching an interface, per CPU",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := xdp.ParseMode(mode)
+			mode, err := modeOf(cmd, mode)
 			if err != nil {
 				return err
 			}
+			m, noFallback := xdpAttach(mode)
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
@@ -253,6 +256,11 @@ func labSinkCmd(prefix *string) *cobra.Command {
 				return err
 			}
 			s, err := lab.AttachSink(iface, m)
+			if errors.Is(err, xdp.ErrNativeUnsupported) && !noFallback {
+				fmt.Fprintf(os.Stderr, "warning: %s has no native XDP; counting in generic mode (slower). --mode native forbids this.\n", iface)
+				m = xdp.Generic
+				s, err = lab.AttachSink(iface, m)
+			}
 			if err != nil {
 				return err
 			}
@@ -264,9 +272,10 @@ func labSinkCmd(prefix *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dev, "dev", "", "interface to count on (searched in the lab's namespaces too)")
+	f.StringVar(&dev, "dev", "", "interface to count on (searched in the lab's namespaces too) (required)")
 	f.StringVar(&ns, "netns", "", "network namespace of the interface")
-	f.StringVar(&mode, "mode", string(xdp.Native), "XDP mode: native or generic")
+	registerMode(cmd, &mode, modeAuto, modeAuto)
+	cmd.RegisterFlagCompletionFunc("dev", completeDevices)
 	f.DurationVar(&duration, "duration", 0, "stop after this long (default: until Ctrl-C)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per second")
 	return cmd
@@ -401,7 +410,7 @@ interface to the next. Their hop fields are valid for 24 hours from now.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "pcap file to write")
+	f.StringVar(&out, "out", "", "pcap file to write (required)")
 	f.IntVar(&size, "size", 138, "frame length in bytes, without FCS")
 	f.IntVar(&count, "count", 1000, "number of distinct packets (one flow each)")
 	f.Uint16Var(&dport, "dport", 9, "UDP destination port")
@@ -431,11 +440,12 @@ func labBenchCmd(prefix *string) *cobra.Command {
 		failOnRegression bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [SCENARIO...]",
+		Use:   "bench [--json-file FILE] [--md FILE] [--plot FILE] [SCENARIO...]",
 		Short: "run scenarios on fresh testbeds and print one table",
 		Long: `Run scenarios on fresh testbeds and print one table, each row beside its figure in the
 record of this machine kind (internal/lab/record/KIND.json, built into the binary too; docs/lab.md).
 A row that fell by more than 10% is flagged; the exit status stays 0 unless --fail-on-regression.`,
+		ValidArgsFunction: completeScenarios,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if list {
 				for _, s := range lab.Scenarios() {
@@ -507,9 +517,7 @@ A row that fell by more than 10% is flagged; the exit status stays 0 unless --fa
 	f.BoolVar(&updateRecord, "update-record", false, "write this run's figures into the record (rows not run keep theirs); commit it when the figures are reported")
 	f.BoolVar(&failOnRegression, "fail-on-regression", false, "exit with an error when a row fell by more than 10% against the record")
 	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the generator and the whole path run on")
-	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
-	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
-	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
+	reportFlags(f, &jsonOut, &mdOut, &plotOut)
 	f.BoolVar(&list, "list", false, "list the scenarios and exit")
 	f.BoolVar(&interleave, "interleave", false, "run the scenarios in turns, one run each, so that the machine's drift hits every row alike")
 	f.BoolVar(&noCeiling, "no-ceiling", false, "leave out the generator's ceiling row (one fixed frame, nothing written)")
@@ -530,13 +538,14 @@ func labTCPCmd(prefix *string) *cobra.Command {
 		jsonOut, mdOut, plotOut string
 	)
 	cmd := &cobra.Command{
-		Use:   "tcp [SCENARIO|GROUP...]",
+		Use:   "tcp [--json-file FILE] [--md FILE] [--plot FILE] [SCENARIO|GROUP...]",
 		Short: "TCP throughput (iperf3) through routed scenarios, e.g. the group fw-tcp",
 		Long: `Run iperf3 from the generator's namespace to a server in the sink's, through the DUT's
 kernel routing and what each scenario attaches there, on a fresh testbed per scenario.
 Without arguments: routed, xdp-pass and the firewall's TCP rows (group fw-tcp).
 Rows named *-synflood measure each run alone and then under a SYN flood from the
 generator (group fw-stateful-tcp: the stateful firewall and nftables).`,
+		ValidArgsFunction: completeScenarios,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = []string{"fw-tcp"}
@@ -561,10 +570,36 @@ generator (group fw-stateful-tcp: the stateful firewall and nftables).`,
 	f.IntVar(&runs, "runs", 3, "runs per scenario")
 	f.IntVar(&seconds, "seconds", 5, "seconds per iperf3 run")
 	f.IntVar(&cpu, "cpu", lastCPU(), "CPU the SYN flood's generator, and the flood's whole path, run on (*-synflood rows)")
-	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
-	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
-	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
+	reportFlags(f, &jsonOut, &mdOut, &plotOut)
 	return cmd
+}
+
+// reportFlags are where bench, tcp and tra write their report besides the
+// table they print: --json-file (--json, its old spelling, took a file
+// too), --md, --plot.
+func reportFlags(f *pflag.FlagSet, jsonOut, mdOut, plotOut *string) {
+	jsonFileFlag(f, jsonOut, "write the report as JSON to this file")
+	f.StringVar(mdOut, "md", "", "write the report as Markdown to this file")
+	if plotOut != nil {
+		f.StringVar(plotOut, "plot", "", "write a PNG bar chart to this file")
+	}
+}
+
+// jsonFileFlag adds --json-file, and --json FILE as its deprecated old
+// spelling: --json is a switch that prints JSON on the read commands.
+func jsonFileFlag(f *pflag.FlagSet, p *string, usage string) {
+	f.StringVar(p, "json-file", "", usage)
+	f.StringVar(p, "json", "", usage)
+	f.MarkDeprecated("json", "use --json-file FILE")
+}
+
+// completeScenarios completes the lab's scenario names (and lab tcp's groups).
+func completeScenarios(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	var out []string
+	for _, s := range lab.Scenarios() {
+		out = append(out, cobra.CompletionWithDesc(s.Name, s.Description))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 func writeReport(rep report, jsonOut, mdOut, plotOut string) error {

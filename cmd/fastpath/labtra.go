@@ -26,7 +26,7 @@ func labTraCmd(prefix *string) *cobra.Command {
 		list                    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "tra [ROW...]",
+		Use:   "tra [--json-file FILE] [--md FILE] [--plot FILE] [ROW...]",
 		Short: "IP between two SCION ASes' end hosts: plain IPv6, scionproto's SIG (and the translator), iperf3 and RTT",
 		Long: `On the lab's SCION network (fastpath lab scion), with fastpath's border router in
 front of every AS's reference router, measure each row between the end hosts of the
@@ -40,6 +40,13 @@ forwarded in XDP by each AS's border router: the fair comparison for the transla
 the same run, and to ip-xdp when it ran. The network is brought up if it
 is not (and taken down at the end, unless it was up before or --keep).
 See docs/scion-lab.md.`,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			var out []string
+			for _, r := range tralab.Rows() {
+				out = append(out, cobra.CompletionWithDesc(r.Name, r.Description))
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if list {
 				for _, r := range tralab.Rows() {
@@ -79,10 +86,9 @@ See docs/scion-lab.md.`,
 	f.IntVar(&o.Pings, "pings", tralab.DefaultPings, "UDP echoes per round-trip figure")
 	f.IntVar(&o.UDPLen, "udp-len", tralab.DefaultUDPLen, "iperf3 UDP payload in bytes")
 	f.Uint64Var(&o.UDPBitrate, "udp-rate", 0, "iperf3 UDP offered load in bit/s, in all: ×4 splits it over its four processes (0: each as fast as it can)")
-	f.StringVar(&jsonOut, "json", "", "write the report as JSON")
-	f.StringVar(&mdOut, "md", "", "write the report as Markdown")
-	f.StringVar(&plotOut, "plot", "", "write a PNG bar chart")
+	reportFlags(f, &jsonOut, &mdOut, &plotOut)
 	f.BoolVar(&list, "list", false, "list the rows and exit")
+	cmd.RegisterFlagCompletionFunc("scion-version", completeVersions)
 	return cmd
 }
 
@@ -92,7 +98,7 @@ func labTraSoakCmd(prefix *string) *cobra.Command {
 	o := tralab.SoakOptions{}
 	var lr longRun
 	cmd := &cobra.Command{
-		Use:   "tra-soak",
+		Use:   "tra-soak [--duration D] [--json-file FILE] [--md FILE]",
 		Short: "the translator over time: steady UDP, TCP and ping6 between two translated hosts while links flap, services restart and paths expire",
 		Long: `On the lab's SCION network (two links from each leaf to the core, fastpath's
 routers in hybrid mode), the first and the last leaf's hosts run fastpath's
@@ -137,7 +143,7 @@ func labTraFloodCmd(prefix *string) *cobra.Command {
 	o := tralab.FloodOptions{}
 	var lr longRun
 	cmd := &cobra.Command{
-		Use:   "tra-flood",
+		Use:   "tra-flood [--destinations N] [--json-file FILE] [--md FILE]",
 		Short: "a translated host sends to --destinations distinct SM-IP destinations in random ASes: the daemon's memory, goroutines and maps stay bounded, a steady flow goes on",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -160,6 +166,12 @@ func labTraFloodCmd(prefix *string) *cobra.Command {
 	return cmd
 }
 
+// completeVersions completes --scion-version: the scionproto releases
+// fastpath knows.
+func completeVersions(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return scionproto.Versions, cobra.ShellCompDirectiveNoFileComp
+}
+
 // longRunReport is what tra-soak and tra-flood report.
 type longRunReport interface {
 	Markdown() string
@@ -173,8 +185,7 @@ type longRun struct{ dir, jsonOut, mdOut string }
 func (lr *longRun) flags(f *pflag.FlagSet, keep *bool) {
 	f.StringVar(&lr.dir, "dir", "", "the SCION network's directory (as lab scion --dir; default by --prefix)")
 	f.BoolVar(keep, "keep", false, "leave the network up at the end")
-	f.StringVar(&lr.jsonOut, "json", "", "write the report (with every sample) as JSON")
-	f.StringVar(&lr.mdOut, "md", "", "write the report as Markdown")
+	reportFlags(f, &lr.jsonOut, &lr.mdOut, nil)
 }
 
 func (lr *longRun) network(prefix string) scionlab.Network {

@@ -26,6 +26,10 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(otherKind, []byte(`{"machine": {"kernel": "6.1.0", "cpu_model": "Other CPU", "cpus": 64}, "rows": []}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	shortKey := filepath.Join(dir, "short.key")
+	if err := os.WriteFile(shortKey, []byte("c2hvcnQ=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	badRecord := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(badRecord, []byte(`{"machine": {"kernel": "6.1.0", "cpu_model": "Other CPU", "cpus": 64}, "rows": [{"scenario": "br", "mpps": 1}]}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -41,8 +45,8 @@ func TestBadInput(t *testing.T) {
 		"bench bad record":                {[]string{"lab", "bench", "veth", "--record", badRecord, "--prefix", "fp-tcli-"}, `record ` + badRecord + `: json: unknown field "mpps"`},
 		"fw bad rules file":               {[]string{"fw", "check", badRules}, "bad.toml:5: bad prefix \"10.0.0.300/8\""},
 		"fw attach bad file":              {[]string{"fw", "attach", "--rules", badRules, "eth0"}, "bad.toml:5"},
-		"fw not attached":                 {[]string{"fw", "list", "--name", "fp-tcli-none"}, "not attached"},
-		"fw add no action":                {[]string{"fw", "add", "--src", "10.0.0.0/8"}, "--action drop or --action pass is required"},
+		"fw not attached":                 {[]string{"fw", "rules", "--name", "fp-tcli-none"}, "not attached"},
+		"fw add no action":                {[]string{"fw", "add", "--src", "10.0.0.0/8"}, "--action drop, --action pass or --action synproxy is required"},
 		"fw add bad port":                 {[]string{"fw", "add", "--action", "drop", "--proto", "tcp", "--dport", "9-1"}, "runs backwards"},
 		"fw block no proto":               {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "192.0.2.2"}, "--proto is required"},
 		"fw block mixed":                  {[]string{"fw", "block", "--src", "192.0.2.1", "--dst", "2001:db8::1", "--proto", "udp"}, "mixes IPv4 and IPv6"},
@@ -64,9 +68,16 @@ func TestBadInput(t *testing.T) {
 		"br serve no config":              {[]string{"br", "serve", "eth0"}, "--config is required"},
 		"br serve zero interval":          {[]string{"br", "serve", "--config", "x.toml", "--interval", "0s"}, "--interval 0s: give a positive duration"},
 		"br serve missing config":         {[]string{"br", "serve", "--config", filepath.Join(dir, "none.toml")}, "none.toml"},
-		"br bad key slot":                 {[]string{"br", "key", "add", "br1", "2", "AAAAAAAAAAAAAAAAAAAAAA=="}, `key index "2": use 0 or 1`},
-		"br bad key":                      {[]string{"br", "key", "add", "br1", "0", "short"}, "base64 of 16 bytes"},
-		"br unknown router":               {[]string{"br", "watch", "fp-no-such-router"}, "not attached"},
+		"br key on the command line":      {[]string{"br", "key", "add", "br1", "0", "AAAAAAAAAAAAAAAAAAAAAA=="}, "a key on the command line is refused: ps and the shell's history show it"},
+		"br bad key slot":                 {[]string{"br", "key", "add", "--name", "br1", "--index", "2", "--key-file", shortKey}, `key index "2": use 0 or 1`},
+		"br key no index":                 {[]string{"br", "key", "add", "--name", "br1", "--key-file", shortKey}, "--index is required"},
+		"br key no file":                  {[]string{"br", "key", "add", "--name", "br1", "--index", "0"}, "--key-file is required"},
+		"br bad key":                      {[]string{"br", "key", "add", "--name", "br1", "--index", "0", "--key-file", shortKey}, "base64 of 16 bytes"},
+		"br unknown router":               {[]string{"br", "watch", "--name", "fp-no-such-router"}, "not attached"},
+		"br two names":                    {[]string{"br", "stats", "fp-a", "--name", "fp-b"}, "name the instance once, with --name"},
+		"fw old and new mode":             {[]string{"fw", "attach", "--generic", "--mode", "native", "eth0"}, "--generic and --no-fallback are its old spellings"},
+		"fw bad mode":                     {[]string{"fw", "attach", "--mode", "fast", "eth0"}, `unknown XDP mode "fast"`},
+		"rt run auto mode":                {[]string{"rt", "run", "x.o", "--dev", "eth0", "--mode", "auto"}, "--mode auto: the runtime attaches in one mode and does not fall back"},
 		"br run no input":                 {[]string{"br", "run", "--config", "x.toml"}, "--config and --in are required"},
 		"scion packets bad config":        {[]string{"lab", "packets", "--scion", "--config", filepath.Join(dir, "none.toml"), "--out", filepath.Join(dir, "s.pcap")}, "none.toml"},
 	}

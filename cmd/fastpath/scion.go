@@ -130,6 +130,7 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 		},
 	}
 	up.Flags().StringVar(&scionVersion, "scion-version", scionproto.Default, "the scionproto release whose programs run the network ("+strings.Join(scionproto.Versions, ", ")+"), each built once per machine; fastpath's routers (--hybrid) behave as that release's")
+	up.RegisterFlagCompletionFunc("scion-version", completeVersions)
 	up.Flags().IntVar(&ases, "ases", scionlab.DefaultASes, "number of ASes: one core and N-1 leaves")
 	up.Flags().IntVar(&nlinks, "links", 1, fmt.Sprintf("links from each leaf to the core (up to %d: two give every pair of leaves four paths, for failover)", scionlab.MaxParallel))
 	up.Flags().BoolVar(&hybrid, "hybrid", false, "put fastpath's border router in front of every AS's reference router, core first, each kept by a fastpath br serve")
@@ -173,7 +174,8 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	check := &cobra.Command{
-		Use:   "check",
+		Use:         "check",
+		Annotations: map[string]string{noJSON: "it runs scionproto's scion showpaths, ping and traceroute and prints what they print"},
 		Short: "scion showpaths, ping and traceroute between the end hosts of two leaf ASes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/tra"
+	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
 func traCmd() *cobra.Command {
@@ -34,12 +35,19 @@ its paths. See docs/tra.md.`,
 }
 
 func traAttachCmd() *cobra.Command {
-	var config, ns string
+	var config, ns, mode string
 	cmd := &cobra.Command{
-		Use:   "attach --config FILE [--netns NS]",
+		Use:   "attach --config FILE [--mode auto|native|generic] [--netns NS]",
 		Short: "make the device pair, load and attach the programs (again: swap them in place)",
-		Args:  cobra.NoArgs,
+		Long: `Make the translator's device pair, load its programs and attach them: tra_in in XDP on
+the configuration's device (--mode overrides its xdp_mode), tra_out at TC on the pair.
+The translator's name is NETNS:PAIR, or PAIR for a host in this namespace.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			mode, err := modeOf(cmd, mode)
+			if err != nil {
+				return err
+			}
 			cfg, err := loadTraConfig(config)
 			if err != nil {
 				return err
@@ -47,7 +55,7 @@ func traAttachCmd() *cobra.Command {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			name, err := tra.Attach(cfg, tra.AttachOptions{Netns: ns, Warn: os.Stderr})
+			name, err := tra.Attach(cfg, tra.AttachOptions{Netns: ns, Warn: os.Stderr, Mode: mode})
 			if err != nil {
 				return err
 			}
@@ -55,9 +63,25 @@ func traAttachCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
+	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	return cmd
+}
+
+// traAttached lists the attached translators.
+func traAttached() ([]string, error) { return tra.List() }
+
+// traInstance is the translator a command reads or acts on: --name (or the
+// old positional NAME), else the only one attached.
+func traInstance(cmd *cobra.Command, name string, args []string) (string, error) {
+	name, _, err := oldPositionalName(cmd, name, args, func(n string) string {
+		return "fastpath tra " + cmd.Name() + " --name " + n
+	})
+	if err != nil {
+		return "", err
+	}
+	return pickInstance(name, "translator", "fastpath tra attach or tra run", traAttached)
 }
 
 func loadTraConfig(path string) (*tra.Config, error) {
@@ -68,23 +92,31 @@ func loadTraConfig(path string) (*tra.Config, error) {
 }
 
 func traDetachCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "detach NAME",
-		Short: "remove the translator: programs, maps, the device pair and its route (NAME as tra list shows it)",
-		Args:  cobra.ExactArgs(1),
+	var name string
+	cmd := &cobra.Command{
+		Use:   "detach [--name NAME]",
+		Short: "remove the translator: programs, maps, the device pair and its route (NAME as tra list shows it; default: the only one)",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			return tra.Detach(args[0])
+			name, err := traInstance(cmd, name, args)
+			if err != nil {
+				return err
+			}
+			return tra.Detach(name)
 		},
 	}
+	registerName(cmd, &name, "", "translator, NETNS:PAIR or PAIR as tra list shows it", traAttached)
+	return cmd
 }
 
 func traListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "the attached translators: NETNS:PAIR, or PAIR for a host in this namespace",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "the attached translators: name (NETNS:PAIR, or PAIR for a host in this namespace), device and its mode",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := preflight.BPF(); err != nil {
@@ -94,21 +126,37 @@ func traListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			out := []instanceState{}
 			for _, n := range names {
-				fmt.Println(n)
+				devs, err := xdp.PinnedDevices(tra.PinDir(n))
+				if err != nil {
+					return fmt.Errorf("translator %s: %w", n, err)
+				}
+				out = append(out, instanceState{Name: n, Devices: devs})
+			}
+			if asJSON {
+				return printJSON(out)
+			}
+			if len(out) == 0 {
+				fmt.Fprintln(os.Stderr, "no translator is attached")
+			}
+			for _, st := range out {
+				fmt.Printf("%s  %s\n", st.Name, describeDevices(st.Devices))
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
 
 func traRunCmd() *cobra.Command {
 	var (
-		config, ns string
-		refresh    time.Duration
+		config, ns, mode string
+		refresh          time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "run --config FILE [--netns NS]",
+		Use:   "run --config FILE [--mode auto|native|generic] [--netns NS] [--refresh 1m]",
 		Short: "attach if needed and keep the paths: fetch, refresh, probe, fail over, send held packets",
 		Long: `Runs until interrupted, in the host's namespace (--netns runs it there). It attaches the
 translator (again: the programs are swapped, the maps and paths stay), adopts the paths
@@ -120,6 +168,10 @@ the translator stays attached and the installed paths carry on: run it as a serv
 restarts (docs/fastpath-tra@.service); tra detach removes the translator.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			mode, err := modeOf(cmd, mode)
+			if err != nil {
+				return err
+			}
 			cfg, err := loadTraConfig(config)
 			if err != nil {
 				return err
@@ -132,12 +184,13 @@ restarts (docs/fastpath-tra@.service); tra detach removes the translator.`,
 				// run again there, as a child born inside it.
 				return runInNetns(ns, os.Args[1:])
 			}
-			err = tra.AttachAndRun(cmd.Context(), cfg, tra.RunOptions{Log: os.Stderr, Refresh: refresh})
+			err = tra.AttachAndRun(cmd.Context(), cfg, tra.RunOptions{Log: os.Stderr, Refresh: refresh, Mode: mode})
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML)")
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
+	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	cmd.Flags().DurationVar(&refresh, "refresh", time.Minute, "how often installed paths are asked for again")
 	return cmd
 }
@@ -175,16 +228,23 @@ func runInNetns(ns string, args []string) error {
 }
 
 func traPathsCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		name   string
+	)
 	cmd := &cobra.Command{
-		Use:   "paths NAME [--json]",
+		Use:   "paths [--name NAME] [--json]",
 		Short: "the paths installed, by destination AS",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			p, err := tra.OpenPinned(args[0])
+			name, err := traInstance(cmd, name, args)
+			if err != nil {
+				return err
+			}
+			p, err := tra.OpenPinned(name)
 			if err != nil {
 				return err
 			}
@@ -206,9 +266,7 @@ func traPathsCmd() *cobra.Command {
 						out[ia.String()] = append(out[ia.String()], jp{x.NextHop.String(), x.MTU, time.Unix(int64(x.Expiry), 0).UTC().Format(time.RFC3339), len(x.Raw)})
 					}
 				}
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printJSON(out)
 			}
 			if len(paths) == 0 {
 				fmt.Fprintln(os.Stderr, "no paths installed (tra run fetches them as the host talks)")
@@ -222,20 +280,28 @@ func traPathsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	registerName(cmd, &name, "", "translator, NETNS:PAIR or PAIR as tra list shows it (default: the only one)", traAttached)
 	return cmd
 }
 
 func traStatsCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		name   string
+	)
 	cmd := &cobra.Command{
-		Use:   "stats NAME [--json]",
+		Use:   "stats [--name NAME] [--json]",
 		Short: "counters per verdict (translated, held, spoofed, PTB sent, …) and the daemon's (lookups, probes, failovers, …)",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			p, err := tra.OpenPinned(args[0])
+			name, err := traInstance(cmd, name, args)
+			if err != nil {
+				return err
+			}
+			p, err := tra.OpenPinned(name)
 			if err != nil {
 				return err
 			}
@@ -272,22 +338,33 @@ func traStatsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	registerName(cmd, &name, "", "translator, NETNS:PAIR or PAIR as tra list shows it (default: the only one)", traAttached)
 	return cmd
 }
 
 func traAddrCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "addr ADDRESS...",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "addr [--json] ADDRESS...",
 		Short: "SCION address ↔ SCION-mapped IPv6 address (ISD-AS,HOST or ISD-AS,::IID; or fc00::…)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			type mapping struct {
+				SCION string `json:"scion"`
+				SMIP  string `json:"smip"`
+			}
+			out := []mapping{}
 			for _, a := range args {
 				if ip, err := netip.ParseAddr(a); err == nil {
 					m, err := tra.ToSCION(ip)
 					if err != nil {
 						return err
 					}
-					fmt.Printf("%s,%s\n", m.IA, m.Host(ip))
+					scion := fmt.Sprintf("%s,%s", m.IA, m.Host(ip))
+					out = append(out, mapping{scion, ip.String()})
+					if !asJSON {
+						fmt.Println(scion)
+					}
 					continue
 				}
 				ia, host, err := tra.ParseSCION(a)
@@ -298,9 +375,17 @@ func traAddrCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Println(smip)
+				out = append(out, mapping{a, smip.String()})
+				if !asJSON {
+					fmt.Println(smip)
+				}
+			}
+			if asJSON {
+				return printJSON(out)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: each address's SCION and SM-IP forms")
+	return cmd
 }

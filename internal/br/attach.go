@@ -36,7 +36,11 @@ type AttachOptions struct {
 	Devices []xdp.Iface
 	// Netns is where devices found from the configuration are looked for.
 	Netns string
-	// NoFallback forbids falling back to generic XDP where native fails.
+	// Mode overrides the configuration's xdp_mode (XDPModeAuto,
+	// XDPModeNative or XDPModeGeneric); "" keeps it.
+	Mode string
+	// NoFallback forbids falling back to generic XDP where native fails
+	// (as XDPModeNative does).
 	NoFallback bool
 	// Warn receives warnings (a fallback to generic mode).
 	Warn io.Writer
@@ -64,8 +68,19 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if opts.Warn == nil {
 		opts.Warn = io.Discard
 	}
-	if len(cfg.CPUs) > 0 && cfg.XDPMode == XDPModeGeneric {
-		return fmt.Errorf("%s: cpus needs native XDP (xdp_mode = %q): generic mode runs on skbs, which a CPU map does not hand on as frames; drop one of the two", cfg.Path, XDPModeGeneric)
+	xdpMode := cfg.XDPMode
+	switch opts.Mode {
+	case "":
+	case XDPModeAuto, XDPModeNative, XDPModeGeneric:
+		xdpMode = opts.Mode
+	default:
+		return fmt.Errorf("XDP mode %q: use %q, %q or %q", opts.Mode, XDPModeAuto, XDPModeNative, XDPModeGeneric)
+	}
+	if len(cfg.CPUs) > 0 && xdpMode == XDPModeGeneric {
+		return fmt.Errorf("%s: cpus needs native XDP (xdp_mode = %q or %q): generic mode runs on skbs, which a CPU map does not hand on as frames; drop one of the two", cfg.Path, XDPModeAuto, XDPModeNative)
+	}
+	if cfg.ForwardIP && xdpMode == XDPModeGeneric {
+		return fmt.Errorf("%s: forward_ip needs native XDP: in generic mode plain IP would go up to the kernel all the same; attach in another mode, or drop forward_ip", cfg.Path)
 	}
 	devs := opts.Devices
 	if len(devs) == 0 {
@@ -74,8 +89,8 @@ func Attach(cfg *Config, opts AttachOptions) error {
 			return err
 		}
 	}
-	mode := xdp.Native
-	if cfg.XDPMode == XDPModeGeneric {
+	mode, noFallback := xdp.Native, opts.NoFallback || xdpMode == XDPModeNative
+	if xdpMode == XDPModeGeneric {
 		mode = xdp.Generic
 	}
 	for _, d := range devs {
@@ -123,7 +138,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := r.fillCPUs(); err != nil {
 		return undo(err)
 	}
-	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
+	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: noFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
 		return undo(err)
 	}
 	if err := r.attachTracing(dir, cfg.CountTxDrops); err != nil {

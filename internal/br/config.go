@@ -40,7 +40,10 @@ const (
 
 // Values of Config.XDPMode.
 const (
-	XDPModeNative  = "native"  // the driver runs the program (XDP_FLAGS_DRV_MODE)
+	// XDPModeAuto is native mode, and generic mode (with a warning) on a
+	// device whose driver has no native XDP.
+	XDPModeAuto    = "auto"
+	XDPModeNative  = "native"  // the driver runs the program (XDP_FLAGS_DRV_MODE), or attach fails
 	XDPModeGeneric = "generic" // the kernel runs it after the skb is built (XDP_FLAGS_SKB_MODE)
 )
 
@@ -84,7 +87,7 @@ type Config struct {
 	// an external interface whose neighbour's BFD was seen and then not for this long is down,
 	// and packets for it go to the reference router, which answers with SCMP. "0s" turns it off.
 	LinkTimeout time.Duration
-	XDPMode     string // toml "xdp_mode": XDPModeNative (default) or XDPModeGeneric
+	XDPMode     string // toml "xdp_mode": XDPModeAuto (default), XDPModeNative or XDPModeGeneric; br attach --mode overrides it
 	// UDPChecksum (toml "udp_checksum"): UDPChecksumUpdate (default) updates a
 	// complete checksum by what the router changes, without reading the
 	// datagram; UDPChecksumVerify sums every datagram and drops a wrong one
@@ -258,7 +261,7 @@ func (c *Config) decodeTOML() error {
 	if err != nil {
 		return errorf(c.Path, "", err, "%s; give the path of the router's TOML file", ioProblem(err))
 	}
-	raw := tomlFile{MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeNative, UDPChecksum: UDPChecksumUpdate, LinkTimeout: DefaultLinkTimeout.String()}
+	raw := tomlFile{MACCheck: true, SCMP: SCMPPass, XDPMode: XDPModeAuto, UDPChecksum: UDPChecksumUpdate, LinkTimeout: DefaultLinkTimeout.String()}
 	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
 		var pe toml.ParseError
@@ -658,14 +661,14 @@ func (c *Config) validateSettings() error {
 	if c.SCMP != SCMPPass && c.SCMP != SCMPDrop {
 		return errorf(c.Path, "scmp", nil, "%q is not valid; use %q (default) or %q", c.SCMP, SCMPPass, SCMPDrop)
 	}
-	if c.XDPMode != XDPModeNative && c.XDPMode != XDPModeGeneric {
-		return errorf(c.Path, "xdp_mode", nil, "%q is not valid; use %q (default) or %q",
-			c.XDPMode, XDPModeNative, XDPModeGeneric)
+	if c.XDPMode != XDPModeAuto && c.XDPMode != XDPModeNative && c.XDPMode != XDPModeGeneric {
+		return errorf(c.Path, "xdp_mode", nil, "%q is not valid; use %q (default), %q or %q",
+			c.XDPMode, XDPModeAuto, XDPModeNative, XDPModeGeneric)
 	}
 	if c.ForwardIP && c.XDPMode == XDPModeGeneric {
 		// The generic-mode copy of the router is not frags-aware, and a
 		// program array takes programs of one kind: its slot stays empty.
-		return errorf(c.Path, "forward_ip", nil, "needs native XDP (xdp_mode = %q); in generic mode plain IP would go up to the kernel all the same: drop one of the two", XDPModeNative)
+		return errorf(c.Path, "forward_ip", nil, "needs native XDP (xdp_mode = %q or %q); in generic mode plain IP would go up to the kernel all the same: drop one of the two", XDPModeAuto, XDPModeNative)
 	}
 	if c.ForwardIPExternal && !c.ForwardIP {
 		return errorf(c.Path, "forward_ip_external", nil, "forwards plain IP from neighbour ASes, which needs forward_ip = true; set both, or drop forward_ip_external")

@@ -105,7 +105,7 @@ func TestConfigTestdata(t *testing.T) {
 		InternalInterfaces:  []string{"fp-int0"},
 		MACCheck:            true,
 		SCMP:                SCMPPass,
-		XDPMode:             XDPModeNative,
+		XDPMode:             XDPModeAuto,
 		UDPChecksum:         UDPChecksumUpdate,
 		LinkTimeout:         DefaultLinkTimeout,
 		IA:                  addr.MustParseIA("1-ff00:0:110"),
@@ -669,4 +669,37 @@ func mustB64(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// An attach's mode, overriding xdp_mode, is checked against the
+// configuration before anything is loaded or pinned.
+func TestAttachModeChecked(t *testing.T) {
+	cases := map[string]struct {
+		edit func(*Config)
+		mode string
+		want string
+	}{
+		"unknown mode":            {mode: "turbo", want: `XDP mode "turbo": use "auto", "native" or "generic"`},
+		"generic with cpus":       {edit: func(c *Config) { c.CPUs = []int{0} }, mode: XDPModeGeneric, want: "cpus needs native XDP"},
+		"generic with forward_ip": {edit: func(c *Config) { c.ForwardIP = true }, mode: XDPModeGeneric, want: "forward_ip needs native XDP"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := LoadConfig("testdata/br.toml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.edit != nil {
+				c.edit(cfg)
+			}
+			name := "fp-tmode-none"
+			err = Attach(cfg, AttachOptions{Mode: c.mode, Name: name})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("attach --mode %s: %v, want %q", c.mode, err, c.want)
+			}
+			if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
+				t.Fatalf("a refused attach left %s", PinDir(name))
+			}
+		})
+	}
 }

@@ -57,7 +57,7 @@ func (o *AttachOptions) Validate() error {
 	if o.Mode == xdp.Native && o.Warn != nil {
 		for _, d := range o.Devices {
 			if xdp.IsVeth(d) {
-				fmt.Fprintf(o.Warn, "note: %s is a veth: native XDP there halves TCP throughput for any program (the veth copies each TSO packet); --generic keeps TCP at full speed, native gives more packets/s. See docs/fw.md.\n", d)
+				fmt.Fprintf(o.Warn, "note: %s is a veth: native XDP there halves TCP throughput for any program (the veth copies each TSO packet); --mode generic keeps TCP at full speed, native gives more packets/s. See docs/fw.md.\n", d)
 			}
 		}
 	}

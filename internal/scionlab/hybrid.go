@@ -65,7 +65,7 @@ func (n Network) ServeHybrid(ctx context.Context, a AS, log io.Writer) error {
 // serveHybrid starts the `br serve` of router k of the AS, records it in st
 // (before it is ready, so that down finds it whatever happens) and waits
 // until it has attached. On veths it must attach in native XDP
-// (--no-fallback); a router with a bridge, macvlan or VXLAN device, none
+// (--mode native); a router with a bridge, macvlan or VXLAN device, none
 // of which has native XDP, may fall back to generic XDP on that device,
 // and its log says so.
 func (n Network) serveHybrid(ctx context.Context, st *State, a AS, links []Link, k int, log io.Writer) error {
@@ -83,7 +83,7 @@ func (n Network) serveHybrid(ctx context.Context, st *State, a AS, links []Link,
 	name := routerHybridName(r)
 	args := []string{"br", "serve", "--config", filepath.Join(a.Dir, routerFile("fastpath-br", k)), "--netns", r.Netns, "--name", name}
 	if onVeths(a, links, k) {
-		args = append(args, "--no-fallback")
+		args = append(args, "--mode", "native")
 	}
 	p, err := n.startServe(ctx, st, Proc{Name: routerProcName(ServeService, a, k), AS: a.IA.String(), Netns: r.Netns, Args: append([]string{bin}, args...)})
 	if err != nil {

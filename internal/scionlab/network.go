@@ -154,7 +154,7 @@ func (n Network) Up(ctx context.Context, o UpOptions) (st *State, err error) {
 			err = fmt.Errorf("%w\nthe services' logs stay in %s", err, logs)
 		}
 	}()
-	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+	if err := n.makeDir(); err != nil {
 		return nil, err
 	}
 	st = &State{Version: o.Version, Prefix: n.Prefix, ASes: o.ASes, NoBFD: o.NoBFD, Links: o.Links, HopExpiry: o.HopExpiry, MTU: o.MTU, Devices: o.Devices}
@@ -683,6 +683,9 @@ func (n Network) Down(log io.Writer) error {
 	if err := n.Validate(); err != nil {
 		return err
 	}
+	if err := n.checkOwnDir(); err != nil {
+		return err
+	}
 	st, err := n.readState()
 	if err != nil {
 		return err
@@ -723,6 +726,38 @@ func (n Network) teardown(st *State, removeLogs bool) error {
 		errs = append(errs, os.RemoveAll(filepath.Join(n.Dir, "gen")), os.Remove(n.statePath()))
 	}
 	return errors.Join(errs...)
+}
+
+// markerName is the file up writes first into the network's directory:
+// down removes a directory only with it, so that a --dir given by mistake
+// (a home directory, /etc) is never emptied.
+const markerName = ".fastpath-lab-scion"
+
+// makeDir makes the network's directory and marks it as the lab's.
+func (n Network) makeDir() error {
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(n.Dir, markerName), []byte("made by fastpath lab scion up; fastpath lab scion down removes this directory\n"), 0o644)
+}
+
+// checkOwnDir refuses a directory that lab scion up did not make: one that
+// holds files but neither the marker nor a record of a network (state.json,
+// written by up before the marker was).
+func (n Network) checkOwnDir() error {
+	ents, err := os.ReadDir(n.Dir)
+	if errors.Is(err, os.ErrNotExist) || err == nil && len(ents) == 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{markerName, "state.json"} {
+		if _, err := os.Stat(filepath.Join(n.Dir, f)); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s was not made by fastpath lab scion up (it has no %s): down removes the directory it is given, and leaves this one alone; give the --dir of the network, or remove what up left there by hand", n.Dir, markerName)
 }
 
 // namespaces are those of ours that exist: <prefix>as<ASN> and

@@ -39,6 +39,15 @@ const (
 // ErrInvalidConfig is matched by every error of LoadConfig and Validate.
 var ErrInvalidConfig = errors.New("invalid translator configuration")
 
+// Values of Config.XDPMode.
+const (
+	// XDPModeAuto is native mode, and generic mode (with a warning) where
+	// the device's driver has no native XDP.
+	XDPModeAuto    = "auto"
+	XDPModeNative  = "native"  // native mode, or attach fails
+	XDPModeGeneric = "generic" // generic (skb) mode
+)
+
 // Config is a translator's configuration: the TOML file and what it names.
 type Config struct {
 	Path string // the TOML file
@@ -46,6 +55,9 @@ type Config struct {
 	Topology string // toml "topology": the AS's topology.json (resolved against the file's directory)
 	Daemon   string // toml "daemon": scionproto's daemon (sciond), ip:port
 	Device   string // toml "device": the host's device towards the AS's routers
+	// XDPMode is how tra_in attaches to Device (toml "xdp_mode"):
+	// XDPModeAuto (default), XDPModeNative or XDPModeGeneric.
+	XDPMode string
 	// Address is the host's underlay IPv4 address: toml "address", or the
 	// device's when empty.
 	Address netip.Addr
@@ -105,6 +117,7 @@ type tomlFile struct {
 	Topology    string `toml:"topology"`
 	Daemon      string `toml:"daemon"`
 	Device      string `toml:"device"`
+	XDPMode     string `toml:"xdp_mode"`
 	Address     string `toml:"address"`
 	Pair        string `toml:"pair"`
 	Policy      string `toml:"policy"`
@@ -150,7 +163,7 @@ func loadConfig(path string, resolve bool) (*Config, error) {
 	if err != nil {
 		return nil, errorf(path, "", "%v; give the translator's TOML file", err)
 	}
-	raw := tomlFile{Pair: "fp-tra", Policy: PolicyShortest, MaxPaths: 2, Version: scionproto.Default}
+	raw := tomlFile{Pair: "fp-tra", XDPMode: XDPModeAuto, Policy: PolicyShortest, MaxPaths: 2, Version: scionproto.Default}
 	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
 		var pe toml.ParseError
@@ -160,9 +173,12 @@ func loadConfig(path string, resolve bool) (*Config, error) {
 		return nil, errorf(path, "", "%v", err)
 	}
 	if u := md.Undecoded(); len(u) > 0 {
-		return nil, errorf(path, u[0].String(), "unknown key; the keys are topology, daemon, device, address, pair, policy, max_paths, probe_interval, idle_timeout, scion_version and [[destination]] (ia, policy, sequence)")
+		return nil, errorf(path, u[0].String(), "unknown key; the keys are topology, daemon, device, xdp_mode, address, pair, policy, max_paths, probe_interval, idle_timeout, scion_version and [[destination]] (ia, policy, sequence)")
 	}
-	c := &Config{Path: path, Daemon: raw.Daemon, Device: raw.Device, Pair: raw.Pair, Policy: raw.Policy, MaxPaths: raw.MaxPaths, SCIONVersion: raw.Version, Destinations: map[addr.IA]Destination{}}
+	if !slices.Contains([]string{XDPModeAuto, XDPModeNative, XDPModeGeneric}, raw.XDPMode) {
+		return nil, errorf(path, "xdp_mode", "%q is not valid; use %q (default), %q or %q", raw.XDPMode, XDPModeAuto, XDPModeNative, XDPModeGeneric)
+	}
+	c := &Config{Path: path, Daemon: raw.Daemon, Device: raw.Device, XDPMode: raw.XDPMode, Pair: raw.Pair, Policy: raw.Policy, MaxPaths: raw.MaxPaths, SCIONVersion: raw.Version, Destinations: map[addr.IA]Destination{}}
 	if raw.Probe != "" {
 		v, err := time.ParseDuration(raw.Probe)
 		if err != nil || v < 0 || (v > 0 && (v < 10*time.Millisecond || v > time.Minute)) {

@@ -82,8 +82,8 @@ func TestConfigExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.Pair != def.Pair || ex.Policy != def.Policy || ex.MaxPaths != def.MaxPaths || ex.SCIONVersion != def.SCIONVersion {
-		t.Errorf("example shows pair=%q policy=%q max_paths=%d scion_version=%q; defaults are %q %q %d %q", ex.Pair, ex.Policy, ex.MaxPaths, ex.SCIONVersion, def.Pair, def.Policy, def.MaxPaths, def.SCIONVersion)
+	if ex.Pair != def.Pair || ex.Policy != def.Policy || ex.MaxPaths != def.MaxPaths || ex.SCIONVersion != def.SCIONVersion || ex.XDPMode != def.XDPMode {
+		t.Errorf("example shows pair=%q policy=%q max_paths=%d scion_version=%q xdp_mode=%q; defaults are %q %q %d %q %q", ex.Pair, ex.Policy, ex.MaxPaths, ex.SCIONVersion, ex.XDPMode, def.Pair, def.Policy, def.MaxPaths, def.SCIONVersion, def.XDPMode)
 	}
 	if def.DispatchedPortStart != 31000 || def.DispatchedPortEnd != 32767 || def.IA != addr.MustParseIA("1-64513") {
 		t.Errorf("from the topology: %s, dispatched %d-%d", def.IA, def.DispatchedPortStart, def.DispatchedPortEnd)
@@ -121,6 +121,7 @@ func TestConfigRefusals(t *testing.T) {
 	cases := map[string]struct{ ia, toml, want string }{
 		"bad probe_interval":    {"1-64513", base + "probe_interval = \"1ms\"\n", "probe_interval: \"1ms\": a duration from 10ms"},
 		"bad idle_timeout":      {"1-64513", base + "idle_timeout = \"soon\"\n", "idle_timeout: \"soon\""},
+		"bad xdp_mode":          {"1-64513", base + "xdp_mode = \"turbo\"\n", "xdp_mode: \"turbo\" is not valid; use \"auto\" (default), \"native\" or \"generic\""},
 		"IPv6 routers only":     {"v6", base, "no border router has an IPv4 internal_addr"},
 		"unknown key":           {"1-64513", base + "polcy = \"latency\"\n", "polcy: unknown key"},
 		"syntax":                {"1-64513", base + "pair = \n", "line 4"},

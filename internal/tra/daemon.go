@@ -41,6 +41,8 @@ type RunOptions struct {
 	Refresh time.Duration
 	// Limits bound what the daemon keeps; zero fields take the defaults.
 	Limits Limits
+	// Mode overrides the configuration's xdp_mode at attach ("" keeps it).
+	Mode string
 }
 
 // Limits bound the daemon's state.
@@ -120,7 +122,7 @@ func AttachAndRun(ctx context.Context, cfg *Config, o RunOptions) error {
 		return err
 	}
 	defer lock.release()
-	name, err := Attach(cfg, AttachOptions{Warn: o.Log})
+	name, err := Attach(cfg, AttachOptions{Warn: o.Log, Mode: o.Mode})
 	if err != nil {
 		return err
 	}
@@ -258,7 +260,7 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 		select {
 		case <-ctx.Done():
 			d.flushStats()
-			fmt.Fprintf(o.Log, "translator %s stays attached with %d destinations installed; `fastpath tra detach %s` removes it\n", o.Name, d.installedCount(), o.Name)
+			fmt.Fprintf(o.Log, "translator %s stays attached with %d destinations installed; `fastpath tra detach --name %s` removes it\n", o.Name, d.installedCount(), o.Name)
 			return nil
 		case ev, ok := <-heldCh:
 			if !ok {

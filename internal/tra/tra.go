@@ -414,6 +414,9 @@ func (t *Translator) Counts() (Counts, error) { return readCounts(t.objs.TraCoun
 type AttachOptions struct {
 	Netns string // the host's namespace
 	Warn  io.Writer
+	// Mode overrides the configuration's xdp_mode (XDPModeAuto,
+	// XDPModeNative or XDPModeGeneric); "" keeps it.
+	Mode string
 }
 
 // pinNames of the links besides the underlay device's XDP link: tra_out at
@@ -439,6 +442,14 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if o.Netns == "" {
 		// Inside a named namespace: call it by its name, as the pins do.
 		o.Netns = netns.Current()
+	}
+	xdpMode := cfg.XDPMode
+	switch o.Mode {
+	case "":
+	case XDPModeAuto, XDPModeNative, XDPModeGeneric:
+		xdpMode = o.Mode
+	default:
+		return "", fmt.Errorf("XDP mode %q: use %q, %q or %q", o.Mode, XDPModeAuto, XDPModeNative, XDPModeGeneric)
 	}
 	name = Name(cfg.Pair, o.Netns)
 	under := xdp.Iface{Netns: o.Netns, Name: cfg.Device}
@@ -510,7 +521,11 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if pin := filepath.Join(dir, xdp.LinkPinName(under)); errors.Is(xdp.PinnedLinkState(pin), xdp.ErrLinkGone) {
 		os.Remove(pin)
 	}
-	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
+	mode, noFallback := xdp.Native, xdpMode == XDPModeNative
+	if xdpMode == XDPModeGeneric {
+		mode = xdp.Generic
+	}
+	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: mode, NoFallback: noFallback, Warn: o.Warn}); err != nil {
 		return "", err
 	}
 	// A pair deleted and made again leaves the old one's TC links severed:

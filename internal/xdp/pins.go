@@ -175,7 +175,7 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 		}
 		l, err := Attach(d, p, o.Mode)
 		if errors.Is(err, ErrNativeUnsupported) && !o.NoFallback {
-			fmt.Fprintf(o.Warn, "warning: %s has no native XDP; attaching in generic mode (slower). --no-fallback forbids this.\n", d)
+			fmt.Fprintf(o.Warn, "warning: %s has no native XDP; attaching in generic mode (slower). --mode native (xdp_mode = \"native\") forbids this.\n", d)
 			if p, err = o.progFor(Generic, prog); err == nil {
 				l, err = Attach(d, p, Generic)
 			}
