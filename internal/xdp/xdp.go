@@ -95,7 +95,7 @@ func Attach(i Iface, prog *ebpf.Program, mode Mode) (link.Link, error) {
 	})
 	if err != nil {
 		if mode == Native && (errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EOPNOTSUPP)) {
-			return nil, fmt.Errorf("attach XDP to %s: %w; use generic mode instead", i, ErrNativeUnsupported)
+			return nil, fmt.Errorf("attach XDP to %s: %w; attach in generic mode (--mode generic), or let fastpath fall back to it (--mode auto, xdp_mode = \"auto\"; xdp_mode = \"native\" falls back no more)", i, ErrNativeUnsupported)
 		}
 		// What a veth says when its peer's MTU allows frames longer than a
 		// page (they come in several buffers) and the program cannot take
