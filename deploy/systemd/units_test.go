@@ -225,7 +225,8 @@ func (s *service) waitState(t *testing.T, want string, within time.Duration) {
 			return
 		}
 		if state == "failed" || (want == "active" && s.m.show(t, s.name, "NRestarts") != "0") {
-			t.Fatalf("%s %s (%s), want %s:\n%s", s.name, state, s.m.show(t, s.name, "Result"), want, s.output())
+			status, _ := s.m.systemctl("status", "--no-pager", "--full", s.name)
+			t.Fatalf("%s %s, want %s:\n%s\n%s", s.name, state, want, status, s.output())
 		}
 	}
 	t.Fatalf("%s still %s after %s, want %s:\n%s", s.name, state, within, want, s.output())
