@@ -89,8 +89,8 @@ func TestFwServiceRuns(t *testing.T) {
 }
 
 // The border router's unit with the drop-in its comments give for a
-// namespace (--netns, CAP_SYS_ADMIN, setns) attaches br serve to a
-// router's devices in that namespace, reloads on `systemctl reload`, and on
+// namespace (--netns, CAP_SYS_ADMIN, setns) attaches br serve, with its
+// transmit-drop counter, to a router's devices in that namespace, reloads on `systemctl reload`, and on
 // stop ends with success and leaves the router attached.
 func TestBrServiceRuns(t *testing.T) {
 	u := unique(t)
@@ -119,7 +119,8 @@ func TestBrServiceRuns(t *testing.T) {
 }`, router))
 	writeFile(t, filepath.Join(dir, "keys", "master0.key"), "IAOYbTs/CobLFV3T3jt6lQ==")
 	writeFile(t, filepath.Join(dir, "keys", "master1.key"), "8fiM4fdey8zv/9OaQw8lKg==")
-	writeFile(t, "/etc/fastpath/br-"+router+".toml", fmt.Sprintf("router_id = %q\ntopology = %q\nkeys = %q\nscion_version = %q\n",
+	// count_tx_drops: the tracing program too, which takes CAP_PERFMON.
+	writeFile(t, "/etc/fastpath/br-"+router+".toml", fmt.Sprintf("router_id = %q\ntopology = %q\nkeys = %q\nscion_version = %q\ncount_tx_drops = true\n",
 		router, filepath.Join(dir, "topology.json"), filepath.Join(dir, "keys"), scionproto.Default))
 	t.Cleanup(func() { br.Detach(router, nil) })
 
