@@ -125,7 +125,7 @@ func TestBrServiceRuns(t *testing.T) {
 	t.Cleanup(func() { br.Detach(router, nil) })
 
 	m := startManager(t)
-	s := startService(t, m, "fastpath-br@.service", router, documentedDropIn(t, "fastpath-br@.service", dut))
+	s := startService(t, m, "fastpath-br@.service", router, documentedDropIn(t, "fastpath-br@.service", "#   [Service]", dut))
 	s.waitOutput(t, "router "+router+" attached", 10*time.Second)
 	for _, d := range []string{"d0", "d1"} {
 		if !xdpAttached(t, dut, d) {
@@ -174,7 +174,7 @@ func TestTraServiceRuns(t *testing.T) {
 	t.Cleanup(func() { tra.Detach(name) })
 
 	m := startManager(t)
-	s := startService(t, m, "fastpath-tra@.service", u, documentedDropIn(t, "fastpath-tra@.service", host))
+	s := startService(t, m, "fastpath-tra@.service", u, documentedDropIn(t, "fastpath-tra@.service", "#   [Service]", host))
 	s.waitOutput(t, "paths from", 10*time.Second)
 	if !xdpAttached(t, host, "eth0") {
 		t.Fatalf("%s runs, and eth0 has no XDP program:\n%s", s.name, s.output())
@@ -193,11 +193,13 @@ func TestTraServiceRuns(t *testing.T) {
 
 var rtPackets = regexp.MustCompile(`: (\d+) packets in`)
 
-// The runtime's unit, with its environment file and the drop-in its
-// comments give for a namespace (NetworkNamespacePath), runs an XDP
+// The runtime's unit, with its environment file and the drop-ins its
+// comments give for a namespace (NetworkNamespacePath) and for a TAP
+// device (/dev/net/tun), runs an XDP
 // program that sends each frame back (xdptx) with the JIT over AF_XDP on a
-// device in that namespace, and does send frames back; on stop it ends
-// with success and takes its programs off the device.
+// device in that namespace, and does send frames back; SIGUSR1 writes the
+// maps into its state folder; on stop it ends with success and takes its
+// programs off the device.
 func TestRtServiceRuns(t *testing.T) {
 	u := unique(t)
 	ns := u + "-x"
@@ -218,14 +220,43 @@ func TestRtServiceRuns(t *testing.T) {
 	if _, err := os.Stat(obj); err != nil {
 		t.Fatalf("%v: `make build` (go generate in internal/bench) makes it", err)
 	}
-	writeFile(t, "/etc/fastpath/rt-"+u+".env", "OBJ="+obj+"\nDEV=x0\nRT_ARGS=--engine jit\n")
+	maps := "/var/lib/fastpath/rt/" + u + ".maps"
+	t.Cleanup(func() {
+		os.Remove(maps)
+		os.Remove(filepath.Dir(maps)) // if no other instance's maps are there
+	})
+	tap := u + "t"
+	writeFile(t, "/etc/fastpath/rt-"+u+".env", "OBJ="+obj+"\nDEV=x0\nRT_ARGS=--engine jit --maps-out "+maps+" --tap "+tap+"\n")
 
 	m := startManager(t)
-	s := startService(t, m, "fastpath-rt@.service", u, documentedDropIn(t, "fastpath-rt@.service", ns))
+	dropIn := documentedDropIn(t, "fastpath-rt@.service", "#   [Service]", ns) + documentedDropIn(t, "fastpath-rt@.service", "#   BindPaths=/dev/net/tun", ns)
+	s := startService(t, m, "fastpath-rt@.service", u, dropIn)
 	s.waitOutput(t, "on x0 queue 0", 10*time.Second)
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.LinkByName(tap); err != nil {
+		t.Fatalf("%s runs, and its TAP device %s: %v\n%s", s.name, tap, err, s.output())
+	}
 	// Frames into x0 (ARP for a neighbour that is not there) for the
 	// program to send back.
 	exec.Command("ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.2", "-W", "1", "10.9.0.2").Run()
+	// SIGUSR1 to the unit writes the maps into its state folder, and ends
+	// nothing.
+	m.mustSystemctl(t, "kill", "-s", "USR1", s.name)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(maps); err == nil {
+			break
+		}
+	}
+	if _, err := os.Stat(maps); err != nil {
+		t.Fatalf("%s after SIGUSR1: %v\n%s", s.name, err, s.output())
+	}
+	if state := m.show(t, s.name, "ActiveState"); state != "active" {
+		t.Fatalf("%s %s after SIGUSR1, want active:\n%s", s.name, state, s.output())
+	}
 	s.noDenial(t)
 	s.stop(t)
 	m2 := rtPackets.FindStringSubmatch(s.output())

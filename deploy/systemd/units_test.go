@@ -152,10 +152,11 @@ func TestUnitsVerifyAndExposure(t *testing.T) {
 	}
 }
 
-// documentedDropIn is the drop-in a unit's comments give for a function
-// in a network namespace: the lines from "#   [Service]" on, with ns for
-// NS and the built binary for the installed one.
-func documentedDropIn(t *testing.T, file, ns string) string {
+// documentedDropIn is a drop-in a unit's comments give: the indented
+// comment lines from the first that is first ("#   [Service]" for the
+// drop-in for a network namespace), with ns for NS and the built binary
+// for the installed one.
+func documentedDropIn(t *testing.T, file, first, ns string) string {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -163,7 +164,7 @@ func documentedDropIn(t *testing.T, file, ns string) string {
 	}
 	var lines []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if len(lines) == 0 && l != "#   [Service]" {
+		if len(lines) == 0 && l != first {
 			continue
 		}
 		rest, ok := strings.CutPrefix(l, "#   ")
@@ -173,7 +174,7 @@ func documentedDropIn(t *testing.T, file, ns string) string {
 		lines = append(lines, rest)
 	}
 	if len(lines) == 0 {
-		t.Fatalf("%s documents no drop-in", file)
+		t.Fatalf("%s documents no drop-in from %q", file, first)
 	}
 	d := strings.Join(lines, "\n") + "\n"
 	d = regexp.MustCompile(`\bNS\b`).ReplaceAllString(d, ns)
