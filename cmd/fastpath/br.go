@@ -112,7 +112,7 @@ router's maps. A device that could not take frames is forwarded in XDP within a
 second of it becoming able to; one that stops falls back to the reference router as
 quickly. SIGHUP reads the configuration again and attaches again in place. Stopping
 never detaches: the fast path keeps forwarding, and serve started again takes over.
-Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
+Ready for systemd's Type=notify (deploy/systemd/fastpath-br@.service).`,
 		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if config == "" {

@@ -41,7 +41,7 @@ the file is valid, and without it (failing open) nothing is attached until then.
 
 Stopping never detaches: the program keeps filtering with the rules it has, and
 serve started again takes over in place. fw detach ends serve, with success.
-Ready for systemd's Type=notify (docs/fastpath-fw@.service).`,
+Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -165,7 +165,7 @@ host talks to, installs those the policy picks, sends the packets that waited fo
 refreshes the paths in use before they expire, probes them and fails over from those that
 go silent or that an SCMP error about a path of its own says are down. Whatever ends it,
 the translator stays attached and the installed paths carry on: run it as a service that
-restarts (docs/fastpath-tra@.service); tra detach removes the translator.`,
+restarts (deploy/systemd/fastpath-tra@.service); tra detach removes the translator.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mode, err := modeOf(cmd, mode)

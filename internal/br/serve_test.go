@@ -68,13 +68,13 @@ func waitFor(t *testing.T, log *syncBuffer, want string) {
 	t.Fatalf("no %q after 10 s:\n%s", want, log)
 }
 
-// The service unit in docs is one systemd takes: it runs `br serve` with a
+// The service unit in deploy/systemd is one systemd takes: it runs `br serve` with a
 // configuration, is started once the router is attached (waiting as long as
 // that takes: serve itself waits for a late device), after the system clock
 // is set, reloads on SIGHUP and restarts serve when it fails.
 func TestServiceUnit(t *testing.T) {
-	labtest.CheckServiceUnit(t, "../../docs/fastpath-br@.service",
-		"ExecStart=/usr/local/bin/fastpath br serve --config /etc/fastpath/br-%i.toml", "Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure",
+	labtest.CheckServiceUnit(t, "../../deploy/systemd/fastpath-br@.service",
+		"ExecStart=/usr/bin/fastpath br serve --config /etc/fastpath/br-%i.toml", "Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure",
 		"After=network-online.target time-sync.target", "TimeoutStartSec=infinity")
 }
 

@@ -314,11 +314,11 @@ func TestServeFailOpenAndLateDevice(t *testing.T) {
 	}
 }
 
-// The service unit in docs runs `fw serve` with the instance's file, is
+// The service unit in deploy/systemd runs `fw serve` with the instance's file, is
 // started once the firewall is attached (waiting as long as that takes),
 // reloads on SIGHUP and restarts serve when it fails.
 func TestFwServiceUnit(t *testing.T) {
-	labtest.CheckServiceUnit(t, "../../docs/fastpath-fw@.service",
+	labtest.CheckServiceUnit(t, "../../deploy/systemd/fastpath-fw@.service",
 		"Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Restart=on-failure", "After=network-online.target",
 		"TimeoutStartSec=infinity", "--rules /etc/fastpath/fw-%i.toml")
 }

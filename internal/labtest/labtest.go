@@ -156,7 +156,7 @@ func CheckServiceUnit(t *testing.T, path string, want ...string) {
 	// Verified as systemd reads it, with an executable where it wants one.
 	dir := t.TempDir()
 	self, _ := os.Executable()
-	unit = strings.ReplaceAll(unit, "/usr/local/bin/fastpath", self)
+	unit = strings.ReplaceAll(unit, "/usr/bin/fastpath", self)
 	name := filepath.Base(path)
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(unit), 0o644); err != nil {
 		t.Fatal(err)

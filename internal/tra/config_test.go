@@ -215,9 +215,9 @@ func TestAttachRefusesHostOfTheRouter(t *testing.T) {
 	}
 }
 
-// The service unit in docs is one systemd takes, and runs `tra run` with a
+// The service unit in deploy/systemd is one systemd takes, and runs `tra run` with a
 // configuration and restarts it when it fails.
 func TestServiceUnit(t *testing.T) {
-	labtest.CheckServiceUnit(t, "../../docs/fastpath-tra@.service",
-		"ExecStart=/usr/local/bin/fastpath tra run --config /etc/fastpath/tra-%i.toml", "Restart=on-failure")
+	labtest.CheckServiceUnit(t, "../../deploy/systemd/fastpath-tra@.service",
+		"ExecStart=/usr/bin/fastpath tra run --config /etc/fastpath/tra-%i.toml", "Restart=on-failure")
 }

@@ -618,8 +618,7 @@ func Detach(name string) error {
 			errs = append(errs, err)
 		}
 		os.RemoveAll(dir)
-		xdp.RemoveIfEmpty(PinRoot)
-		xdp.RemoveIfEmpty(filepath.Dir(PinRoot))
+		xdp.RemoveIfEmpty(PinRoot) // not /sys/fs/bpf/fastpath: see xdp.DetachPinned
 	}
 	pairFound := false
 	if h, err := netns.Handle(ns); err == nil {

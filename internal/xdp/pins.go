@@ -241,8 +241,11 @@ func DetachPinned(dir, root string, devs []Iface) error {
 	}
 	if len(Links(dir)) == 0 {
 		errs = append(errs, os.RemoveAll(dir))
+		// The function's folder goes when empty; /sys/fs/bpf/fastpath above
+		// stays: the services' sandboxes make it writable when they start
+		// (ReadWritePaths=), and a service started before it was removed would
+		// go on writing into a removed folder.
 		RemoveIfEmpty(root)
-		RemoveIfEmpty(filepath.Dir(root))
 	}
 	return errors.Join(errs...)
 }
