@@ -71,7 +71,7 @@ keys in place and swaps the program without detaching.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see deploy/examples/br.example.toml)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")
 	return cmd
@@ -133,7 +133,7 @@ Ready for systemd's Type=notify (docs/fastpath-br@.service).`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see deploy/examples/br.example.toml)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	cmd.Flags().StringVar(&name, "name", "", "pin directory name under /sys/fs/bpf/fastpath/br/ (default: the router_id)")
 	cmd.Flags().BoolVar(&noFallback, "no-fallback", false, "fail instead of falling back to generic XDP on devices without native XDP")

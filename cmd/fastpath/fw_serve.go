@@ -106,7 +106,7 @@ Ready for systemd's Type=notify (docs/fastpath-fw@.service).`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see docs/fw.example.toml)")
+	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see deploy/examples/fw.example.toml)")
 	af.register(cmd.Flags())
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9436)")
 	cmd.Flags().DurationVar(&gcEvery, "gc-interval", fw.DefaultGCInterval, "how often to remove expired connections")

@@ -55,7 +55,7 @@ func traAttachCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml)")
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see deploy/examples/tra.example.toml)")
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
 	return cmd
 }
