@@ -160,7 +160,7 @@ DEB_ROOT := build/deb-root
 MAINTAINER ?= $(shell git config user.name) <$(shell git config user.email)>
 ARCH     := amd64
 deb: build build/completion build/man
-	rm -rf $(DEB_ROOT) && mkdir -p dist
+	rm -rf $(DEB_ROOT) dist/fastpath_*.deb && mkdir -p dist
 	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr \
 		ZSHCOMPDIR=/usr/share/zsh/vendor-completions
 	rmdir $(DEB_ROOT)/etc/fastpath
@@ -186,11 +186,13 @@ deb: build build/completion build/man
 # .deb, and SHA256SUMS over both.
 DIST_NAME := fastpath-$(VERSION)-linux-$(ARCH)
 dist: deb
-	rm -rf build/$(DIST_NAME) && mkdir -p build/$(DIST_NAME)/bin build/$(DIST_NAME)/man
+	rm -rf build/$(DIST_NAME) dist/*.tar.gz dist/SHA256SUMS
+	mkdir -p build/$(DIST_NAME)/bin build/$(DIST_NAME)/systemd
 	install -m 0755 bin/fastpath bin/fastpath-rt build/$(DIST_NAME)/bin/
 	strip --strip-unneeded build/$(DIST_NAME)/bin/fastpath build/$(DIST_NAME)/bin/fastpath-rt
-	cp -r deploy/systemd deploy/examples deploy/sysctl.d build/completion build/$(DIST_NAME)/
-	$(if $(wildcard build/man/*.1),cp build/man/*.1 build/$(DIST_NAME)/man/)
+	$(if $(UNITS),install -m 0644 $(UNITS) build/$(DIST_NAME)/systemd/)
+	cp -r deploy/examples deploy/sysctl.d build/completion build/$(DIST_NAME)/
+	$(if $(wildcard build/man/*.1),mkdir -p build/$(DIST_NAME)/man && cp build/man/*.1 build/$(DIST_NAME)/man/)
 	cp -r LICENSE README.md docs build/$(DIST_NAME)/
 	cp bpf/LICENSE build/$(DIST_NAME)/LICENSE.bpf
 	tar -C build --owner=0 --group=0 --numeric-owner --sort=name \
