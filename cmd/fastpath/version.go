@@ -25,13 +25,16 @@ var (
 
 // buildInfo is what `fastpath version` says of the binary and the machine.
 type buildInfo struct {
-	Version   string         `json:"version"`
-	Commit    string         `json:"commit,omitempty"`
-	Date      string         `json:"date,omitempty"`
-	Modified  bool           `json:"modified,omitempty"`
-	Go        string         `json:"go"`
-	Kernel    string         `json:"kernel"`
-	Functions []functionInfo `json:"functions"`
+	Version string `json:"version"`
+	Commit  string `json:"commit,omitempty"`
+	Date    string `json:"date,omitempty"`
+	// CommitDate is the commit's time, as the Go toolchain recorded it:
+	// what a build without the Makefile's date says.
+	CommitDate string         `json:"commit_date,omitempty"`
+	Modified   bool           `json:"modified,omitempty"`
+	Go         string         `json:"go"`
+	Kernel     string         `json:"kernel"`
+	Functions  []functionInfo `json:"functions"`
 }
 
 // functionInfo says whether this machine offers what a function needs.
@@ -81,9 +84,7 @@ func collectBuildInfo(p preflight.Probes) buildInfo {
 					info.Commit = s.Value
 				}
 			case "vcs.time":
-				if info.Date == "" {
-					info.Date = s.Value
-				}
+				info.CommitDate = s.Value
 			case "vcs.modified":
 				info.Modified = s.Value == "true"
 			}
@@ -127,6 +128,8 @@ func printBuildInfo(w io.Writer, info buildInfo) {
 	}
 	if info.Date != "" {
 		fmt.Fprintf(w, "built    %s\n", info.Date)
+	} else if info.CommitDate != "" {
+		fmt.Fprintf(w, "of       %s (the commit's date)\n", info.CommitDate)
 	}
 	fmt.Fprintf(w, "go       %s\n", info.Go)
 	fmt.Fprintf(w, "kernel   %s\n", info.Kernel)
