@@ -125,7 +125,7 @@ build/man: $(BIN)
 
 install: build build/completion build/man
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples \
-		$(DESTDIR)$(SYSCTLDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSCONFDIR)/fastpath \
+		$(DESTDIR)$(SYSCTLDIR) $(DESTDIR)$(SYSCONFDIR)/fastpath \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 bin/fastpath bin/fastpath-rt $(DESTDIR)$(BINDIR)/
 	for u in $(UNITS); do \
@@ -137,7 +137,10 @@ install: build build/completion build/man
 	install -m 0644 build/completion/fastpath $(DESTDIR)$(BASHCOMPDIR)/fastpath
 	install -m 0644 build/completion/_fastpath $(DESTDIR)$(ZSHCOMPDIR)/_fastpath
 	install -m 0644 build/completion/fastpath.fish $(DESTDIR)$(FISHCOMPDIR)/fastpath.fish
-	$(if $(wildcard build/man/*.1),install -m 0644 build/man/*.1 $(DESTDIR)$(MANDIR)/man1/)
+	@# Each page into the directory of its section (fastpath.8: man8).
+	for p in $(wildcard build/man/*.[1-8]); do \
+		install -d $(DESTDIR)$(MANDIR)/man$${p##*.} && install -m 0644 $$p $(DESTDIR)$(MANDIR)/man$${p##*.}/ || exit 1; \
+	done
 	@[ -n "$(DESTDIR)" ] || echo "installed; now: systemctl daemon-reload && sysctl --system (see docs/install.md)"
 
 # Removes what install put there; /etc/fastpath and what it holds (the
@@ -149,7 +152,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(SYSCTLDIR)/60-fastpath.conf
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/fastpath $(DESTDIR)$(ZSHCOMPDIR)/_fastpath $(DESTDIR)$(FISHCOMPDIR)/fastpath.fish
-	rm -f $(DESTDIR)$(MANDIR)/man1/fastpath.1 $(DESTDIR)$(MANDIR)/man1/fastpath-*.1
+	rm -f $(DESTDIR)$(MANDIR)/man[1-8]/fastpath.[1-8] $(DESTDIR)$(MANDIR)/man[1-8]/fastpath-*.[1-8]
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/fastpath 2>/dev/null
 
 # ---- Releasing --------------------------------------------------------------
@@ -167,8 +170,7 @@ deb: build build/completion build/man
 	@# Debian's form: stripped binaries, compressed man pages, the licences
 	@# in the copyright file (pointing at /usr/share/common-licenses).
 	strip --strip-unneeded $(DEB_ROOT)/usr/bin/fastpath $(DEB_ROOT)/usr/bin/fastpath-rt
-	if ls $(DEB_ROOT)/usr/share/man/man1/*.1 >/dev/null 2>&1; then gzip -9n $(DEB_ROOT)/usr/share/man/man1/*.1; \
-	else rmdir $(DEB_ROOT)/usr/share/man/man1 $(DEB_ROOT)/usr/share/man; fi
+	if [ -d $(DEB_ROOT)/usr/share/man ]; then find $(DEB_ROOT)/usr/share/man -type f -exec gzip -9n {} +; fi
 	install -m 0644 deploy/debian/copyright $(DEB_ROOT)/usr/share/doc/fastpath/copyright
 	@# A native package's changelog: the version and the commit it is built from.
 	printf 'fastpath (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- %s  %s\n' \
@@ -192,7 +194,7 @@ dist: deb
 	strip --strip-unneeded build/$(DIST_NAME)/bin/fastpath build/$(DIST_NAME)/bin/fastpath-rt
 	$(if $(UNITS),install -m 0644 $(UNITS) build/$(DIST_NAME)/systemd/)
 	cp -r deploy/examples deploy/sysctl.d build/completion build/$(DIST_NAME)/
-	$(if $(wildcard build/man/*.1),mkdir -p build/$(DIST_NAME)/man && cp build/man/*.1 build/$(DIST_NAME)/man/)
+	$(if $(wildcard build/man/*.[1-8]),mkdir -p build/$(DIST_NAME)/man && cp build/man/*.[1-8] build/$(DIST_NAME)/man/)
 	cp -r LICENSE README.md docs build/$(DIST_NAME)/
 	cp bpf/LICENSE build/$(DIST_NAME)/LICENSE.bpf
 	tar -C build --owner=0 --group=0 --numeric-owner --sort=name \
