@@ -165,7 +165,7 @@ ARCH     := amd64
 deb: build build/completion build/man
 	rm -rf $(DEB_ROOT) dist/fastpath_*.deb && mkdir -p dist
 	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr \
-		ZSHCOMPDIR=/usr/share/zsh/vendor-completions
+		ZSHCOMPDIR=/usr/share/zsh/vendor-completions VERSION=$(VERSION) DATE=$(DATE)
 	rmdir $(DEB_ROOT)/etc/fastpath
 	@# Debian's form: stripped binaries, compressed man pages, the licences
 	@# in the copyright file (pointing at /usr/share/common-licenses).
