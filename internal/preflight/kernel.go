@@ -18,7 +18,7 @@ import (
 // ErrKernel wraps the error of a function whose programs this kernel cannot
 // load or attach: it names each helper, kfunc, map, program or link type
 // missing, the release that brought it, and the release to upgrade to.
-var ErrKernel = fmt.Errorf("%w: the kernel lacks what fastpath needs", ErrNotReady)
+var ErrKernel = fmt.Errorf("%w: kernel too old", ErrNotReady)
 
 // Function names a network function whose kernel needs are listed here.
 type Function string
@@ -364,8 +364,8 @@ func (p Probes) Missing(fn Function) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: fastpath %s needs what this kernel (%s) does not have:\n%s\nupgrade to Linux %s or newer (fastpath %s needs Linux %s; `fastpath version` shows what each function finds)",
-		ErrKernel, fn, KernelRelease(), strings.Join(lines, "\n"), need, fn, MinKernel(fn))
+	return fmt.Errorf("%w: fastpath %s needs what Linux %s does not have:\n%s\nupgrade to Linux %s or newer (`fastpath version` shows what each function finds)",
+		ErrKernel, fn, KernelRelease(), strings.Join(lines, "\n"), need)
 }
 
 // Kernel fails, naming each one, when the running kernel lacks something
