@@ -5,13 +5,20 @@ GO      ?= go
 # rustup installs cargo here; make deps puts it there if it is missing.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 BIN     := bin/fastpath
+# What `fastpath version` says: the release from git (scripts/version.sh),
+# the commit, and when it was built (SOURCE_DATE_EPOCH, if set, for
+# reproducible builds).
+VERSION := $(shell bash scripts/version.sh)
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
+DATE    := $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPOCH)) +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 # Every Go package with BPF programs keeps its bpf2go directives in bpf.go and
 # its C under bpf/<name>/ (the lab's under bpf/lab/).
 BPF_PKGS := $(patsubst %/bpf.go,%,$(wildcard internal/*/bpf.go))
 BPF_STAMPS := $(BPF_PKGS:%=%/.bpf-stamp)
 BPF_INCLUDE := $(wildcard bpf/include/*.h)
 
-.PHONY: all build deps test demo soak clean bench lab-down figures
+.PHONY: all build deps test demo soak clean bench lab-down figures install uninstall deb dist check-generated
 all: build
 
 deps:
@@ -24,7 +31,7 @@ internal/%/.bpf-stamp: $$(wildcard bpf/$$*/*.c bpf/$$*/*.h) $(BPF_INCLUDE) inter
 	@touch $@
 
 build: $(BPF_STAMPS) bin/fastpath-rt
-	$(GO) build -o $(BIN) ./cmd/fastpath
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fastpath
 
 # The userspace runtime (Rust); cargo rebuilds only what changed.
 CARGO ?= cargo
@@ -75,6 +82,127 @@ soak: deps build
 lab-down: build
 	./$(BIN) lab down
 
+# The bpf2go output is committed (go install builds from it): clean keeps it
+# and drops the stamps, so the next build regenerates it from bpf/.
 clean:
-	rm -rf bin results runtime/target
-	rm -f $(BPF_STAMPS) $(foreach p,$(BPF_PKGS),$(wildcard $(p)/*_bpfel.go $(p)/*_bpfel.o))
+	rm -rf bin build dist results runtime/target
+	rm -f $(BPF_STAMPS)
+
+# The committed bpf2go output is what bpf/ compiles to (scripts/test.sh runs it too).
+check-generated:
+	@bash scripts/check-generated.sh
+
+# ---- Installing -------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binaries, the systemd units
+# (their /usr/bin/fastpath rewritten to $(PREFIX)/bin/fastpath), the example
+# configurations, the sysctl settings, shell completions and man pages, and an
+# empty /etc/fastpath for the configurations. Units and /etc are not under
+# PREFIX: systemd and the units look for them where they are.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     := $(PREFIX)/bin
+UNITDIR    ?= /lib/systemd/system
+SYSCONFDIR ?= /etc
+DOCDIR     := $(PREFIX)/share/doc/fastpath
+MANDIR     := $(PREFIX)/share/man
+# systemd-sysctl reads /usr/local/lib/sysctl.d and /usr/lib/sysctl.d alike.
+SYSCTLDIR  := $(PREFIX)/lib/sysctl.d
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+UNITS      := $(wildcard deploy/systemd/*.service)
+EXAMPLES   := $(wildcard deploy/examples/*)
+
+# Completions and man pages come from the binary itself (cobra).
+build/completion: $(BIN)
+	@rm -rf $@ && mkdir -p $@
+	./$(BIN) completion bash > $@/fastpath
+	./$(BIN) completion zsh > $@/_fastpath
+	./$(BIN) completion fish > $@/fastpath.fish
+
+# `fastpath man DIR` writes one page per command; a binary without the
+# command gets no pages (said once).
+build/man: $(BIN)
+	@rm -rf $@ && mkdir -p $@
+	@if ./$(BIN) man --help >/dev/null 2>&1; then ./$(BIN) man $@; \
+	else echo "note: this fastpath has no man command: no man pages"; fi
+
+install: build build/completion build/man
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples \
+		$(DESTDIR)$(SYSCTLDIR) $(DESTDIR)$(SYSCONFDIR)/fastpath \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0755 bin/fastpath bin/fastpath-rt $(DESTDIR)$(BINDIR)/
+	for u in $(UNITS); do \
+		sed 's#/usr/bin/fastpath#$(BINDIR)/fastpath#g' $$u > $(DESTDIR)$(UNITDIR)/$$(basename $$u) && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$u) || exit 1; \
+	done
+	$(if $(EXAMPLES),install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/)
+	install -m 0644 deploy/sysctl.d/60-fastpath.conf $(DESTDIR)$(SYSCTLDIR)/
+	install -m 0644 build/completion/fastpath $(DESTDIR)$(BASHCOMPDIR)/fastpath
+	install -m 0644 build/completion/_fastpath $(DESTDIR)$(ZSHCOMPDIR)/_fastpath
+	install -m 0644 build/completion/fastpath.fish $(DESTDIR)$(FISHCOMPDIR)/fastpath.fish
+	@# Each page into the directory of its section (fastpath.8: man8).
+	for p in $(wildcard build/man/*.[1-8]); do \
+		install -d $(DESTDIR)$(MANDIR)/man$${p##*.} && install -m 0644 $$p $(DESTDIR)$(MANDIR)/man$${p##*.}/ || exit 1; \
+	done
+	@[ -n "$(DESTDIR)" ] || echo "installed; now: systemctl daemon-reload && sysctl --system (see docs/install.md)"
+
+# Removes what install put there; /etc/fastpath and what it holds (the
+# operator's configurations) stay. Attached functions keep running: their
+# programs are pinned in the kernel, not held by the binaries.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/fastpath $(DESTDIR)$(BINDIR)/fastpath-rt
+	rm -f $(foreach u,$(UNITS),$(DESTDIR)$(UNITDIR)/$(notdir $(u)))
+	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(SYSCTLDIR)/60-fastpath.conf
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/fastpath $(DESTDIR)$(ZSHCOMPDIR)/_fastpath $(DESTDIR)$(FISHCOMPDIR)/fastpath.fish
+	rm -f $(DESTDIR)$(MANDIR)/man[1-8]/fastpath.[1-8] $(DESTDIR)$(MANDIR)/man[1-8]/fastpath-*.[1-8]
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/fastpath 2>/dev/null
+
+# ---- Releasing --------------------------------------------------------------
+# make deb: dist/fastpath_VERSION_amd64.deb, built by nfpm (deploy/nfpm.yaml)
+# from a staged `make install` with PREFIX=/usr. nfpm comes from the Go module
+# proxy through deploy/nfpm.mod, apart from fastpath's own go.mod.
+DEB_ROOT := build/deb-root
+MAINTAINER ?= $(shell git config user.name) <$(shell git config user.email)>
+ARCH     := amd64
+deb: build build/completion build/man
+	rm -rf $(DEB_ROOT) dist/fastpath_*.deb && mkdir -p dist
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr \
+		ZSHCOMPDIR=/usr/share/zsh/vendor-completions VERSION=$(VERSION) DATE=$(DATE)
+	rmdir $(DEB_ROOT)/etc/fastpath
+	@# Debian's form: stripped binaries, compressed man pages, the licences
+	@# in the copyright file (pointing at /usr/share/common-licenses).
+	strip --strip-unneeded $(DEB_ROOT)/usr/bin/fastpath $(DEB_ROOT)/usr/bin/fastpath-rt
+	if [ -d $(DEB_ROOT)/usr/share/man ]; then find $(DEB_ROOT)/usr/share/man -type f -exec gzip -9n {} +; fi
+	install -m 0644 deploy/debian/copyright $(DEB_ROOT)/usr/share/doc/fastpath/copyright
+	@# A native package's changelog: the version and the commit it is built from.
+	printf 'fastpath (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- %s  %s\n' \
+		'$(VERSION)' '$(COMMIT)' '$(MAINTAINER)' "$$(date -R -u -d $(DATE))" \
+		| gzip -9n > $(DEB_ROOT)/usr/share/doc/fastpath/changelog.gz
+	@# The C libraries the binaries link, at the newest symbol version they use.
+	glibc=$$(objdump -T bin/fastpath bin/fastpath-rt | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2); \
+	VERSION=$(VERSION) ARCH=$(ARCH) ROOT=$(DEB_ROOT) MAINTAINER="$(MAINTAINER)" \
+	DEPENDS="libc6 (>= $$glibc), libgcc-s1" \
+		$(GO) tool -modfile=deploy/nfpm.mod nfpm package --config deploy/nfpm.yaml --packager deb \
+		--target dist/fastpath_$(VERSION)_$(ARCH).deb
+
+# make dist: dist/fastpath-VERSION-linux-amd64.tar.gz (binaries, units,
+# examples, sysctl file, completions, man pages, LICENSE, README, docs), the
+# .deb, and SHA256SUMS over both.
+DIST_NAME := fastpath-$(VERSION)-linux-$(ARCH)
+dist: deb
+	rm -rf build/$(DIST_NAME) dist/*.tar.gz dist/SHA256SUMS
+	mkdir -p build/$(DIST_NAME)/bin build/$(DIST_NAME)/systemd
+	install -m 0755 bin/fastpath bin/fastpath-rt build/$(DIST_NAME)/bin/
+	strip --strip-unneeded build/$(DIST_NAME)/bin/fastpath build/$(DIST_NAME)/bin/fastpath-rt
+	$(if $(UNITS),install -m 0644 $(UNITS) build/$(DIST_NAME)/systemd/)
+	cp -r deploy/examples deploy/sysctl.d build/completion build/$(DIST_NAME)/
+	$(if $(wildcard build/man/*.[1-8]),mkdir -p build/$(DIST_NAME)/man && cp build/man/*.[1-8] build/$(DIST_NAME)/man/)
+	cp -r LICENSE README.md docs build/$(DIST_NAME)/
+	cp bpf/LICENSE build/$(DIST_NAME)/LICENSE.bpf
+	tar -C build --owner=0 --group=0 --numeric-owner --sort=name \
+		$(if $(SOURCE_DATE_EPOCH),--mtime=@$(SOURCE_DATE_EPOCH)) \
+		-czf dist/$(DIST_NAME).tar.gz $(DIST_NAME)
+	cd dist && sha256sum $(DIST_NAME).tar.gz fastpath_$(VERSION)_$(ARCH).deb > SHA256SUMS
+	@echo "dist/: $(DIST_NAME).tar.gz fastpath_$(VERSION)_$(ARCH).deb SHA256SUMS"

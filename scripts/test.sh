@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# The committed bpf2go output must be what bpf/ compiles to: `go install`
+# builds from it, without clang. It counts as one test.
+gpassed=0; gfailed=0
+if bash scripts/check-generated.sh; then gpassed=1; else gfailed=1; fi
 # Each package's tests get 30 minutes (the default, 10, is near what the border
 # router's take against two releases of scionproto's router on a busy machine).
 go test -count=1 -timeout 30m -v ./... 2>&1 | tee "$log" | grep -E '^(--- (PASS|FAIL|SKIP)|ok|FAIL|panic)'
@@ -20,8 +24,8 @@ grep -E '^test result|FAILED|panicked|^error' "$rlog" || true
 rpassed=$(grep -oE 'test result: [a-z]+\. [0-9]+ passed' "$rlog" | awk '{s+=$4} END {print s+0}')
 rfailed=$(grep -oE '[0-9]+ failed' "$rlog" | awk '{s+=$1} END {print s+0}')
 # Count leaf and parent tests alike: each "--- PASS" line is one test.
-passed=$(( $(grep -cE '^\s*--- PASS' "$log") + rpassed ))
-failed=$(( $(grep -cE '^\s*--- FAIL' "$log") + rfailed ))
+passed=$(( $(grep -cE '^\s*--- PASS' "$log") + rpassed + gpassed ))
+failed=$(( $(grep -cE '^\s*--- FAIL' "$log") + rfailed + gfailed ))
 skipped=$(grep -cE '^\s*--- SKIP' "$log")
 if [ "$failed" -gt 0 ]; then
 	# What the failing tests said (their own output, from their RUN line to
@@ -39,6 +43,7 @@ if [ "$failed" -gt 0 ]; then
 		rm -f "$log.t"
 	done
 fi
+[ "$gfailed" -ne 0 ] && [ "$status" -eq 0 ] && status=1
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	# A build failure or panic fails no named test: show it and count it.
 	grep -vE '^(=== |\s*--- |ok|PASS)' "$log" | head -50

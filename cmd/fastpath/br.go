@@ -88,7 +88,7 @@ detaching. --mode overrides the configuration's xdp_mode.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml) (required)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see deploy/examples/br.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
@@ -155,7 +155,7 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-br@.service).`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see docs/br.example.toml) (required)")
+	cmd.Flags().StringVar(&config, "config", "", "router configuration (TOML; see deploy/examples/br.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "network namespace of the devices")
 	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")

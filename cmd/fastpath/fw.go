@@ -27,7 +27,7 @@ func fwCmd() *cobra.Command {
 		Short: "XDP firewall: prefix and port rules, flow blocking, rate limits, flow monitoring",
 		Long: `An XDP firewall. Rules AND their fields (src, dst, proto, sport, dport); the first
 rule that matches decides, else the default policy. Rules files are TOML (see
-docs/fw.md and docs/fw.example.toml) and are validated whole before they replace the
+docs/fw.md and deploy/examples/fw.example.toml) and are validated whole before they replace the
 running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/fw/<name>/;
 --name (default "default") selects the instance every command acts on.`,
 	}

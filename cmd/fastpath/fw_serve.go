@@ -111,7 +111,7 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see docs/fw.example.toml) (required)")
+	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see deploy/examples/fw.example.toml) (required)")
 	af.register(cmd)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9436)")
 	cmd.Flags().DurationVar(&gcEvery, "gc-interval", fw.DefaultGCInterval, "how often to remove expired connections")

@@ -52,6 +52,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd(), traCmd(), manCmd())
+	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd(), traCmd(), versionCmd(), manCmd())
 	return root
 }

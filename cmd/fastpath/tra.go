@@ -63,7 +63,7 @@ The translator's name is NETNS:PAIR, or PAIR for a host in this namespace.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see docs/tra.example.toml) (required)")
+	cmd.Flags().StringVar(&config, "config", "", "translator configuration (TOML; see deploy/examples/tra.example.toml) (required)")
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	return cmd

@@ -62,6 +62,9 @@ type AttachOptions struct {
 // XDP frames (it is left out, and its traffic goes to the reference router,
 // until it does), and lo must have forwarding on for the FIB lookups.
 func Attach(cfg *Config, opts AttachOptions) error {
+	if err := preflight.Kernel(preflight.BR); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -274,7 +274,7 @@ func (c *Config) decodeTOML() error {
 				pe.Position.Line, pe.Position.Col, after, pe.Message)
 		}
 		// Type mismatches come as "toml: line N (last key "k"): incompatible types: ...".
-		return errorf(c.Path, "", err, "%s; see docs/br.example.toml for each key's type",
+		return errorf(c.Path, "", err, "%s; see br.example.toml (deploy/examples/ in the source, share/doc/fastpath/examples/ where fastpath is installed) for each key's type",
 			strings.TrimPrefix(err.Error(), "toml: "))
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {

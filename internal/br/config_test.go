@@ -124,10 +124,10 @@ func TestConfigTestdata(t *testing.T) {
 	}
 }
 
-// TestConfigExample decodes docs/br.example.toml with its paths pointed at testdata, checks it
+// TestConfigExample decodes deploy/examples/br.example.toml with its paths pointed at testdata, checks it
 // shows every key, and that the values it shows for the defaulted keys are the defaults.
 func TestConfigExample(t *testing.T) {
-	b, err := os.ReadFile("../../docs/br.example.toml")
+	b, err := os.ReadFile("../../deploy/examples/br.example.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestConfigExample(t *testing.T) {
 	}
 	for _, k := range tomlKeys() {
 		if _, ok := shown[k]; !ok {
-			t.Errorf("docs/br.example.toml does not show key %q", k)
+			t.Errorf("deploy/examples/br.example.toml does not show key %q", k)
 		}
 	}
 	abs, err := filepath.Abs("testdata")
@@ -150,7 +150,7 @@ func TestConfigExample(t *testing.T) {
 		`keys = "/etc/scion/keys"`:              `keys = "` + filepath.Join(abs, "keys") + `"`,
 	} {
 		if !strings.Contains(s, old) {
-			t.Fatalf("docs/br.example.toml no longer has %s; update this test", old)
+			t.Fatalf("deploy/examples/br.example.toml no longer has %s; update this test", old)
 		}
 		s = strings.Replace(s, old, repl, 1)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -73,6 +74,10 @@ func (o *AttachOptions) Validate() error {
 // the rules and attaches it to the devices. Attaching again swaps the program
 // in place; rules, flows and block list stay unless new rules are given.
 func Attach(o AttachOptions) error {
+	// The egress tracker (TCX) is optional: attachEgress warns without it.
+	if err := preflight.Kernel(preflight.FW); err != nil {
+		return err
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}

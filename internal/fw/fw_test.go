@@ -629,7 +629,7 @@ src = "2001:db8:9::/48"
 // TestExampleFile: the documented example decodes and means what its
 // comments say.
 func TestExampleFile(t *testing.T) {
-	rs, err := LoadRules("../../docs/fw.example.toml")
+	rs, err := LoadRules("../../deploy/examples/fw.example.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func configDir(t *testing.T, ia string) string {
 // The documented sample decodes, shows every key, and shows the defaults
 // as they are.
 func TestConfigExample(t *testing.T) {
-	b, err := os.ReadFile("../../docs/tra.example.toml")
+	b, err := os.ReadFile("../../deploy/examples/tra.example.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +62,13 @@ func TestConfigExample(t *testing.T) {
 	}
 	for _, f := range reflect.VisibleFields(reflect.TypeOf(tomlFile{})) {
 		if k := f.Tag.Get("toml"); shown[k] == nil {
-			t.Errorf("docs/tra.example.toml does not show key %q", k)
+			t.Errorf("deploy/examples/tra.example.toml does not show key %q", k)
 		}
 	}
 	dir := configDir(t, "1-64513")
 	const topo = `topology = "/etc/scion/topology.json"`
 	if !strings.Contains(string(b), topo) {
-		t.Fatalf("docs/tra.example.toml no longer has %s; update this test", topo)
+		t.Fatalf("deploy/examples/tra.example.toml no longer has %s; update this test", topo)
 	}
 	ex, err := LoadConfig(writeConfig(t, dir, strings.Replace(string(b), topo, `topology = "topology.json"`, 1)))
 	if err != nil {

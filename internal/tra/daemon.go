@@ -165,7 +165,7 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 		lim.ProbeEvery = -1
 	case cfg.ProbeEvery > 0:
 		// probe_interval sets the dead timeout too: 10/3 of it, 500 ms
-		// at the default 150 ms (docs/tra.example.toml).
+		// at the default 150 ms (deploy/examples/tra.example.toml).
 		lim.ProbeEvery, lim.ProbeDead = cfg.ProbeEvery, cfg.ProbeEvery*10/3
 	}
 	if cfg.IdleTimeout != 0 {

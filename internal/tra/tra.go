@@ -436,6 +436,9 @@ const (
 // the translator's end (TC ingress), for what the first lets through. Attaching again keeps the maps and
 // swaps the programs. It returns the translator's name (see Name).
 func Attach(cfg *Config, o AttachOptions) (name string, err error) {
+	if err := preflight.Kernel(preflight.TRA); err != nil {
+		return "", err
+	}
 	if o.Warn == nil {
 		o.Warn = io.Discard
 	}
