@@ -109,6 +109,13 @@ func (p rtPass) command() *cobra.Command {
 					return err
 				}
 			}
+			// run and forward attach to a device: what the kernel lacks is
+			// said before fastpath-rt starts, not as a bare errno from it.
+			if c.Name() == "run" || c.Name() == "forward" {
+				if err := preflight.Kernel(preflight.RT); err != nil {
+					return err
+				}
+			}
 			bin, err := rt.Binary()
 			if err != nil {
 				return err
