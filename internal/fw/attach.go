@@ -84,7 +84,7 @@ func Attach(o AttachOptions) error {
 		return err
 	}
 	fresh := len(xdp.Links(dir)) == 0
-	lo := LoadOptions{PinPath: dir}
+	lo := LoadOptions{PinPath: dir, Warn: o.Warn}
 	if fresh {
 		lo.MaxFlows, lo.CtMax, lo.CtEmbryonic = o.MaxFlows, o.CtMax, o.CtEmbryonic
 	}
@@ -115,6 +115,10 @@ func Attach(o AttachOptions) error {
 		if eerr := f.attachEgress(dir, o.Devices); eerr != nil && o.Warn != nil {
 			fmt.Fprintf(o.Warn, "warning: %v: connection tracking will not see what this host sends (its answers and its own connections); a firewall in front of other hosts is not affected\n", eerr)
 		}
+	}
+	if err == nil {
+		// The new program runs on every device: the pins follow it.
+		err = f.migration.Commit()
 	}
 	if err != nil && fresh && len(xdp.Links(dir)) == 0 {
 		os.RemoveAll(dir)
