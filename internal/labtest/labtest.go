@@ -253,3 +253,41 @@ func unitDropInSetsExecStart(unit string) error {
 	}
 	return nil
 }
+
+// PrevLayoutTag is the build tag of the "previous release" of the upgrade
+// tests: the same source, with maps laid out otherwise in each network
+// function (their layout_prev.go), as a release that changed them would.
+const PrevLayoutTag = "fastpath_prevlayout"
+
+// ReleaseBinaries builds fastpath from this source twice, as the previous
+// release (PrevLayoutTag) and as this one, for tests that upgrade and roll
+// back an instance with the binaries an operator would run.
+func ReleaseBinaries(t testing.TB) (prev, cur string) {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("find the module: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	dir := t.TempDir()
+	prev, cur = filepath.Join(dir, "fastpath-prev"), filepath.Join(dir, "fastpath")
+	for _, b := range []struct{ out, tags string }{{prev, PrevLayoutTag}, {cur, ""}} {
+		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, "./cmd/fastpath")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", b.out, err, out)
+		}
+	}
+	return prev, cur
+}
+
+// Run runs a fastpath binary and fails the test if it fails; it returns
+// what it printed.
+func Run(t testing.TB, bin string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

@@ -26,7 +26,8 @@ import (
 //     swap, on the old maps);
 //  3. Commit copies again, for hash maps, the entries the old program added
 //     between the first copy and the swap (new connections, flows), then
-//     moves the pins to the new maps. Close without Commit leaves the pins
+//     renames the new maps' pins (made beside the old ones in step 2) over
+//     the old ones. Close without Commit leaves the pins
 //     as they were: the old program goes on with its maps.
 //
 // What is lost: updates of entries that existed at the first copy, made by
@@ -196,6 +197,14 @@ func PrepareMigration(spec *ebpf.CollectionSpec, dir string, o MigrateOptions) (
 	}
 	if len(mig.moves) == 0 {
 		return nil, nil
+	}
+	// Pinned beside the old ones now, so that after the swap only renames
+	// are left to do.
+	for _, mv := range mig.moves {
+		if err := pinBeside(dir, mv.name, mv.new); err != nil {
+			mig.Close()
+			return nil, fmt.Errorf("%w: %w", ErrMigration, err)
+		}
 	}
 	return mig, nil
 }
@@ -508,11 +517,13 @@ func (mv *move) catchUp() (int, error) {
 	return lost, first
 }
 
-// repin points the pin name in dir at m: pinned beside it, then renamed
-// over it, so that the name always holds one of the two maps.
-func repin(dir, name string, m *ebpf.Map) error {
-	final := filepath.Join(dir, name)
-	tmp := filepath.Join(dir, ".upgrade."+name)
+// newPin is where a new map is pinned until the commit. bpffs refuses
+// names with a dot.
+func newPin(dir, name string) string { return filepath.Join(dir, "upgrade_"+name) }
+
+// pinBeside pins m at newPin.
+func pinBeside(dir, name string, m *ebpf.Map) error {
+	tmp := newPin(dir, name)
 	os.Remove(tmp)
 	fresh, err := m.Clone()
 	if err != nil {
@@ -522,6 +533,14 @@ func repin(dir, name string, m *ebpf.Map) error {
 	if err := fresh.Pin(tmp); err != nil {
 		return fmt.Errorf("pin the new %s: %w", name, err)
 	}
+	return nil
+}
+
+// repin renames the new map's pin over the old one, so that the name always
+// holds one of the two maps.
+func repin(dir, name string, m *ebpf.Map) error {
+	final := filepath.Join(dir, name)
+	tmp := newPin(dir, name)
 	if err := os.Rename(tmp, final); err != nil {
 		// bpffs renames since Linux 4.10; without, a moment with no pin.
 		os.Remove(final)
@@ -543,6 +562,9 @@ func (mig *Migration) Close() {
 		mv.old.Close()
 		if mv.new != nil {
 			mv.new.Close()
+		}
+		if !mig.committed {
+			os.Remove(newPin(mig.dir, mv.name))
 		}
 	}
 	mig.moves = nil
