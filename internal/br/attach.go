@@ -112,7 +112,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		}
 		return err
 	}
-	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache})
+	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache, Warn: opts.Warn})
 	if err != nil {
 		return undo(err)
 	}
@@ -129,7 +129,8 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := r.attachTracing(dir, cfg.CountTxDrops); err != nil {
 		return errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))
 	}
-	return nil
+	// The new program runs on every device: the pins follow it.
+	return r.migration.Commit()
 }
 
 // Tracing link pins: not device links (xdp.Links ignores them), and gone

@@ -310,13 +310,13 @@ func (mv *move) read(old *ebpf.Map, ms *ebpf.MapSpec) ([]entry, error) {
 		var inner *ebpf.Map
 		for it.Next(&key, &inner) {
 			out = append(out, entry{key: key, fd: inner})
-			inner = nil
+			key, inner = nil, nil
 		}
 	case copyPrograms:
 		var prog *ebpf.Program
 		for it.Next(&key, &prog) {
 			out = append(out, entry{key: key, fd: prog})
-			prog = nil
+			key, prog = nil, nil
 		}
 	case copyBytes:
 		if mv.perCPU {
@@ -329,6 +329,7 @@ func (mv *move) read(old *ebpf.Map, ms *ebpf.MapSpec) ([]entry, error) {
 				if keep {
 					out = append(out, e)
 				}
+				key, cpus = nil, make([][]byte, mv.ncpu)
 			}
 		} else {
 			var value []byte
@@ -337,9 +338,12 @@ func (mv *move) read(old *ebpf.Map, ms *ebpf.MapSpec) ([]entry, error) {
 				if err != nil {
 					return nil, err
 				}
-				if keep && !(mv.isHash == false && zero(v)) {
+				if keep && (mv.isHash || !zero(v)) {
 					out = append(out, entry{key: k, value: v})
 				}
+				// A slice of the value's size would be read into in
+				// place: each entry gets its own.
+				key, value = nil, nil
 			}
 		}
 	}
@@ -501,6 +505,7 @@ func (mv *move) catchUp() (int, error) {
 			if err == nil && keep {
 				try(e.key, e.cpus)
 			}
+			key, cpus = nil, make([][]byte, mv.ncpu)
 		}
 	} else {
 		var value []byte
@@ -509,6 +514,7 @@ func (mv *move) catchUp() (int, error) {
 			if err == nil && keep {
 				try(k, v)
 			}
+			key, value = nil, nil
 		}
 	}
 	if err := it.Err(); err != nil && first == nil {
