@@ -135,6 +135,9 @@ type Path struct {
 type Translator struct {
 	objs translatorObjects
 	pathMaps
+	// migration carries the maps another release pinned into this one's
+	// layout; Attach commits it once the programs run.
+	migration *xdp.Migration
 }
 
 // Load loads the programs and maps, pinned under dir (reused when pinned
@@ -168,10 +171,25 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 		}
 		opts.Maps.PinPath = dir
 		removeOldPins(dir, warn)
-		replaceIncompatiblePins(spec, dir, warn)
 	}
 	t := &Translator{}
+	if dir != "" {
+		// Maps pinned by another release in another layout are carried
+		// into this one's (docs/upgrade.md); what cannot be is made afresh
+		// (the daemon installs the paths again), never refused.
+		afresh := map[string]bool{}
+		for name := range spec.Maps {
+			afresh[name] = true
+		}
+		mig, err := xdp.PrepareMigration(spec, dir, xdp.MigrateOptions{Afresh: afresh, Warn: warn})
+		if err != nil {
+			return nil, fmt.Errorf("translator %s: %w; the running translator is left as it is", filepath.Base(dir), err)
+		}
+		t.migration = mig
+		opts.MapReplacements = mig.Replacements()
+	}
 	if err := spec.LoadAndAssign(&t.objs, &opts); err != nil {
+		t.migration.Close()
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("the kernel refused the translator: %+v", ve)
@@ -196,27 +214,11 @@ func removeOldPins(dir string, warn io.Writer) {
 	}
 }
 
-// replaceIncompatiblePins removes the pins in dir of maps whose layout the
-// programs no longer share (an older translator's), so that they are made
-// afresh; the programs attached until the swap keep the old maps alive.
-func replaceIncompatiblePins(spec *ebpf.CollectionSpec, dir string, warn io.Writer) {
-	for name, ms := range spec.Maps {
-		pin := filepath.Join(dir, name)
-		m, err := ebpf.LoadPinnedMap(pin, nil)
-		if err != nil {
-			continue
-		}
-		err = ms.Compatible(m)
-		m.Close()
-		if err != nil {
-			fmt.Fprintf(warn, "translator: %s was made by another version (%v): made afresh\n", name, err)
-			os.Remove(pin)
-		}
-	}
-}
-
 // Close unloads what this process holds (pins stay).
-func (t *Translator) Close() error { return t.objs.Close() }
+func (t *Translator) Close() error {
+	t.migration.Close()
+	return t.objs.Close()
+}
 
 // beIA is an ISD-AS as the programs compare it: the header's 8 bytes.
 func beIA(ia addr.IA) uint64 {
@@ -527,7 +529,8 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := attachTracepoints(dir, t); err != nil {
 		fmt.Fprintf(o.Warn, "warning: translator %s: %v; frames the pair refuses are counted translated_in, not tx_failed\n", name, err)
 	}
-	return name, nil
+	// The new programs run on the underlay and the pair: the pins follow.
+	return name, t.migration.Commit()
 }
 
 // removeSeveredTCX removes a pinned TC link whose device went (its
