@@ -126,11 +126,14 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: opts.NoFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
 		return undo(err)
 	}
+	// The new program runs on every device: the pins follow it.
+	if err := r.migration.Commit(); err != nil {
+		return err
+	}
 	if err := r.attachTracing(dir, cfg.CountTxDrops); err != nil {
 		return errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))
 	}
-	// The new program runs on every device: the pins follow it.
-	return r.migration.Commit()
+	return nil
 }
 
 // Tracing link pins: not device links (xdp.Links ignores them), and gone

@@ -110,15 +110,15 @@ func Attach(o AttachOptions) error {
 		err = xdp.AttachPinned(dir, o.Devices, f.Program(), xdp.PinOptions{Mode: o.Mode, NoFallback: o.NoFallback, Warn: o.Warn, Generic: f.GenericProgram, Next: f.objs.FwNext})
 	}
 	if err == nil {
+		// The new program runs on every device: the pins follow it.
+		err = f.migration.Commit()
+	}
+	if err == nil {
 		// Without it the firewall still filters, but conntrack does not
 		// see the host's own packets (a kernel without TCX, before 6.6).
 		if eerr := f.attachEgress(dir, o.Devices); eerr != nil && o.Warn != nil {
 			fmt.Fprintf(o.Warn, "warning: %v: connection tracking will not see what this host sends (its answers and its own connections); a firewall in front of other hosts is not affected\n", eerr)
 		}
-	}
-	if err == nil {
-		// The new program runs on every device: the pins follow it.
-		err = f.migration.Commit()
 	}
 	if err != nil && fresh && len(xdp.Links(dir)) == 0 {
 		os.RemoveAll(dir)

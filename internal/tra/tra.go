@@ -515,6 +515,11 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
+	// tra_in runs on the new maps: the pins follow it (the pair's
+	// programs, swapped next, use the same maps).
+	if err := t.migration.Commit(); err != nil {
+		return "", err
+	}
 	// A pair deleted and made again leaves the old one's TC links severed:
 	// attach afresh.
 	for _, pin := range []string{tcLinkPin, tcEgressLinkPin} {
@@ -529,8 +534,7 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := attachTracepoints(dir, t); err != nil {
 		fmt.Fprintf(o.Warn, "warning: translator %s: %v; frames the pair refuses are counted translated_in, not tx_failed\n", name, err)
 	}
-	// The new programs run on the underlay and the pair: the pins follow.
-	return name, t.migration.Commit()
+	return name, nil
 }
 
 // removeSeveredTCX removes a pinned TC link whose device went (its
