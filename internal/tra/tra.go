@@ -153,6 +153,7 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load translator spec: %w", err)
 	}
+	layout(spec)
 	if m := spec.Maps["tra_used"]; m == nil || int(m.MaxEntries) != MaxDests {
 		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
 	}
