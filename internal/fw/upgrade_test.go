@@ -20,12 +20,38 @@ import (
 // layout: layout_prev.go) attaches with a rule set that tracks connections,
 // blocks one flow, and forwards; while traffic flows, this release attaches
 // over it (upgrade), then the previous one (rollback), then this one again.
-// No packet of the passed flow may be lost, none of the blocked one pass,
-// and the connection tracked from the start must have counted every packet
-// (it was never lost and made anew).
 func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 	tb := labtest.Testbed(t)
 	prev, cur := labtest.ReleaseBinaries(t)
+	upgradeUnderTraffic(t, tb, prev, []releaseStep{{"upgrade", cur, false}, {"rollback", prev, true}, {"upgrade again", cur, false}})
+}
+
+// previousRelease is the last commit before attaching again carried maps
+// of another layout over: a real release to upgrade from.
+const previousRelease = "88a4105"
+
+// TestUpgradeFromPreviousRelease upgrades under traffic from fastpath as
+// it was at previousRelease (its maps have the same layout: a swap in
+// place) to this release.
+func TestUpgradeFromPreviousRelease(t *testing.T) {
+	old := labtest.CommitBinary(t, previousRelease)
+	tb := labtest.Testbed(t)
+	_, cur := labtest.ReleaseBinaries(t)
+	upgradeUnderTraffic(t, tb, old, []releaseStep{{"upgrade", cur, true}})
+}
+
+// releaseStep is one attach over the running instance: what it is, the
+// binary, and whether the maps then pinned have the first release's layout.
+type releaseStep struct {
+	what, bin   string
+	firstLayout bool
+}
+
+// upgradeUnderTraffic attaches first, then each step's binary while traffic
+// flows. No packet of the passed flow may be lost, none of the blocked one
+// pass, and the connection tracked from the start must have counted every
+// packet (it was never lost and made anew).
+func upgradeUnderTraffic(t *testing.T, tb lab.Testbed, first string, steps []releaseStep) {
 	name := tb.Prefix + "fw"
 	dev := tb.DUTIn().Iface()
 	t.Cleanup(func() {
@@ -52,9 +78,9 @@ func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 		t.Helper()
 		labtest.Run(t, bin, append([]string{"fw", "--name", name, "attach", "--netns", dev.Netns, "--no-fallback"}, append(args, dev.Name)...)...)
 	}
-	attach(prev, "--rules", rules)
+	attach(first, "--rules", rules)
 	blocked := Flow{Src: gen, Dst: sinkAddr, Proto: 17, SPort: 1024, DPort: 7}
-	labtest.Run(t, prev, "fw", "--name", name, "block", "--src", gen.String(), "--dst", sinkAddr.String(), "--proto", "udp", "--sport", "1024", "--dport", "7")
+	labtest.Run(t, first, "fw", "--name", name, "block", "--src", gen.String(), "--dst", sinkAddr.String(), "--proto", "udp", "--sport", "1024", "--dport", "7")
 
 	sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
 	if err != nil {
@@ -100,21 +126,18 @@ func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 		defer m.Close()
 		return m.MaxEntries()
 	}
-	prevMax := blockedMax()
-	for i, step := range []struct {
-		what string
-		bin  string
-	}{{"upgrade", cur}, {"rollback", prev}, {"upgrade again", cur}} {
+	firstMax := blockedMax()
+	for _, step := range steps {
 		time.Sleep(1500 * time.Millisecond)
 		attach(step.bin)
 		select {
 		case <-done:
-			t.Fatalf("the traffic ended before the %s was done: send more packets", step.what)
+			t.Fatalf("the traffic ended before the %s was done", step.what)
 		default:
 		}
 		// The pins hold the maps of the release that runs.
-		if got := blockedMax(); (got == prevMax) != (i == 1) {
-			t.Fatalf("after the %s, the pinned block list has %d entries (the previous release's: %d)", step.what, got, prevMax)
+		if got := blockedMax(); (got == firstMax) != step.firstLayout {
+			t.Fatalf("after the %s, the pinned block list has room for %d entries (the first release's: %d)", step.what, got, firstMax)
 		}
 	}
 	time.Sleep(time.Second)
@@ -161,5 +184,5 @@ func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 	if passed.Packets[0] != passedWant {
 		t.Fatalf("the passed flow's connection counted %d packets, want %d: it was lost and made anew on the way", passed.Packets[0], passedWant)
 	}
-	t.Logf("%d packets sent across an upgrade, a rollback and an upgrade; %d passed, none lost", res.st.Sent, got.Packets)
+	t.Logf("%d packets sent across %d releases' attaches; %d passed, none lost", res.st.Sent, len(steps), got.Packets)
 }
