@@ -192,7 +192,7 @@ func PrepareMigration(spec *ebpf.CollectionSpec, dir string, o MigrateOptions) (
 				e.fd.Close()
 			}
 		}
-		p.entries = nil
+		plans[i].entries = nil
 		mig.moves = append(mig.moves, p.mv)
 	}
 	if len(mig.moves) == 0 {
