@@ -171,7 +171,7 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		// Maps pinned by another release in another layout are carried
 		// into this one's (docs/upgrade.md); one that cannot be is refused
 		// here, before anything changed.
-		mig, err := xdp.PrepareMigration(spec, opts.PinPath, xdp.MigrateOptions{Warn: opts.Warn})
+		mig, err := xdp.PrepareMigration(spec, opts.PinPath, xdp.MigrateOptions{Counters: map[string]bool{"br_counters": true, "br_ip_counters": true}, Warn: opts.Warn})
 		if err != nil {
 			return nil, fmt.Errorf("router %s: %w; the running router is left as it is", filepath.Base(opts.PinPath), err)
 		}

@@ -116,7 +116,7 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		// Maps pinned by another release in another layout are carried
 		// into this one's (docs/upgrade.md); one that cannot be is refused
 		// here, before anything changed.
-		mig, err := xdp.PrepareMigration(spec, opts.PinPath, xdp.MigrateOptions{Warn: opts.Warn})
+		mig, err := xdp.PrepareMigration(spec, opts.PinPath, xdp.MigrateOptions{Counters: map[string]bool{"fw_counters": true, "fw_stats": true}, Warn: opts.Warn})
 		if err != nil {
 			return nil, fmt.Errorf("firewall %q: %w; the running firewall is left as it is", filepath.Base(opts.PinPath), err)
 		}

@@ -182,7 +182,7 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 		for name := range spec.Maps {
 			afresh[name] = true
 		}
-		mig, err := xdp.PrepareMigration(spec, dir, xdp.MigrateOptions{Afresh: afresh, Warn: warn})
+		mig, err := xdp.PrepareMigration(spec, dir, xdp.MigrateOptions{Afresh: afresh, Counters: map[string]bool{"tra_counters": true}, Warn: warn})
 		if err != nil {
 			return nil, fmt.Errorf("translator %s: %w; the running translator is left as it is", filepath.Base(dir), err)
 		}
@@ -516,11 +516,13 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: xdp.Native, Warn: o.Warn}); err != nil {
 		return "", err
 	}
-	// tra_in runs on the new maps: the pins follow it (the pair's
-	// programs, swapped next, use the same maps).
-	if err := t.migration.Commit(); err != nil {
-		return "", err
-	}
+	// tra_in runs on the new maps: once the pair's programs run on them
+	// too, or failed to, the pins follow.
+	defer func() {
+		if cerr := t.migration.Commit(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	// A pair deleted and made again leaves the old one's TC links severed:
 	// attach afresh.
 	for _, pin := range []string{tcLinkPin, tcEgressLinkPin} {

@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -31,10 +32,12 @@ import (
 //     as they were: the old program goes on with its maps.
 //
 // What is lost: updates of entries that existed at the first copy, made by
-// the old program before the swap (counters' increments in that window, a
-// connection's state change), and entries it deleted then (they come back
-// and expire as usual). Arrays are copied once: after the swap the new
-// program owns them.
+// the old program before the swap (a connection's state change), and
+// entries it deleted then (they come back and expire as usual). Arrays are
+// copied once: after the swap the new program owns them. Maps of counters
+// (MigrateOptions.Counters) lose nothing of the kind: the commit adds what
+// the old program counted since the copy; only what the new program counts
+// while the commit rewrites an entry (microseconds) can be lost.
 //
 // Per map type:
 //   - hashes, LRU hashes, arrays, LPM tries and their per-CPU kinds: entry by
@@ -62,6 +65,10 @@ type MigrateOptions struct {
 	// Afresh names maps made empty, rather than refused, when their
 	// entries cannot be carried over: those the function fills again.
 	Afresh map[string]bool
+	// Counters names maps whose values are 64-bit counters, nothing else,
+	// that only grow: at the commit, what the old program added to them
+	// since the copy is added to the new map, so that no count is lost.
+	Counters map[string]bool
 	// Warn receives what is not carried over.
 	Warn io.Writer
 }
@@ -85,6 +92,9 @@ type move struct {
 	ncpu     int
 	isHash   bool
 	oldValue int
+	// snapshot holds, for a map of counters, each entry's old values as
+	// copied (by key; one per CPU), to add what came since at the commit.
+	snapshot map[string][][]byte
 }
 
 type copyKind int
@@ -263,6 +273,9 @@ func planMove(name string, ms *ebpf.MapSpec, old *ebpf.Map, o MigrateOptions) (*
 		nv, err := resizeValue(v, newValue)
 		return k, nv, true, err
 	}
+	if o.Counters[name] && mv.kind == copyBytes {
+		mv.snapshot = map[string][][]byte{}
+	}
 	return mv, nil
 }
 
@@ -329,6 +342,9 @@ func (mv *move) read(old *ebpf.Map, ms *ebpf.MapSpec) ([]entry, error) {
 				if keep {
 					out = append(out, e)
 				}
+				if mv.snapshot != nil {
+					mv.snapshot[string(key)] = cpus
+				}
 				key, cpus = nil, make([][]byte, mv.ncpu)
 			}
 		} else {
@@ -340,6 +356,9 @@ func (mv *move) read(old *ebpf.Map, ms *ebpf.MapSpec) ([]entry, error) {
 				}
 				if keep && (mv.isHash || !zero(v)) {
 					out = append(out, entry{key: k, value: v})
+				}
+				if mv.snapshot != nil {
+					mv.snapshot[string(key)] = [][]byte{value}
 				}
 				// A slice of the value's size would be read into in
 				// place: each entry gets its own.
@@ -469,6 +488,11 @@ func (mig *Migration) Commit() error {
 	mig.committed = true
 	var errs []error
 	for _, mv := range mig.moves {
+		if mv.snapshot != nil {
+			if err := mv.addIncrements(); err != nil {
+				fmt.Fprintf(mig.warn, "%s: what the old program counted during the upgrade is lost: %v\n", mv.name, err)
+			}
+		}
 		if mv.kind == copyBytes && mv.isHash {
 			if n, err := mv.catchUp(); err != nil {
 				fmt.Fprintf(mig.warn, "%s: %d entries the old program added during the upgrade are lost: %v\n", mv.name, n, err)
@@ -540,6 +564,76 @@ func pinBeside(dir, name string, m *ebpf.Map) error {
 		return fmt.Errorf("pin the new %s: %w", name, err)
 	}
 	return nil
+}
+
+// addIncrements adds to the new map of counters what the old program
+// counted since the copy: each 64-bit word's growth, per CPU. Entries the
+// new map lacks are left to catchUp, which copies them whole.
+func (mv *move) addIncrements() error {
+	var key []byte
+	cur := make([][]byte, max(mv.ncpu, 1))
+	it := mv.old.Iterate()
+	next := func() bool {
+		if mv.perCPU {
+			return it.Next(&key, cur)
+		}
+		var v []byte
+		ok := it.Next(&key, &v)
+		cur = [][]byte{v}
+		return ok
+	}
+	for next() {
+		snap := mv.snapshot[string(key)]
+		var grew bool
+		deltas := make([][]uint64, len(cur))
+		for c, v := range cur {
+			deltas[c] = make([]uint64, len(v)/8)
+			for w := range deltas[c] {
+				now := binary.NativeEndian.Uint64(v[w*8:])
+				var then uint64
+				if c < len(snap) && len(snap[c]) >= w*8+8 {
+					then = binary.NativeEndian.Uint64(snap[c][w*8:])
+				}
+				if now > then {
+					deltas[c][w] = now - then
+					grew = true
+				}
+			}
+		}
+		if grew {
+			if err := mv.addTo(key, deltas); err != nil {
+				return err
+			}
+		}
+		key, cur = nil, make([][]byte, max(mv.ncpu, 1))
+	}
+	return it.Err()
+}
+
+// addTo adds deltas (per CPU, per 64-bit word) to the new map's entry key.
+func (mv *move) addTo(key []byte, deltas [][]uint64) error {
+	var vals [][]byte
+	if mv.perCPU {
+		vals = make([][]byte, mv.ncpu)
+		if err := mv.new.Lookup(key, vals); err != nil {
+			return ignoreMissing(err)
+		}
+	} else {
+		var v []byte
+		if err := mv.new.Lookup(key, &v); err != nil {
+			return ignoreMissing(err)
+		}
+		vals = [][]byte{v}
+	}
+	for c, v := range vals {
+		for w := 0; w < len(deltas[c]) && w*8+8 <= len(v); w++ {
+			binary.NativeEndian.PutUint64(v[w*8:], binary.NativeEndian.Uint64(v[w*8:])+deltas[c][w])
+		}
+	}
+	if mv.perCPU {
+		return mv.new.Put(key, vals)
+	}
+	return mv.new.Put(key, vals[0])
 }
 
 // repin renames the new map's pin over the old one, so that the name always

@@ -257,3 +257,56 @@ func TestMigrateConvertsKeys(t *testing.T) {
 		t.Fatalf("%d entries (%v), want 2", n, it.Err())
 	}
 }
+
+// TestMigrateAddsCounts: what the old program counts between the copy and
+// the commit is added to the new map of counters, per CPU and per word.
+func TestMigrateAddsCounts(t *testing.T) {
+	dir := pinDir(t)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &ebpf.MapSpec{Name: "counters", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 4}
+	old, err := ebpf.NewMap(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	put := func(packets uint64) {
+		vals := make([][]byte, ncpu)
+		for c := range vals {
+			vals[c] = make([]byte, 16)
+			binary.NativeEndian.PutUint64(vals[c], packets+uint64(c))
+			binary.NativeEndian.PutUint64(vals[c][8:], 100*(packets+uint64(c)))
+		}
+		if err := old.Put(uint32(1), vals); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(10)
+	if err := old.Pin(filepath.Join(dir, "counters")); err != nil {
+		t.Fatal(err)
+	}
+	grown := *spec
+	grown.ValueSize, grown.Pinning = 24, ebpf.PinByName
+	mig, err := PrepareMigration(collection(&grown), dir, MigrateOptions{Counters: map[string]bool{"counters": true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mig.Close()
+	put(15) // the old program counts on until the swap
+	if err := mig.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	_, m := pinnedID(t, dir, "counters")
+	got := make([][]byte, ncpu)
+	if err := m.Lookup(uint32(1), got); err != nil {
+		t.Fatal(err)
+	}
+	for c, v := range got {
+		p, b := binary.NativeEndian.Uint64(v), binary.NativeEndian.Uint64(v[8:])
+		if p != 15+uint64(c) || b != 100*(15+uint64(c)) || !zero(v[16:]) {
+			t.Fatalf("CPU %d: %d packets, %d bytes (%x), want %d and %d", c, p, b, v, 15+c, 100*(15+c))
+		}
+	}
+}
