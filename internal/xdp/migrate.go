@@ -167,6 +167,7 @@ func PrepareMigration(spec *ebpf.CollectionSpec, dir string, o MigrateOptions) (
 			var entries []entry
 			entries, err = mv.read(old, ms)
 			if err == nil {
+				fmt.Fprintf(o.Warn, "%s: carried into this release's layout (%v)\n", pin, cerr)
 				plans = append(plans, planned{mv, ms, entries})
 				continue
 			}
