@@ -187,7 +187,7 @@ func TestMigrateRefuses(t *testing.T) {
 		"too many": {hashSpec("m", 4, 4, 4), map[uint32][]byte{1: {1, 0, 0, 0}, 2: {2, 0, 0, 0}, 3: {3, 0, 0, 0}}, hashSpec("m", 4, 4, 2), nil, "holds 3 entries"},
 		"array cut": {&ebpf.MapSpec{Name: "m", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 8, Pinning: ebpf.PinByName}, map[uint32][]byte{6: {1, 0, 0, 0}},
 			&ebpf.MapSpec{Name: "m", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 4, Pinning: ebpf.PinByName}, nil, "entry 6 holds data"},
-		"key changed": {hashSpec("m", 4, 4, 4), map[uint32][]byte{1: {1, 0, 0, 0}}, hashSpec("m", 8, 4, 4), nil, "no conversion"},
+		"key changed":  {hashSpec("m", 4, 4, 4), map[uint32][]byte{1: {1, 0, 0, 0}}, hashSpec("m", 8, 4, 4), nil, "no conversion"},
 		"type changed": {hashSpec("m", 4, 4, 4), nil, &ebpf.MapSpec{Name: "m", Type: ebpf.LRUHash, KeySize: 4, ValueSize: 4, MaxEntries: 4, Pinning: ebpf.PinByName}, nil, "type changed"},
 		"bad conversion": {hashSpec("m", 4, 4, 4), map[uint32][]byte{1: {1, 0, 0, 0}}, hashSpec("m", 8, 4, 4),
 			map[string]KeyConversion{"m": func(k, v []byte) ([]byte, []byte, bool, error) { return k, v, true, nil }}, "4-byte key"},
