@@ -424,15 +424,12 @@ func (mv *move) convertPerCPU(key []byte, cpus [][]byte) (entry, bool, error) {
 	return e, true, nil
 }
 
+// nativeUint32 is an array's index from its key, in the host's order.
 func nativeUint32(b []byte) uint32 {
 	if len(b) < 4 {
 		return 0
 	}
-	var v uint32
-	// Keys are in the host's order; the hosts fastpath runs on are
-	// little-endian, as bpf2go's output assumes.
-	v = uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-	return v
+	return binary.NativeEndian.Uint32(b)
 }
 
 // write puts the converted entries into the new map.
