@@ -146,6 +146,15 @@ func Load(opts LoadOptions) (*Firewall, error) {
 	return f, nil
 }
 
+// loadFwSpec is the firewall's object as this build loads it (layout.go).
+func loadFwSpec() (*ebpf.CollectionSpec, error) {
+	spec, err := loadFw()
+	if err == nil {
+		layout(spec)
+	}
+	return spec, err
+}
+
 // sizeFromPins gives the flow table and the conntrack tables the sizes of
 // those pinned in dir, if any: their sizes were chosen when the instance was
 // created.

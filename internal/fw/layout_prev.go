@@ -4,15 +4,6 @@ package fw
 
 import "github.com/cilium/ebpf"
 
-// loadFwSpec is the firewall's object as this release loads it.
-func loadFwSpec() (*ebpf.CollectionSpec, error) {
-	spec, err := loadFw()
-	if err == nil {
-		layout(spec)
-	}
-	return spec, err
-}
-
 // layout makes this build the "previous release" of the upgrade tests
 // (upgrade_test.go): its maps differ from a release build's in the ways a
 // release may change them, each one that the program tolerates: a value
