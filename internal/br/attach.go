@@ -130,7 +130,7 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		}
 		return err
 	}
-	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache})
+	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache, Warn: opts.Warn})
 	if err != nil {
 		return undo(err)
 	}
@@ -143,6 +143,10 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	}
 	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: noFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
 		return undo(err)
+	}
+	// The new program runs on every device: the pins follow it.
+	if err := r.migration.Commit(); err != nil {
+		return err
 	}
 	if err := r.attachTracing(dir, cfg.CountTxDrops); err != nil {
 		return errors.Join(err, xdp.DetachPinned(dir, PinRoot, nil))

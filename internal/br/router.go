@@ -113,6 +113,8 @@ type LoadOptions struct {
 	PinPath string
 	// NoMACCache computes every hop-field MAC: for timing the worst case.
 	NoMACCache bool
+	// Warn receives what an upgrade does not carry over.
+	Warn io.Writer
 }
 
 // Router is a loaded, configured router program; nothing is attached.
@@ -128,6 +130,9 @@ type Router struct {
 	generic  *ebpf.Program                // the copy for generic mode, once asked for
 	tracing  []*ebpf.Program              // the transmit-failure counters, once asked for
 	slots    map[uint16]uint16            // interface ID → counter slot, this router's
+	// migration carries the maps another release pinned into this one's
+	// layout; Attach commits it once the program runs on every device.
+	migration *xdp.Migration
 }
 
 // tracingProgs count failed transmits; see TracingPrograms.
@@ -162,8 +167,20 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 		copts.Maps.PinPath = opts.PinPath
 	}
 	r := &Router{cfg: cfg, opts: opts, slots: map[uint16]uint16{}, mapSpecs: spec.Maps, progs: late}
+	if opts.PinPath != "" {
+		// Maps pinned by another release in another layout are carried
+		// into this one's (docs/upgrade.md); one that cannot be is refused
+		// here, before anything changed.
+		mig, err := xdp.PrepareMigration(spec, opts.PinPath, xdp.MigrateOptions{Counters: map[string]bool{"br_counters": true, "br_ip_counters": true}, Warn: opts.Warn})
+		if err != nil {
+			return nil, fmt.Errorf("router %s: %w; the running router is left as it is", filepath.Base(opts.PinPath), err)
+		}
+		r.migration = mig
+		copts.MapReplacements = mig.Replacements()
+	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, copts)
 	if err != nil {
+		r.migration.Close()
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("the kernel refused the router program: %+v", ve)
@@ -219,6 +236,7 @@ func routerSpec(cfg *Config, opts LoadOptions, generic bool) (*ebpf.CollectionSp
 	if err != nil {
 		return nil, fmt.Errorf("load router spec: %w", err)
 	}
+	layout(spec)
 	set := map[string]any{}
 	if opts.SkipFIB {
 		set["br_skip_fib"] = uint32(1)
@@ -383,6 +401,7 @@ func (r *Router) Close() error {
 	if r.coll != nil {
 		r.coll.Close()
 	}
+	r.migration.Close()
 	return err
 }
 

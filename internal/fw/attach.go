@@ -89,7 +89,7 @@ func Attach(o AttachOptions) error {
 		return err
 	}
 	fresh := len(xdp.Links(dir)) == 0
-	lo := LoadOptions{PinPath: dir}
+	lo := LoadOptions{PinPath: dir, Warn: o.Warn}
 	if fresh {
 		lo.MaxFlows, lo.CtMax, lo.CtEmbryonic = o.MaxFlows, o.CtMax, o.CtEmbryonic
 	}
@@ -113,6 +113,10 @@ func Attach(o AttachOptions) error {
 		// With Next, a device the router or the translator holds gets the
 		// firewall put in front of it (docs/fw.md).
 		err = xdp.AttachPinned(dir, o.Devices, f.Program(), xdp.PinOptions{Mode: o.Mode, NoFallback: o.NoFallback, Warn: o.Warn, Generic: f.GenericProgram, Next: f.objs.FwNext})
+	}
+	if err == nil {
+		// The new program runs on every device: the pins follow it.
+		err = f.migration.Commit()
 	}
 	if err == nil {
 		// Without it the firewall still filters, but conntrack does not

@@ -234,7 +234,7 @@ func (f *Firewall) reaper() (*ebpf.Program, error) {
 		return f.objs.FwCtReap, nil
 	}
 	if f.pinnedReap == nil {
-		spec, err := loadFw()
+		spec, err := loadFwSpec()
 		if err != nil {
 			return nil, fmt.Errorf("read the firewall program: %w", err)
 		}

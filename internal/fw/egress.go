@@ -62,6 +62,7 @@ func (f *Firewall) loadEgress(dir string) (*egressObjects, error) {
 	if err != nil {
 		return nil, err
 	}
+	layout(spec)
 	repl := map[string]*ebpf.Map{}
 	for name, m := range f.egressMaps() {
 		ms, ok := spec.Maps[name]

@@ -3,6 +3,7 @@ package fw
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"net/netip"
 	"os"
@@ -38,6 +39,8 @@ type LoadOptions struct {
 	// DefaultMaxFlows), rounded up to a power of two. Ignored when the
 	// maps are reused from pins.
 	MaxFlows uint32
+	// Warn receives what an upgrade does not carry over.
+	Warn io.Writer
 	// CtMax and CtEmbryonic size connection tracking's tables: the
 	// established one (never evicts) and the embryonic LRU. 0: the
 	// defaults. Ignored when the maps are reused from pins.
@@ -65,11 +68,15 @@ type Firewall struct {
 	generic *ebpf.Program
 	// pinnedReap is the reaper loaded for an instance opened from pins.
 	pinnedReap *ebpf.Program
+	// migration carries the pinned maps of another release into this
+	// one's layout (an upgrade or a rollback); Attach commits it once the
+	// program runs on every device.
+	migration *xdp.Migration
 }
 
 // Load loads the program and creates (or reopens) its maps.
 func Load(opts LoadOptions) (*Firewall, error) {
-	spec, err := loadFw()
+	spec, err := loadFwSpec()
 	if err != nil {
 		return nil, fmt.Errorf("read the firewall program: %w", err)
 	}
@@ -105,7 +112,19 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		}
 	}
 	f := &Firewall{specs: spec.Maps, dir: opts.PinPath, spec: spec.Copy()}
+	if opts.PinPath != "" {
+		// Maps pinned by another release in another layout are carried
+		// into this one's (docs/upgrade.md); one that cannot be is refused
+		// here, before anything changed.
+		mig, err := xdp.PrepareMigration(spec, opts.PinPath, xdp.MigrateOptions{Counters: map[string]bool{"fw_counters": true, "fw_stats": true}, Warn: opts.Warn})
+		if err != nil {
+			return nil, fmt.Errorf("firewall %q: %w; the running firewall is left as it is", filepath.Base(opts.PinPath), err)
+		}
+		f.migration = mig
+		copts.MapReplacements = mig.Replacements()
+	}
 	if err := spec.LoadAndAssign(&f.objs, &copts); err != nil {
+		f.migration.Close()
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load the firewall program: %+v", ve)
@@ -125,6 +144,15 @@ func Load(opts LoadOptions) (*Firewall, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// loadFwSpec is the firewall's object as this build loads it (layout.go).
+func loadFwSpec() (*ebpf.CollectionSpec, error) {
+	spec, err := loadFw()
+	if err == nil {
+		layout(spec)
+	}
+	return spec, err
 }
 
 // sizeFromPins gives the flow table and the conntrack tables the sizes of
@@ -174,7 +202,7 @@ func OpenPinned(name string) (*Firewall, error) {
 		known, _ := Attached()
 		return nil, fmt.Errorf("firewall %q: %w (attached: %v); run fastpath fw attach first", name, ErrNotAttached, known)
 	}
-	spec, err := loadFw()
+	spec, err := loadFwSpec()
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +244,8 @@ func (f *Firewall) GenericProgram() (*ebpf.Program, error) {
 	}
 	spec.Programs = map[string]*ebpf.ProgramSpec{"fw_xdp": ps}
 	spec.Maps[FwNextName].Pinning = ebpf.PinNone
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: f.dir}})
+	// Until an upgrade is committed, the pins still hold the old maps.
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: f.dir}, MapReplacements: f.migration.Replacements()})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -241,6 +270,7 @@ func (f *Firewall) Close() error {
 	if f.pinnedReap != nil {
 		f.pinnedReap.Close()
 	}
+	f.migration.Close()
 	if f.objs.FwXdp != nil {
 		return f.objs.Close()
 	}

@@ -253,3 +253,87 @@ func unitDropInSetsExecStart(unit string) error {
 	}
 	return nil
 }
+
+// PrevLayoutTag is the build tag of the "previous release" of the upgrade
+// tests: the same source, with maps laid out otherwise in each network
+// function (their layout_prev.go), as a release that changed them would.
+const PrevLayoutTag = "fastpath_prevlayout"
+
+// ReleaseBinaries builds fastpath from this source twice, as the previous
+// release (PrevLayoutTag) and as this one, for tests that upgrade and roll
+// back an instance with the binaries an operator would run.
+func ReleaseBinaries(t testing.TB) (prev, cur string) {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("find the module: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	dir := t.TempDir()
+	prev, cur = filepath.Join(dir, "fastpath-prev"), filepath.Join(dir, "fastpath")
+	for _, b := range []struct{ out, tags string }{{prev, PrevLayoutTag}, {cur, ""}} {
+		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, "./cmd/fastpath")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", b.out, err, out)
+		}
+	}
+	return prev, cur
+}
+
+// Run runs a fastpath binary and fails the test if it fails; it returns
+// what it printed.
+func Run(t testing.TB, bin string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// CommitBinary is fastpath built from a commit of this repository's
+// history, for tests that upgrade from a real earlier release. The binary
+// is cached under ~/.cache/fastpath/; the test is skipped, saying why, when
+// the history does not hold the commit (a shallow clone).
+func CommitBinary(t testing.TB, commit string) string {
+	t.Helper()
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(home, ".cache", "fastpath")
+	bin := filepath.Join(cache, "fastpath-"+commit)
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if out, err := exec.Command("git", "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Skipf("commit %s is not in this repository's history (%v %s): no earlier release to upgrade from", commit, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	run := func(dir string, name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build fastpath at %s: %s %s: %v\n%s", commit, name, strings.Join(args, " "), err, out)
+		}
+	}
+	run("", "git", "worktree", "add", "--detach", src, commit)
+	t.Cleanup(func() { exec.Command("git", "worktree", "remove", "--force", src).Run() })
+	// The Go binary only: its BPF objects, then the build (make build
+	// would build the Rust runtime too, which the test does not run).
+	pkgs, _ := filepath.Glob(filepath.Join(src, "internal", "*", "bpf.go"))
+	for _, p := range pkgs {
+		run(filepath.Dir(p), "go", "generate")
+	}
+	tmp := bin + ".tmp"
+	run(src, "go", "build", "-o", tmp, "./cmd/fastpath")
+	if err := os.Rename(tmp, bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}

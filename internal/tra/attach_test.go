@@ -67,6 +67,37 @@ func sysctlIn(t *testing.T, ns, key, val string) {
 // goes when the test ends.
 func attachHost(t *testing.T, daemonAddr string) *attachedHost {
 	t.Helper()
+	a := newHost(t, daemonAddr)
+	var err error
+	a.name, err = Attach(a.cfg, AttachOptions{Netns: a.host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.detachAtEnd(t)
+	p := a.pinned(t)
+	defer p.Close()
+	if err := p.SetPaths(remoteIA, 7, []Path{{Raw: testPath(t), MTU: 1472, NextHop: farRouter, Expiry: uint64(time.Now().Add(time.Hour).Unix())}}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// detachAtEnd detaches the host's translator when the test ends.
+func (a *attachedHost) detachAtEnd(t *testing.T) {
+	t.Cleanup(func() {
+		if err := Detach(a.name); err != nil && !errors.Is(err, ErrNotAttached) {
+			t.Error(err)
+		}
+		if _, err := os.Stat(PinDir(a.name)); err == nil {
+			t.Errorf("%s left behind", PinDir(a.name))
+		}
+	})
+}
+
+// newHost makes the two namespaces and the translator's configuration
+// (written in a.cfg.Path); nothing is attached.
+func newHost(t *testing.T, daemonAddr string) *attachedHost {
+	t.Helper()
 	labtest.RequireKernel(t)
 	b := make([]byte, 2)
 	rand.Read(b)
@@ -92,23 +123,7 @@ func attachHost(t *testing.T, daemonAddr string) *attachedHost {
 		t.Fatal(err)
 	}
 	a.cfg = cfg
-	a.name, err = Attach(cfg, AttachOptions{Netns: a.host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Detach(a.name); err != nil && !errors.Is(err, ErrNotAttached) {
-			t.Error(err)
-		}
-		if _, err := os.Stat(PinDir(a.name)); err == nil {
-			t.Errorf("%s left behind", PinDir(a.name))
-		}
-	})
-	p := a.pinned(t)
-	defer p.Close()
-	if err := p.SetPaths(remoteIA, 7, []Path{{Raw: testPath(t), MTU: 1472, NextHop: farRouter, Expiry: uint64(time.Now().Add(time.Hour).Unix())}}); err != nil {
-		t.Fatal(err)
-	}
+	a.name = Name(cfg.Pair, a.host)
 	return a
 }
 

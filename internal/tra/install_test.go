@@ -301,8 +301,9 @@ func TestSetsReusedOnlyAfterSetAside(t *testing.T) {
 }
 
 // An attach over an earlier translator's pins replaces what changed: the
-// map of maps tra_paths goes, a configuration of another layout is made
-// anew, and the translator works: paths installed, a datagram translated.
+// map of maps tra_paths goes, a configuration of another layout is carried
+// into this one's, and the translator works: paths installed, a datagram
+// translated.
 func TestAttachOverOldPins(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
 	dir := PinDir(a.name)
@@ -331,7 +332,7 @@ func TestAttachOverOldPins(t *testing.T) {
 	if _, err := Attach(a.cfg, AttachOptions{Netns: a.host, Warn: &warn}); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"tra_conf was made by another version", "tra_paths of an earlier version removed"} {
+	for _, w := range []string{"tra_conf: carried into this release's layout", "tra_paths of an earlier version removed"} {
 		if !strings.Contains(warn.String(), w) {
 			t.Errorf("attach said %q, want %q", warn.String(), w)
 		}

@@ -135,6 +135,9 @@ type Path struct {
 type Translator struct {
 	objs translatorObjects
 	pathMaps
+	// migration carries the maps another release pinned into this one's
+	// layout; Attach commits it once the programs run.
+	migration *xdp.Migration
 }
 
 // Load loads the programs and maps, pinned under dir (reused when pinned
@@ -150,6 +153,7 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load translator spec: %w", err)
 	}
+	layout(spec)
 	if m := spec.Maps["tra_used"]; m == nil || int(m.MaxEntries) != MaxDests {
 		return nil, fmt.Errorf("the translator's object holds another number of destinations than this program (%d)", MaxDests)
 	}
@@ -168,10 +172,25 @@ func load(dir string, warn io.Writer) (*Translator, error) {
 		}
 		opts.Maps.PinPath = dir
 		removeOldPins(dir, warn)
-		replaceIncompatiblePins(spec, dir, warn)
 	}
 	t := &Translator{}
+	if dir != "" {
+		// Maps pinned by another release in another layout are carried
+		// into this one's (docs/upgrade.md); what cannot be is made afresh
+		// (the daemon installs the paths again), never refused.
+		afresh := map[string]bool{}
+		for name := range spec.Maps {
+			afresh[name] = true
+		}
+		mig, err := xdp.PrepareMigration(spec, dir, xdp.MigrateOptions{Afresh: afresh, Counters: map[string]bool{"tra_counters": true}, Warn: warn})
+		if err != nil {
+			return nil, fmt.Errorf("translator %s: %w; the running translator is left as it is", filepath.Base(dir), err)
+		}
+		t.migration = mig
+		opts.MapReplacements = mig.Replacements()
+	}
 	if err := spec.LoadAndAssign(&t.objs, &opts); err != nil {
+		t.migration.Close()
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("the kernel refused the translator: %+v", ve)
@@ -196,27 +215,11 @@ func removeOldPins(dir string, warn io.Writer) {
 	}
 }
 
-// replaceIncompatiblePins removes the pins in dir of maps whose layout the
-// programs no longer share (an older translator's), so that they are made
-// afresh; the programs attached until the swap keep the old maps alive.
-func replaceIncompatiblePins(spec *ebpf.CollectionSpec, dir string, warn io.Writer) {
-	for name, ms := range spec.Maps {
-		pin := filepath.Join(dir, name)
-		m, err := ebpf.LoadPinnedMap(pin, nil)
-		if err != nil {
-			continue
-		}
-		err = ms.Compatible(m)
-		m.Close()
-		if err != nil {
-			fmt.Fprintf(warn, "translator: %s was made by another version (%v): made afresh\n", name, err)
-			os.Remove(pin)
-		}
-	}
-}
-
 // Close unloads what this process holds (pins stay).
-func (t *Translator) Close() error { return t.objs.Close() }
+func (t *Translator) Close() error {
+	t.migration.Close()
+	return t.objs.Close()
+}
 
 // beIA is an ISD-AS as the programs compare it: the header's 8 bytes.
 func beIA(ia addr.IA) uint64 {
@@ -531,6 +534,13 @@ func Attach(cfg *Config, o AttachOptions) (name string, err error) {
 	if err := xdp.AttachPinned(dir, []xdp.Iface{under}, t.objs.TraIn, xdp.PinOptions{Mode: mode, NoFallback: noFallback, Warn: o.Warn}); err != nil {
 		return "", err
 	}
+	// tra_in runs on the new maps: once the pair's programs run on them
+	// too, or failed to, the pins follow.
+	defer func() {
+		if cerr := t.migration.Commit(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	// A pair deleted and made again leaves the old one's TC links severed:
 	// attach afresh.
 	for _, pin := range []string{tcLinkPin, tcEgressLinkPin} {

@@ -144,18 +144,13 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 			}
 		}
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			mode, err := AttachedMode(d)
-			var p *ebpf.Program
-			if err == nil {
-				p, err = o.progFor(mode, prog)
-			}
-			if err == nil {
-				err = l.Update(p)
-			}
+			u, release, err := updateLink(l, pin, d, prog, o)
 			l.Close()
 			if err != nil {
-				return errors.Join(fmt.Errorf("replace the program on %s: %w", d, err), rollback(dir, made))
+				return errors.Join(err, rollback(dir, made))
 			}
+			undo = append(undo, u)
+			defer release()
 			continue
 		}
 		if o.Next != nil {
@@ -191,6 +186,39 @@ func AttachPinned(dir string, devs []Iface, prog *ebpf.Program, o PinOptions) er
 		made = append(made, pin)
 	}
 	return nil
+}
+
+// updateLink swaps the program of a device's pinned link in place; it
+// returns how to put the program it ran back, so that an attach failing on
+// a later device leaves every device as it was (an upgrade whose maps are
+// not yet pinned must not stay half done).
+func updateLink(l link.Link, pin string, d Iface, prog *ebpf.Program, o PinOptions) (undo func() error, release func(), err error) {
+	mode, err := AttachedMode(d)
+	var p *ebpf.Program
+	if err == nil {
+		p, err = o.progFor(mode, prog)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("replace the program on %s: %w", d, err)
+	}
+	old, err := PinnedProgram(pin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replace the program on %s: %w", d, err)
+	}
+	if err := l.Update(p); err != nil {
+		old.Close()
+		return nil, nil, fmt.Errorf("replace the program on %s: %w", d, err)
+	}
+	// The old program's handle is kept for the undo, and let go when the
+	// attach is done (closing twice is harmless).
+	return func() error {
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		return l.Update(old)
+	}, func() { old.Close() }, nil
 }
 
 func fileExists(p string) bool {
