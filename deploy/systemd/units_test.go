@@ -43,8 +43,23 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(d, 0o755)
 	work = d
+	// The units read /etc/fastpath; on a machine without fastpath installed
+	// the tests make it, and it goes again when they end (if nothing else
+	// came into it).
+	// So does /var/lib/fastpath, which systemd makes for rt's StateDirectory.
+	made := map[string]bool{}
+	for _, dir := range []string{"/etc/fastpath", "/var/lib/fastpath"} {
+		_, err := os.Stat(dir)
+		made[dir] = os.IsNotExist(err)
+	}
 	code := m.Run()
 	os.RemoveAll(d)
+	for _, dir := range []string{"/etc/fastpath", "/var/lib/fastpath"} {
+		if made[dir] {
+			os.Remove(filepath.Join(dir, "rt"))
+			os.Remove(dir)
+		}
+	}
 	os.Exit(code)
 }
 
