@@ -81,10 +81,22 @@ func TestAttachNamesTheHolder(t *testing.T) {
 	t.Run("fastpath instance", func(t *testing.T) {
 		inst := filepath.Base(a.Netns) // unique per test run
 		dir := filepath.Join(bpffs, "fastpath", "fw", inst)
+		// The folders above the instance's go again if the test made them.
+		var made []string
+		for d := filepath.Dir(dir); d != bpffs; d = filepath.Dir(d) {
+			if _, err := os.Stat(d); os.IsNotExist(err) {
+				made = append(made, d)
+			}
+		}
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		defer os.RemoveAll(dir)
+		defer func() {
+			os.RemoveAll(dir)
+			for _, d := range made {
+				RemoveIfEmpty(d)
+			}
+		}()
 		l, err := Attach(a, namedProgram(t, "fw_pinned"), Native)
 		if err != nil {
 			t.Fatal(err)
