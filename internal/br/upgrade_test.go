@@ -1,15 +1,11 @@
 package br
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
@@ -58,26 +54,8 @@ func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 	defer g.Close()
 	// The traffic runs until the last swap is a second behind it; a
 	// minute at most.
-	const rate = 50_000
-	type result struct {
-		st  lab.GenStats
-		err error
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan result, 1)
-	go func() {
-		st, err := g.Send(ctx, lab.SendOptions{Duration: time.Minute, Rate: rate})
-		done <- result{st, err}
-	}()
-	localMax := func() uint32 {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(PinDir(name), "br_local_addrs"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		return m.MaxEntries()
-	}
+	traffic := labtest.StartTraffic(g, 50_000, time.Minute)
+	localMax := func() uint32 { return labtest.PinnedMaxEntries(t, filepath.Join(PinDir(name), "br_local_addrs")) }
 	prevMax := localMax()
 	for i, step := range []struct {
 		what string
@@ -85,22 +63,14 @@ func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 	}{{"upgrade", cur}, {"rollback", prev}, {"upgrade again", cur}} {
 		time.Sleep(1500 * time.Millisecond)
 		attach(step.bin)
-		select {
-		case <-done:
-			t.Fatalf("the traffic ended before the %s was done", step.what)
-		default:
-		}
+		traffic.Running(t, step.what)
 		// The pins hold the maps of the release that runs.
 		if got := localMax(); (got == prevMax) != (i == 1) {
 			t.Fatalf("after the %s, the pinned br_local_addrs has %d entries (the previous release's: %d)", step.what, got, prevMax)
 		}
 	}
 	time.Sleep(time.Second)
-	stop()
-	res := <-done
-	if res.err != nil && !errors.Is(res.err, context.Canceled) {
-		t.Fatal(res.err)
-	}
+	sent := traffic.Stop(t).Sent
 	time.Sleep(200 * time.Millisecond)
 	got, err := sink.Total()
 	if err != nil {
@@ -116,8 +86,8 @@ func TestUpgradeRollbackUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	fwd := c[1][routerBrVerdictBR_FORWARDED].Packets // slot 1: interface 1, the generator side
-	if got.Packets != res.st.Sent || fwd != res.st.Sent {
-		t.Fatalf("sent %d, router counted %d forwarded, sink got %d: want every packet, counted across the releases", res.st.Sent, fwd, got.Packets)
+	if got.Packets != sent || fwd != sent {
+		t.Fatalf("sent %d, router counted %d forwarded, sink got %d: want every packet, counted across the releases", sent, fwd, got.Packets)
 	}
-	t.Logf("%d packets sent across an upgrade, a rollback and an upgrade; none lost", res.st.Sent)
+	t.Logf("%d packets sent across an upgrade, a rollback and an upgrade; none lost", sent)
 }

@@ -1,14 +1,10 @@
 package fw
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
@@ -106,55 +102,29 @@ func upgradeUnderTraffic(t *testing.T, tb lab.Testbed, first string, steps []rel
 	defer g.Close()
 	// The traffic runs until the last swap is a second behind it; a
 	// minute at most.
-	const rate = 50_000
-	type result struct {
-		st  lab.GenStats
-		err error
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan result, 1)
-	go func() {
-		st, err := g.Send(ctx, lab.SendOptions{Duration: time.Minute, Rate: rate})
-		done <- result{st, err}
-	}()
-	blockedMax := func() uint32 {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(PinDir(name), "fw_blocked"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		return m.MaxEntries()
-	}
+	traffic := labtest.StartTraffic(g, 50_000, time.Minute)
+	blockedMax := func() uint32 { return labtest.PinnedMaxEntries(t, filepath.Join(PinDir(name), "fw_blocked")) }
 	firstMax := blockedMax()
 	for _, step := range steps {
 		time.Sleep(1500 * time.Millisecond)
 		attach(step.bin)
-		select {
-		case <-done:
-			t.Fatalf("the traffic ended before the %s was done", step.what)
-		default:
-		}
+		traffic.Running(t, step.what)
 		// The pins hold the maps of the release that runs.
 		if got := blockedMax(); (got == firstMax) != step.firstLayout {
 			t.Fatalf("after the %s, the pinned block list has room for %d entries (the first release's: %d)", step.what, got, firstMax)
 		}
 	}
 	time.Sleep(time.Second)
-	stop()
-	res := <-done
-	if res.err != nil && !errors.Is(res.err, context.Canceled) {
-		t.Fatal(res.err)
-	}
+	sent := traffic.Stop(t).Sent
 	time.Sleep(200 * time.Millisecond)
 	got, err := sink.Total()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The packets alternate, the passed flow's first.
-	passedWant := (res.st.Sent + 1) / 2
+	passedWant := (sent + 1) / 2
 	if got.Packets != passedWant {
-		t.Fatalf("sent %d, sink got %d, want exactly %d (every packet of the passed flow, none of the blocked one)", res.st.Sent, got.Packets, passedWant)
+		t.Fatalf("sent %d, sink got %d, want exactly %d (every packet of the passed flow, none of the blocked one)", sent, got.Packets, passedWant)
 	}
 	f, err := OpenPinned(name)
 	if err != nil {
@@ -184,5 +154,5 @@ func upgradeUnderTraffic(t *testing.T, tb lab.Testbed, first string, steps []rel
 	if passed.Packets[0] != passedWant {
 		t.Fatalf("the passed flow's connection counted %d packets, want %d: it was lost and made anew on the way", passed.Packets[0], passedWant)
 	}
-	t.Logf("%d packets sent across %d releases' attaches; %d passed, none lost", res.st.Sent, len(steps), got.Packets)
+	t.Logf("%d packets sent across %d releases' attaches; %d passed, none lost", sent, len(steps), got.Packets)
 }

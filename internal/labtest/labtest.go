@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/fastpath-dev/fastpath/internal/lab"
 	"github.com/fastpath-dev/fastpath/internal/netns"
@@ -336,4 +339,61 @@ func CommitBinary(t testing.TB, commit string) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// Traffic is a generator sending at a steady rate in the background, for a
+// test that changes the device under it (an upgrade, a rollback).
+type Traffic struct {
+	stop context.CancelFunc
+	done chan trafficResult
+}
+
+type trafficResult struct {
+	st  lab.GenStats
+	err error
+}
+
+// StartTraffic has g send at rate packets per second for at most max.
+func StartTraffic(g *lab.Generator, rate uint64, max time.Duration) *Traffic {
+	ctx, stop := context.WithCancel(context.Background())
+	tr := &Traffic{stop: stop, done: make(chan trafficResult, 1)}
+	go func() {
+		st, err := g.Send(ctx, lab.SendOptions{Duration: max, Rate: rate})
+		tr.done <- trafficResult{st, err}
+	}()
+	return tr
+}
+
+// Running fails the test if the traffic ended before what it was to
+// cover was done.
+func (tr *Traffic) Running(t testing.TB, what string) {
+	t.Helper()
+	select {
+	case <-tr.done:
+		t.Fatalf("the traffic ended before the %s was done", what)
+	default:
+	}
+}
+
+// Stop ends the traffic and says what was sent.
+func (tr *Traffic) Stop(t testing.TB) lab.GenStats {
+	t.Helper()
+	tr.stop()
+	res := <-tr.done
+	if res.err != nil && !errors.Is(res.err, context.Canceled) {
+		t.Fatal(res.err)
+	}
+	return res.st
+}
+
+// PinnedMaxEntries is the max_entries of the map pinned at path: which
+// release's layout the pins hold.
+func PinnedMaxEntries(t testing.TB, path string) uint32 {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	return m.MaxEntries()
 }
