@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
 )
 
 // Holder is the XDP program a device already has, and what keeps it there:
@@ -52,7 +53,7 @@ func HolderOf(i Iface) (*Holder, error) {
 	}
 	hd.LinkID = xdpLinkOf(hd.ProgID, uint32(l.Attrs().Index))
 	if hd.LinkID != 0 {
-		hd.Pins = fastpathPinsOf(hd.LinkID)
+		hd.Pins = fastpathPinsOf(i, hd.LinkID)
 		hd.Pids = processesHolding(hd.LinkID)
 	}
 	return hd, nil
@@ -87,24 +88,19 @@ func xdpLinkOf(prog ebpf.ProgramID, ifindex uint32) link.ID {
 }
 
 // fastpathPinsOf names the device pins of fastpath's instances that hold
-// the link.
-func fastpathPinsOf(id link.ID) []string {
+// the link: the device's own pin names (link_, behind_) in any instance.
+func fastpathPinsOf(i Iface, id link.ID) []string {
 	var out []string
-	fns, _ := os.ReadDir(filepath.Join(bpffs, "fastpath"))
-	for _, fn := range fns {
-		insts, _ := os.ReadDir(filepath.Join(bpffs, "fastpath", fn.Name()))
-		for _, in := range insts {
-			for _, pin := range Links(filepath.Join(bpffs, "fastpath", fn.Name(), in.Name())) {
-				if got, _, err := linkID(pin); err == nil && got == id {
-					out = append(out, pin)
-				}
+	for _, name := range []string{LinkPinName(i), BehindPinName(i)} {
+		pins, _ := filepath.Glob(filepath.Join(preflight.BPFFS, "fastpath", "*", "*", name))
+		for _, pin := range pins {
+			if got, _, err := linkID(pin); err == nil && got == id {
+				out = append(out, pin)
 			}
 		}
 	}
 	return out
 }
-
-const bpffs = "/sys/fs/bpf"
 
 // processesHolding lists the processes with a descriptor of the link, as
 // /proc/PID/fdinfo shows it (link_id).
@@ -159,7 +155,7 @@ func (h *Holder) describe(i Iface) string {
 			what, h.LinkID, joinInts(h.Pids), h.LinkID)
 	case h.LinkID != 0:
 		return fmt.Sprintf("%s holds it through bpf link %d, pinned outside %s/fastpath; find the pin with `bpftool link show id %d` and remove it (rm PIN) to detach it",
-			what, h.LinkID, bpffs, h.LinkID)
+			what, h.LinkID, preflight.BPFFS, h.LinkID)
 	case name == "xdp_dispatcher":
 		return fmt.Sprintf("%s holds it: xdp-loader's dispatcher; remove it with `xdp-loader unload %s --all`%s", what, i.Name, nsHint(i))
 	}

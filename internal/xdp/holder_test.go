@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
 )
 
 // namedProgram is a pass-all XDP program with a name the error must show.
@@ -80,10 +81,10 @@ func TestAttachNamesTheHolder(t *testing.T) {
 
 	t.Run("fastpath instance", func(t *testing.T) {
 		inst := filepath.Base(a.Netns) // unique per test run
-		dir := filepath.Join(bpffs, "fastpath", "fw", inst)
+		dir := filepath.Join(preflight.BPFFS, "fastpath", "fw", inst)
 		// The folders above the instance's go again if the test made them.
 		var made []string
-		for d := filepath.Dir(dir); d != bpffs; d = filepath.Dir(d) {
+		for d := filepath.Dir(dir); d != preflight.BPFFS; d = filepath.Dir(d) {
 			if _, err := os.Stat(d); os.IsNotExist(err) {
 				made = append(made, d)
 			}
