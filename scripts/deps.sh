@@ -47,6 +47,21 @@ fi
 command -v cargo >/dev/null 2>&1 || die "cargo is not installed: install Rust (https://rustup.rs) and run make again"
 cargo fetch -q --manifest-path runtime/Cargo.toml
 
+# promtool, Prometheus' linter, checks the exporters, alert rules and
+# dashboards' queries in the tests. It comes out of Debian's prometheus
+# package unpacked, not installed: installing would start a Prometheus
+# server on this machine.
+promtool=/usr/local/lib/fastpath/test/promtool
+if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$promtool" ]; then
+	say "unpacking promtool from Debian's prometheus package into $(dirname "$promtool")"
+	tmp=$(mktemp -d)
+	(cd "$tmp" && apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }) ||
+		die "cannot download Debian's prometheus package for promtool"
+	dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+	install -D -m 0755 "$tmp/x/usr/bin/promtool" "$promtool"
+	rm -rf "$tmp"
+fi
+
 # bpffs: fastpath pins its maps and links under /sys/fs/bpf/fastpath.
 if [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs" ]; then
 	say "mounting bpffs at /sys/fs/bpf"

@@ -5,13 +5,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/obs"
 
 	// Each network function's lab rows register themselves with the lab.
 	_ "github.com/fastpath-dev/fastpath/internal/br/brlab"
@@ -46,12 +50,30 @@ func closeInheritedOnExec() {
 }
 
 func rootCmd() *cobra.Command {
+	// Every command's own PersistentPreRun (fw's) runs after the root's,
+	// which sets up the logs.
+	cobra.EnableTraverseRunHooks = true
+	var logs obs.LogOptions
 	root := &cobra.Command{
 		Use:           "fastpath",
 		Short:         "eBPF fast path for network functions, and the lab that measures them",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			b := binaryBuild()
+			obs.SetBuild(obs.Build{Version: b.Version, Commit: b.Commit})
+			l, err := obs.NewLogger(os.Stderr, logs)
+			if err != nil {
+				return err
+			}
+			slog.SetDefault(l)
+			return nil
+		},
 	}
+	root.PersistentFlags().StringVar(&logs.Level, "log-level", "info", "least level logged: "+strings.Join(obs.LogLevels, ", "))
+	root.PersistentFlags().StringVar(&logs.Format, "log-format", "auto", "logs as "+strings.Join(obs.LogFormats, ", ")+" (auto: text on a terminal, journald's form under systemd, else JSON)")
+	root.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(obs.LogLevels, cobra.ShellCompDirectiveNoFileComp))
+	root.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions(obs.LogFormats, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd(), traCmd(), versionCmd(), manCmd())
 	return root
 }

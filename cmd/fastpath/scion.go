@@ -176,8 +176,8 @@ scion-pki testcrypto at each up. See docs/scion-lab.md.`,
 	check := &cobra.Command{
 		Use:         "check",
 		Annotations: map[string]string{noJSON: "it runs scionproto's scion showpaths, ping and traceroute and prints what they print"},
-		Short: "scion showpaths, ping and traceroute between the end hosts of two leaf ASes",
-		Args:  cobra.NoArgs,
+		Short:       "scion showpaths, ping and traceroute between the end hosts of two leaf ASes",
+		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := network()
 			if err != nil {

@@ -75,7 +75,31 @@ release that has it. The probes load tiny programs: run as root for a full answe
 }
 
 func collectBuildInfo(p preflight.Probes) buildInfo {
-	info := buildInfo{Version: version, Commit: commit, Date: date, Go: runtime.Version(), Kernel: preflight.KernelRelease()}
+	info := binaryBuild()
+	info.Kernel = preflight.KernelRelease()
+	for _, fn := range preflight.Functions {
+		fi := functionInfo{Name: fn, MinKernel: preflight.MinKernel(fn), Ready: true}
+		for _, s := range p.Check(fn) {
+			switch {
+			case s.Present:
+			case s.Unknown:
+				fi.Unknown = append(fi.Unknown, s)
+			case s.Optional:
+				fi.Optional = append(fi.Optional, s)
+			default:
+				fi.Missing = append(fi.Missing, s)
+				fi.Ready = false
+			}
+		}
+		info.Functions = append(info.Functions, fi)
+	}
+	return info
+}
+
+// binaryBuild is what the binary knows of its own build: the Makefile's
+// ldflags, else what the Go toolchain recorded.
+func binaryBuild() buildInfo {
+	info := buildInfo{Version: version, Commit: commit, Date: date, Go: runtime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch s.Key {
@@ -97,22 +121,6 @@ func collectBuildInfo(p preflight.Probes) buildInfo {
 	}
 	if info.Version == "" {
 		info.Version = "unknown"
-	}
-	for _, fn := range preflight.Functions {
-		fi := functionInfo{Name: fn, MinKernel: preflight.MinKernel(fn), Ready: true}
-		for _, s := range p.Check(fn) {
-			switch {
-			case s.Present:
-			case s.Unknown:
-				fi.Unknown = append(fi.Unknown, s)
-			case s.Optional:
-				fi.Optional = append(fi.Optional, s)
-			default:
-				fi.Missing = append(fi.Missing, s)
-				fi.Ready = false
-			}
-		}
-		info.Functions = append(info.Functions, fi)
 	}
 	return info
 }
