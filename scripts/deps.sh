@@ -47,18 +47,20 @@ fi
 command -v cargo >/dev/null 2>&1 || die "cargo is not installed: install Rust (https://rustup.rs) and run make again"
 cargo fetch -q --manifest-path runtime/Cargo.toml
 
-# promtool, Prometheus' linter, checks the exporters, alert rules and
-# dashboards' queries in the tests. It comes out of Debian's prometheus
-# package unpacked, not installed: installing would start a Prometheus
-# server on this machine.
-promtool=/usr/local/lib/fastpath/test/promtool
-if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$promtool" ]; then
-	say "unpacking promtool from Debian's prometheus package into $(dirname "$promtool")"
+# promtool (Prometheus' linter) checks the exporters, the alert rules and
+# the dashboards' queries in the tests, and a Prometheus server runs those
+# queries against the lab's exporters. Both come out of Debian's prometheus
+# package unpacked into a folder of fastpath's, not installed: installing
+# would start a Prometheus server on this machine.
+promdir=/usr/local/lib/fastpath/test
+if [ ! -x "$promdir/promtool" ] || [ ! -x "$promdir/prometheus" ]; then
+	say "unpacking promtool and prometheus from Debian's prometheus package into $promdir"
 	tmp=$(mktemp -d)
-	(cd "$tmp" && apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }) ||
+	(cd "$tmp" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; }) ||
 		die "cannot download Debian's prometheus package for promtool"
 	dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
-	install -D -m 0755 "$tmp/x/usr/bin/promtool" "$promtool"
+	install -D -m 0755 "$tmp/x/usr/bin/promtool" "$promdir/promtool"
+	install -D -m 0755 "$tmp/x/usr/bin/prometheus" "$promdir/prometheus"
 	rm -rf "$tmp"
 fi
 

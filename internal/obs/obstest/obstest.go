@@ -15,7 +15,11 @@ import (
 
 // PromtoolCache is where scripts/deps.sh unpacks promtool from Debian's
 // prometheus package, without installing (or starting) the server.
-const PromtoolCache = "/usr/local/lib/fastpath/test/promtool"
+const PromtoolCache = Dir + "/promtool"
+
+// Dir is where scripts/deps.sh unpacks Debian's prometheus package's
+// promtool and prometheus.
+const Dir = "/usr/local/lib/fastpath/test"
 
 // Promtool is the path of promtool; the test fails without it (make test
 // installs it).
