@@ -266,8 +266,9 @@ var dashboards = []dashboard{
 					q(rate("fastpath_br_dropped_pkts_total", sel+`,isd_as=~"$isd_as"`, "interface, reason"), "{{interface}} {{reason}}")),
 				ts("Passed up to scionproto's router, by reason", "pps", "fastpath_br_passed_pkts_total: packets XDP left to the reference router (not lost: they run at its speed).",
 					q(rate("fastpath_br_passed_pkts_total", sel+`,isd_as=~"$isd_as"`, "reason"), "{{reason}}")).stacked(),
-				ts("Plain IP forwarding, by verdict", "pps", "fastpath_br_ip_pkts_total: IP packets that are not SCION, by verdict.",
-					q(rate("fastpath_br_ip_pkts_total", sel, "verdict"), "{{verdict}}")),
+				ts("Plain IP forwarding, by verdict", "pps", "fastpath_br_ip_pkts_total: IP packets that are not SCION, by verdict; and fastpath_br_ip_bytes_total in bits per second (right axis).",
+					q(rate("fastpath_br_ip_pkts_total", sel, "verdict"), "{{verdict}}"),
+					q(fmt.Sprintf(`8 * %s`, rate("fastpath_br_ip_bytes_total", sel, "verdict")), "{{verdict}} bit/s")),
 				row("Devices, keeper and tables"),
 				ts("Devices forwarded in XDP", "short", "fastpath_br_device_ready: 1 while br serve forwards the device in XDP, 0 when it fell back to scionproto's router (a veth peer without GRO or XDP, a driver that cannot transmit XDP frames).",
 					q(fmt.Sprintf(`fastpath_br_device_ready{%s}`, sel), "{{name}} {{device}}")),
@@ -488,9 +489,24 @@ func render(d dashboard) ([]byte, error) {
 		case "table":
 			options = map[string]any{"showHeader": true, "cellHeight": "sm"}
 		}
+		overrides := []any{}
+		for _, t := range p.targets {
+			// A series in bits beside packets: on its own axis, at the right.
+			if strings.HasSuffix(t.legend, " bit/s") && p.unit != "bps" {
+				overrides = append(overrides, map[string]any{
+					"matcher": map[string]any{"id": "byRegexp", "options": "/ bit\\/s$/"},
+					"properties": []any{
+						map[string]any{"id": "unit", "value": "bps"},
+						map[string]any{"id": "custom.axisPlacement", "value": "right"},
+						map[string]any{"id": "custom.stacking", "value": map[string]any{"mode": "none", "group": "B"}},
+					},
+				})
+				break
+			}
+		}
 		pj := map[string]any{
 			"id": i + 1, "type": p.kind, "title": p.title, "description": p.desc, "datasource": ds, "gridPos": gp,
-			"targets": targets, "fieldConfig": map[string]any{"defaults": defaults, "overrides": []any{}}, "options": options,
+			"targets": targets, "fieldConfig": map[string]any{"defaults": defaults, "overrides": overrides}, "options": options,
 		}
 		if p.kind == "table" {
 			pj["transformations"] = []any{map[string]any{"id": "organize", "options": map[string]any{
