@@ -95,8 +95,9 @@ check-generated:
 # ---- Installing -------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=]: the binaries, the systemd units
 # (their /usr/bin/fastpath rewritten to $(PREFIX)/bin/fastpath), the example
-# configurations, the sysctl settings, shell completions and man pages, and an
-# empty /etc/fastpath for the configurations. Units and /etc are not under
+# configurations, the sysctl settings, shell completions and man pages, the
+# Grafana dashboards and Prometheus alert rules (share/fastpath/monitoring),
+# and an empty /etc/fastpath for the configurations. Units and /etc are not under
 # PREFIX: systemd and the units look for them where they are.
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -104,6 +105,7 @@ BINDIR     := $(PREFIX)/bin
 UNITDIR    ?= /lib/systemd/system
 SYSCONFDIR ?= /etc
 DOCDIR     := $(PREFIX)/share/doc/fastpath
+MONDIR     := $(PREFIX)/share/fastpath/monitoring
 MANDIR     := $(PREFIX)/share/man
 # systemd-sysctl reads /usr/local/lib/sysctl.d and /usr/lib/sysctl.d alike.
 SYSCTLDIR  := $(PREFIX)/lib/sysctl.d
@@ -112,6 +114,8 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 UNITS      := $(wildcard deploy/systemd/*.service)
 EXAMPLES   := $(wildcard deploy/examples/*)
+DASHBOARDS := $(wildcard deploy/monitoring/grafana/*.json)
+PROMFILES  := $(wildcard deploy/monitoring/prometheus/*.yml)
 
 # Completions and man pages come from the binary itself (cobra).
 build/completion: $(BIN)
@@ -129,7 +133,7 @@ build/man: $(BIN)
 
 install: build build/completion build/man
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples \
-		$(DESTDIR)$(SYSCTLDIR) $(DESTDIR)$(SYSCONFDIR)/fastpath \
+		$(DESTDIR)$(SYSCTLDIR) $(DESTDIR)$(SYSCONFDIR)/fastpath $(DESTDIR)$(MONDIR)/grafana $(DESTDIR)$(MONDIR)/prometheus \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 bin/fastpath bin/fastpath-rt $(DESTDIR)$(BINDIR)/
 	for u in $(UNITS); do \
@@ -138,6 +142,8 @@ install: build build/completion build/man
 	done
 	$(if $(EXAMPLES),install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/)
 	install -m 0644 deploy/sysctl.d/60-fastpath.conf $(DESTDIR)$(SYSCTLDIR)/
+	install -m 0644 $(DASHBOARDS) $(DESTDIR)$(MONDIR)/grafana/
+	install -m 0644 $(PROMFILES) $(DESTDIR)$(MONDIR)/prometheus/
 	install -m 0644 build/completion/fastpath $(DESTDIR)$(BASHCOMPDIR)/fastpath
 	install -m 0644 build/completion/_fastpath $(DESTDIR)$(ZSHCOMPDIR)/_fastpath
 	install -m 0644 build/completion/fastpath.fish $(DESTDIR)$(FISHCOMPDIR)/fastpath.fish
@@ -154,6 +160,8 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/fastpath $(DESTDIR)$(BINDIR)/fastpath-rt
 	rm -f $(foreach u,$(UNITS),$(DESTDIR)$(UNITDIR)/$(notdir $(u)))
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -rf $(DESTDIR)$(MONDIR)
+	-rmdir $(DESTDIR)$(PREFIX)/share/fastpath 2>/dev/null
 	rm -f $(DESTDIR)$(SYSCTLDIR)/60-fastpath.conf
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/fastpath $(DESTDIR)$(ZSHCOMPDIR)/_fastpath $(DESTDIR)$(FISHCOMPDIR)/fastpath.fish
 	rm -f $(DESTDIR)$(MANDIR)/man[1-8]/fastpath.[1-8] $(DESTDIR)$(MANDIR)/man[1-8]/fastpath-*.[1-8]
@@ -188,7 +196,8 @@ deb: build build/completion build/man
 		--target dist/fastpath_$(VERSION)_$(ARCH).deb
 
 # make dist: dist/fastpath-VERSION-linux-amd64.tar.gz (binaries, units,
-# examples, sysctl file, completions, man pages, LICENSE, README, docs), the
+# examples, sysctl file, completions, man pages, dashboards and alert rules,
+# LICENSE, README, docs), the
 # .deb, and SHA256SUMS over both.
 DIST_NAME := fastpath-$(VERSION)-linux-$(ARCH)
 dist: deb
@@ -198,6 +207,9 @@ dist: deb
 	strip --strip-unneeded build/$(DIST_NAME)/bin/fastpath build/$(DIST_NAME)/bin/fastpath-rt
 	$(if $(UNITS),install -m 0644 $(UNITS) build/$(DIST_NAME)/systemd/)
 	cp -r deploy/examples deploy/sysctl.d build/completion build/$(DIST_NAME)/
+	mkdir -p build/$(DIST_NAME)/monitoring/grafana build/$(DIST_NAME)/monitoring/prometheus
+	install -m 0644 $(DASHBOARDS) build/$(DIST_NAME)/monitoring/grafana/
+	install -m 0644 $(PROMFILES) build/$(DIST_NAME)/monitoring/prometheus/
 	$(if $(wildcard build/man/*.[1-8]),mkdir -p build/$(DIST_NAME)/man && cp build/man/*.[1-8] build/$(DIST_NAME)/man/)
 	cp -r LICENSE README.md docs build/$(DIST_NAME)/
 	cp bpf/LICENSE build/$(DIST_NAME)/LICENSE.bpf
