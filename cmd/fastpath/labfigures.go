@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -28,7 +29,8 @@ record reads "unknown". The page is replaced whole, or not at all.
 It also draws each function's rows as ratios to their anchor (the border router by frame size against
 xdp-redirect, the firewall by number of rules against routed, the translator against plain IPv6, a soak's
 timeline if results hold one) as PNGs in a directory beside the page named after it (docs/figures/ for
-docs/figures.md), and embeds them in the page. With --out - it prints the page without plots.`,
+docs/figures.md), and embeds them in the page; other PNGs in that directory are removed. With --out - it
+prints the page without plots.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			page, err := lab.ReadFigures(results)
@@ -59,6 +61,17 @@ docs/figures.md), and embeds them in the page. With --out - it prints the page w
 				}
 				if err := writeFileAtomic(filepath.Join(dir, pl.File), b.Bytes()); err != nil {
 					return err
+				}
+			}
+			// The directory is the page's alone: a PNG of a plot this run
+			// did not draw (a soak's, after results lost it) would be
+			// one the page no longer shows.
+			old, _ := filepath.Glob(filepath.Join(dir, "*.png"))
+			for _, f := range old {
+				if !slices.ContainsFunc(page.Plots, func(pl lab.Plot) bool { return pl.File == filepath.Base(f) }) {
+					if err := os.Remove(f); err != nil {
+						return err
+					}
 				}
 			}
 			page.ImageDir = imageDir

@@ -725,6 +725,9 @@ func (p *FiguresPage) plot() {
 	// replaces an earlier one's at the same size.
 	slices.SortStableFunc(p.benches, func(a, b namedBench) int { return a.r.Started.Compare(b.r.Started) })
 	p.Plots = append(p.Plots, p.brPlots()...)
+	if pl := p.rtPlot(); pl != nil {
+		p.Plots = append(p.Plots, *pl)
+	}
 	if pl, note := p.fwPlot(); pl != nil {
 		p.Plots = append(p.Plots, *pl)
 		if note != "" {
@@ -1250,4 +1253,43 @@ func soakDuration(s float64) string {
 		return fmt.Sprintf("%.0f minutes", s/60)
 	}
 	return fmt.Sprintf("%.0f s", s)
+}
+
+// rtPlot is the userspace runtime's rows, each over its own anchor (the
+// runtime over AF_XDP forwarding with no program, that over the kernel's
+// XDP forwarder), a bar per row and frame size.
+func (p *FiguresPage) rtPlot() *Plot {
+	rows := p.anchored("rt")
+	if len(rows) == 0 {
+		return nil
+	}
+	var cats []string
+	se := plotSeries{Name: "row over its anchor", Color: plotColors[0]}
+	several := false
+	for _, a := range rows {
+		several = several || a.row.Size != rows[0].row.Size
+	}
+	for _, a := range rows {
+		c := a.row.Scenario + " / " + a.row.Anchor
+		if several {
+			c += fmt.Sprintf(" (%d B)", a.row.Size)
+		}
+		se.Points = append(se.Points, plotPoint{X: float64(len(cats)), Y: a.row.AnchorRatio, Lo: a.row.MinMpps / a.row.AnchorMpps, Hi: a.row.MaxMpps / a.row.AnchorMpps})
+		cats = append(cats, c)
+	}
+	srcs := sourcesOf(rows)
+	panel := ratioPanel("anchor", []plotSeries{se})
+	panel.RefLabel = "1.0 = the row's anchor"
+	return &Plot{
+		File: "rt.png", Function: "rt", Heading: "the userspace runtime, each row against its anchor",
+		Caption: []string{
+			"Mpps of each row over its anchor's (named after the slash) at the same frame size in the same run: `rt-jit` is the XDP object run over AF_XDP by fastpath-rt against AF_XDP forwarding with no program (`afxdp-fwd`), and that against the kernel's XDP forwarder (`xdp-redirect`).",
+			sourcesCaption(srcs),
+		},
+		spec: &plotSpec{
+			Width: plotWidth, Height: plotHeight, Title: "Userspace runtime, x each row's anchor", Stamp: stamp(srcs),
+			XLabel: "row / its anchor", Categories: cats,
+			Panels: []plotPanel{panel},
+		},
+	}
 }

@@ -279,7 +279,7 @@ func TestFiguresPlots(t *testing.T) {
 	for _, pl := range p.Plots {
 		files = append(files, pl.File)
 	}
-	want := []string{"br-xdp-redirect.png", "fw-rules.png", "tra.png", "soak.png"}
+	want := []string{"br-xdp-redirect.png", "rt.png", "fw-rules.png", "tra.png", "soak.png"}
 	if !slices.Equal(files, want) {
 		t.Fatalf("plots %v, want %v", files, want)
 	}
