@@ -1032,7 +1032,7 @@ func (p *FiguresPage) fwPlot() (*Plot, string) {
 	return pl, note
 }
 
-// traMetricTitles are the Gbit/s metrics of lab tra in the plot's order.
+// traThroughput are the Gbit/s metrics of lab tra in the plot's order.
 var traThroughput = []struct{ name, title string }{
 	{"tcp-1", "TCP x1"}, {"tcp-4", "TCP x4"}, {"udp-1", "UDP x1"}, {"udp-4", "UDP x4"},
 }
