@@ -68,7 +68,7 @@ demo: deps build
 	./$(BIN) --prefix fp-topo- lab scion check >> results/scion-topo.txt; rc=$$?; ./$(BIN) --prefix fp-topo- lab scion down; exit $$rc
 	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
 
-# docs/figures.md from the reports make demo left in results/.
+# docs/figures.md and its plots (docs/figures/*.png) from the reports make demo left in results/.
 figures: build
 	./$(BIN) lab figures --results results --out docs/figures.md
 

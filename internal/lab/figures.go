@@ -5,7 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -120,8 +124,19 @@ type FigureTable struct {
 type FiguresPage struct {
 	Tables []FigureTable
 	// Skipped are files of the results directory that hold no report this
-	// page reads (a soak's, say), with why.
+	// page reads, with why.
 	Skipped []string
+	// Plots are the page's figures, drawn from the same reports (plots.go's
+	// part of this file: Plots), and Notes what a function's plots lack.
+	Plots []Plot
+	Notes map[string][]string
+	// ImageDir, if set, is where the page finds the plots' PNGs, relative
+	// to the page (figures/); "" leaves them off the page.
+	ImageDir string
+
+	benches []namedBench
+	tras    []namedTra
+	soaks   []namedSoak
 }
 
 // ReadFigures reads every report in dir: the JSON of lab bench, lab tcp and
@@ -151,9 +166,19 @@ func ReadFigures(dir string) (*FiguresPage, error) {
 		if strings.HasSuffix(name, ".txt") {
 			tables = scionCheckTables(name, data)
 		} else {
-			tables, err = reportTables(name, data)
+			var rep any
+			tables, rep, err = reportTables(name, data)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+			}
+			switch r := rep.(type) {
+			case *Report:
+				page.benches = append(page.benches, namedBench{name, r})
+			case *traReport:
+				page.tras = append(page.tras, namedTra{name, r})
+			case *soakReport:
+				page.soaks = append(page.soaks, namedSoak{name, r})
+				continue
 			}
 		}
 		if len(tables) == 0 {
@@ -162,7 +187,7 @@ func ReadFigures(dir string) (*FiguresPage, error) {
 		}
 		files = append(files, dated{tables[0].Prov.Started, name, tables})
 	}
-	if len(files) == 0 {
+	if len(files) == 0 && len(page.soaks) == 0 {
 		return nil, fmt.Errorf("%s holds no report of lab bench, lab tcp, lab tra or lab scion check: run `make demo` first", dir)
 	}
 	// In the order they were measured, as `make demo` runs them.
@@ -175,38 +200,46 @@ func ReadFigures(dir string) (*FiguresPage, error) {
 	for _, f := range files {
 		page.Tables = append(page.Tables, f.tables...)
 	}
+	page.plot()
 	return page, nil
 }
 
-// reportTables decodes one JSON report by the fields only its kind has; nil
-// for JSON of another kind.
-func reportTables(name string, data []byte) ([]FigureTable, error) {
+// reportTables decodes one JSON report by the fields only its kind has,
+// into its tables and the report itself; nil for JSON of another kind. A
+// soak's report has no table: the page draws it.
+func reportTables(name string, data []byte) ([]FigureTable, any, error) {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(data, &keys); err != nil {
-		return nil, fmt.Errorf("not a JSON report: %w", err)
+		return nil, nil, fmt.Errorf("not a JSON report: %w", err)
 	}
 	has := func(k string) bool { _, ok := keys[k]; return ok }
 	switch {
 	case has("restore") && has("rows"):
 		var r Report
 		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("a lab bench report: %w", err)
+			return nil, nil, fmt.Errorf("a lab bench report: %w", err)
 		}
-		return benchTables(name, &r), nil
+		return benchTables(name, &r), &r, nil
 	case has("seconds_per_run") && has("rows"):
 		var r TCPReport
 		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("a lab tcp report: %w", err)
+			return nil, nil, fmt.Errorf("a lab tcp report: %w", err)
 		}
-		return []FigureTable{tcpTable(name, &r)}, nil
+		return []FigureTable{tcpTable(name, &r)}, &r, nil
 	case has("seconds_per_iperf3_run") && has("rows"):
 		var r traReport
 		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("a lab tra report: %w", err)
+			return nil, nil, fmt.Errorf("a lab tra report: %w", err)
 		}
-		return []FigureTable{r.table(name)}, nil
+		return []FigureTable{r.table(name)}, &r, nil
+	case has("samples") && has("summary") && has("events"):
+		var r soakReport
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, nil, fmt.Errorf("a lab tra-soak report: %w", err)
+		}
+		return nil, &r, nil
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 // benchTables splits a lab bench report by function. Each function's table
@@ -349,6 +382,8 @@ type traFigure struct {
 	Unit              string    `json:"unit"`
 	Runs              []float64 `json:"runs"`
 	Median            float64   `json:"median"`
+	Min               float64   `json:"min"`
+	Max               float64   `json:"max"`
 	MedianLostPercent float64   `json:"median_lost_percent"`
 	Ratio             float64   `json:"ratio"`
 	FairRatio         float64   `json:"ratio_fair"`
@@ -526,6 +561,12 @@ func (p *FiguresPage) Markdown(generatedBy string) string {
 	b.WriteString("minimal XDP forwarder `xdp-redirect`, the firewall's the kernel's routing `routed`), \"ratio\" over the plain\n")
 	b.WriteString("`veth` row. \"loss\" above 0 means the device under test was saturated: its figure is its saturation rate.\n")
 	b.WriteString("[docs/lab.md](lab.md) says how the lab measures.\n")
+	if p.ImageDir != "" {
+		b.WriteString("\nEach section opens with its plots, drawn from the same reports: every bar or point is a row's figure over\n")
+		b.WriteString("its anchor's in the same run (the dashed line at 1.0 is the anchor itself; below it is slower), with the\n")
+		b.WriteString("row's min–max over the anchor's median as a whisker. Axes that span more than a factor of 20 are\n")
+		b.WriteString("logarithmic, and their bars grow from 1.0.\n")
+	}
 	for _, fn := range FigureFunctions {
 		var tables []FigureTable
 		for _, t := range p.Tables {
@@ -533,10 +574,30 @@ func (p *FiguresPage) Markdown(generatedBy string) string {
 				tables = append(tables, t)
 			}
 		}
-		if len(tables) == 0 {
+		var plots []Plot
+		for _, pl := range p.Plots {
+			if pl.Function == fn.Key {
+				plots = append(plots, pl)
+			}
+		}
+		notes := p.Notes[fn.Key]
+		if p.ImageDir == "" {
+			plots, notes = nil, nil
+		}
+		if len(tables) == 0 && len(plots) == 0 && len(notes) == 0 {
 			continue
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", fn.Title, fn.Intro)
+		for _, pl := range plots {
+			fmt.Fprintf(&b, "\n### Plot: %s\n\n", pl.Heading)
+			fmt.Fprintf(&b, "![%s](%s)\n\n", pl.Heading, path.Join(p.ImageDir, pl.File))
+			for _, l := range pl.Caption {
+				fmt.Fprintf(&b, "- %s\n", l)
+			}
+		}
+		for _, n := range notes {
+			fmt.Fprintf(&b, "\n%s\n", n)
+		}
 		for _, t := range tables {
 			fmt.Fprintf(&b, "\n### %s\n\n", t.Title)
 			for _, l := range t.Prov.Lines() {
@@ -562,4 +623,673 @@ func escapeCells(lines [][]string) [][]string {
 		}
 	}
 	return out
+}
+
+// ---- Plots -------------------------------------------------------------------
+
+// Plot is one figure of the page: a PNG drawn from one or more reports.
+type Plot struct {
+	// File is the PNG's name in the page's image directory.
+	File     string
+	Function string
+	Heading  string
+	// Caption says how to read it and which reports it comes from.
+	Caption []string
+	spec    *plotSpec
+}
+
+// WritePNG draws the plot.
+func (pl *Plot) WritePNG(w io.Writer) error { return pl.spec.WritePNG(w) }
+
+// Size is the PNG's size in pixels.
+func (pl *Plot) Size() (w, h int) { return pl.spec.Width, pl.spec.Height }
+
+const (
+	plotWidth  = 960
+	plotHeight = 540
+	soakHeight = 760
+	// logSpan is the ratio of the highest to the lowest value above which
+	// a ratio axis is logarithmic.
+	logSpan = 20
+)
+
+type namedBench struct {
+	name string
+	r    *Report
+}
+
+type namedTra struct {
+	name string
+	r    *traReport
+}
+
+type namedSoak struct {
+	name string
+	r    *soakReport
+}
+
+// source is a report a plot draws from, for its caption and stamp.
+type source struct {
+	name    string
+	started time.Time
+	commit  string
+}
+
+func (s source) line() string {
+	c := s.commit
+	if c == "" {
+		c = "unknown"
+	}
+	date := "unknown"
+	if !s.started.IsZero() {
+		date = s.started.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("`%s`, measured %s, commit %s", s.name, date, c)
+}
+
+// sourcesCaption is the caption's line of where a plot's figures come from.
+func sourcesCaption(srcs []source) string {
+	var parts []string
+	for _, s := range srcs {
+		parts = append(parts, s.line())
+	}
+	return "from " + strings.Join(parts, "; ")
+}
+
+// stamp is the small line in the image: its reports' days and commits.
+func stamp(srcs []source) string {
+	var days, commits []string
+	for _, s := range srcs {
+		d := "date unknown"
+		if !s.started.IsZero() {
+			d = s.started.UTC().Format("2006-01-02")
+		}
+		c := s.commit
+		if c == "" {
+			c = "unknown"
+		}
+		if !slices.Contains(days, d) {
+			days = append(days, d)
+		}
+		if !slices.Contains(commits, c) {
+			commits = append(commits, c)
+		}
+	}
+	return fmt.Sprintf("fastpath lab, %s, commit %s", strings.Join(days, ", "), strings.Join(commits, ", "))
+}
+
+// plot draws the page's plots from its reports.
+func (p *FiguresPage) plot() {
+	p.Plots, p.Notes = nil, map[string][]string{}
+	// The reports in the order they were measured: a later one's row
+	// replaces an earlier one's at the same size.
+	slices.SortStableFunc(p.benches, func(a, b namedBench) int { return a.r.Started.Compare(b.r.Started) })
+	p.Plots = append(p.Plots, p.brPlots()...)
+	if pl := p.rtPlot(); pl != nil {
+		p.Plots = append(p.Plots, *pl)
+	}
+	if pl, note := p.fwPlot(); pl != nil {
+		p.Plots = append(p.Plots, *pl)
+		if note != "" {
+			p.Notes["fw"] = append(p.Notes["fw"], note)
+		}
+	}
+	slices.SortStableFunc(p.tras, func(a, b namedTra) int { return a.r.Started.Compare(b.r.Started) })
+	sig := false
+	for _, t := range p.tras {
+		if pl := traPlot(t); pl != nil {
+			p.Plots = append(p.Plots, *pl)
+		}
+		sig = sig || slices.ContainsFunc(t.r.Rows, func(row traRow) bool { return row.Row == "sig" })
+	}
+	if len(p.tras) > 0 && !sig {
+		p.Notes["tra"] = append(p.Notes["tra"], "The SCION-IP gateway (row `sig`, scionproto's SIG on both hosts) is in none of these reports: `fastpath lab tra ip ip-xdp tra sig` measures it beside the translator.")
+	}
+	for _, s := range p.soaks {
+		p.Plots = append(p.Plots, soakPlot(s))
+	}
+	if len(p.soaks) == 0 {
+		p.Notes["tra"] = append(p.Notes["tra"], "No soak's report in the results (`make soak` writes `results/soak.json`): no timeline of the translator under flapping links and restarts.")
+	}
+}
+
+// anchoredRow is a bench row's ratio to its anchor, and its report.
+type anchoredRow struct {
+	row Row
+	src source
+}
+
+// anchored are the rows of a function that have a ratio to their anchor,
+// each (scenario, size) once: from the last report that measured it.
+func (p *FiguresPage) anchored(fn string) []anchoredRow {
+	var out []anchoredRow
+	for _, b := range p.benches {
+		src := source{b.name, b.r.Started, b.r.Commit}
+		for _, row := range b.r.Rows {
+			if FunctionOf(row.Scenario) != fn || row.Anchor == "" || !(row.AnchorRatio > 0) || !(row.AnchorMpps > 0) {
+				continue
+			}
+			i := slices.IndexFunc(out, func(a anchoredRow) bool { return a.row.Scenario == row.Scenario && a.row.Size == row.Size })
+			if i >= 0 {
+				out[i] = anchoredRow{row, src}
+			} else {
+				out = append(out, anchoredRow{row, src})
+			}
+		}
+	}
+	return out
+}
+
+// sourcesOf are the reports of rows, in the order they were measured.
+func sourcesOf(rows []anchoredRow) []source {
+	var out []source
+	for _, a := range rows {
+		if !slices.ContainsFunc(out, func(s source) bool { return s.name == a.src.name }) {
+			out = append(out, a.src)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b source) int { return a.started.Compare(b.started) })
+	return out
+}
+
+// ratioPanel is a panel of ratios to an anchor: logarithmic when they span
+// more than logSpan.
+func ratioPanel(anchor string, series []plotSeries) plotPanel {
+	lo, hi := 1.0, 1.0
+	for _, s := range series {
+		for _, q := range s.Points {
+			if q.Y > 0 {
+				lo, hi = min(lo, q.Y), max(hi, q.Y)
+			}
+		}
+	}
+	p := plotPanel{
+		YLabel: "x " + anchor + " (same run)", Ref: 1, RefLabel: "1.0 = " + anchor,
+		Series: series, LogY: hi/lo > logSpan,
+	}
+	if p.LogY {
+		p.YLabel += ", log scale"
+	}
+	return p
+}
+
+// brPlots are the border router's rows by frame size, one plot per
+// anchor: against xdp-redirect (br, br-cold, ...), and fastpath in front
+// of scionproto's router against that router alone (scion-hybrid).
+func (p *FiguresPage) brPlots() []Plot {
+	rows := p.anchored("br")
+	var anchors []string
+	for _, a := range rows {
+		if !slices.Contains(anchors, a.row.Anchor) {
+			anchors = append(anchors, a.row.Anchor)
+		}
+	}
+	var out []Plot
+	for _, anchor := range anchors {
+		var in []anchoredRow
+		for _, a := range rows {
+			if a.row.Anchor == anchor {
+				in = append(in, a)
+			}
+		}
+		var sizes []int
+		var names []string
+		for _, a := range in {
+			if !slices.Contains(sizes, a.row.Size) {
+				sizes = append(sizes, a.row.Size)
+			}
+			if !slices.Contains(names, a.row.Scenario) {
+				names = append(names, a.row.Scenario)
+			}
+		}
+		slices.Sort(sizes)
+		cats := make([]string, len(sizes))
+		for i, s := range sizes {
+			cats[i] = fmt.Sprintf("%d B", s)
+		}
+		var series []plotSeries
+		for i, n := range names {
+			se := plotSeries{Name: n, Color: plotColors[i%len(plotColors)]}
+			for _, a := range in {
+				if a.row.Scenario == n {
+					se.Points = append(se.Points, plotPoint{
+						X: float64(slices.Index(sizes, a.row.Size)), Y: a.row.AnchorRatio,
+						Lo: a.row.MinMpps / a.row.AnchorMpps, Hi: a.row.MaxMpps / a.row.AnchorMpps,
+					})
+				}
+			}
+			series = append(series, se)
+		}
+		srcs := sourcesOf(in)
+		title, heading, what := "Border router by frame size, x "+anchor, "the border router by frame size, against "+anchor,
+			fmt.Sprintf("Mpps of each row over %s's at the same frame size in the same run.", anchor)
+		switch anchor {
+		case "xdp-redirect":
+			what = "Mpps of each row over `xdp-redirect`'s (the minimal XDP forwarder the router is built like) at the same frame size in the same run: what the router's own work costs."
+		case "scion-ref":
+			title, heading = "fastpath in front of scionproto's router, x scion-ref", "fastpath in front of scionproto's router by frame size, against that router alone"
+			what = "Mpps of `scion-hybrid` (fastpath in XDP in front of scionproto's router) over `scion-ref` (that router alone) on the same SCION path in the same run, by frame size."
+		}
+		file := "br-" + anchor + ".png"
+		out = append(out, Plot{
+			File: file, Function: "br", Heading: heading,
+			Caption: []string{what, sourcesCaption(srcs)},
+			spec: &plotSpec{
+				Width: plotWidth, Height: plotHeight, Title: title, Stamp: stamp(srcs),
+				XLabel: "frame size (bytes on the wire)", Categories: cats,
+				Panels: []plotPanel{ratioPanel(anchor, series)},
+			},
+		})
+	}
+	return out
+}
+
+// fwEngines are the firewalls of the rule-count rows, by their rows'
+// prefix, in the order the plot names them.
+var fwEngines = []struct{ prefix, name string }{
+	{"fw-", "fastpath fw"}, {"iptables-", "iptables"}, {"nft-", "nftables"}, {"xdp-filter-", "xdp-filter"},
+}
+
+// ruleCount reads the rule count of a row named ENGINE-COUNT (fw-0,
+// nft-10k, iptables-1m); false for every other name (fw-100k-generic).
+func ruleCount(scenario string) (engine int, n int, ok bool) {
+	for i, e := range fwEngines {
+		rest, found := strings.CutPrefix(scenario, e.prefix)
+		if !found {
+			continue
+		}
+		mult := 1
+		switch {
+		case strings.HasSuffix(rest, "k"):
+			mult, rest = 1000, strings.TrimSuffix(rest, "k")
+		case strings.HasSuffix(rest, "m"):
+			mult, rest = 1000000, strings.TrimSuffix(rest, "m")
+		}
+		v, err := strconv.Atoi(rest)
+		if err != nil || v < 0 || rest != strconv.Itoa(v) {
+			return 0, 0, false
+		}
+		return i, v * mult, true
+	}
+	return 0, 0, false
+}
+
+func countName(n int) string {
+	switch {
+	case n >= 1000000 && n%1000000 == 0:
+		return fmt.Sprintf("%dm", n/1000000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+// fwPlot is the firewall's cost against its number of rules, a line per
+// engine, from whichever rule-count rows the reports hold; the note names
+// the rows the lab has that would fill the curves in.
+func (p *FiguresPage) fwPlot() (*Plot, string) {
+	var in []anchoredRow
+	for _, a := range p.anchored("fw") {
+		if _, _, ok := ruleCount(a.row.Scenario); ok && a.row.Anchor == "routed" {
+			in = append(in, a)
+		}
+	}
+	if len(in) == 0 {
+		return nil, ""
+	}
+	// The frame size most of the rows ran at: a curve is one size's.
+	bySize := map[int]int{}
+	for _, a := range in {
+		bySize[a.row.Size]++
+	}
+	size := in[0].row.Size
+	for s, n := range bySize {
+		if n > bySize[size] || (n == bySize[size] && s < size) {
+			size = s
+		}
+	}
+	in = slices.DeleteFunc(in, func(a anchoredRow) bool { return a.row.Size != size })
+
+	minN := 0
+	counts := map[int]bool{}
+	have := map[string]bool{}
+	for _, a := range in {
+		_, n, _ := ruleCount(a.row.Scenario)
+		counts[n] = true
+		have[a.row.Scenario] = true
+		if n > 0 && (minN == 0 || n < minN) {
+			minN = n
+		}
+	}
+	if minN == 0 {
+		minN = 1000
+	}
+	// 0 rules has no place on a log axis: it is drawn a decade left of
+	// the fewest.
+	zeroAt := math.Log10(float64(minN)) - 1
+	xOf := func(n int) float64 {
+		if n == 0 {
+			return zeroAt
+		}
+		return math.Log10(float64(n))
+	}
+	var series []plotSeries
+	for i, e := range fwEngines {
+		se := plotSeries{Name: e.name, Color: plotColors[i%len(plotColors)]}
+		for _, a := range in {
+			if ei, n, _ := ruleCount(a.row.Scenario); ei == i {
+				se.Points = append(se.Points, plotPoint{X: xOf(n), Y: a.row.AnchorRatio, Lo: a.row.MinMpps / a.row.AnchorMpps, Hi: a.row.MaxMpps / a.row.AnchorMpps})
+			}
+		}
+		if len(se.Points) > 0 {
+			series = append(series, se)
+		}
+	}
+	var ticks []plotTick
+	if counts[0] {
+		ticks = append(ticks, plotTick{zeroAt, "0"})
+	}
+	maxX := zeroAt
+	for n := range counts {
+		maxX = max(maxX, xOf(n))
+	}
+	for e := math.Log10(float64(minN)); e <= maxX+1e-9; e++ {
+		ticks = append(ticks, plotTick{e, countName(int(math.Round(math.Pow(10, e))))})
+	}
+	srcs := sourcesOf(in)
+	pl := &Plot{
+		File: "fw-rules.png", Function: "fw", Heading: "the firewall's cost by number of rules, beside iptables, nftables and xdp-filter",
+		Caption: []string{
+			fmt.Sprintf("Mpps of each rule set over `routed`'s (the kernel's routing with no filter) in the same run, %d B frames, by the number of rules (prefixes the lab's flow does not match, then its pass rule); a line per firewall over the rows the reports hold. 0 rules is drawn a decade left of the fewest.", size),
+			sourcesCaption(srcs),
+		},
+		spec: &plotSpec{
+			Width: plotWidth, Height: plotHeight, Title: "Firewall cost by number of rules, x routed", Stamp: stamp(srcs),
+			XLabel: "rules (log scale)", XTicks: ticks, XMin: zeroAt - 0.3, XMax: maxX + 0.3,
+			Panels: []plotPanel{ratioPanel("routed", series)},
+		},
+	}
+	// The lab's rows of rule counts that no report here holds.
+	var missing []string
+	for _, sc := range Scenarios() {
+		if _, _, ok := ruleCount(sc.Name); ok && !have[sc.Name] && sc.Anchor == "routed" {
+			missing = append(missing, sc.Name)
+		}
+	}
+	note := ""
+	if len(missing) > 0 {
+		all := append(slices.Collect(maps.Keys(have)), missing...)
+		slices.SortFunc(all, func(a, b string) int {
+			ea, na, _ := ruleCount(a)
+			eb, nb, _ := ruleCount(b)
+			if ea != eb {
+				return ea - eb
+			}
+			return na - nb
+		})
+		note = fmt.Sprintf("The lab has more rule-count rows than these reports hold (%s): `fastpath lab bench routed %s --interleave` measures every one, and this plot draws each row a report holds.", strings.Join(missing, ", "), strings.Join(all, " "))
+	}
+	return pl, note
+}
+
+// traThroughput are the Gbit/s metrics of lab tra in the plot's order.
+var traThroughput = []struct{ name, title string }{
+	{"tcp-1", "TCP x1"}, {"tcp-4", "TCP x4"}, {"udp-1", "UDP x1"}, {"udp-4", "UDP x4"},
+}
+
+// traPlot is a lab tra report's throughput, each row over the plain IPv6
+// row: ip-xdp (forwarded in XDP on the same devices) if it ran, else the
+// baseline.
+func traPlot(t namedTra) *Plot {
+	r := t.r
+	anchor := ""
+	for _, a := range []string{r.Fair, r.Baseline} {
+		if a != "" && slices.ContainsFunc(r.Rows, func(row traRow) bool { return row.Row == a }) {
+			anchor = a
+			break
+		}
+	}
+	if anchor == "" {
+		return nil
+	}
+	var base traRow
+	for _, row := range r.Rows {
+		if row.Row == anchor {
+			base = row
+		}
+	}
+	var cats []string
+	var metrics []string
+	for _, m := range traThroughput {
+		if f := base.Figures[m.name]; f != nil && f.Median > 0 {
+			cats, metrics = append(cats, m.title), append(metrics, m.name)
+		}
+	}
+	if len(metrics) == 0 {
+		return nil
+	}
+	var series []plotSeries
+	for _, row := range r.Rows {
+		if row.Row == anchor {
+			continue
+		}
+		se := plotSeries{Name: row.Row, Color: plotColors[len(series)%len(plotColors)]}
+		for i, m := range metrics {
+			f, b := row.Figures[m], base.Figures[m].Median
+			if f == nil || !(f.Median > 0) {
+				continue
+			}
+			q := plotPoint{X: float64(i), Y: f.Median / b}
+			if f.Min > 0 && f.Max > 0 {
+				q.Lo, q.Hi = f.Min/b, f.Max/b
+			}
+			se.Points = append(se.Points, q)
+		}
+		series = append(series, se)
+	}
+	src := source{t.name, r.Started, r.Commit}
+	base1 := strings.TrimSuffix(t.name, filepath.Ext(t.name))
+	what := fmt.Sprintf("Gbit/s of each row over `%s`'s (plain IPv6 between the same hosts", anchor)
+	if anchor == "ip-xdp" {
+		what += ", forwarded in XDP on the same devices"
+	}
+	what += fmt.Sprintf(") in the same run, links of MTU %s; UDP at a fixed offered rate, so its ratios say more of loss than of speed.", mtuOf(r.MTU))
+	pl := &Plot{
+		File: base1 + ".png", Function: "tra",
+		Heading: fmt.Sprintf("the translator against plain IPv6, links of MTU %s", mtuOf(r.MTU)),
+		Caption: []string{what, sourcesCaption([]source{src})},
+		spec: &plotSpec{
+			Width: plotWidth, Height: plotHeight, Title: fmt.Sprintf("Translator, MTU %s: Gbit/s x %s", mtuOf(r.MTU), anchor), Stamp: stamp([]source{src}),
+			XLabel: "iperf3 metric (x1: one stream, x4: four processes)", Categories: cats,
+			Panels: []plotPanel{ratioPanel(anchor, series)},
+		},
+	}
+	return pl
+}
+
+// soakReport is the part of a soak's report (tralab.SoakReport) the page
+// draws.
+type soakReport struct {
+	Started      time.Time `json:"started"`
+	Command      string    `json:"command"`
+	Commit       string    `json:"commit"`
+	Kernel       string    `json:"kernel"`
+	Seconds      float64   `json:"seconds"`
+	FlapEvery    float64   `json:"flap_every_s"`
+	FlapFor      float64   `json:"flap_for_s"`
+	RestartEvery float64   `json:"restart_every_s"`
+	UDPRate      int       `json:"udp_per_second"`
+	TCPRate      uint64    `json:"tcp_bits_per_second"`
+	Samples      []struct {
+		At      float64   `json:"at_s"`
+		RSSKiB  [2]uint64 `json:"rss_kib"`
+		UDPSent int       `json:"udp_sent"`
+		UDPLost int       `json:"udp_lost"`
+		TCPMbps float64   `json:"tcp_mbit_s"`
+	} `json:"samples"`
+	Events []struct {
+		At   float64 `json:"at_s"`
+		What string  `json:"what"`
+	} `json:"events"`
+	Summary struct {
+		UDPSent         int     `json:"udp_sent"`
+		UDPLost         int     `json:"udp_lost"`
+		UDPLongestGap   float64 `json:"udp_longest_gap_s"`
+		TCPBytes        uint64  `json:"tcp_bytes"`
+		TCPLongestStall float64 `json:"tcp_longest_stall_s"`
+		PingSent        int     `json:"ping_sent"`
+		PingReceived    int     `json:"ping_received"`
+		DaemonsAlive    bool    `json:"daemons_alive"`
+	} `json:"summary"`
+}
+
+// soakPlot is a soak's timeline: TCP's rate, UDP's loss and the daemons'
+// memory over the run, links down shaded, restarts marked.
+func soakPlot(s namedSoak) Plot {
+	r := s.r
+	unit, div := "s", 1.0
+	if r.Seconds > 600 {
+		unit, div = "min", 60
+	}
+	var tcp, loss plotSeries
+	tcp = plotSeries{Name: "TCP", Color: plotColors[0]}
+	loss = plotSeries{Name: "UDP lost", Color: plotColors[3]}
+	rss := [2]plotSeries{{Name: "client's daemon", Color: plotColors[2]}, {Name: "server's daemon", Color: plotColors[4]}}
+	end := r.Seconds
+	for _, x := range r.Samples {
+		at := x.At / div
+		end = max(end, x.At)
+		tcp.Points = append(tcp.Points, plotPoint{X: at, Y: x.TCPMbps})
+		if x.UDPSent > 0 {
+			loss.Points = append(loss.Points, plotPoint{X: at, Y: 100 * float64(x.UDPLost) / float64(x.UDPSent)})
+		}
+		for h := range rss {
+			if x.RSSKiB[h] > 0 {
+				rss[h].Points = append(rss[h].Points, plotPoint{X: at, Y: float64(x.RSSKiB[h]) / 1024})
+			}
+		}
+	}
+	// Links down: from "link N of IA down ..." to "link N of IA up".
+	var spans, lines []plotSpan
+	downAt := map[string]float64{}
+	for _, e := range r.Events {
+		link, rest, ok := strings.Cut(e.What, " down")
+		switch {
+		case ok && strings.HasPrefix(link, "link ") && !strings.HasPrefix(rest, ":"):
+			downAt[link] = e.At
+		case strings.HasPrefix(e.What, "link ") && strings.HasSuffix(e.What, " up"):
+			l := strings.TrimSuffix(e.What, " up")
+			if from, ok := downAt[l]; ok {
+				spans = append(spans, plotSpan{From: from / div, To: e.At / div, Color: colShade})
+				delete(downAt, l)
+			}
+		case strings.Contains(e.What, " restarted"):
+			lines = append(lines, plotSpan{From: e.At / div, Color: colVLine})
+		}
+	}
+	for _, from := range downAt {
+		spans = append(spans, plotSpan{From: from / div, To: end / div, Color: colShade})
+	}
+	slices.SortFunc(spans, func(a, b plotSpan) int { return cmpFloat(a.From, b.From) })
+	xmax := end / div
+	if xmax <= 0 {
+		xmax = 1
+	}
+	_, step := axisScale([]chartBar{{median: xmax}})
+	var ticks []plotTick
+	for v := 0.0; v <= xmax+step/100; v += step {
+		ticks = append(ticks, plotTick{v, trimFloat(v)})
+	}
+	tcpPanel := plotPanel{YLabel: "TCP Mbit/s", Series: []plotSeries{tcp}, NoValues: true}
+	if r.TCPRate > 0 {
+		tcpPanel.Ref, tcpPanel.RefLabel = float64(r.TCPRate)/1e6, "TCP offered"
+	}
+	var rssSeries []plotSeries
+	for _, se := range rss {
+		if len(se.Points) > 0 {
+			rssSeries = append(rssSeries, se)
+		}
+	}
+	panels := []plotPanel{tcpPanel, {YLabel: "UDP lost %", Series: []plotSeries{loss}, NoValues: true}}
+	if len(rssSeries) > 0 {
+		panels = append(panels, plotPanel{YLabel: "daemon RSS MiB", Series: rssSeries, NoValues: true})
+	}
+	var marks []plotMark
+	if len(spans) > 0 {
+		marks = append(marks, plotMark{Name: "a link down", Color: colShade})
+	}
+	if len(lines) > 0 {
+		marks = append(marks, plotMark{Name: "a daemon or control service restarted", Color: colVLine, Line: true})
+	}
+	src := source{s.name, r.Started, r.Commit}
+	sum := r.Summary
+	alive := "both daemons alive at the end"
+	if !sum.DaemonsAlive {
+		alive = "a daemon had exited by the end"
+	}
+	lost := 0.0
+	if sum.UDPSent > 0 {
+		lost = 100 * float64(sum.UDPLost) / float64(sum.UDPSent)
+	}
+	return Plot{
+		File: strings.TrimSuffix(s.name, filepath.Ext(s.name)) + ".png", Function: "tra",
+		Heading: fmt.Sprintf("the translator over %s under flapping links and restarts", soakDuration(r.Seconds)),
+		Caption: []string{
+			fmt.Sprintf("Two translated hosts' steady TCP (%s Mbit/s offered) and UDP (%d datagrams a second) at each sample, and both translator daemons' memory; shaded: a link the flows used was down; grey lines: scionproto's daemon or control service of an AS restarted.", trimFloat(float64(r.TCPRate)/1e6), r.UDPRate),
+			fmt.Sprintf("over the run: UDP %d of %d lost (%s%%), longest gap %.2f s; TCP %d MB, longest stall %.2f s; ping6 %d of %d answered; %s.",
+				sum.UDPLost, sum.UDPSent, sig3(lost), sum.UDPLongestGap, sum.TCPBytes>>20, sum.TCPLongestStall, sum.PingReceived, sum.PingSent, alive),
+			sourcesCaption([]source{src}) + "; `" + r.Command + "`",
+		},
+		spec: &plotSpec{
+			Width: plotWidth, Height: soakHeight, Title: "Translator soak: throughput, loss, memory", Stamp: stamp([]source{src}),
+			XLabel: unit + " since the flows started", XTicks: ticks, XMin: 0, XMax: xmax,
+			Spans: spans, VLines: lines, Marks: marks, Panels: panels,
+		},
+	}
+}
+
+func soakDuration(s float64) string {
+	if s >= 120 {
+		return fmt.Sprintf("%.0f minutes", s/60)
+	}
+	return fmt.Sprintf("%.0f s", s)
+}
+
+// rtPlot is the userspace runtime's rows, each over its own anchor (the
+// runtime over AF_XDP forwarding with no program, that over the kernel's
+// XDP forwarder), a bar per row and frame size.
+func (p *FiguresPage) rtPlot() *Plot {
+	rows := p.anchored("rt")
+	if len(rows) == 0 {
+		return nil
+	}
+	var cats []string
+	se := plotSeries{Name: "row over its anchor", Color: plotColors[0]}
+	several := false
+	for _, a := range rows {
+		several = several || a.row.Size != rows[0].row.Size
+	}
+	for _, a := range rows {
+		c := a.row.Scenario + " / " + a.row.Anchor
+		if several {
+			c += fmt.Sprintf(" (%d B)", a.row.Size)
+		}
+		se.Points = append(se.Points, plotPoint{X: float64(len(cats)), Y: a.row.AnchorRatio, Lo: a.row.MinMpps / a.row.AnchorMpps, Hi: a.row.MaxMpps / a.row.AnchorMpps})
+		cats = append(cats, c)
+	}
+	srcs := sourcesOf(rows)
+	panel := ratioPanel("anchor", []plotSeries{se})
+	panel.RefLabel = "1.0 = the row's anchor"
+	return &Plot{
+		File: "rt.png", Function: "rt", Heading: "the userspace runtime, each row against its anchor",
+		Caption: []string{
+			"Mpps of each row over its anchor's (named after the slash) at the same frame size in the same run: `rt-jit` is the XDP object run over AF_XDP by fastpath-rt against AF_XDP forwarding with no program (`afxdp-fwd`), and that against the kernel's XDP forwarder (`xdp-redirect`).",
+			sourcesCaption(srcs),
+		},
+		spec: &plotSpec{
+			Width: plotWidth, Height: plotHeight, Title: "Userspace runtime, x each row's anchor", Stamp: stamp(srcs),
+			XLabel: "row / its anchor", Categories: cats,
+			Panels: []plotPanel{panel},
+		},
+	}
 }

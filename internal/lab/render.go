@@ -604,3 +604,478 @@ func drawText(dst draw.Image, x, y, scale int, c color.Color, s string) {
 		}
 	}
 }
+
+// ---- Ratio plots (docs/figures.md) ------------------------------------------
+//
+// The figures page draws each function's rows as ratios to the row they are
+// judged against: grouped bars over categories (frame sizes, metrics), lines
+// over a numeric axis (rule counts, a soak's seconds), one or more panels
+// sharing the x axis. Only what basicfont draws: ASCII, 7×13 px.
+
+// plotSpec is one figure.
+type plotSpec struct {
+	Width, Height int
+	Title         string
+	// Stamp is printed small at the bottom right: the report's date and commit.
+	Stamp  string
+	XLabel string
+	// Categories make the x axis categorical and the series grouped bars;
+	// without them it is numeric and the series are lines.
+	Categories []string
+	// XTicks are the numeric axis' labelled positions (already in axis
+	// units: log10 for a log axis), XMin and XMax its ends.
+	XTicks     []plotTick
+	XMin, XMax float64
+	// Spans shade x ranges of every panel (a soak's links down); VLines
+	// mark moments (its restarts).
+	Spans  []plotSpan
+	VLines []plotSpan
+	Panels []plotPanel
+	// Extra legend entries for Spans and VLines.
+	Marks []plotMark
+}
+
+type plotTick struct {
+	V     float64
+	Label string
+}
+
+type plotSpan struct {
+	From, To float64
+	Color    color.RGBA
+}
+
+type plotMark struct {
+	Name  string
+	Color color.RGBA
+	Line  bool // a thin vertical line rather than a box
+}
+
+// plotPanel is one y axis and its series.
+type plotPanel struct {
+	YLabel string
+	LogY   bool
+	// Ref draws a dashed horizontal line (1.0: the anchor) named RefLabel in
+	// the legend; 0 draws none. Bars on a log axis grow from it.
+	Ref      float64
+	RefLabel string
+	Series   []plotSeries
+	// NoValues leaves the values off the points (a soak's hundreds).
+	NoValues bool
+}
+
+type plotSeries struct {
+	Name   string
+	Color  color.RGBA
+	Points []plotPoint
+}
+
+// plotPoint is a value at a category index or a numeric x; Lo and Hi,
+// when both are above 0, are drawn as a whisker.
+type plotPoint struct {
+	X, Y, Lo, Hi float64
+}
+
+// Series colours, in the order series are given them.
+var plotColors = []color.RGBA{
+	{0x3b, 0x6e, 0xa8, 0xff}, // blue
+	{0xd9, 0x82, 0x2b, 0xff}, // orange
+	{0x4a, 0x9a, 0x4a, 0xff}, // green
+	{0xb8, 0x3a, 0x3a, 0xff}, // red
+	{0x7b, 0x5e, 0xa7, 0xff}, // purple
+	{0x8c, 0x6d, 0x46, 0xff}, // brown
+}
+
+var (
+	colRef    = color.RGBA{0x55, 0x55, 0x55, 0xff}
+	colAxis   = color.RGBA{0x20, 0x20, 0x20, 0xff}
+	colStamp  = color.RGBA{0x70, 0x70, 0x70, 0xff}
+	colShade  = color.RGBA{0xf6, 0xd5, 0xd5, 0xff}
+	colVLine  = color.RGBA{0xa0, 0xa0, 0xa0, 0xff}
+	plotLeft  = 96 // y tick labels and the y axis' title
+	plotRight = 32
+)
+
+// WritePNG draws the figure.
+func (s *plotSpec) WritePNG(w io.Writer) error {
+	return png.Encode(w, s.draw())
+}
+
+func (s *plotSpec) draw() *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, s.Width, s.Height))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	drawText(img, 16, 34, 2, colText, s.Title)
+
+	// The legend: a line of entries under the title, wrapped.
+	type entry struct {
+		name string
+		draw func(x, y int)
+	}
+	var entries []entry
+	seen := map[string]bool{}
+	for _, p := range s.Panels {
+		for _, se := range p.Series {
+			if seen[se.Name] {
+				continue
+			}
+			seen[se.Name] = true
+			c := se.Color
+			entries = append(entries, entry{se.Name, func(x, y int) { fill(img, image.Rect(x, y-10, x+12, y+2), c) }})
+		}
+	}
+	for _, p := range s.Panels {
+		if p.Ref > 0 && p.RefLabel != "" && !seen[p.RefLabel] {
+			seen[p.RefLabel] = true
+			entries = append(entries, entry{p.RefLabel, func(x, y int) { dashH(img, x, x+16, y-4, colRef) }})
+		}
+	}
+	for _, m := range s.Marks {
+		m := m
+		entries = append(entries, entry{m.Name, func(x, y int) {
+			if m.Line {
+				fill(img, image.Rect(x+5, y-11, x+7, y+3), m.Color)
+			} else {
+				fill(img, image.Rect(x, y-10, x+12, y+2), m.Color)
+			}
+		}})
+	}
+	lx, ly := plotLeft, 62
+	for _, e := range entries {
+		w := 20 + textWidth(e.name) + 20
+		if lx+w > s.Width-plotRight && lx > plotLeft {
+			lx, ly = plotLeft, ly+18
+		}
+		e.draw(lx, ly)
+		drawText(img, lx+20, ly, 1, colText, e.name)
+		lx += w
+	}
+
+	top := ly + 22
+	bottom := s.Height - 62 // x tick labels, the x axis' title, the stamp
+	x0, x1 := plotLeft, s.Width-plotRight
+	gap := 28
+	n := len(s.Panels)
+	if n == 0 {
+		return img
+	}
+	ph := (bottom - top - gap*(n-1)) / n
+
+	// x: categories or numbers.
+	var xPos func(float64) int
+	if len(s.Categories) > 0 {
+		cw := float64(x1-x0) / float64(len(s.Categories))
+		xPos = func(v float64) int { return x0 + int(math.Round((v+0.5)*cw)) }
+	} else {
+		span := s.XMax - s.XMin
+		if span <= 0 {
+			span = 1
+		}
+		xPos = func(v float64) int { return x0 + int(math.Round((v-s.XMin)/span*float64(x1-x0))) }
+	}
+
+	for pi, p := range s.Panels {
+		pt := top + pi*(ph+gap)
+		pb := pt + ph
+		s.drawPanel(img, p, x0, x1, pt, pb, xPos)
+		// x ticks under the last panel only; grid lines in each.
+		last := pi == n-1
+		if len(s.Categories) > 0 {
+			if last {
+				for i, c := range s.Categories {
+					x := xPos(float64(i))
+					drawText(img, x-textWidth(c)/2, pb+20, 1, colText, c)
+				}
+			}
+		} else {
+			for _, t := range s.XTicks {
+				x := xPos(t.V)
+				fill(img, image.Rect(x, pb, x+1, pb+5), colAxis)
+				if last {
+					drawText(img, x-textWidth(t.Label)/2, pb+20, 1, colText, t.Label)
+				}
+			}
+		}
+	}
+	drawText(img, (x0+x1-textWidth(s.XLabel))/2, bottom+40, 1, colText, s.XLabel)
+	if s.Stamp != "" {
+		drawText(img, s.Width-plotRight-textWidth(s.Stamp), s.Height-6, 1, colStamp, s.Stamp)
+	}
+	return img
+}
+
+// drawPanel draws one panel's axes, grid, reference line and series
+// between x0..x1 and pt..pb.
+func (s *plotSpec) drawPanel(img *image.RGBA, p plotPanel, x0, x1, pt, pb int, xPos func(float64) int) {
+	// The y range covers every value, whisker and the reference line.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	see := func(v float64) {
+		if v > 0 || (!p.LogY && v == 0) {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	for _, se := range p.Series {
+		for _, q := range se.Points {
+			see(q.Y)
+			if q.Lo > 0 && q.Hi > 0 {
+				see(q.Lo)
+				see(q.Hi)
+			}
+		}
+	}
+	if p.Ref > 0 {
+		see(p.Ref)
+	}
+	if math.IsInf(lo, 1) {
+		lo, hi = 0, 1
+	}
+	var yPos func(float64) int
+	var ticks []plotTick
+	if p.LogY {
+		ymin, ymax, t := logTicks(lo, hi)
+		ticks = t
+		yPos = func(v float64) int {
+			if !(v > 0) {
+				return pb
+			}
+			f := (math.Log10(v) - math.Log10(ymin)) / (math.Log10(ymax) - math.Log10(ymin))
+			return pb - int(math.Round(math.Max(0, math.Min(1, f))*float64(pb-pt)))
+		}
+	} else {
+		// Room above the highest value for its label.
+		top, step := axisScale([]chartBar{{median: hi * 1.08}})
+		for v := 0.0; v <= top+step/2; v += step {
+			ticks = append(ticks, plotTick{v, trimFloat(v)})
+		}
+		yPos = func(v float64) int {
+			if !(v > 0) {
+				return pb
+			}
+			return pb - int(math.Round(math.Min(v, top)/top*float64(pb-pt)))
+		}
+	}
+
+	for _, sp := range s.Spans {
+		a, b := xPos(sp.From), xPos(sp.To)
+		if b > a {
+			fill(img, image.Rect(max(a, x0+1), pt, min(b, x1), pb), sp.Color)
+		}
+	}
+	for _, t := range ticks {
+		y := yPos(t.V)
+		fill(img, image.Rect(x0+1, y, x1, y+1), colGrid)
+		fill(img, image.Rect(x0-5, y, x0, y+1), colAxis)
+		drawText(img, x0-9-textWidth(t.Label), y+5, 1, colText, t.Label)
+	}
+	for _, v := range s.VLines {
+		x := xPos(v.From)
+		fill(img, image.Rect(x, pt, x+1, pb), v.Color)
+	}
+	fill(img, image.Rect(x0, pt, x0+1, pb+1), colAxis)
+	fill(img, image.Rect(x0, pb, x1, pb+1), colAxis)
+	drawTextUp(img, 18, (pt+pb)/2+textWidth(p.YLabel)/2, colText, p.YLabel)
+
+	var labels []image.Rectangle
+	type valueLabel struct {
+		text  string
+		at    image.Point
+		color color.Color
+	}
+	var texts []valueLabel
+	// place puts a value's label at the first of the candidate spots where
+	// it overlaps no other label or marker, or not at all. Labels are
+	// drawn last, on white, over lines and the reference line.
+	place := func(text string, c color.Color, spots []image.Point) {
+		w := textWidth(text)
+		for _, sp := range spots {
+			r := image.Rect(sp.X, sp.Y-11, sp.X+w, sp.Y+3)
+			if r.Min.X < x0+2 || r.Max.X > s.Width-2 || r.Min.Y < pt-14 || r.Max.Y > pb+16 {
+				continue
+			}
+			if slices.ContainsFunc(labels, r.Overlaps) {
+				continue
+			}
+			labels = append(labels, r)
+			texts = append(texts, valueLabel{text, sp, c})
+			return
+		}
+	}
+
+	if len(s.Categories) > 0 {
+		// Grouped bars: a slot per series in every category, so that a
+		// series keeps its place where another did not run.
+		cw := float64(x1-x0) / float64(len(s.Categories))
+		ns := len(p.Series)
+		bw := min(int(cw*0.8/float64(max(ns, 1))), 120)
+		left := bw * ns / 2 // the group's half width
+		base := pb
+		if p.LogY {
+			base = yPos(p.Ref)
+			if p.Ref <= 0 {
+				base = pb
+			}
+		}
+		for si, se := range p.Series {
+			for _, q := range se.Points {
+				cx := xPos(q.X) - left + si*bw
+				y := yPos(q.Y)
+				a, b := min(y, base), max(y, base)
+				if b == a {
+					b = a + 1
+				}
+				fill(img, image.Rect(cx+2, a, cx+bw-2, b), se.Color)
+				mid := cx + bw/2
+				end := y
+				if q.Lo > 0 && q.Hi > 0 && yPos(q.Lo)-yPos(q.Hi) > 2 {
+					yl, yh := yPos(q.Lo), yPos(q.Hi)
+					fill(img, image.Rect(mid-1, yh, mid+1, yl+1), colWhisker)
+					fill(img, image.Rect(mid-5, yh, mid+6, yh+2), colWhisker)
+					fill(img, image.Rect(mid-5, yl-1, mid+6, yl+1), colWhisker)
+					if y <= base {
+						end = min(end, yh)
+					} else {
+						end = max(end, yl)
+					}
+				}
+				v := figure(q.Y)
+				tw := textWidth(v)
+				if y <= base {
+					place(v, colText, []image.Point{{mid - tw/2, end - 5}, {mid - tw/2, end - 19}})
+				} else {
+					place(v, colText, []image.Point{{mid - tw/2, end + 15}, {mid - tw/2, end + 29}})
+				}
+			}
+		}
+	} else {
+		for _, se := range p.Series {
+			pts := slices.Clone(se.Points)
+			slices.SortFunc(pts, func(a, b plotPoint) int { return cmpFloat(a.X, b.X) })
+			for i := 1; i < len(pts); i++ {
+				drawLine(img, xPos(pts[i-1].X), yPos(pts[i-1].Y), xPos(pts[i].X), yPos(pts[i].Y), se.Color)
+			}
+			if p.NoValues {
+				continue
+			}
+			for _, q := range pts {
+				x, y := xPos(q.X), yPos(q.Y)
+				if q.Lo > 0 && q.Hi > 0 {
+					yl, yh := yPos(q.Lo), yPos(q.Hi)
+					fill(img, image.Rect(x-1, yh, x+1, yl+1), se.Color)
+				}
+				fill(img, image.Rect(x-4, y-4, x+5, y+5), se.Color)
+				labels = append(labels, image.Rect(x-4, y-4, x+5, y+5))
+			}
+		}
+		if !p.NoValues {
+			for _, se := range p.Series {
+				for _, q := range se.Points {
+					x, y := xPos(q.X), yPos(q.Y)
+					v := figure(q.Y)
+					tw := textWidth(v)
+					// Above or below a line rather than on it, first.
+					place(v, se.Color, []image.Point{{x + 7, y - 8}, {x + 7, y + 18}, {x - 7 - tw, y - 8}, {x - 7 - tw, y + 18}, {x + 9, y + 5}, {x - 9 - tw, y + 5}, {x - tw/2, y - 10}, {x - tw/2, y + 20}})
+				}
+			}
+		}
+	}
+	if p.Ref > 0 {
+		dashH(img, x0+1, x1, yPos(p.Ref), colRef)
+	}
+	for _, l := range texts {
+		fill(img, image.Rect(l.at.X-2, l.at.Y-11, l.at.X+textWidth(l.text)+2, l.at.Y+3), color.White)
+		drawText(img, l.at.X, l.at.Y, 1, l.color, l.text)
+	}
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// logTicks are the ends of a log axis around lo..hi and its ticks: 1, 2
+// and 5 times the powers of ten, or only the powers when the range is wide.
+func logTicks(lo, hi float64) (ymin, ymax float64, ticks []plotTick) {
+	steps := []float64{1, 2, 5}
+	down := func(v float64) float64 {
+		p := math.Pow(10, math.Floor(math.Log10(v)))
+		for i := len(steps) - 1; i >= 0; i-- {
+			if steps[i]*p <= v*(1+1e-9) {
+				return steps[i] * p
+			}
+		}
+		return p
+	}
+	up := func(v float64) float64 {
+		p := math.Pow(10, math.Floor(math.Log10(v)))
+		for _, m := range append(steps, 10) {
+			if m*p >= v*(1-1e-9) {
+				return m * p
+			}
+		}
+		return 10 * p
+	}
+	// A little room beyond the values for their labels.
+	ymin, ymax = down(lo/1.15), up(hi*1.15)
+	if math.Log10(ymax/ymin) > 4 {
+		steps = []float64{1}
+	}
+	for e := math.Floor(math.Log10(ymin)); e <= math.Ceil(math.Log10(ymax)); e++ {
+		for _, m := range steps {
+			v := m * math.Pow(10, e)
+			if v >= ymin*(1-1e-9) && v <= ymax*(1+1e-9) {
+				ticks = append(ticks, plotTick{v, strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
+	}
+	return ymin, ymax, ticks
+}
+
+// dashH draws a dashed horizontal line two pixels thick.
+func dashH(img *image.RGBA, xa, xb, y int, c color.Color) {
+	for x := xa; x < xb; x += 10 {
+		fill(img, image.Rect(x, y-1, min(x+6, xb), y+1), c)
+	}
+}
+
+// drawLine draws a line two pixels thick.
+func drawLine(img *image.RGBA, xa, ya, xb, yb int, c color.Color) {
+	n := max(abs(xb-xa), abs(yb-ya), 1)
+	for i := 0; i <= n; i++ {
+		x := xa + (xb-xa)*i/n
+		y := ya + (yb-ya)*i/n
+		fill(img, image.Rect(x-1, y-1, x+1, y+1), c)
+	}
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// drawTextUp draws s turned a quarter left, reading upwards, with its
+// first letter's bottom at (x, y): a y axis' title.
+func drawTextUp(dst draw.Image, x, y int, c color.Color, s string) {
+	s = ascii(s)
+	face := basicfont.Face7x13
+	w := textWidth(s)
+	mask := image.NewAlpha(image.Rect(0, 0, w, face.Height))
+	d := font.Drawer{Dst: mask, Src: image.Opaque, Face: face, Dot: fixed.P(0, face.Ascent)}
+	d.DrawString(s)
+	src := image.NewUniform(c)
+	for my := range face.Height {
+		for mx := range w {
+			if mask.AlphaAt(mx, my).A == 0 {
+				continue
+			}
+			// (mx, my) → (x+my, y-mx): the text's top faces left.
+			p := image.Rect(x+my, y-mx-1, x+my+1, y-mx)
+			draw.Draw(dst, p, src, image.Point{}, draw.Over)
+		}
+	}
+}
