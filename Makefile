@@ -49,24 +49,27 @@ demo: deps build
 	./$(BIN) lab bench veth bridge xdp-redirect afxdp-fwd rt-jit br br-cold br-nomac ref-router scion-ref scion-hybrid routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
 		--json-file results/bench.json --md results/bench.md --plot results/bench.png
 	@# The border router at Anapaya's IMIX sizes (136/570/1518 B; 138/576/1500 here) against its anchor.
-	./$(BIN) lab bench xdp-redirect br br-cold --size 138,576,1500 --runs 3 --interleave \
+	./$(BIN) lab bench xdp-redirect br br-cold br-nomac --size 138,576,1500 --runs 3 --interleave \
 		--json-file results/br-sizes.json --md results/br-sizes.md
 	@# Jumbo frames (8,000 B) on a SCION network of MTU 9000: scionproto's router alone, and fastpath in front.
 	./$(BIN) lab bench scion-ref scion-hybrid --size 8000 --runs 3 --interleave \
 		--json-file results/scion-jumbo.json --md results/scion-jumbo.md
 	@# The border router behind the firewall on one device (40 rules, conntrack off), against the router alone.
-	./$(BIN) lab bench br br-fw --runs 5 --interleave --json-file results/br-fw.json --md results/br-fw.md
+	./$(BIN) lab bench xdp-redirect br br-fw --runs 5 --interleave --json-file results/br-fw.json --md results/br-fw.md
+	@# The firewall's cost as its rule set grows, beside iptables, nftables and xdp-filter (the curve of docs/figures.md).
+	./$(BIN) lab bench routed fw-1k fw-10k iptables-1k nft-1k xdp-filter-1k --runs 3 --interleave \
+		--json-file results/fw-rules.json --md results/fw-rules.md
 	@# A host protected by its own firewall with the host policy, iperf3 to it: fastpath (native, generic) and nftables.
 	./$(BIN) lab tcp fw-host-tcp --runs 3 --seconds 3 --json-file results/fw-host.json --md results/fw-host.md
-	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, and SCION through the translator.
-	./$(BIN) lab tra ip ip-xdp tra --runs 1 --seconds 3 --json-file results/tra.json --md results/tra.md --plot results/tra.png
+	@# Unmodified ping6 and iperf3 between two leaf ASes' hosts: plain IPv6, SCION through the translator, and scionproto's SIG.
+	./$(BIN) lab tra ip ip-xdp tra sig --runs 1 --seconds 3 --json-file results/tra.json --md results/tra.md --plot results/tra.png
 	@# The same hosts on links of MTU 9000: the translator's pair follows the jumbo paths.
 	./$(BIN) lab tra ip-xdp tra --mtu 9000 --runs 1 --seconds 3 --json-file results/tra-jumbo.json --md results/tra-jumbo.md
 	@# A network in the shape of scionproto's default.topo (16 ASes in 2 ISDs, 42 routers), fastpath in front of every
 	@# router: every pair of leaf ASes, each kind of path proved forwarded in XDP, scionproto's router as the oracle.
 	./$(BIN) --prefix fp-topo- lab scion up --topo default --hybrid > results/scion-topo.txt
 	./$(BIN) --prefix fp-topo- lab scion check >> results/scion-topo.txt; rc=$$?; ./$(BIN) --prefix fp-topo- lab scion down; exit $$rc
-	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
+	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-rules.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
 
 # docs/figures.md and its plots (docs/figures/*.png) from the reports make demo left in results/.
 figures: build
