@@ -723,7 +723,10 @@ fn serve_queue(
                     ports[pi].counts.errors[PROGRAM_FAULT] += 1;
                     0
                 });
-                ports[pi].counts.verdict((ret as usize).min(4), d.len);
+                // The kernel takes the return code as 32 bits, and one it
+                // does not know as ABORTED (the frame is dropped).
+                let act = ret as u32;
+                ports[pi].counts.verdict(if act <= 4 { act as usize } else { 0 }, d.len);
                 let out = Desc { addr: base + pkt.data as u64, len: (pkt.data_end - pkt.data) as u32, options: 0 };
                 match ret as u32 {
                     3 => ports[pi].tx.push(out),
