@@ -709,6 +709,8 @@ fn serve_queue(
                 let chunk = umem.chunk(d.addr);
                 // The program runs on the frame in the UMEM: no copy.
                 if unsafe { pkt.attach(chunk, (d.addr - base) as usize, d.len as usize) }.is_err() {
+                    // Counted once as every frame is: aborted, and why.
+                    ports[pi].counts.verdict(0, d.len);
                     ports[pi].counts.errors[PROGRAM_FAULT] += 1;
                     umem.recycle(d.addr);
                     continue;
