@@ -22,10 +22,10 @@ func rtCmd() *cobra.Command {
 		Long: `The userspace XDP runtime (fastpath-rt, built from runtime/). Every program is first
 loaded into the kernel so that the kernel's verifier checks it; what it refuses is refused.
 
-  fastpath rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--mode native|generic] [--tap NAME] [--duration S] [--json]
+  fastpath rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--mode native|generic] [--tap NAME] [--duration S] [--json] [--metrics ADDR]
   fastpath rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N] [--engine interp|jit] [--json] [--dump-maps]
   fastpath rt compile OBJ [-o OBJ.native]   (run and test-run take OBJ.native in place of OBJ: engine aot)
-  fastpath rt forward --dev IFACE --dev IFACE (AF_XDP forwarding with no program: the runtime's I/O alone)
+  fastpath rt forward --dev IFACE --dev IFACE [--metrics ADDR] (AF_XDP forwarding with no program: the runtime's I/O alone)
   fastpath rt list OBJ
   fastpath rt verify OBJ [--prog NAME]       (also says which kernel's helper semantics the runtime uses)
   fastpath rt bench [--repeat N] [--json-file FILE] [--md FILE]
@@ -68,6 +68,7 @@ var rtPassThrough = []rtPass{
   --queues N           queues to serve, 1 to 64 (default 1)
   --busy-poll          poll the queues busily
   --elf PATH           the ELF OBJ.native was compiled from (checked by hash)
+  --metrics ADDR       serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; the unit uses 127.0.0.1:30493)
 `},
 	{use: "test-run OBJ --in IN.pcap [flags]", short: "run a program over a capture: the userspace twin of BPF_PROG_TEST_RUN", flags: `  --in IN.pcap         capture to run
   --out OUT.pcap       write the frames the program emits
@@ -89,6 +90,7 @@ var rtPassThrough = []rtPass{
   --busy-poll          poll the queues busily
   --duration SECONDS   stop after this long
   --json               print the figures as JSON
+  --metrics ADDR       serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; the unit uses 127.0.0.1:30493)
 `},
 	{use: "list OBJ", short: "list an object's programs and maps", noJSON: "fastpath-rt prints the object's programs and maps as text"},
 	{use: "verify OBJ [--prog NAME]", short: "load a program into the kernel's verifier and print its verdict", flags: `  --prog NAME          program (or section) of OBJ; needed when it has several

@@ -197,9 +197,9 @@ var rtPackets = regexp.MustCompile(`: (\d+) packets in`)
 // comments give for a namespace (NetworkNamespacePath) and for a TAP
 // device (/dev/net/tun), runs an XDP
 // program that sends each frame back (xdptx) with the JIT over AF_XDP on a
-// device in that namespace, and does send frames back; SIGUSR1 writes the
-// maps into its state folder; on stop it ends with success and takes its
-// programs off the device.
+// device in that namespace, and does send frames back, which its metrics
+// count; SIGUSR1 writes the maps into its state folder; on stop it ends
+// with success and takes its programs off the device.
 func TestRtServiceRuns(t *testing.T) {
 	u := unique(t)
 	ns := u + "-x"
@@ -246,6 +246,8 @@ func TestRtServiceRuns(t *testing.T) {
 	// Frames into x0 (ARP for a neighbour that is not there) for the
 	// program to send back.
 	exec.Command("ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.2", "-W", "1", "10.9.0.2").Run()
+	// The unit serves its metrics on its default address: it counted them.
+	checkRtMetrics(t, ns, "x0")
 	// SIGUSR1 to the unit writes the maps into its state folder, and ends
 	// nothing.
 	m.mustSystemctl(t, "kill", "-s", "USR1", s.name)

@@ -16,13 +16,16 @@ const USAGE: &str = "usage:
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
                       [--duration SECONDS] [--json] [--maps-in FILE.json] [--maps-out FILE.json]
-                      [--queues N] [--busy-poll]
+                      [--queues N] [--busy-poll] [--metrics ADDR]
                       (SIGUSR1 writes the maps to --maps-out while running; SIGINT/SIGTERM stop)
   fastpath-rt forward --dev IFACE --dev IFACE… [--queues N] [--busy-poll] [--generic] [--duration S] [--json]
+                      [--metrics ADDR]
                       (no program: each frame goes out of the next --dev, the runtime's I/O alone)
   fastpath-rt list OBJ
   fastpath-rt verify OBJ [--prog NAME]
-  --kernel X.Y (any command) behaves as kernel X.Y's helpers, not the running kernel's";
+  --kernel X.Y (any command) behaves as kernel X.Y's helpers, not the running kernel's
+  --metrics ADDR (run, forward) serves Prometheus metrics at http://ADDR/metrics (HOST:PORT; :PORT for
+                      every address)";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,12 +57,14 @@ struct Opts {
     engine_given: bool,
     output: Option<String>,
     elf: Option<String>,
+    /// --metrics: where to serve Prometheus metrics (run, forward).
+    metrics: Option<String>,
     /// An AOT object's image, when OBJ is one.
     native: Option<fastpath_rt::jit::Image>,
 }
 
 fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, native: None };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, metrics: None, native: None };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -95,6 +100,7 @@ fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
                 o.duration = v.parse().ok().filter(|&d: &f64| d > 0.0).ok_or_else(|| format!("--duration {v:?}: seconds, above 0"))?;
             }
             "--maps-in" => o.maps_in = Some(val(&mut i, "--maps-in")?),
+            "--metrics" => o.metrics = Some(val(&mut i, "--metrics")?),
             "--dump-maps" => o.dump = true,
             "--no-verify" => o.verify = false,
             "--kernel" => {
@@ -126,8 +132,15 @@ fn run(args: &[String]) -> Result<(), String> {
     if let Some(v) = o.kernel {
         kernel::set_semantics(v)?;
     }
+    // The metrics address first: a taken or bad one fails the start at
+    // once, before anything is loaded or attached.
+    let metrics = match (&o.metrics, cmd.as_str()) {
+        (None, _) => None,
+        (Some(a), "run" | "forward") => Some(fastpath_rt::metrics::listen(a)?),
+        (Some(_), c) => return Err(format!("--metrics is for run and forward, not {c}")),
+    };
     if cmd == "forward" {
-        return run_xsk(None, &o);
+        return run_xsk(None, &o, metrics);
     }
     let obj = if fastpath_rt::aot::is_native(&o.obj) {
         // An AOT object: its ELF, checked by hash, and its code.
@@ -164,7 +177,7 @@ fn run(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "test-run" => test_run(&obj, o),
-        "run" => run_xsk(Some(&obj), o),
+        "run" => run_xsk(Some(&obj), o, metrics),
         c => Err(format!("unknown command {c:?}\n{USAGE}")),
     }
 }
@@ -391,14 +404,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-/// What one queue's thread counted.
+/// When one queue's thread saw traffic; what it counted is in its ports'
+/// [`PortStats`](fastpath_rt::metrics::PortStats).
 #[derive(Default)]
 struct QueueCounts {
-    verdicts: [u64; 5],
-    faults: u64,
-    pass_without_tap: u64,
-    tx_ring_full: u64,
-    redirect_dropped: u64,
     first: Option<Instant>,
     last: Option<Instant>,
 }
@@ -413,8 +422,10 @@ struct QueueCounts {
 /// ABORTED recycle the frame. Without an object (`forward`) every frame goes
 /// out of the next port: the same rings with no program, the I/O ceiling.
 /// Stops after the duration or on a signal; SIGUSR1 writes the maps to
-/// --maps-out.
-fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
+/// --maps-out. With a metrics listener, serves what the ports counted
+/// while it runs.
+fn run_xsk(obj: Option<&BpfObject>, o: &Opts, listener: Option<std::net::TcpListener>) -> Result<(), String> {
+    use fastpath_rt::metrics::{self, Metrics};
     use fastpath_rt::xsk::{Redirector, Tap};
     if o.devs.is_empty() {
         return Err("run needs --dev IFACE".into());
@@ -450,6 +461,14 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
         }
         devs.push((dev.clone(), ifindex));
     }
+    let stats = std::sync::Arc::new(Metrics::new(&o.devs, o.queues, o.generic));
+    if let Some(l) = listener {
+        if let Ok(a) = l.local_addr() {
+            eprintln!("fastpath-rt: serving metrics on http://{a}/metrics");
+        }
+        metrics::serve(l, stats.clone());
+    }
+    let stats = &*stats;
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
@@ -473,7 +492,7 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
             let ready = ready_tx.clone();
             let go = go_rx.clone();
             let attached = attached.clone();
-            handles.push(sc.spawn(move || serve_queue(tvm.as_mut(), prog, name, o, q, devs, tap, ready, go, attached)));
+            handles.push(sc.spawn(move || serve_queue(tvm.as_mut(), prog, name, o, q, devs, tap, ready, go, attached, stats)));
         }
         drop(ready_tx);
         let mut opened = 0;
@@ -490,6 +509,7 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
                     Ok(r) => {
                         attached.write().unwrap().push((*ifindex, r.map_fd()));
                         redirs_ref.push(r);
+                        stats.set_attached(dev, true);
                     }
                     Err(e) => {
                         err = Some(format!("{dev}: {e}"));
@@ -528,18 +548,12 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
         out
     });
     drop(redirs);
+    for d in &o.devs {
+        stats.set_attached(d, false);
+    }
     let mut t = QueueCounts::default();
-    let mut per_queue = Vec::new();
     for r in results {
         let c = r?;
-        per_queue.push(c.verdicts.iter().sum::<u64>().to_string());
-        for (a, b) in t.verdicts.iter_mut().zip(c.verdicts) {
-            *a += b;
-        }
-        t.faults += c.faults;
-        t.pass_without_tap += c.pass_without_tap;
-        t.tx_ring_full += c.tx_ring_full;
-        t.redirect_dropped += c.redirect_dropped;
         t.first = match (t.first, c.first) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -554,16 +568,32 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts) -> Result<(), String> {
         (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
         _ => 0.0,
     };
-    let total: u64 = t.verdicts.iter().sum();
+    // The totals and each queue's, from what the ports counted.
+    let mut all = metrics::PortCounts::default();
+    let mut per_queue = vec![0u64; o.queues as usize];
+    for p in &stats.ports {
+        let c = p.counts();
+        per_queue[p.queue as usize] += c.packets.iter().sum::<u64>();
+        for (a, b) in all.packets.iter_mut().zip(c.packets) {
+            *a += b;
+        }
+        for (a, b) in all.errors.iter_mut().zip(c.errors) {
+            *a += b;
+        }
+    }
+    let per_queue: Vec<String> = per_queue.iter().map(u64::to_string).collect();
+    let c = all.packets;
+    let total: u64 = c.iter().sum();
     let pps = if secs > 0.0 { total as f64 / secs } else { 0.0 };
-    let c = t.verdicts;
+    let (faults, pass_without_tap, redirect_dropped, tx_ring_full) =
+        (all.errors[metrics::PROGRAM_FAULT], all.errors[metrics::PASS_WITHOUT_TAP], all.errors[metrics::REDIRECT_NO_PORT], all.errors[metrics::TX_RING_FULL]);
     if o.json {
         println!(
             "{{\"program\":\"{}\",\"engine\":\"{}\",\"queues\":{},\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{},\"pass_without_tap\":{},\"redirect_dropped\":{},\"tx_ring_full\":{},\"per_queue\":[{}]}}",
-            name, if vm.is_some() { o.engine.as_str() } else { "none" }, o.queues, c[0], c[1], c[2], c[3], c[4], t.faults, t.pass_without_tap, t.redirect_dropped, t.tx_ring_full, per_queue.join(",")
+            name, if vm.is_some() { o.engine.as_str() } else { "none" }, o.queues, c[0], c[1], c[2], c[3], c[4], faults, pass_without_tap, redirect_dropped, tx_ring_full, per_queue.join(",")
         );
     } else {
-        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps) on {} queue(s): aborted {}, drop {}, pass {} ({} without a TAP), tx {}, redirect {} ({} to no port of the runtime), faults {}", name, o.queues, c[0], c[1], c[2], t.pass_without_tap, c[3], c[4], t.redirect_dropped, t.faults);
+        println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps) on {} queue(s): aborted {}, drop {}, pass {} ({} without a TAP), tx {}, redirect {} ({} to no port of the runtime), faults {}", name, o.queues, c[0], c[1], c[2], pass_without_tap, c[3], c[4], redirect_dropped, faults);
     }
     Ok(())
 }
@@ -584,14 +614,26 @@ fn serve_queue(
     ready: std::sync::mpsc::Sender<Result<(), String>>,
     go: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
     attached: std::sync::Arc<std::sync::RwLock<Vec<(u32, i32)>>>,
+    stats: &fastpath_rt::metrics::Metrics,
 ) -> Result<QueueCounts, String> {
+    use fastpath_rt::metrics::{PortCounts, PortStats, PASS_WITHOUT_TAP, PROGRAM_FAULT, REDIRECT_NO_PORT, TX_RING_FULL};
     use fastpath_rt::vm::Redirect;
     use fastpath_rt::xsk::{bind_xskmap, Desc, Socket, Umem, FRAME, RING};
     const BATCH: u32 = 64;
-    struct Port {
+    struct Port<'a> {
         ifindex: u32,
         sock: Socket,
         tx: Vec<Desc>,
+        /// This thread's counts for the port, published to `stats` after
+        /// each pass.
+        counts: PortCounts,
+        stats: &'a PortStats,
+    }
+    impl Drop for Port<'_> {
+        // Before the socket closes (its fields drop after this).
+        fn drop(&mut self) {
+            self.stats.clear_socket();
+        }
     }
     let fail = |e: String| {
         let _ = ready.send(Err(e.clone()));
@@ -615,7 +657,8 @@ fn serve_queue(
                         return fail(e);
                     }
                 }
-                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(BATCH as usize * devs.len()) });
+                let stats = stats.port(dev, q).ok_or("no counters for a port")?;
+                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(BATCH as usize * devs.len()), counts: PortCounts::default(), stats });
             }
             Err(e) => return fail(format!("{e}: does {dev} support AF_XDP and have {} queue(s)?", o.queues)),
         }
@@ -628,6 +671,7 @@ fn serve_queue(
     for p in &ports {
         let map = attached.read().unwrap().iter().find(|(i, _)| *i == p.ifindex).map(|&(_, fd)| fd).ok_or("no redirect program for a port")?;
         bind_xskmap(map, q, &p.sock)?;
+        p.stats.set_socket(p.sock.fd, p.sock.zero_copy);
         let dev = &devs.iter().find(|(_, i)| *i == p.ifindex).unwrap().0;
         eprintln!(
             "fastpath-rt: {name} on {dev} queue {q}, {} mode, {} ({}), {}",
@@ -658,14 +702,16 @@ fn serve_queue(
                 let base = d.addr & !(FRAME as u64 - 1);
                 let Some(vm) = vm.as_deref_mut() else {
                     // No program: on to the next port, as it came.
-                    c.verdicts[4] += 1;
+                    ports[pi].counts.verdict(4, d.len);
                     ports[(pi + 1) % n].tx.push(*d);
                     continue;
                 };
                 let chunk = umem.chunk(d.addr);
                 // The program runs on the frame in the UMEM: no copy.
                 if unsafe { pkt.attach(chunk, (d.addr - base) as usize, d.len as usize) }.is_err() {
-                    c.faults += 1;
+                    // Counted once as every frame is: aborted, and why.
+                    ports[pi].counts.verdict(0, d.len);
+                    ports[pi].counts.errors[PROGRAM_FAULT] += 1;
                     umem.recycle(d.addr);
                     continue;
                 }
@@ -676,10 +722,13 @@ fn serve_queue(
                     None => Exec::new(vm, &mut pkt).run(prog),
                 };
                 let ret = r.unwrap_or_else(|_| {
-                    c.faults += 1;
+                    ports[pi].counts.errors[PROGRAM_FAULT] += 1;
                     0
                 });
-                c.verdicts[(ret as usize).min(4)] += 1;
+                // The kernel takes the return code as 32 bits, and one it
+                // does not know as ABORTED (the frame is dropped).
+                let act = ret as u32;
+                ports[pi].counts.verdict(if act <= 4 { act as usize } else { 0 }, d.len);
                 let out = Desc { addr: base + pkt.data as u64, len: (pkt.data_end - pkt.data) as u32, options: 0 };
                 match ret as u32 {
                     3 => ports[pi].tx.push(out),
@@ -695,14 +744,14 @@ fn serve_queue(
                         match target.and_then(|t| ports.iter().position(|p| p.ifindex == t)) {
                             Some(t) => ports[t].tx.push(out),
                             None => {
-                                c.redirect_dropped += 1;
+                                ports[pi].counts.errors[REDIRECT_NO_PORT] += 1;
                                 umem.recycle(d.addr);
                             }
                         }
                     }
                     2 => {
                         if !tap.map(|t| t.write(umem.frame(&out))).unwrap_or(false) {
-                            c.pass_without_tap += 1;
+                            ports[pi].counts.errors[PASS_WITHOUT_TAP] += 1;
                         }
                         umem.recycle(d.addr);
                     }
@@ -713,10 +762,13 @@ fn serve_queue(
         for p in ports.iter_mut() {
             if !p.tx.is_empty() {
                 let sent = p.sock.send(&mut umem, &p.tx);
-                c.tx_ring_full += (p.tx.len() - sent) as u64;
+                p.counts.errors[TX_RING_FULL] += (p.tx.len() - sent) as u64;
                 p.tx.clear();
             }
             p.sock.reclaim(&mut umem);
+            if got > 0 {
+                p.counts.publish(p.stats);
+            }
         }
         for p in ports.iter_mut() {
             p.sock.refill(&mut umem, RING as usize);
