@@ -36,7 +36,7 @@ build: $(BPF_STAMPS) bin/fastpath-rt
 # The userspace runtime (Rust); cargo rebuilds only what changed.
 CARGO ?= cargo
 bin/fastpath-rt: FORCE
-	$(CARGO) build --release --quiet --manifest-path runtime/Cargo.toml
+	FASTPATH_VERSION=$(VERSION) FASTPATH_COMMIT=$(COMMIT) $(CARGO) build --release --quiet --manifest-path runtime/Cargo.toml
 	@mkdir -p bin && cp runtime/target/release/fastpath-rt bin/fastpath-rt
 
 .PHONY: FORCE
