@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
-	"github.com/fastpath-dev/fastpath/internal/obs"
-	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
 	"github.com/fastpath-dev/fastpath/internal/fw"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
+	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
 	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/tra"
 )
