@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
-	"net/http"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -15,10 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/pcap"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
@@ -78,7 +82,7 @@ detaching. --mode overrides the configuration's xdp_mode.`,
 			if err := preflight.BPF(); err != nil {
 				return err
 			}
-			if err := br.Attach(cfg, br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, Mode: mode, Name: name, Warn: os.Stderr}); err != nil {
+			if err := br.Attach(cfg, br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, Mode: mode, Name: name}); err != nil {
 				return err
 			}
 			if name == "" {
@@ -97,11 +101,11 @@ detaching. --mode overrides the configuration's xdp_mode.`,
 
 func brServeCmd() *cobra.Command {
 	var (
-		config, ns, name, mode string
-		interval               time.Duration
+		config, ns, name, mode, metrics string
+		interval                        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --config FILE [--name BR] [--mode auto|native|generic] [--netns NS] [--interval 1s] [IFACE...]",
+		Use:   "serve --config FILE [--name BR] [--mode auto|native|generic] [--netns NS] [--interval 1s] [--metrics ADDR] [IFACE...]",
 		Short: "attach the router and keep it in step with the host until stopped (SIGHUP reloads)",
 		Long: `Attach the router as br attach does, then keep what it knows of the host in step
 until SIGINT or SIGTERM: every --interval, and at once on the namespace's netlink
@@ -112,6 +116,8 @@ router's maps. A device that could not take frames is forwarded in XDP within a
 second of it becoming able to; one that stops falls back to the reference router as
 quickly. SIGHUP reads the configuration again and attaches again in place. Stopping
 never detaches: the fast path keeps forwarding, and serve started again takes over.
+--metrics serves Prometheus' /metrics there (the unit: 127.0.0.1:30490), read from
+the router's maps at each scrape (docs/br.md, Metrics).
 Ready for systemd's Type=notify (deploy/systemd/fastpath-br@.service).`,
 		ValidArgsFunction: completeDevices,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -127,6 +133,20 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-br@.service).`,
 			}
 			if err := preflight.BPF(); err != nil {
 				return err
+			}
+			var reg *prometheus.Registry
+			if metrics != "" {
+				// Listen before attaching: a taken port fails the start
+				// rather than leaving a router unwatched.
+				ln, err := net.Listen("tcp", metrics)
+				if err != nil {
+					return fmt.Errorf("--metrics %s: %w (give a free address, such as 127.0.0.1:0)", metrics, err)
+				}
+				reg = obs.NewRegistry("br")
+				ctx, cancel := context.WithCancel(cmd.Context())
+				served := make(chan error, 1)
+				go func() { served <- obs.ServeListener(ctx, ln, reg) }()
+				defer func() { cancel(); <-served }()
 			}
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
@@ -145,11 +165,11 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-br@.service).`,
 				Config:   config,
 				Attach:   br.AttachOptions{Devices: ifaces(ns, args), Netns: ns, Mode: mode, Name: name},
 				Interval: interval,
-				Log:      os.Stderr,
+				Metrics:  registerer(reg),
 				Reload:   reload,
 				Ready: func() {
 					if err := notifyReady(); err != nil {
-						fmt.Fprintf(os.Stderr, "warning: %v\n", err)
+						slog.Warn("telling the service manager that serve is ready failed", "err", err)
 					}
 				},
 			})
@@ -160,7 +180,17 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-br@.service).`,
 	registerName(cmd, &name, "", "the router's instance name, its pin directory under /sys/fs/bpf/fastpath/br/ (default: the router_id)", brAttached)
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	cmd.Flags().DurationVar(&interval, "interval", br.DefaultKeepInterval, "how often to look at the host when no netlink event comes")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address, such as "+obs.AddrBR+" (default: none)")
 	return cmd
+}
+
+// registerer is reg as a prometheus.Registerer, nil when there is none
+// (a nil *Registry in the interface would not be nil).
+func registerer(reg *prometheus.Registry) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return reg
 }
 
 // notifyReady tells the service manager that started fastpath with
@@ -443,8 +473,11 @@ func brStatsCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats [--name BR] [--json] [--metrics ADDR]",
-		Short: "counters per interface and verdict, of one router or every one attached; --metrics serves them to Prometheus",
-		Args:  cobra.MaximumNArgs(1),
+		Short: "counters per interface and verdict, of one router or every one attached",
+		Long: `Counters per interface and verdict, of one router or every one attached.
+--metrics (deprecated: br serve --metrics serves the same families, with the keeper's)
+serves them to Prometheus until stopped, through br serve's collector.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, _, err := oldPositionalName(cmd, name, args, func(n string) string { return "fastpath br stats --name " + n })
 			if err != nil {
@@ -472,7 +505,10 @@ func brStatsCmd() *cobra.Command {
 				}
 			}
 			if metrics != "" {
-				return serveRouterMetrics(cmd, metrics, routers)
+				slog.Warn("br stats --metrics is deprecated: br serve --metrics serves the same families, and the keeper's", "metrics", metrics)
+				reg := obs.NewRegistry("br")
+				reg.MustRegister(br.NewCollector(br.MetricsOptions{Name: name}))
+				return obs.Serve(cmd.Context(), metrics, reg)
 			}
 			all := map[string]map[string]map[string]br.Stat{}
 			for _, id := range routers {
@@ -517,40 +553,9 @@ func brStatsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9120) until stopped")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "deprecated (br serve --metrics): serve Prometheus metrics on this address until stopped")
 	registerName(cmd, &name, "", "router (default: every one attached)", brAttached)
 	return cmd
-}
-
-// serveRouterMetrics serves the routers' counters until fastpath is stopped.
-func serveRouterMetrics(cmd *cobra.Command, addr string, routers []string) error {
-	return serveMetrics(cmd.Context(), addr, func(w http.ResponseWriter, _ *http.Request) {
-		for _, id := range routers {
-			p, err := br.OpenPinned(id)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			c, err := p.ReadCounters()
-			var slots map[int]int
-			if err == nil {
-				slots, err = p.Slots()
-			}
-			var ip map[string]br.Stat
-			if err == nil {
-				ip, err = p.IPTotals()
-			}
-			p.Close()
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			c.WriteMetrics(w, id, slots)
-			if len(ip) > 0 {
-				br.WriteIPMetrics(w, id, ip)
-			}
-		}
-	})
 }
 
 func brWatchCmd() *cobra.Command {

@@ -14,6 +14,8 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/br"
 	"github.com/fastpath-dev/fastpath/internal/fw"
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
+	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
 	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/tra"
 )
@@ -126,14 +128,20 @@ func TestBrServiceRuns(t *testing.T) {
 
 	m := startManager(t)
 	s := startService(t, m, "fastpath-br@.service", router, documentedDropIn(t, "fastpath-br@.service", "#   [Service]", dut))
-	s.waitOutput(t, "router "+router+" attached", 10*time.Second)
+	s.waitOutput(t, "router attached", 10*time.Second)
 	for _, d := range []string{"d0", "d1"} {
 		if !xdpAttached(t, dut, d) {
 			t.Fatalf("%s active, and %s has no XDP program:\n%s", s.name, d, s.output())
 		}
 	}
+	// The unit's --metrics: the sandbox lets serve listen and read the maps.
+	body := obstest.Scrape(t, "http://"+obs.AddrBR+"/metrics")
+	obstest.CheckMetrics(t, body)
+	if v, ok := obstest.Value(body, `fastpath_br_device_attached{device="d0",mode="native",name="`+router+`"}`); !ok || v != "1" {
+		t.Fatalf("%s's metrics say %q of d0, want it attached in native mode:\n%s", s.name, v, body)
+	}
 	m.mustSystemctl(t, "reload", s.name)
-	s.waitOutput(t, "reloaded and attached again in place", 10*time.Second)
+	s.waitOutput(t, "configuration reloaded and attached again in place", 10*time.Second)
 	s.noDenial(t)
 	s.stop(t)
 	if !xdpAttached(t, dut, "d0") {

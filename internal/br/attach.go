@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/scionproto"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
@@ -42,7 +44,11 @@ type AttachOptions struct {
 	// NoFallback forbids falling back to generic XDP where native fails
 	// (as XDPModeNative does).
 	NoFallback bool
-	// Warn receives warnings (a fallback to generic mode).
+	// Log receives warnings (a fallback to generic mode, a device that
+	// takes no XDP frames); slog.Default() if nil.
+	Log *slog.Logger
+	// Warn, when Log is nil, receives those records in slog's text form:
+	// for callers that keep a plain log.
 	Warn io.Writer
 	// Name is the pin directory's name; the router ID if empty.
 	Name string
@@ -68,9 +74,16 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if opts.Warn == nil {
-		opts.Warn = io.Discard
+	log := opts.Log
+	switch {
+	case log != nil:
+	case opts.Warn != nil:
+		log = slog.New(slog.NewTextHandler(opts.Warn, nil))
+	default:
+		log = slog.Default()
 	}
+	// What the packages below still say in prose, a line a record.
+	warn := obs.Writer(log, slog.LevelWarn)
 	xdpMode := cfg.XDPMode
 	switch opts.Mode {
 	case "":
@@ -108,10 +121,10 @@ func Attach(cfg *Config, opts AttachOptions) error {
 	if len(devs) > 0 {
 		ns = devs[0].Netns
 	}
-	warnForwarding(cfg, ns, opts.Warn)
+	warnForwarding(cfg, ns, log)
 	if cfg.SCIONVersion == "" {
-		fmt.Fprintf(opts.Warn, "warning: %s sets no scion_version: fastpath delivers and drops as scionproto %s's router does; if the router behind runs another release (%s), set scion_version to it\n",
-			cfg.Path, scionproto.Default, strings.Join(scionproto.Versions[1:], ", "))
+		log.Warn("configuration sets no scion_version: fastpath delivers and drops as the default release's router does; set scion_version to the release the router behind runs",
+			"config", cfg.Path, "default", scionproto.Default, "others", strings.Join(scionproto.Versions[1:], ", "))
 	}
 	name := opts.Name
 	if name == "" {
@@ -130,18 +143,18 @@ func Attach(cfg *Config, opts AttachOptions) error {
 		}
 		return err
 	}
-	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache, Warn: opts.Warn})
+	r, err := Load(cfg, LoadOptions{PinPath: dir, NoMACCache: opts.NoMACCache, Warn: warn})
 	if err != nil {
 		return undo(err)
 	}
 	defer r.Close()
-	if err := r.setHost(ns, devs, opts.Warn); err != nil {
+	if err := r.setHost(ns, devs, log); err != nil {
 		return undo(err)
 	}
 	if err := r.fillCPUs(); err != nil {
 		return undo(err)
 	}
-	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: noFallback, Warn: opts.Warn, Generic: r.GenericProgram}); err != nil {
+	if err := xdp.AttachPinned(dir, devs, r.Program(), xdp.PinOptions{Mode: mode, NoFallback: noFallback, Warn: warn, Generic: r.GenericProgram}); err != nil {
 		return undo(err)
 	}
 	// The new program runs on every device: the pins follow it.
@@ -426,14 +439,18 @@ func (p *Pinned) ReadCounters() (*Counts, error) { return readCounters(p.Counter
 // warnForwarding says when lo has forwarding off for a family the router
 // uses: the kernel then refuses the fast path's FIB lookups, which name lo,
 // and every packet goes to the reference router.
-func warnForwarding(cfg *Config, ns string, w io.Writer) {
+func warnForwarding(cfg *Config, ns string, log *slog.Logger) {
 	for _, fam := range loForwardingOff(cfg, ns) {
-		fmt.Fprintln(w, forwardingWarning(ns, fam))
+		forwardingWarning(log, ns, fam)
 	}
 }
 
-func forwardingWarning(ns, fam string) string {
-	return fmt.Sprintf("warning: %s: forwarding is off on lo, so the kernel refuses the fast path's FIB lookups (they name lo, as the host's own traffic does) and every packet goes to the reference router (verdict fwd_disabled). Turn it on for lo alone with `sysctl -w net.%s.conf.lo.forwarding=1`: the host still forwards nothing it did not before.", nsName(ns), fam)
+// forwardingWarning: the kernel refuses the fast path's FIB lookups (they
+// name lo, as the host's own traffic does); turning forwarding on for lo
+// alone forwards nothing the host did not before.
+func forwardingWarning(log *slog.Logger, ns, fam string) {
+	log.Warn("forwarding is off on lo: the kernel refuses the fast path's FIB lookups and every packet goes to the reference router",
+		"netns", nsName(ns), "family", fam, "verdict", "fwd_disabled", "fix", fmt.Sprintf("sysctl -w net.%s.conf.lo.forwarding=1", fam))
 }
 
 // loForwardingOff are the families the router uses ("ipv4", "ipv6": the

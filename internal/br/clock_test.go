@@ -135,7 +135,7 @@ func TestClockStepIsFollowed(t *testing.T) {
 		t.Fatalf("with the offset of before the step: %d arrived, verdicts %v; want all %d forwarded in XDP (what a router that never measures again does)", got, v, n)
 	}
 	_, log := keep(t, b.cfg, name)
-	waitFor(t, log, "the system clock moved by 1h0m0")
+	waitFor(t, log, "step=1h0m0")
 	if got, v := sendExpired(); got != 0 || v["expired"] != 2*n || v["forwarded"] != n {
 		t.Fatalf("a second after the keeper measured again: %d arrived, verdicts %v; want none, %d expired in all", got, v, 2*n)
 	}

@@ -96,7 +96,7 @@ func (b *hostBed) attachAsOperator(t *testing.T) (string, string) {
 	t.Helper()
 	name := strings.TrimSuffix(b.dut, "dut") + "br"
 	var w strings.Builder
-	if err := Attach(b.cfg, AttachOptions{Netns: b.dut, Name: name, Warn: &w}); err != nil {
+	if err := Attach(b.cfg, AttachOptions{Netns: b.dut, Name: name, Log: textLog(&w)}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Detach(name, nil) })

@@ -3,7 +3,7 @@ package br
 import (
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -259,6 +259,11 @@ func (m *hostMaps) ptrs() []**ebpf.Map {
 // holds.
 var errLocalAddrsFull = errors.New("more addresses than the router keeps")
 
+// localAddrsFull says that the host's addresses do not all fit.
+func localAddrsFull(log *slog.Logger, ns string, err error) {
+	log.Warn("the host has more addresses than the router keeps: next hops at the others are left to the kernel (verdict fib_pass)", "netns", nsName(ns), "err", err)
+}
+
 // write makes the maps hold the view. Devices are written so that no
 // packet is redirected to a device missing from the redirect map: a device
 // is put there before br_devs lets a packet choose it, and taken out only
@@ -478,13 +483,16 @@ func syncSet[K comparable, V any](m *ebpf.Map, want map[K]bool, val V) (added, r
 // warnHost says, naming the fix, what of the host keeps traffic from the
 // fast path: devices a frame may leave by that take no XDP frames, or none
 // in several buffers where the MTU allows them.
-func warnHost(v hostView, w io.Writer) {
+func warnHost(v hostView, log *slog.Logger) {
 	for _, d := range v.devs {
 		switch {
 		case !d.tx.Frames:
-			fmt.Fprintf(w, "warning: %s. Until it is fixed the fast path leaves what goes out by %s to the reference router (verdict tx_unusable); `fastpath br serve` picks the fix up within a second, a one-shot `br attach` must be run again.\n", d.why, d.iface)
+			log.Warn("device takes no XDP frames: what leaves by it goes to the reference router until it is fixed",
+				"device", d.iface.String(), "reason", d.why, "verdict", "tx_unusable",
+				"fix", "`fastpath br serve` picks the fix up within a second; a one-shot `br attach` must be run again")
 		case !d.tx.MultiBuffer && jumboMTU(d.iface):
-			fmt.Fprintf(w, "warning: %s.\n", d.why)
+			log.Warn("device takes XDP frames in one buffer only: jumbo frames leaving by it go to the reference router",
+				"device", d.iface.String(), "reason", d.why, "verdict", "tx_no_sg")
 		}
 	}
 }

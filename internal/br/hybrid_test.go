@@ -190,7 +190,7 @@ func (b *hostBed) attach(t *testing.T, mode string) (name, warnings string) {
 	name = strings.TrimSuffix(b.dut, "dut") + "br"
 	var w bytes.Buffer
 	devs := []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}
-	if err := Attach(&cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true, Warn: &w}); err != nil {
+	if err := Attach(&cfg, AttachOptions{Devices: devs, Name: name, NoFallback: true, Log: textLog(&w)}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Detach(name, nil) })

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -47,9 +47,12 @@ type KeepOptions struct {
 	Name string
 	// Interval between checks when no event comes; DefaultKeepInterval if 0.
 	Interval time.Duration
-	// Log receives a line for each change the keeper acts on; nothing is
-	// logged while nothing changes.
-	Log io.Writer
+	// Log receives a record for each change the keeper acts on; nothing
+	// is logged while nothing changes. slog.Default() if nil.
+	Log *slog.Logger
+	// Changed, if set, is told of each kind of update the keeper writes
+	// into the maps (one of KeeperChanges), as it writes it.
+	Changed func(kind string)
 	// Reattach, if set, attaches the router again in place (Serve: as it
 	// attached first): the keeper calls it when a device the router was
 	// attached to was deleted and created again, which leaves its link
@@ -58,6 +61,13 @@ type KeepOptions struct {
 	Reattach func() error
 }
 
+// KeeperChanges are the kinds of update a Keeper writes into the maps:
+// a device created again and attached again, the clock's offset, the
+// host's addresses, a device that now takes XDP frames, one that falls
+// back to the reference router, one that is gone, one whose taking of
+// frames in several buffers changed.
+var KeeperChanges = []string{"reattach", "clock", "addresses", "device_ready", "device_fallback", "device_gone", "device_buffers"}
+
 // Keeper keeps an attached router's host state in step with the host.
 type Keeper struct {
 	cfg      *Config
@@ -65,7 +75,8 @@ type Keeper struct {
 	dir      string
 	ns       string
 	interval time.Duration
-	log      io.Writer
+	log      *slog.Logger
+	changed  func(kind string)
 	reattach func() error
 	maps     hostMaps
 
@@ -85,6 +96,9 @@ type Keeper struct {
 	// Checks and the time they took, for Stats (read while Run runs).
 	checks  atomic.Int64
 	elapsed atomic.Int64 // ns
+	// ready is what Ready says: each device frames leave by, and whether
+	// they leave by it in XDP, after the last check.
+	ready atomic.Pointer[map[string]bool]
 }
 
 // OpenKeeper opens the pinned maps of the router attached under
@@ -98,12 +112,15 @@ func OpenKeeper(cfg *Config, o KeepOptions) (*Keeper, error) {
 		o.Interval = DefaultKeepInterval
 	}
 	if o.Log == nil {
-		o.Log = io.Discard
+		o.Log = slog.Default()
+	}
+	if o.Changed == nil {
+		o.Changed = func(string) {}
 	}
 	if o.Name == "" {
 		o.Name = cfg.RouterID
 	}
-	k := &Keeper{cfg: cfg, name: o.Name, dir: PinDir(o.Name), interval: o.Interval, log: o.Log, reattach: o.Reattach,
+	k := &Keeper{cfg: cfg, name: o.Name, dir: PinDir(o.Name), interval: o.Interval, log: o.Log.With("name", o.Name), changed: o.Changed, reattach: o.Reattach,
 		tx: map[xdp.Iface]xdp.Tx{}, gone: map[xdp.Iface]bool{}, failed: map[xdp.Iface]int{}, errs: map[string]bool{}, first: true}
 	devs, err := k.devices()
 	if err != nil {
@@ -217,7 +234,8 @@ func (k *Keeper) checkLinks(devs []xdp.Iface) error {
 		}
 		return fmt.Errorf("router %s: %v deleted and created again; attaching again failed (tried again when it is made anew, or `fastpath br attach`): %w", k.name, again, err)
 	}
-	fmt.Fprintf(k.log, "%s: %v deleted and created again: attached again\n", k.name, again)
+	k.log.Info("device deleted and created again: router attached again", "devices", fmt.Sprint(again))
+	k.changed("reattach")
 	return nil
 }
 
@@ -241,7 +259,8 @@ func (k *Keeper) checkClock() error {
 	if _, err := setClock(k.maps.vars); err != nil {
 		return err
 	}
-	fmt.Fprintf(k.log, "%s: the system clock moved by %s against the monotonic one: hop-field expiry follows it\n", k.name, step.Round(time.Millisecond))
+	k.log.Info("system clock moved against the monotonic one: hop-field expiry follows it", "step", step.Round(time.Millisecond))
+	k.changed("clock")
 	return nil
 }
 
@@ -267,7 +286,7 @@ func (k *Keeper) checkHost(devs []xdp.Iface) error {
 	added, removed, err := k.maps.write(k.ns, v)
 	if errors.Is(err, errLocalAddrsFull) {
 		if !k.localFull {
-			fmt.Fprintf(k.log, "%s: %s: %v\n", k.name, nsName(k.ns), err)
+			localAddrsFull(k.log, k.ns, err)
 		}
 		k.localFull = true
 	} else if err != nil {
@@ -275,8 +294,11 @@ func (k *Keeper) checkHost(devs []xdp.Iface) error {
 	} else {
 		k.localFull = false
 	}
-	if len(added)+len(removed) > 0 && !k.first {
-		fmt.Fprintf(k.log, "%s: the host's addresses changed (%s): next hops at its own addresses are left to the kernel\n", k.name, addrChange(added, removed))
+	if len(added)+len(removed) > 0 {
+		k.changed("addresses")
+		if !k.first {
+			k.log.Info("host addresses changed: next hops at its own addresses are left to the kernel", "change", addrChange(added, removed))
+		}
 	}
 	return nil
 }
@@ -318,42 +340,54 @@ func (k *Keeper) logChanges(v hostView) {
 			if d.Netns != "" {
 				detach = fmt.Sprintf("fastpath br detach --router %s --netns %s %s", k.name, d.Netns, d.Name)
 			}
-			fmt.Fprintf(k.log, "%s: %s is gone (deleted, or its namespace was): nothing leaves by it; `%s` drops its link pin\n", k.name, d, detach)
+			k.log.Warn("device gone (deleted, or its namespace was): nothing leaves by it", "device", d.String(), "fix", detach)
+			k.changed("device_gone")
 		}
 		seen[d] = true
 	}
 	k.gone = seen
 	now := map[xdp.Iface]xdp.Tx{}
+	ready := map[string]bool{}
 	for _, d := range v.devs {
 		before, known := k.before(d.iface, d.index)
 		tx := d.tx
+		dev := d.iface.String()
 		switch {
 		case tx.Frames && (!known || !before.Frames):
-			fmt.Fprintf(k.log, "%s: %s takes XDP frames now (%s): what leaves by it is forwarded in XDP\n", k.name, d.iface, d.why)
+			k.log.Info("device takes XDP frames now: what leaves by it is forwarded in XDP", "device", dev, "reason", d.why)
+			k.changed("device_ready")
 		case !tx.Frames && known && before.Frames:
-			fmt.Fprintf(k.log, "%s: what leaves by %s falls back to the reference router (verdict tx_unusable): %s. %s\n", k.name, d.iface, d.why, k.again())
+			k.log.Warn("device falls back to the reference router: what leaves by it is passed up", "device", dev, "reason", d.why, "verdict", "tx_unusable", "recheck", k.interval)
+			k.changed("device_fallback")
 		case !tx.Frames && !known:
 			// A device a next hop newly leaves by (attach warned of those
 			// it knew).
-			fmt.Fprintf(k.log, "%s: what leaves by %s goes to the reference router (verdict tx_unusable): %s. %s\n", k.name, d.iface, d.why, k.again())
+			k.log.Warn("device takes no XDP frames: what leaves by it goes to the reference router", "device", dev, "reason", d.why, "verdict", "tx_unusable", "recheck", k.interval)
+			k.changed("device_fallback")
 		case tx.Frames && known && before.Frames && tx.MultiBuffer != before.MultiBuffer:
 			if tx.MultiBuffer {
-				fmt.Fprintf(k.log, "%s: %s takes XDP frames in several buffers now (%s): jumbo frames leaving by it are forwarded in XDP\n", k.name, d.iface, d.why)
+				k.log.Info("device takes XDP frames in several buffers now: jumbo frames leaving by it are forwarded in XDP", "device", dev, "reason", d.why)
 			} else {
-				fmt.Fprintf(k.log, "%s: %s takes XDP frames in one buffer only now: %s\n", k.name, d.iface, d.why)
+				k.log.Warn("device takes XDP frames in one buffer only now: jumbo frames leaving by it go to the reference router", "device", dev, "reason", d.why, "verdict", "tx_no_sg")
 			}
+			k.changed("device_buffers")
 		}
 		now[d.iface] = tx
+		ready[d.iface.Name] = tx.Frames
 	}
 	k.tx = now
+	k.ready.Store(&ready)
 }
 
-// again says when the fast path takes a device back.
-func (k *Keeper) again() string {
-	if k.interval == time.Second {
-		return "fastpath forwards it in XDP again within a second of the fix."
+// Ready is the keeper's view after its last check: each device a frame
+// may leave by, by name, and whether what leaves by it is forwarded in
+// XDP (false: it falls back to the reference router). Nil before the
+// first check.
+func (k *Keeper) Ready() map[string]bool {
+	if r := k.ready.Load(); r != nil {
+		return *r
 	}
-	return fmt.Sprintf("fastpath forwards it in XDP again within %s of the fix.", k.interval)
+	return nil
 }
 
 func addrChange(added, removed []routerBrAddr) string {
@@ -380,12 +414,12 @@ func (k *Keeper) checkForwarding() {
 	off := loForwardingOff(k.cfg, k.ns)
 	for _, fam := range off {
 		if !slices.Contains(k.loOff, fam) && !k.first {
-			fmt.Fprintf(k.log, "%s: %s\n", k.name, forwardingWarning(k.ns, fam))
+			forwardingWarning(k.log, k.ns, fam)
 		}
 	}
 	for _, fam := range k.loOff {
 		if !slices.Contains(off, fam) {
-			fmt.Fprintf(k.log, "%s: %s forwarding is on again on lo: the fast path's FIB lookups are answered\n", k.name, fam)
+			k.log.Info("forwarding is on again on lo: the fast path's FIB lookups are answered", "netns", nsName(k.ns), "family", fam)
 		}
 	}
 	k.loOff = off
@@ -412,14 +446,14 @@ const eventDelay = 20 * time.Millisecond
 // never write the maps at once.
 func (k *Keeper) Run(ctx context.Context, reload <-chan struct{}, onReload func()) error {
 	w, err := xdp.WatchHost(k.ns, func(err error) {
-		fmt.Fprintf(k.log, "%s: %v; changes are seen by the check every %s only\n", k.name, err, k.interval)
+		k.log.Warn("watching the host's netlink events failed: changes are seen by the periodic check only", "err", err, "interval", k.interval)
 	})
 	if err != nil {
 		return err
 	}
 	defer func() { w.Close() }()
 	if !w.Features {
-		fmt.Fprintf(k.log, "%s: the kernel has no netdev netlink family (Linux 6.3 and later): a neighbour's XDP program or GRO is seen by the check every %s only\n", k.name, k.interval)
+		k.log.Warn("the kernel has no netdev netlink family (Linux 6.3 and later): a neighbour's XDP program or GRO is seen by the periodic check only", "interval", k.interval)
 	}
 	tick := time.NewTicker(k.interval)
 	defer tick.Stop()
@@ -444,7 +478,7 @@ func (k *Keeper) Run(ctx context.Context, reload <-chan struct{}, onReload func(
 		}
 		if err != nil {
 			if !k.errs[err.Error()] {
-				fmt.Fprintf(k.log, "%s: %v; trying again\n", k.name, err)
+				k.log.Error("checking the host failed: trying again at the next check", "err", err)
 				k.errs[err.Error()] = true
 			}
 			continue

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"path/filepath"
 
@@ -213,7 +214,7 @@ func Load(cfg *Config, opts LoadOptions) (*Router, error) {
 	if opts.PinPath == "" {
 		// An offline router runs frames that come in by lo (a test run's
 		// ingress device), which it must know.
-		if err := r.writeHost("", hostView{}, io.Discard); err != nil {
+		if err := r.writeHost("", hostView{}, discard); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -711,8 +712,11 @@ func (r *Router) IPCounters() (map[string]Stat, error) { return readIPCounters(r
 // frames and whether it faces the AS or a neighbour, and the host's own
 // addresses (a next hop there is delivered by the kernel).
 func (r *Router) SetHost(ns string, devs []xdp.Iface) error {
-	return r.setHost(ns, devs, io.Discard)
+	return r.setHost(ns, devs, discard)
 }
+
+// discard is the log of an offline router: nobody reads its warnings.
+var discard = slog.New(slog.DiscardHandler)
 
 // offlineLo is lo as an offline router knows it: a test run's frames come
 // in by it (no Ethernet check: it has no MAC).
@@ -721,19 +725,19 @@ var offlineLo = hostDev{
 	flags: uint16(routerBrDevFlagsBR_DEV_XMIT | routerBrDevFlagsBR_DEV_XMIT_SG | routerBrDevFlagsBR_DEV_UP | routerBrDevFlagsBR_DEV_INTERNAL),
 }
 
-// setHost is SetHost, warning on w (naming the fix) of devices a frame
+// setHost is SetHost, warning on log (naming the fix) of devices a frame
 // may leave by that take no XDP frames, and of addresses left out.
-func (r *Router) setHost(ns string, devs []xdp.Iface, w io.Writer) error {
+func (r *Router) setHost(ns string, devs []xdp.Iface, log *slog.Logger) error {
 	v, err := lookHost(r.cfg, ns, devs, txState)
 	if err != nil {
 		return err
 	}
-	warnHost(v, w)
-	return r.writeHost(ns, v, w)
+	warnHost(v, log)
+	return r.writeHost(ns, v, log)
 }
 
 // writeHost writes a view of the host into the maps.
-func (r *Router) writeHost(ns string, v hostView, w io.Writer) error {
+func (r *Router) writeHost(ns string, v hostView, log *slog.Logger) error {
 	ino, err := xdp.NetnsInode(ns)
 	if err != nil {
 		return err
@@ -749,7 +753,7 @@ func (r *Router) writeHost(ns string, v hostView, w io.Writer) error {
 	}
 	_, _, err = r.hostMaps().write(ns, v)
 	if errors.Is(err, errLocalAddrsFull) {
-		fmt.Fprintf(w, "warning: %s: %v\n", nsName(ns), err)
+		localAddrsFull(log, ns, err)
 		return nil
 	}
 	return err

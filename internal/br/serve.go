@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
@@ -15,13 +18,18 @@ import (
 type ServeOptions struct {
 	// Config is the configuration file; a reload reads it again.
 	Config string
-	// Attach says where and how to attach, as for `br attach`; its Warn is
+	// Attach says where and how to attach, as for `br attach`; its Log is
 	// replaced by Log.
 	Attach AttachOptions
 	// Interval between the keeper's checks; DefaultKeepInterval if 0.
 	Interval time.Duration
-	// Log receives attach's warnings and the keeper's lines.
-	Log io.Writer
+	// Log receives attach's warnings and the keeper's records;
+	// slog.Default() if nil.
+	Log *slog.Logger
+	// Metrics, if set, is given the router's collector (NewCollector, with
+	// the keeper's view of the devices), fastpath_br_keeper_changes_total
+	// and fastpath_br_reloads_total.
+	Metrics prometheus.Registerer
 	// Reload: each value reads Config again and attaches again in place.
 	Reload <-chan struct{}
 	// Ready, if set, is called once the router is attached and kept.
@@ -41,7 +49,7 @@ type ServeOptions struct {
 // service manager that restarts it on failure must not attach it again.
 func Serve(ctx context.Context, o ServeOptions) error {
 	if o.Log == nil {
-		o.Log = io.Discard
+		o.Log = slog.Default()
 	}
 	if o.Interval < 0 {
 		return fmt.Errorf("interval %s: give a positive duration, such as 1s", o.Interval)
@@ -54,23 +62,61 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	opts := o.Attach
-	opts.Warn = o.Log
-	if err := attachWhenReady(ctx, cfg, opts, o.Log); err != nil {
+	name := opts.Name
+	if name == "" {
+		name = cfg.RouterID
+	}
+	log := o.Log.With("name", name)
+	opts.Log = log
+	// Registered before the attach, which may wait for a late device: the
+	// reloads and the process are watched meanwhile; the router's own
+	// families appear once it is attached.
+	var keeper atomic.Pointer[Keeper]
+	changes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "fastpath_br_keeper_changes_total",
+		Help:        "Updates br serve's keeper wrote into the router's maps, by kind.",
+		ConstLabels: prometheus.Labels{"name": name},
+	}, []string{"kind"})
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "fastpath_br_reloads_total",
+		Help:        "Reloads of the configuration (SIGHUP), by result: ok, or error (the router goes on with what it had).",
+		ConstLabels: prometheus.Labels{"name": name},
+	}, []string{"result"})
+	for _, kind := range KeeperChanges {
+		changes.WithLabelValues(kind)
+	}
+	reloads.WithLabelValues("ok")
+	reloads.WithLabelValues("error")
+	if o.Metrics != nil {
+		ready := func() map[string]bool {
+			if k := keeper.Load(); k != nil {
+				return k.Ready()
+			}
+			return nil
+		}
+		for _, c := range []prometheus.Collector{NewCollector(MetricsOptions{Name: name, Ready: ready}), changes, reloads} {
+			if err := o.Metrics.Register(c); err != nil {
+				return fmt.Errorf("router %s: register its metrics: %w", name, err)
+			}
+			defer o.Metrics.Unregister(c)
+		}
+	}
+	if err := attachWhenReady(ctx, cfg, opts, log); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	name := opts.Name
-	if name == "" {
-		name = cfg.RouterID
-	}
-	k, err := OpenKeeper(cfg, KeepOptions{Name: name, Interval: o.Interval, Log: o.Log, Reattach: func() error { return Attach(cfg, opts) }})
+	k, err := OpenKeeper(cfg, KeepOptions{Name: name, Interval: o.Interval, Log: o.Log,
+		Changed:  func(kind string) { changes.WithLabelValues(kind).Inc() },
+		Reattach: func() error { return Attach(cfg, opts) }})
 	if err != nil {
 		return err
 	}
 	defer k.Close()
-	fmt.Fprintf(o.Log, "router %s attached; pins in %s; keeping it in step with the host (every %s and on netlink events)\n", name, PinDir(name), o.Interval)
+	keeper.Store(k)
+	defer keeper.Store(nil)
+	log.Info("router attached: keeping it in step with the host", "pins", PinDir(name), "interval", o.Interval)
 	if o.Ready != nil {
 		o.Ready()
 	}
@@ -83,19 +129,22 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			err = Attach(c, opts)
 		}
 		if err != nil {
-			fmt.Fprintf(o.Log, "reload: %v\nthe router goes on with the configuration it had\n", err)
+			reloads.WithLabelValues("error").Inc()
+			log.Error("reload failed: the router goes on with the configuration it had", "config", o.Config, "err", err)
 			return
 		}
+		reloads.WithLabelValues("ok").Inc()
 		cfg = c
 		k.SetConfig(c)
-		fmt.Fprintf(o.Log, "router %s: %s reloaded and attached again in place\n", name, o.Config)
+		log.Info("configuration reloaded and attached again in place", "config", o.Config)
 	})
 	checks, mean := k.Stats()
 	if errors.Is(err, ErrNotAttached) {
-		fmt.Fprintf(o.Log, "router %s was detached (%d checks of the host, %s each on average): serve ends; start it again to attach\n", name, checks, mean.Round(time.Microsecond))
+		log.Info("router detached: serve ends; start it again to attach", "checks", checks, "check_mean", mean.Round(time.Microsecond))
 		return nil
 	}
-	fmt.Fprintf(o.Log, "router %s stays attached and forwards as the host stood last (%d checks of the host, %s each on average); `fastpath br serve` again keeps it, `fastpath br detach --router %s` removes it\n", name, checks, mean.Round(time.Microsecond), name)
+	log.Info("serve ends: the router stays attached and forwards as the host stood last", "checks", checks, "check_mean", mean.Round(time.Microsecond),
+		"keep", "fastpath br serve", "remove", "fastpath br detach --name "+name)
 	return err
 }
 
@@ -106,7 +155,7 @@ const attachBackoff = time.Minute
 // attachWhenReady attaches, and while what fails is the host not being
 // ready yet — a device, the device holding an address, or the network
 // namespace missing — tries again with a growing wait until ctx ends.
-func attachWhenReady(ctx context.Context, cfg *Config, opts AttachOptions, log io.Writer) error {
+func attachWhenReady(ctx context.Context, cfg *Config, opts AttachOptions, log *slog.Logger) error {
 	wait := time.Second
 	var last string
 	for {
@@ -115,7 +164,7 @@ func attachWhenReady(ctx context.Context, cfg *Config, opts AttachOptions, log i
 			return err
 		}
 		if err.Error() != last {
-			fmt.Fprintf(log, "attach: %v; trying again in %s, and less often after (at most every %s)\n", err, wait, attachBackoff)
+			log.Warn("the host is not ready to attach: trying again, less often each time", "err", err, "wait", wait, "max_wait", attachBackoff)
 			last = err.Error()
 		}
 		select {

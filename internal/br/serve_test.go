@@ -88,7 +88,7 @@ func TestServeEndsWhenDetached(t *testing.T) {
 	if err := Detach(name, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, log, "was detached")
+	waitFor(t, log, "router detached")
 	if err := stop(); err != nil {
 		t.Fatalf("serve after a detach: %v, want success\n%s", err, log)
 	}
@@ -118,10 +118,10 @@ func TestServeWaitsForALateDevice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, ServeOptions{Config: b.cfg.Path, Attach: AttachOptions{Netns: b.dut, Name: name, NoFallback: true}, Log: log, Ready: func() { close(ready) }})
+		done <- Serve(ctx, ServeOptions{Config: b.cfg.Path, Attach: AttachOptions{Netns: b.dut, Name: name, NoFallback: true}, Log: textLog(log), Ready: func() { close(ready) }})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, log, "trying again in 1s")
+	waitFor(t, log, "wait=1s")
 	select {
 	case err := <-done:
 		t.Fatalf("serve ended with the device missing: %v\n%s", err, log)
@@ -164,7 +164,7 @@ func TestServeAttachesARecreatedDevice(t *testing.T) {
 	b.setGRO(t, b.a, "a0", true)
 	b.ip(t, b.dut, "neigh", "replace", b.aAddr.String(), "lladdr", b.mac(t, b.a, "a0"), "dev", "d0", "nud", "permanent")
 	b.ip(t, b.a, "neigh", "replace", b.d0Addr.String(), "lladdr", b.mac(t, b.dut, "d0"), "dev", "a0", "nud", "permanent")
-	waitFor(t, log, "deleted and created again: attached again")
+	waitFor(t, log, "device deleted and created again: router attached again")
 	if m, err := xdp.AttachedMode(xdp.Iface{Netns: b.dut, Name: "d0"}); err != nil || m != xdp.Native {
 		t.Fatalf("d0 attached %q (%v) after the keeper's look:\n%s", m, err, log)
 	}
@@ -174,7 +174,8 @@ func TestServeAttachesARecreatedDevice(t *testing.T) {
 // serve runs Serve on the bed's router (d0, d1) until the test ends, and
 // returns once it is ready: the router's name, its log, the reload
 // channel, and stop, which ends Serve (at most once) and returns its error.
-func (b *hostBed) serve(t *testing.T) (name string, log *syncBuffer, reload chan<- struct{}, stop func() error) {
+// Each of more changes the options first.
+func (b *hostBed) serve(t *testing.T, more ...func(*ServeOptions)) (name string, log *syncBuffer, reload chan<- struct{}, stop func() error) {
 	t.Helper()
 	name = strings.TrimSuffix(b.dut, "dut") + "br"
 	t.Cleanup(func() { Detach(name, nil) })
@@ -183,15 +184,17 @@ func (b *hostBed) serve(t *testing.T) (name string, log *syncBuffer, reload chan
 	rl := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, ServeOptions{
-			Config: b.cfg.Path,
-			Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
-			Log:    log,
-			Reload: rl,
-			Ready:  func() { close(ready) },
-		})
-	}()
+	o := ServeOptions{
+		Config: b.cfg.Path,
+		Attach: AttachOptions{Devices: []xdp.Iface{{Netns: b.dut, Name: "d0"}, {Netns: b.dut, Name: "d1"}}, Name: name, NoFallback: true},
+		Log:    textLog(log),
+		Reload: rl,
+		Ready:  func() { close(ready) },
+	}
+	for _, f := range more {
+		f(&o)
+	}
+	go func() { done <- Serve(ctx, o) }()
 	var once sync.Once
 	var err error
 	stop = func() error {

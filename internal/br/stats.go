@@ -123,55 +123,6 @@ func (c *Counts) Verdicts(slots map[int]int, want string) ([VerdictCount]Stat, e
 	return out, nil
 }
 
-// WriteMetrics writes counts in the Prometheus text format.
-func (c *Counts) WriteMetrics(w io.Writer, router string, slots map[int]int) {
-	byIf := c.ByInterface(slots)
-	names := make([]string, 0, len(byIf))
-	for n := range byIf {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, metric := range []string{"packets", "bytes"} {
-		fmt.Fprintf(w, "# HELP fastpath_br_%s_total %s the XDP border router handled, by ingress interface and verdict.\n", metric, map[string]string{"packets": "Packets", "bytes": "Bytes"}[metric])
-		fmt.Fprintf(w, "# TYPE fastpath_br_%s_total counter\n", metric)
-		for _, n := range names {
-			verdicts := make([]string, 0, len(byIf[n]))
-			for v := range byIf[n] {
-				verdicts = append(verdicts, v)
-			}
-			sort.Strings(verdicts)
-			for _, v := range verdicts {
-				val := byIf[n][v].Packets
-				if metric == "bytes" {
-					val = byIf[n][v].Bytes
-				}
-				fmt.Fprintf(w, "fastpath_br_%s_total{router=%q,interface=%q,verdict=%q} %d\n", metric, router, n, v, val)
-			}
-		}
-	}
-}
-
-// WriteIPMetrics writes the plain-IP forwarder's counts (IPTotals) in the
-// Prometheus text format.
-func WriteIPMetrics(w io.Writer, router string, ip map[string]Stat) {
-	for _, metric := range []string{"packets", "bytes"} {
-		fmt.Fprintf(w, "# HELP fastpath_br_ip_%s_total %s of plain IP the XDP border router's forwarder (forward_ip) handled, by verdict.\n", metric, map[string]string{"packets": "Packets", "bytes": "Bytes"}[metric])
-		fmt.Fprintf(w, "# TYPE fastpath_br_ip_%s_total counter\n", metric)
-		verdicts := make([]string, 0, len(ip))
-		for v := range ip {
-			verdicts = append(verdicts, v)
-		}
-		sort.Strings(verdicts)
-		for _, v := range verdicts {
-			val := ip[v].Packets
-			if metric == "bytes" {
-				val = ip[v].Bytes
-			}
-			fmt.Fprintf(w, "fastpath_br_ip_%s_total{router=%q,verdict=%q} %d\n", metric, router, v, val)
-		}
-	}
-}
-
 // WriteWatch writes one refresh of `br watch`: per verdict the totals and
 // the rates since prev, dt ago.
 func WriteWatch(w io.Writer, router, iface string, cur, prev [VerdictCount]Stat, dt time.Duration) {
