@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/tra"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
@@ -152,11 +156,11 @@ func traListCmd() *cobra.Command {
 
 func traRunCmd() *cobra.Command {
 	var (
-		config, ns, mode string
-		refresh          time.Duration
+		config, ns, mode, metrics string
+		refresh                   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "run --config FILE [--mode auto|native|generic] [--netns NS] [--refresh 1m]",
+		Use:   "run --config FILE [--mode auto|native|generic] [--netns NS] [--refresh 1m] [--metrics ADDR]",
 		Short: "attach if needed and keep the paths: fetch, refresh, probe, fail over, send held packets",
 		Long: `Runs until interrupted, in the host's namespace (--netns runs it there). It attaches the
 translator (again: the programs are swapped, the maps and paths stay), adopts the paths
@@ -165,7 +169,9 @@ host talks to, installs those the policy picks, sends the packets that waited fo
 refreshes the paths in use before they expire, probes them and fails over from those that
 go silent or that an SCMP error about a path of its own says are down. Whatever ends it,
 the translator stays attached and the installed paths carry on: run it as a service that
-restarts (deploy/systemd/fastpath-tra@.service); tra detach removes the translator.`,
+restarts (deploy/systemd/fastpath-tra@.service); tra detach removes the translator.
+--metrics serves Prometheus /metrics (fastpath_tra_*; the unit gives 127.0.0.1:30492) on
+an address of the namespace tra run is started in, also with --netns: the operator's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mode, err := modeOf(cmd, mode)
@@ -181,10 +187,47 @@ restarts (deploy/systemd/fastpath-tra@.service); tra detach removes the translat
 			}
 			if ns != "" {
 				// The daemon's sockets must live in the host's namespace:
-				// run again there, as a child born inside it.
-				return runInNetns(ns, os.Args[1:])
+				// run again there, as a child born inside it. The metrics
+				// listener is made here, in the namespace the operator
+				// scrapes from, and handed to the child.
+				var extra []*os.File
+				if metrics != "" {
+					f, err := listenFile(metrics)
+					if err != nil {
+						return err
+					}
+					extra = append(extra, f)
+				}
+				return runInNetns(ns, os.Args[1:], extra...)
 			}
-			err = tra.AttachAndRun(cmd.Context(), cfg, tra.RunOptions{Log: os.Stderr, Refresh: refresh, Mode: mode})
+			ln, err := metricsListener(metrics)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			reg := obs.NewRegistry("tra")
+			col := tra.NewCollector("")
+			reg.MustRegister(col)
+			served := make(chan error, 1)
+			if ln != nil {
+				go func() {
+					err := obs.ServeListener(ctx, ln, reg)
+					if err != nil {
+						// A daemon that cannot be watched ends, as one
+						// whose address is taken does at start.
+						cancel()
+					}
+					served <- err
+				}()
+			} else {
+				served <- nil
+			}
+			err = tra.AttachAndRun(ctx, cfg, tra.RunOptions{Log: slog.Default(), Refresh: refresh, Mode: mode, Collector: col})
+			cancel()
+			if serr := <-served; serr != nil && err == nil {
+				err = fmt.Errorf("metrics: %w", serr)
+			}
 			return err
 		},
 	}
@@ -192,12 +235,55 @@ restarts (deploy/systemd/fastpath-tra@.service); tra detach removes the translat
 	cmd.Flags().StringVar(&ns, "netns", "", "the host's network namespace")
 	registerMode(cmd, &mode, "", "the configuration's xdp_mode, else auto")
 	cmd.Flags().DurationVar(&refresh, "refresh", time.Minute, "how often installed paths are asked for again")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (the unit gives "+obs.AddrTRA+"); with --netns, an address of this namespace, not NS's")
 	return cmd
 }
 
+// metricsFDEnv names the descriptor of the metrics listener tra run --netns
+// hands the child it starts in the namespace.
+const metricsFDEnv = "FASTPATH_TRA_METRICS_FD"
+
+// listenFile listens on addr and gives the socket as a file to hand on.
+func listenFile(addr string) (*os.File, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w (give a free address, such as 127.0.0.1:0)", addr, err)
+	}
+	defer ln.Close()
+	return ln.(*net.TCPListener).File()
+}
+
+// metricsListener is the listener tra run serves metrics on: the one its
+// parent handed it (--netns), else one on addr ("": none).
+func metricsListener(addr string) (net.Listener, error) {
+	if fd := os.Getenv(metricsFDEnv); fd != "" {
+		os.Unsetenv(metricsFDEnv)
+		var n uintptr
+		if _, err := fmt.Sscan(fd, &n); err != nil {
+			return nil, fmt.Errorf("%s=%q: %w", metricsFDEnv, fd, err)
+		}
+		f := os.NewFile(n, "metrics")
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("the metrics listener handed over: %w", err)
+		}
+		return ln, nil
+	}
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w (give a free address, such as 127.0.0.1:0)", addr, err)
+	}
+	return ln, nil
+}
+
 // runInNetns runs this command again, without --netns, as a child born in
-// the namespace, and passes signals on.
-func runInNetns(ns string, args []string) error {
+// the namespace, and passes signals on; extra are files the child gets as
+// descriptors 3, 4, ... (the first: the metrics listener, metricsFDEnv).
+func runInNetns(ns string, args []string, extra ...*os.File) error {
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		switch {
@@ -214,7 +300,15 @@ func runInNetns(ns string, args []string) error {
 	}
 	c := exec.Command(self, rest...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := netns.Run(ns, c.Start); err != nil {
+	if len(extra) > 0 {
+		c.ExtraFiles = extra
+		c.Env = append(os.Environ(), metricsFDEnv+"=3")
+	}
+	err = netns.Run(ns, c.Start)
+	for _, f := range extra {
+		f.Close() // the child has them; a copy here would take connections nobody answers once it ends
+	}
+	if err != nil {
 		return err
 	}
 	sig := make(chan os.Signal, 1)

@@ -2,6 +2,7 @@ package systemd_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,9 +182,27 @@ func TestTraServiceRuns(t *testing.T) {
 	name := tra.Name(cfg.Pair, host)
 	t.Cleanup(func() { tra.Detach(name) })
 
+	// The documented drop-in serves metrics on obs.AddrTRA; the test
+	// takes a free port of its namespace instead, where it scrapes them
+	// while tra run runs in the host's.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := ln.Addr().String()
+	ln.Close()
+	dropIn := documentedDropIn(t, "fastpath-tra@.service", "#   [Service]", host)
+	if !strings.Contains(dropIn, "--metrics "+obs.AddrTRA) {
+		t.Fatalf("the documented drop-in serves no metrics on %s:\n%s", obs.AddrTRA, dropIn)
+	}
 	m := startManager(t)
-	s := startService(t, m, "fastpath-tra@.service", u, documentedDropIn(t, "fastpath-tra@.service", "#   [Service]", host))
+	s := startService(t, m, "fastpath-tra@.service", u, strings.ReplaceAll(dropIn, obs.AddrTRA, metrics))
 	s.waitOutput(t, "paths from", 10*time.Second)
+	body := obstest.Scrape(t, "http://"+metrics+"/metrics")
+	obstest.CheckMetrics(t, body)
+	if v, _ := obstest.Value(body, `fastpath_tra_device_attached{device="eth0",mode="native",name="`+name+`"}`); v != "1" {
+		t.Fatalf("%s serves no device attached:\n%s", s.name, body)
+	}
 	if !xdpAttached(t, host, "eth0") {
 		t.Fatalf("%s runs, and eth0 has no XDP program:\n%s", s.name, s.output())
 	}

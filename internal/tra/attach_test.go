@@ -460,7 +460,7 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
 	cmd, log := a.runDaemonIn(t)
 	eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
-	if !strings.Contains(log.String(), "1 destinations adopted") {
+	if !strings.Contains(log.String(), "adopted=1") {
 		t.Fatalf("the installed destination was not adopted:\n%s", log)
 	}
 	// The adopted path gets its first hop's gateway from the host's routes.
@@ -513,7 +513,7 @@ func TestDaemonKeepsTheHost(t *testing.T) {
 		})
 		cmd2, log2 := a.runDaemonIn(outer)
 		eventually(t, 5*time.Second, "the new daemon's first line", func() bool { return strings.Contains(log2.String(), "paths from") })
-		if !strings.Contains(log2.String(), "1 destinations adopted") {
+		if !strings.Contains(log2.String(), "adopted=1") {
 			t.Fatalf("not adopted:\n%s", log2)
 		}
 		if p := a.pinned(t); p != nil {

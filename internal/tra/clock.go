@@ -69,7 +69,7 @@ type beatPlane interface{ Beat() error }
 func (d *pathDaemon) beat() {
 	if b, ok := d.dp.(beatPlane); ok {
 		if err := b.Beat(); err != nil {
-			d.logf("%v", err)
+			d.log.Error("cannot write the daemon's heartbeat", "error", err)
 		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"os"
 	"runtime/debug"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/fastpath-dev/fastpath/internal/obs"
 )
 
 // The daemon (`tra run`) keeps the data plane's paths: it asks scionproto's
@@ -33,7 +35,12 @@ type RunOptions struct {
 	// Name is the attached translator's name (Name of the pair in this
 	// namespace by default).
 	Name string
-	Log  io.Writer
+	// Log takes the daemon's messages (nil: slog.Default()); each carries
+	// the translator's name.
+	Log *slog.Logger
+	// Collector, if set, exports the daemon's counters and state with the
+	// translator's (tra run --metrics).
+	Collector *Collector
 	// Source overrides the daemon of the configuration (tests).
 	Source PathSource
 	// Refresh is how often the paths of a destination in use are asked
@@ -122,13 +129,16 @@ func AttachAndRun(ctx context.Context, cfg *Config, o RunOptions) error {
 		return err
 	}
 	defer lock.release()
-	name, err := Attach(cfg, AttachOptions{Warn: o.Log, Mode: o.Mode})
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	name, err := Attach(cfg, AttachOptions{Warn: obs.Writer(o.Log, slog.LevelWarn), Mode: o.Mode})
 	if err != nil {
 		return err
 	}
 	o.Name = name
 	for _, w := range cfg.RouterWarnings() {
-		fmt.Fprintf(o.Log, "warning: %s\n", w)
+		o.Log.Warn("border router not taken", "translator", name, "why", w)
 	}
 	return run(ctx, cfg, o)
 }
@@ -154,8 +164,9 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Log == nil {
-		o.Log = io.Discard
+		o.Log = slog.Default()
 	}
+	log := o.Log.With("translator", o.Name)
 	if o.Refresh == 0 {
 		o.Refresh = time.Minute
 	}
@@ -208,7 +219,7 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	}
 	defer out.Close()
 
-	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, o.Log, lim, o.Refresh)
+	d := newPathDaemon(cfg, pinnedPlane{p}, src, inj, udpPort{out}, log, lim, o.Refresh)
 	res := newRouterResolver()
 	resolving := make(chan struct{})
 	go func() {
@@ -224,15 +235,20 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 	}
 	defer watch.close()
 	if err := watch.subscribe(); err != nil {
-		fmt.Fprintf(o.Log, "netlink updates: %v; the host is looked at each second\n", err)
+		log.Warn("no netlink updates: the host is looked at each second", "error", err)
 	}
 	watch.lookup()
 	gw := newGateways(cfg.Device, watch)
-	d.health = newHealth(cfg, o.Name, p, inj, o.Log, res, watch, gw)
+	d.health = newHealth(cfg, o.Name, p, inj, log, res, watch, gw)
 	d.gateway = gw.of
 	d.pair = watch.pair()
 	if err := d.adopt(); err != nil {
-		fmt.Fprintf(o.Log, "adopt the installed paths: %v\n", err)
+		log.Error("cannot adopt the installed paths", "error", err)
+	}
+	d.publish()
+	if o.Collector != nil {
+		o.Collector.watch(o.Name, d)
+		defer o.Collector.watch(o.Name, nil)
 	}
 	heldCh := make(chan Event, 1024)
 	evCh := make(chan Event, 1024)
@@ -246,10 +262,10 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 		events.Close()
 		probes.Close()
 	}()
-	fmt.Fprintf(o.Log, "translator %s: %s as %s, paths from %s; %d destinations adopted\n", o.Name, cfg.Address, cfg.SMIP, cfg.Daemon, len(d.dests))
+	log.Info("translator running, paths from scionproto's daemon", "address", cfg.Address, "smip", cfg.SMIP, "daemon", cfg.Daemon, "adopted", len(d.dests))
 	// Which ports SCION is taken on follows the routers' release: a
 	// scion_version that does not match them loses traffic silently.
-	fmt.Fprintf(o.Log, "translator %s: the AS's routers run scionproto %s: SCION taken on %s\n", o.Name, cfg.release(), takenOn(cfg))
+	log.Info("SCION taken on the ports the AS's routers' release sends it to", "scion_version", cfg.release(), "taken_on", takenOn(cfg))
 	every := lim.HousekeepEvery
 	if lim.ProbeEvery > 0 {
 		every = min(every, lim.ProbeEvery)
@@ -260,7 +276,7 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 		select {
 		case <-ctx.Done():
 			d.flushStats()
-			fmt.Fprintf(o.Log, "translator %s stays attached with %d destinations installed; `fastpath tra detach --name %s` removes it\n", o.Name, d.installedCount(), o.Name)
+			log.Info("daemon ends; the translator stays attached, `fastpath tra detach` removes it", "destinations_installed", d.installedCount())
 			return nil
 		case ev, ok := <-heldCh:
 			if !ok {
@@ -279,16 +295,18 @@ func run(ctx context.Context, cfg *Config, o RunOptions) error {
 			d.safely("probe reply", func() { d.onProbeReply(ev) })
 		case r := <-d.results:
 			d.safely("lookup result", func() { d.onResult(r) })
+			d.publish()
 		case r := <-res.out:
 			d.safely("router names", func() { d.health.onResolved(d, r) })
 		case <-watch.wake:
 			d.safely("host", func() { d.health.onHost(d) })
 		case <-tick.C:
 			d.safely("tick", d.tick)
+			d.publish()
 			if d.health != nil && d.health.gone {
 				// An operator's tra detach: the daemon ends as asked, not
 				// as a failure a service manager would restart.
-				fmt.Fprintf(o.Log, "translator %s was detached: the daemon ends\n", o.Name)
+				log.Info("translator detached: the daemon ends")
 				return nil
 			}
 		}
@@ -322,7 +340,7 @@ func (d *pathDaemon) safely(what string, f func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			d.stats.add(statPanics, 1)
-			fmt.Fprintf(d.log, "panic in the daemon (%s), recovered: %v\n%s", what, r, debug.Stack())
+			d.log.Error("panic in the daemon, recovered", "step", what, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
 	f()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -174,7 +176,7 @@ func newTestDaemon(t *testing.T, maxPaths int, lim Limits) *testDaemon {
 		Routers: map[string]netip.AddrPort{"br1": routerAddr}, IfOwners: map[uint64]string{1: "br1", 2: "br1"}}
 	td := &testDaemon{plane: newFakePlane(), host: &fakeHost{}, sc: &fakeSCION{}, src: &fakeSource{paths: map[addr.IA][]snet.Path{}},
 		clock: time.Unix(1_800_000_000, 0)}
-	td.pathDaemon = newPathDaemon(cfg, td.plane, td.src, td.host, td.sc, testLog{t}, lim, time.Minute)
+	td.pathDaemon = newPathDaemon(cfg, td.plane, td.src, td.host, td.sc, logTo(testLog{t}), lim, time.Minute)
 	td.now = func() time.Time { return td.clock }
 	td.usedNow = func() uint32 { return uint32(td.clock.UnixNano() >> 30) }
 	return td
@@ -183,6 +185,11 @@ func newTestDaemon(t *testing.T, maxPaths int, lim Limits) *testDaemon {
 type testLog struct{ t *testing.T }
 
 func (l testLog) Write(b []byte) (int, error) { l.t.Logf("daemon: %s", b); return len(b), nil }
+
+// logTo is a logger of every level that writes text to w.
+func logTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
 
 // settle hands the loop the results of every lookup in flight.
 func (td *testDaemon) settle(t *testing.T) {

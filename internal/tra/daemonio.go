@@ -15,6 +15,8 @@ import (
 	"github.com/scionproto/scion/pkg/snet"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // What the daemon reaches outside itself: the host (packets into the pair
@@ -41,6 +43,9 @@ type PathSource interface {
 	Paths(ctx context.Context, dst, src addr.IA, f daemon.PathReqFlags) ([]snet.Path, error)
 }
 
+// errDaemonUnreachable says a lookup found scionproto's daemon unreachable.
+var errDaemonUnreachable = errors.New("scionproto's daemon is not reachable")
+
 // lazySource connects to scionproto's daemon when a lookup needs it, with
 // a deadline, and again after a failure: a daemon that is down at start or
 // restarts later costs lookups, never the translator's own loop.
@@ -57,7 +62,13 @@ func (s *lazySource) Paths(ctx context.Context, dst, src addr.IA, f daemon.PathR
 	if err != nil {
 		return nil, err
 	}
-	return c.Paths(ctx, dst, src, f)
+	paths, err := c.Paths(ctx, dst, src, f)
+	if status.Code(err) == codes.Unavailable {
+		// The connection is made lazily: a daemon down (or gone since)
+		// shows here.
+		return nil, fmt.Errorf("%w at %s: %w", errDaemonUnreachable, s.addr, err)
+	}
+	return paths, err
 }
 
 func (s *lazySource) connect(ctx context.Context) (daemon.Connector, error) {
@@ -70,7 +81,7 @@ func (s *lazySource) connect(ctx context.Context) (daemon.Connector, error) {
 	defer cancel()
 	c, err := daemon.NewService(s.addr).Connect(cctx)
 	if err != nil {
-		return nil, fmt.Errorf("scionproto's daemon at %s is not reachable: %w", s.addr, err)
+		return nil, fmt.Errorf("%w at %s: %w", errDaemonUnreachable, s.addr, err)
 	}
 	s.conn = c
 	return c, nil

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"runtime"
@@ -182,7 +182,7 @@ type pathDaemon struct {
 	src     PathSource
 	host    hostPort
 	scion   scionPort
-	log     io.Writer
+	log     *slog.Logger
 	lim     Limits
 	refresh time.Duration
 	now     func() time.Time
@@ -222,12 +222,11 @@ type pathDaemon struct {
 	returnAt     time.Time
 
 	stats         daemonStats
+	metrics       daemonMetrics
 	unreachTokens float64
 	unreachAt     time.Time
 	newTokens     float64
 	newAt         time.Time
-	logTokens     float64
-	logAt         time.Time
 	lastProbe     time.Time
 	lastHousekeep time.Time
 	lastHealth    time.Time
@@ -238,8 +237,11 @@ type ifKey struct {
 	ifid uint64
 }
 
-func newPathDaemon(cfg *Config, dp dataPlane, src PathSource, host hostPort, scion scionPort, log io.Writer, lim Limits, refresh time.Duration) *pathDaemon {
+func newPathDaemon(cfg *Config, dp dataPlane, src PathSource, host hostPort, scion scionPort, log *slog.Logger, lim Limits, refresh time.Duration) *pathDaemon {
 	lim = lim.withDefaults()
+	if log == nil {
+		log = slog.Default()
+	}
 	d := &pathDaemon{
 		ctx: context.Background(), cfg: cfg, dp: dp, src: src, host: host, scion: scion, log: log, lim: lim,
 		refresh: refresh, now: time.Now, usedNow: usedClock,
@@ -252,19 +254,6 @@ func newPathDaemon(cfg *Config, dp dataPlane, src PathSource, host hostPort, sci
 	}
 	d.probes = newProber()
 	return d
-}
-
-// logf writes a line to the log, at most 20 a second on average: a flood
-// of lookups or errors must not become a flood of log lines.
-func (d *pathDaemon) logf(format string, args ...any) {
-	now := d.now()
-	d.logTokens = min(100, d.logTokens+now.Sub(d.logAt).Seconds()*20)
-	d.logAt = now
-	if d.logTokens < 1 {
-		return
-	}
-	d.logTokens--
-	fmt.Fprintf(d.log, "%s "+format+"\n", append([]any{now.Format("15:04:05.000")}, args...)...)
 }
 
 // adopt takes over the paths an earlier daemon installed: they stay in the
@@ -301,6 +290,7 @@ func (d *pathDaemon) adopt() error {
 			x.recent = append(x.recent, recentPath{sig: pathSignature(p.Raw), path: p, until: now.Add(time.Minute)})
 		}
 		d.dests[ia] = x
+		d.changed(changeAdopted)
 	}
 	d.fitPair()
 	return nil
@@ -356,23 +346,23 @@ func (d *pathDaemon) hold(ia addr.IA, h heldPacket) {
 	}
 	if x == nil {
 		if until, ok := d.noPath[ia]; ok && now.Before(until) {
-			d.refuse(h)
+			d.refuse(h, heldNoPath)
 			return
 		}
 		if x = d.track(ia, h.uid); x == nil {
 			d.stats.add(statLookupRefused, 1)
-			d.refuse(h)
+			d.refuse(h, heldRefused)
 			return
 		}
 	}
 	if len(x.held) >= d.lim.HeldPerDest {
-		d.refuse(x.held[0])
+		d.refuse(x.held[0], heldOverflow)
 		x.held = x.held[1:]
 		d.heldNow--
 		d.stats.add(statHeldDropped, 1)
 	}
 	if d.heldNow >= d.lim.Held {
-		d.refuse(h)
+		d.refuse(h, heldOverflow)
 		d.stats.add(statHeldDropped, 1)
 		return
 	}
@@ -537,13 +527,14 @@ func (d *pathDaemon) evictOldest() bool {
 func (d *pathDaemon) forget(x *dest) {
 	if len(x.dp) > 0 {
 		if err := d.dp.SetPaths(x.ia, x.slot, nil); err != nil {
-			d.logf("remove paths to %s: %v", x.ia, err)
+			d.log.Error("cannot remove the paths of a destination", "isd_as", x.ia, "error", err)
 		}
+		d.changed(changeRemoved)
 		d.remembered(x.ia, d.now())
 	}
 	d.unqueueOwner(x)
 	for _, h := range x.held {
-		d.refuse(h)
+		d.refuse(h, heldNoPath)
 	}
 	d.heldNow -= len(x.held)
 	delete(d.dests, x.ia)
@@ -701,11 +692,19 @@ func (d *pathDaemon) onResult(r lookupResult) {
 	if err == nil {
 		inst, spare, dp, err = d.choose(r.ia, r.paths, now)
 	}
+	d.countRequest(r.err, err)
 	if err != nil {
 		d.stats.add(statLookupFailed, 1)
 		x.fails++
 		x.next = now.Add(min(time.Duration(1<<min(x.fails, 5))*time.Second, 30*time.Second))
-		d.logf("paths to %s: %v", r.ia, err)
+		switch {
+		case errors.Is(r.err, errDaemonUnreachable):
+			d.log.Error("scionproto's daemon is unreachable", "daemon", d.cfg.Daemon, "isd_as", r.ia, "error", r.err)
+		case len(x.dp) == 0:
+			d.log.Warn("destination without paths", "isd_as", r.ia, "error", err)
+		default:
+			d.log.Warn("path lookup failed; the installed paths stay", "isd_as", r.ia, "error", err)
+		}
 		if len(x.dp) == 0 {
 			// Nothing to send the waiting packets on: their senders hear
 			// so now rather than after a timeout.
@@ -722,20 +721,43 @@ func (d *pathDaemon) onResult(r lookupResult) {
 	d.install(x, inst, spare, dp)
 }
 
+// countRequest counts a lookup by how it ended: lookupErr is what
+// scionproto's daemon said, err what choosing among its paths did.
+func (d *pathDaemon) countRequest(lookupErr, err error) {
+	r := requestOK
+	switch {
+	case lookupErr == nil && err != nil:
+		r = requestNoPath
+	case errors.Is(lookupErr, errDaemonUnreachable):
+		r = requestUnreachable
+	case errors.Is(lookupErr, context.DeadlineExceeded):
+		r = requestTimeout
+	case lookupErr != nil:
+		r = requestError
+	}
+	d.metrics.requests[r].Add(1)
+}
+
 // install puts paths into the data plane and sends what waited for them.
 func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 	now := d.now()
 	fresh := len(x.dp) == 0
-	if err := d.setPaths(x, dp); err != nil {
-		d.logf("install paths to %s: %v", x.ia, err)
+	wrote, err := d.setPaths(x, dp)
+	if err != nil {
+		d.log.Error("cannot install paths", "isd_as", x.ia, "error", err)
 		return
 	}
 	d.stats.add(statInstalled, 1)
-	if fresh {
+	switch {
+	case fresh:
 		// A new destination counts as used from now on, not from
 		// whatever the slot held before.
 		d.dp.MarkUsed(x.slot, d.usedNow())
-		d.logf("paths to %s: %d installed", x.ia, len(dp))
+		d.changed(changeInstalled)
+		d.log.Info("paths installed", "isd_as", x.ia, "paths", len(dp))
+	case wrote:
+		d.changed(changeRefreshed)
+		d.log.Debug("paths refreshed", "isd_as", x.ia, "paths", len(dp))
 	}
 	x.paths, x.spare = inst, spare
 	x.expires = earliestExpiry(dp)
@@ -750,8 +772,9 @@ func (d *pathDaemon) install(x *dest, inst, spare []snet.Path, dp []Path) {
 // setPaths installs x's paths with each first hop's gateway, and keeps
 // them as installed. A set the same as the one installed, gateways and
 // all (a refresh that found the same paths, a route change that moved
-// another destination's first hop), is not written again.
-func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
+// another destination's first hop), is not written again; wrote says
+// whether it was.
+func (d *pathDaemon) setPaths(x *dest, paths []Path) (wrote bool, err error) {
 	now := d.now()
 	withGW := make([]Path, len(paths))
 	for i, p := range paths {
@@ -761,14 +784,14 @@ func (d *pathDaemon) setPaths(x *dest, paths []Path) error {
 		}
 	}
 	if samePaths(withGW, x.dp) {
-		return nil
+		return false, nil
 	}
 	if err := d.dp.SetPaths(x.ia, x.slot, withGW); err != nil {
-		return err
+		return false, err
 	}
 	x.dp = withGW
 	d.fitPair()
-	return nil
+	return true, nil
 }
 
 // samePaths says whether two sets of paths are the same in every field
@@ -793,8 +816,10 @@ func (d *pathDaemon) refreshGateways(now time.Time) {
 			}
 		}
 		if changed {
-			if err := d.setPaths(x, x.dp); err != nil {
-				d.logf("paths to %s with their gateways: %v", x.ia, err)
+			if wrote, err := d.setPaths(x, x.dp); err != nil {
+				d.log.Error("cannot install paths with their first hops' new gateways", "isd_as", x.ia, "error", err)
+			} else if wrote {
+				d.changed(changeGatewayChanged)
 			}
 		}
 	}
@@ -834,15 +859,16 @@ func (d *pathDaemon) release(x *dest, h heldPacket) {
 		return
 	}
 	if err := d.host.send(completeL4Checksum(h.data)); err != nil {
-		d.logf("send a held packet to %s again: %v", x.ia, err)
+		d.log.Warn("cannot send a held packet on", "isd_as", x.ia, "error", err)
 		return
 	}
 	d.stats.add(statHeldSent, 1)
 }
 
-// refuse answers a held packet with ICMPv6 destination unreachable (no
-// route), within the rate limit.
-func (d *pathDaemon) refuse(h heldPacket) {
+// refuse drops a held packet for reason (heldNoPath, ...) and answers it
+// with ICMPv6 destination unreachable (no route), within the rate limit.
+func (d *pathDaemon) refuse(h heldPacket, reason int) {
+	d.metrics.drops[reason].Add(1)
 	if h.icmp {
 		return // no error about an error
 	}
@@ -859,7 +885,7 @@ func (d *pathDaemon) refuse(h heldPacket) {
 		err = d.host.toHost(pkt)
 	}
 	if err != nil {
-		d.logf("tell the host a destination is unreachable: %v", err)
+		d.log.Warn("cannot tell the host a destination is unreachable", "error", err)
 		return
 	}
 	d.stats.add(statUnreachable, 1)
@@ -911,7 +937,7 @@ func (d *pathDaemon) choose(ia addr.IA, paths []snet.Path, now time.Time) (inst,
 		return nil, nil, nil, errors.New("no path the translator can carry")
 	}
 	if refused != nil {
-		d.logf("paths to %s: some refused, such as %v", ia, refused)
+		d.log.Warn("paths refused: their MTU cannot carry IPv6's minimum", "isd_as", ia, "error", refused)
 	}
 	return inst, spare, dp, nil
 }
@@ -1046,7 +1072,7 @@ func (d *pathDaemon) housekeep(now time.Time) {
 			delete(d.owners, uid)
 		}
 	}
-	d.probes.prune(now)
+	d.metrics.probes[probeUnanswered].Add(uint64(d.probes.prune(now)))
 	d.refreshGateways(now)
 	d.stats.set(statDests, uint64(len(d.dests)))
 	d.stats.set(statHeldNow, uint64(d.heldNow))
@@ -1089,8 +1115,10 @@ func (d *pathDaemon) expire(x *dest, now time.Time) {
 			}
 		}
 	}
-	if err := d.setPaths(x, keep); err != nil {
-		d.logf("remove expired paths to %s: %v", x.ia, err)
+	if _, err := d.setPaths(x, keep); err != nil {
+		d.log.Error("cannot remove expired paths", "isd_as", x.ia, "error", err)
+	} else {
+		d.changed(changeExpired)
 	}
 	x.paths = nil
 	if withMD {
@@ -1098,7 +1126,7 @@ func (d *pathDaemon) expire(x *dest, now time.Time) {
 	}
 	x.expires = earliestExpiry(keep)
 	if len(keep) == 0 {
-		d.logf("paths to %s expired", x.ia)
+		d.log.Warn("every path to a destination expired: looked up again", "isd_as", x.ia)
 	}
 	// What scionproto's daemon cached expired with them: ask past it.
 	d.wantFresh(x)
@@ -1126,7 +1154,7 @@ func (d *pathDaemon) flushStats() {
 		vals[i] = d.stats.get(i)
 	}
 	if err := d.dp.StoreStats(vals); err != nil {
-		d.logf("write the daemon's counters: %v", err)
+		d.log.Error("cannot write the daemon's counters", "error", err)
 	}
 }
 

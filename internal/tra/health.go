@@ -3,7 +3,7 @@ package tra
 import (
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -54,7 +55,7 @@ type health struct {
 	name string
 	p    *Pinned
 	inj  *injector
-	log  io.Writer
+	log  *slog.Logger
 	// res resolves the routers given by name, aside; failing are those
 	// whose last resolution failed (logged once until they resolve).
 	res     *routerResolver
@@ -73,7 +74,7 @@ type health struct {
 	gone bool
 }
 
-func newHealth(cfg *Config, name string, p *Pinned, inj *injector, log io.Writer, res *routerResolver, watch *hostWatch, gw *gateways) *health {
+func newHealth(cfg *Config, name string, p *Pinned, inj *injector, log *slog.Logger, res *routerResolver, watch *hostWatch, gw *gateways) *health {
 	h := &health{cfg: cfg, name: name, p: p, inj: inj, log: log, res: res, failing: map[string]bool{}, watch: watch, gw: gw}
 	if st, err := os.Stat(cfg.Topology); err == nil {
 		h.topoMod = st.ModTime()
@@ -110,7 +111,7 @@ func (h *health) full(d *pathDaemon) {
 	h.lastFull = d.now()
 	if h.watch != nil && !h.watch.subscribed() {
 		if err := h.watch.subscribe(); err != nil {
-			d.logf("netlink updates: %v; the host is looked at each second", err)
+			d.log.Warn("no netlink updates: the host is looked at each second", "error", err)
 		}
 	}
 	h.checkLinks(d)
@@ -123,7 +124,7 @@ func (h *health) full(d *pathDaemon) {
 func (h *health) onHost(d *pathDaemon) {
 	ch := h.watch.take()
 	if ch.resync {
-		d.logf("netlink updates lost (%v): the host is looked at again", ch.err)
+		d.log.Warn("netlink updates lost: the host is looked at again", "error", ch.err)
 		h.lastFull = time.Time{}
 	}
 	h.linksChanged = h.linksChanged || ch.links
@@ -164,14 +165,14 @@ func (h *health) checkLinks(d *pathDaemon) {
 		h.watch.lookup()
 	}
 	if h.needsAttach() {
-		if _, err := Attach(h.cfg, AttachOptions{Warn: h.log}); err != nil {
-			d.logf("attach %s again: %v", h.name, err)
+		if _, err := Attach(h.cfg, AttachOptions{Warn: obs.Writer(h.log, slog.LevelWarn)}); err != nil {
+			d.log.Error("cannot attach the translator again", "error", err)
 			return
 		}
 		d.stats.add(statReattached, 1)
-		d.logf("translator %s: attached again (its device or pair had been made anew)", h.name)
+		d.log.Warn("translator attached again: its device or pair had been made anew")
 		if err := h.inj.lookup(); err != nil {
-			d.logf("%v", err)
+			d.log.Error("cannot find the pair to send packets into", "error", err)
 		}
 		if h.watch != nil {
 			h.watch.lookup()
@@ -179,20 +180,20 @@ func (h *health) checkLinks(d *pathDaemon) {
 	}
 	changed, err := setPairOffloads(h.cfg.Pair + "0")
 	if err != nil {
-		d.logf("%v", err)
+		d.log.Error("cannot set the pair's offloads", "device", h.cfg.Pair+"0", "error", err)
 	} else if changed {
 		d.stats.add(statOffloadFixed, 1)
-		d.logf("the offloads of %s0 had changed: segmentation and checksum offload off, GRO on again", h.cfg.Pair)
+		d.log.Warn("the pair's offloads had changed: segmentation and checksum offload off, GRO on again", "device", h.cfg.Pair+"0")
 	}
 	if sw, err := underlaySWCsum(h.cfg.Device); err == nil {
 		if changed, err := h.p.SetUnderlaySWCsum(sw); err != nil {
-			d.logf("%v", err)
+			d.log.Error("cannot tell the programs the device's checksum offload", "device", h.cfg.Device, "error", err)
 		} else if changed {
 			how := "TCP segments are translated at the pair's far end, after the kernel completes their checksums there"
 			if sw {
 				how = "TCP segments are translated as the host sends them, the kernel completing their checksums on the way out of it"
 			}
-			d.logf("the checksum offload of %s changed: %s", h.cfg.Device, how)
+			d.log.Info("the device's checksum offload changed", "device", h.cfg.Device, "so", how)
 		}
 	}
 	d.fitPair()
@@ -446,11 +447,11 @@ func (h *health) checkTopology(d *pathDaemon) {
 	h.topoMod = st.ModTime()
 	cfg, err := loadConfig(h.cfg.Path, false)
 	if err != nil {
-		d.logf("topology changed, but: %v; the routers stay as they were", err)
+		d.log.Error("topology.json changed but is refused: the routers stay as they were", "topology", h.cfg.Topology, "error", err)
 		return
 	}
 	if cfg.IA != h.cfg.IA {
-		d.logf("%s now names AS %s, not %s: restart the translator to change ASes", h.cfg.Topology, cfg.IA, h.cfg.IA)
+		d.log.Error("topology.json names another AS: restart the translator to change ASes", "topology", h.cfg.Topology, "isd_as", cfg.IA, "was", h.cfg.IA)
 		return
 	}
 	for name, hp := range cfg.RouterNames {
@@ -470,7 +471,7 @@ func (h *health) checkTopology(d *pathDaemon) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Skipped)) {
 		if _, was := h.cfg.Skipped[name]; !was {
-			d.logf("%s: border router %s skipped: %s (SCION from it is refused as spoofed)", h.cfg.Topology, name, cfg.Skipped[name])
+			d.log.Warn("border router skipped: SCION from it is refused as spoofed", "topology", h.cfg.Topology, "router", name, "why", cfg.Skipped[name])
 		}
 	}
 	if err := h.setRouters(d, cfg.Routers); err != nil {
@@ -478,11 +479,11 @@ func (h *health) checkTopology(d *pathDaemon) {
 	}
 	h.cfg.RouterNames, h.cfg.Skipped, h.cfg.IfOwners = cfg.RouterNames, cfg.Skipped, cfg.IfOwners
 	if changed, err := h.p.SetDispatched(cfg.DispatchedPortStart, cfg.DispatchedPortEnd); err != nil {
-		d.logf("dispatched ports of %s: %v", h.cfg.Topology, err)
+		d.log.Error("cannot set the dispatched ports", "topology", h.cfg.Topology, "error", err)
 	} else {
 		h.cfg.DispatchedPortStart, h.cfg.DispatchedPortEnd = cfg.DispatchedPortStart, cfg.DispatchedPortEnd
 		if changed {
-			d.logf("%s changed: SCION taken on %s", h.cfg.Topology, takenOn(h.cfg))
+			d.log.Info("topology.json changed the ports SCION is taken on", "topology", h.cfg.Topology, "taken_on", takenOn(h.cfg))
 		}
 	}
 	pending := 0
@@ -493,7 +494,7 @@ func (h *health) checkTopology(d *pathDaemon) {
 			pending++
 		}
 	}
-	d.logf("%s changed: %d border routers taken, %d names to resolve", h.cfg.Topology, len(cfg.Routers), pending)
+	d.log.Info("topology.json changed", "topology", h.cfg.Topology, "routers", len(cfg.Routers), "names_to_resolve", pending)
 }
 
 // setRouters puts the routers the host takes SCION from into the data
@@ -504,7 +505,7 @@ func (h *health) setRouters(d *pathDaemon, routers map[string]netip.AddrPort) er
 		return nil
 	}
 	if err := h.p.SetRouters(slices.Collect(maps.Values(routers))); err != nil {
-		d.logf("routers of %s: %v; they stay as they were", h.cfg.Topology, err)
+		d.log.Error("cannot set the border routers: they stay as they were", "topology", h.cfg.Topology, "error", err)
 		return err
 	}
 	h.cfg.Routers = routers
@@ -529,10 +530,10 @@ func (h *health) onResolved(d *pathDaemon, r resolvedRouters) {
 			}
 			h.failing[name] = true
 			if old, had := routers[name]; had {
-				d.logf("border router %s: %s does not resolve (%v); its last address %s stays", name, hp, r.errs[name], old)
+				d.log.Warn("border router's name does not resolve: its last address stays", "router", name, "host", hp, "address", old, "error", r.errs[name])
 			} else {
 				h.cfg.Unresolved[name] = fmt.Sprintf("%s does not resolve: %v", hp, r.errs[name])
-				d.logf("border router %s: %s does not resolve (%v); SCION from it is refused as spoofed until it does", name, hp, r.errs[name])
+				d.log.Warn("border router's name does not resolve: SCION from it is refused as spoofed until it does", "router", name, "host", hp, "error", r.errs[name])
 			}
 			continue
 		}
@@ -541,14 +542,14 @@ func (h *health) onResolved(d *pathDaemon, r resolvedRouters) {
 		if !a.Addr().Is4() {
 			if _, was := h.cfg.Skipped[name]; !was {
 				h.cfg.Skipped[name] = fmt.Sprintf("%s resolves to IPv6 %s only, and the translator's underlay is IPv4", hp, a.Addr())
-				d.logf("border router %s skipped: %s (SCION from it is refused as spoofed)", name, h.cfg.Skipped[name])
+				d.log.Warn("border router skipped: SCION from it is refused as spoofed", "topology", h.cfg.Topology, "router", name, "why", h.cfg.Skipped[name])
 			}
 			delete(routers, name)
 			continue
 		}
 		delete(h.cfg.Skipped, name)
 		if old, had := routers[name]; !had || old != a {
-			d.logf("border router %s: %s is %s", name, hp, a)
+			d.log.Info("border router resolved", "router", name, "host", hp, "address", a)
 		}
 		routers[name] = a
 	}

@@ -133,7 +133,7 @@ func TestReinstallAllDestinations(t *testing.T) {
 		ia := installIA(i)
 		x := &dest{ia: ia, slot: td.takeSlot(), used: td.clock}
 		td.dests[ia] = x
-		if err := td.setPaths(x, paths); err != nil {
+		if _, err := td.setPaths(x, paths); err != nil {
 			t.Fatalf("install %d: %v", i, err)
 		}
 	}

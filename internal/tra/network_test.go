@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -75,7 +76,8 @@ func runDaemon(path string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	// As `fastpath tra run` does: attach again from inside the namespace.
-	if err := AttachAndRun(ctx, cfg, RunOptions{Log: os.Stderr, Refresh: 10 * time.Second}); err != nil {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if err := AttachAndRun(ctx, cfg, RunOptions{Log: log, Refresh: 10 * time.Second}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

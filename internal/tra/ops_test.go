@@ -55,7 +55,7 @@ func (a *attachedHost) runInHost(t *testing.T, ctx context.Context, log *syncLog
 	done := make(chan error, 1)
 	go func() {
 		done <- netns.Run(a.host, func() error {
-			return Run(ctx, a.cfg, RunOptions{Name: a.name, Log: log, Source: &fakeSource{paths: map[addr.IA][]snet.Path{}}})
+			return Run(ctx, a.cfg, RunOptions{Name: a.name, Log: logTo(log), Source: &fakeSource{paths: map[addr.IA][]snet.Path{}}})
 		})
 	}()
 	return done
@@ -351,7 +351,7 @@ func TestDaemonRunsWithTheUnitsCapabilities(t *testing.T) {
 	a := attachHost(t, "127.0.0.1:1")
 	_, log, exited := a.startDaemon(t, setpriv, "--bounding-set", caps, "--inh-caps", "-all", "--no-new-privs", "--")
 	eventually(t, 5*time.Second, "the daemon's first line", func() bool { return strings.Contains(log.String(), "paths from") })
-	if l := log.String(); strings.Contains(l, "warning") || strings.Contains(l, "not permitted") {
+	if l := log.String(); strings.Contains(l, "level=WARN") || strings.Contains(l, "not permitted") {
 		t.Fatalf("the daemon with the unit's capabilities:\n%s", l)
 	}
 	if err := a.sendToNoPath(t, "to an AS without a path"); !errorsIs(err, syscall.ENETUNREACH) {
@@ -576,14 +576,14 @@ func TestTopologyFollowed(t *testing.T) {
 
 	dns.set("br1.as.test", netip.Addr{})
 	eventually(t, 3*time.Second, "resolve_failed counted", func() bool { return a.daemonCounts(t)["resolve_failed"] >= 2 })
-	if !routersAre(moved)() || !strings.Contains(log.String(), "does not resolve") || !strings.Contains(log.String(), "its last address 10.201.0.7:30042 stays") {
+	if !routersAre(moved)() || !strings.Contains(log.String(), "does not resolve") || !strings.Contains(log.String(), "its last address stays") || !strings.Contains(log.String(), "address=10.201.0.7:30042") {
 		t.Fatalf("routers %v after the name stopped resolving; log:\n%s", pinnedRouters(t, a), log.String())
 	}
 
 	write("1-65535", map[string]string{"br1": "br1.as.test:30042", "br2": "10.201.0.2:30042", "br3": "[fd00::3]:30042"})
 	eventually(t, 3*time.Second, "dispatched_ports followed", func() bool { s, e := pinnedDispatched(t, a); return s == 1 && e == 65535 })
 	eventually(t, 3*time.Second, "the new router taken, the named one kept", routersAre(netip.MustParseAddrPort("10.201.0.2:30042"), moved))
-	if !strings.Contains(log.String(), "border router br3 skipped") {
+	if !strings.Contains(log.String(), "border router skipped") || !strings.Contains(log.String(), "router=br3") {
 		t.Fatalf("the IPv6 router is not named:\n%s", log.String())
 	}
 	stop()

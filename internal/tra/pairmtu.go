@@ -127,14 +127,14 @@ func (d *pathDaemon) fitPair() {
 		d.tellPairMTU(want)
 	}
 	if err := d.pair.SetMTU(want); err != nil {
-		d.logf("MTU %d on %s0/%s1: %v", want, d.cfg.Pair, d.cfg.Pair, err)
+		d.log.Error("cannot set the pair's MTU", "pair", d.cfg.Pair, "mtu", want, "error", err)
 		d.tellPairMTU(have)
 		return
 	}
 	d.tellPairMTU(want)
 	d.stats.add(statPairMTUSet, 1)
 	d.stats.set(statPairMTU, uint64(want))
-	d.logf("pair %s0: MTU %d, was %d (the largest packet the underlay brings or the paths installed carry)", d.cfg.Pair, want, have)
+	d.log.Info("pair MTU set to the largest packet the underlay brings or the paths installed carry", "pair", d.cfg.Pair, "mtu", want, "was", have)
 }
 
 // pairMTUPlane is a data plane whose tra_in checks packets against the
@@ -145,7 +145,7 @@ type pairMTUPlane interface{ SetPairMTU(mtu int) error }
 func (d *pathDaemon) tellPairMTU(mtu int) {
 	if p, ok := d.dp.(pairMTUPlane); ok {
 		if err := p.SetPairMTU(mtu); err != nil {
-			d.logf("the pair's MTU for tra_in: %v", err)
+			d.log.Error("cannot tell tra_in the pair's MTU", "error", err)
 		}
 	}
 }

@@ -54,11 +54,17 @@ func newProber() *prober {
 	return &prober{sent: map[uint32]probeSent{}, paths: map[string]*pathHealth{}}
 }
 
-// prune forgets probes older than a few seconds and paths no longer probed.
-func (pr *prober) prune(now time.Time) {
+// probeForget is how long a probe waits for its answer before it is
+// forgotten (and counted unanswered).
+const probeForget = 3 * time.Second
+
+// prune forgets probes older than a few seconds and paths no longer
+// probed; it says how many probes it forgot unanswered.
+func (pr *prober) prune(now time.Time) (unanswered int) {
 	for k, s := range pr.sent {
-		if now.Sub(s.at) > 3*time.Second {
+		if now.Sub(s.at) > probeForget {
 			delete(pr.sent, k)
+			unanswered++
 		}
 	}
 	for sig, h := range pr.paths {
@@ -66,6 +72,7 @@ func (pr *prober) prune(now time.Time) {
 			delete(pr.paths, sig)
 		}
 	}
+	return unanswered
 }
 
 // neverAnsweredDead is how long a path that never answered is given: its
@@ -155,10 +162,12 @@ func (d *pathDaemon) probe(ia addr.IA, p Path, now time.Time) {
 		key = rand.Uint32()
 	}
 	b, ifid, err := probePacket(d.cfg.IA, d.cfg.Address, ia, p.Raw, uint16(key>>16), uint16(key))
-	if err != nil {
-		return
+	if err == nil {
+		err = d.scion.writeTo(b, p.NextHop)
 	}
-	if err := d.scion.writeTo(b, p.NextHop); err != nil {
+	if err != nil {
+		d.metrics.probes[probeSendFailed].Add(1)
+		d.log.Debug("cannot send a path probe", "isd_as", ia, "error", err)
 		return
 	}
 	d.stats.add(statProbes, 1)
@@ -215,7 +224,8 @@ func (d *pathDaemon) checkProbed(x *dest, now time.Time) {
 			!d.probes.paths[pathSignature(rawOf(x.spare[j]))].answered(now, d.lim.ProbeDead)
 	})
 	d.dropPaths(x, func(i int) bool { return gone[i] }, now)
-	d.logf("paths to %s: %d of %d unanswered by their probes, dropped; %d left", x.ia, len(gone), n, len(x.dp))
+	d.changed(changeFailover)
+	d.log.Warn("paths silent under their probes left: failover", "isd_as", x.ia, "silent", len(gone), "installed", n, "left", len(x.dp))
 	d.wantFresh(x)
 }
 
@@ -267,6 +277,7 @@ func (d *pathDaemon) onProbeReply(ev Event) {
 	}
 	delete(d.probes.sent, key)
 	d.stats.add(statProbeReplies, 1)
+	d.metrics.probes[probeAnswered].Add(1)
 	now := d.now()
 	if h := d.probes.paths[s.sig]; h != nil {
 		rtt := max(now.Sub(s.at), 0)

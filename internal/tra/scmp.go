@@ -68,7 +68,7 @@ func (d *pathDaemon) sendSCMP(ia addr.IA, pkt []byte, path Path) {
 	if err != nil || b == nil {
 		if err != nil {
 			d.stats.add(statBadEvent, 1)
-			d.logf("ICMPv6 error to %s as SCMP: %v", ia, err)
+			d.log.Warn("cannot make the host's ICMPv6 error SCMP", "isd_as", ia, "error", err)
 		}
 		return
 	}
@@ -82,7 +82,7 @@ func (d *pathDaemon) sendSCMP(ia addr.IA, pkt []byte, path Path) {
 		to = netip.AddrPortFrom(host.IP(), endHostPort)
 	}
 	if err := d.scion.writeTo(b, to); err != nil {
-		d.logf("send SCMP to %s by %s: %v", ia, to, err)
+		d.log.Warn("cannot send SCMP", "isd_as", ia, "next_hop", to, "error", err)
 		return
 	}
 	d.stats.add(statICMPToSCION, 1)
@@ -164,14 +164,14 @@ func (d *pathDaemon) onSCMP(ev Event) {
 	pkt, err := scmpToICMPv6(ev.Data, ev.IA, ev.SrcHost, d.cfg.SMIP)
 	if err != nil {
 		d.stats.add(statBadEvent, 1)
-		d.logf("SCMP %d from %s as ICMPv6: %v", ev.SCMPType, ev.IA, err)
+		d.log.Warn("cannot make an SCMP error ICMPv6", "scmp_type", ev.SCMPType, "isd_as", ev.IA, "error", err)
 		return
 	}
 	if pkt == nil {
 		return
 	}
 	if err := d.host.toHost(pkt); err != nil {
-		d.logf("SCMP %d from %s to the host: %v", ev.SCMPType, ev.IA, err)
+		d.log.Warn("cannot hand an SCMP error to the host", "scmp_type", ev.SCMPType, "isd_as", ev.IA, "error", err)
 		return
 	}
 	d.stats.add(statSCMPToHost, 1)
@@ -235,12 +235,15 @@ func (d *pathDaemon) interfaceDown(ev Event, e *scmpError) (believed, bereft boo
 			return y == x && pathSignature(y.dp[i].Raw) == sig
 		}
 		if d.leftWith(y, gone, now) == 0 {
-			d.logf("SCMP %d from %s: interface %v down; paths to %s through it kept until a lookup brings others (no other path)", e.typ, e.ia, e.ifids, y.ia)
+			d.log.Warn("interface down, but no other path: the paths through it stay until a lookup brings others",
+				"scmp_type", e.typ, "interface_isd_as", e.ia, "interfaces", e.ifids, "isd_as", y.ia)
 			d.wantFresh(y)
 			continue
 		}
 		if dropped := d.dropPaths(y, gone, now); dropped > 0 {
-			d.logf("SCMP %d from %s: interface %v down; paths to %s through it dropped, %d left", e.typ, e.ia, e.ifids, y.ia, len(y.dp))
+			d.changed(changeFailover)
+			d.log.Warn("interface down: paths through it left, failover",
+				"scmp_type", e.typ, "interface_isd_as", e.ia, "interfaces", e.ifids, "isd_as", y.ia, "left", len(y.dp))
 			d.wantFresh(y)
 		}
 	}
@@ -316,7 +319,8 @@ func (d *pathDaemon) claimed(e *scmpError, now time.Time) {
 		n++
 		d.probeDest(y, now)
 	}
-	d.logf("SCMP %d from %s: interface %v said down; %d destinations' paths through it probed", e.typ, e.ia, e.ifids, n)
+	d.log.Info("interface of another AS said down: the paths through it probed",
+		"scmp_type", e.typ, "interface_isd_as", e.ia, "interfaces", e.ifids, "destinations", n)
 }
 
 // shun avoids an interface until a time; the table is bounded, the entry
@@ -366,8 +370,8 @@ func (d *pathDaemon) dropPaths(x *dest, gone func(i int) bool, now time.Time) in
 		}
 		spare = append(spare, s)
 	}
-	if err := d.setPaths(x, keep); err != nil {
-		d.logf("paths to %s: %v", x.ia, err)
+	if _, err := d.setPaths(x, keep); err != nil {
+		d.log.Error("cannot install paths", "isd_as", x.ia, "error", err)
 	}
 	x.spare = spare
 	x.paths = nil
