@@ -20,6 +20,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
+	"github.com/fastpath-dev/fastpath/internal/obs/promtest"
 )
 
 // What `tra run --metrics` serves: the families promtool takes without a
@@ -213,4 +214,31 @@ func TestMetricsOfARunningTranslator(t *testing.T) {
 	if strings.Contains(string(body), dst.String()) || strings.Contains(string(body), newIA.String()) {
 		t.Errorf("an address or AS in a label:\n%s", body)
 	}
+
+	// The translator's dashboard and the alert rules, run by a real
+	// Prometheus that scrapes this exporter while the host sends: every
+	// query is accepted and every panel has data, but for those that wait
+	// for what this bed does not have (drops, probes, SCION traffic back
+	// to the host, logs: this daemon logs into the test's buffer, not
+	// through obs, whose counts internal/obs tests).
+	p := promtest.Start(t, promtest.Target{Job: "fastpath-tra", Addr: strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/metrics")})
+	stop := make(chan struct{})
+	flowing := make(chan struct{})
+	go func() {
+		defer close(flowing)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.Write([]byte("while Prometheus scrapes"))
+			}
+		}
+	}()
+	p.WaitScraped(t, 4)
+	res := promtest.RunQueries(t, p.URL)
+	close(stop)
+	<-flowing
+	promtest.RequireData(t, res, "grafana/fastpath-tra.json", "Log messages", "suppressed")
+	promtest.CheckRules(t, p.URL)
 }
