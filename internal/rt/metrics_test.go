@@ -19,6 +19,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/labtest"
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
+	"github.com/fastpath-dev/fastpath/internal/obs/promtest"
 )
 
 // TestRunServesMetrics runs xdp_tx over AF_XDP with --metrics on a free
@@ -33,7 +34,7 @@ func TestRunServesMetrics(t *testing.T) {
 	}
 	tb := labtest.Testbed(t)
 	ns, dev := tb.DUTIn().Netns, tb.DUTIn().Dev
-	args := []string{"run", filepath.Join("..", "bench", "xdptx_bpfel.o"), "--dev", dev, "--engine", "jit", "--duration", "8", "--json", "--metrics", "127.0.0.1:0"}
+	args := []string{"run", filepath.Join("..", "bench", "xdptx_bpfel.o"), "--dev", dev, "--engine", "jit", "--duration", "20", "--json", "--metrics", "127.0.0.1:0"}
 	var out bytes.Buffer
 	cmd, errText, url := startRunMetrics(t, tb, args, &out)
 	attached := fmt.Sprintf(`fastpath_rt_device_attached{device=%q,mode="native"}`, dev)
@@ -67,6 +68,11 @@ func TestRunServesMetrics(t *testing.T) {
 		t.Errorf("/healthz: %s", h.Status)
 	}
 
+	// A real Prometheus scrapes the runtime (through a relay from this
+	// namespace into the DUT's) from before the frames until after them.
+	prom := promtest.Start(t, promtest.Target{Job: "fastpath-rt", Addr: relayInto(t, ns, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/metrics"))})
+	prom.WaitScraped(t, 2)
+
 	u := tb.DefaultUDP()
 	const frames = 20000
 	sent := sendUDP(t, tb, frames)
@@ -94,10 +100,10 @@ func TestRunServesMetrics(t *testing.T) {
 	// the exporter goes on.
 	for req, want := range map[string]int{
 		"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n":      400,
-		"GET /metrics\r\n\r\n":                                       400,
+		"GET /metrics\r\n\r\n":                                      400,
 		"GET /metrics HTTP/1.1\r\nX: " + strings.Repeat("a", 1<<16): 431,
-		"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n":        405,
-		"GET /nothing HTTP/1.1\r\n\r\n":                              404,
+		"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n":       405,
+		"GET /nothing HTTP/1.1\r\n\r\n":                             404,
 	} {
 		if r := getIn(t, ns, url, req); r.StatusCode != want {
 			t.Errorf("%q: %s, want %d", req[:min(len(req), 30)], r.Status, want)
@@ -107,6 +113,15 @@ func TestRunServesMetrics(t *testing.T) {
 	if value(body, series("fastpath_rt_packets_total", "tx")) != frames {
 		t.Fatalf("after the garbage:\n%s", body)
 	}
+
+	// The runtime's dashboard and the alert rules against what it served:
+	// every query accepted, every panel with data, but for those that wait
+	// for what this run has not (drops and aborts: xdp_tx sends every
+	// frame back; logs: the runtime counts none).
+	prom.WaitScraped(t, 4)
+	res := promtest.RunQueries(t, prom.URL)
+	promtest.RequireData(t, res, "grafana/fastpath-rt.json", "Aborted", "Dropped", "drop")
+	promtest.CheckRules(t, prom.URL)
 
 	_, num, _ := waitSummary(t, cmd, errText, &out)
 	if num("tx") != tx || num("packets") != frames {
@@ -239,4 +254,38 @@ func scrapeIn(t *testing.T, ns, url string) []byte {
 		t.Fatalf("scrape %s: %s %s\n%s", url, r.Status, r.Header.Get("Content-Type"), b)
 	}
 	return b
+}
+
+// relayInto relays connections to a loopback address of this namespace
+// on to target in namespace ns, until the test ends: how a Prometheus of
+// the host's namespace scrapes an exporter that listens in a test's.
+func relayInto(t *testing.T, ns, target string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var d net.Conn
+				if err := netns.Run(ns, func() (err error) {
+					d, err = net.Dial("tcp", target)
+					return err
+				}); err != nil {
+					return
+				}
+				defer d.Close()
+				go io.Copy(d, c)
+				io.Copy(c, d)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
