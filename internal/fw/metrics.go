@@ -331,32 +331,50 @@ func contains(list []string, s string) bool {
 }
 
 func (c *Collector) collectRules(f *Firewall, gauge, counter func(*prometheus.Desc, float64, ...string)) error {
-	rs, ids, slot, err := f.rules()
+	ord, err := f.order()
 	if err != nil {
 		return err
 	}
-	gauge(descRules, float64(len(rs.Rules)))
-	if c.o.Rules == RuleMetricsNone || ids == nil {
+	gauge(descRules, float64(len(ord.rules)))
+	if c.o.Rules == RuleMetricsNone || ord.gen == 0 {
 		return nil
 	}
-	// The default policy, then the rules chosen, by identity: two rules
-	// the same in every field share one (the second never matches), and
-	// their counters are summed.
+	// The default policy, then the rules chosen, by identity.
 	want := []uint32{0}
-	names := []string{DefaultRuleID}
-	for i, r := range rs.Rules {
-		if c.o.Rules == RuleMetricsAll || r.Name != "" {
-			want = append(want, ids[i])
-			names = append(names, r.ID())
+	ids := []string{DefaultRuleID}
+	slot := ord.ov.Stats
+	if c.o.Rules == RuleMetricsNamed {
+		// From the names alone: the rules themselves are in maps of the
+		// running set that only an id opens, which takes CAP_SYS_ADMIN
+		// (the service runs without it).
+		names, err := f.slotNames(slot)
+		if err != nil {
+			return err
+		}
+		for _, o := range ord.rules {
+			if n := names[o.id]; n != "" {
+				want, ids = append(want, o.id), append(ids, n)
+			}
+		}
+	} else {
+		rs, rids, s, err := f.rules()
+		if err != nil {
+			return fmt.Errorf("%w (--rule-metrics all reads the rules, which takes CAP_SYS_ADMIN)", err)
+		}
+		slot = s
+		for i, r := range rs.Rules {
+			want, ids = append(want, rids[i]), append(ids, r.ID())
 		}
 	}
 	st, err := f.ruleStats(slot, want)
 	if err != nil {
 		return err
 	}
+	// Two rules the same in every field share an identity (the second
+	// never matches): their counters are summed.
 	sums := map[string]RuleStats{}
-	order := make([]string, 0, len(names))
-	for i, id := range names {
+	order := make([]string, 0, len(ids))
+	for i, id := range ids {
 		s, seen := sums[id]
 		if !seen {
 			order = append(order, id)

@@ -122,13 +122,11 @@ func (f *Firewall) writeNames(slot uint32, clear bool, ids []uint32, rules []Rul
 	return nil
 }
 
-// readNames fills in the names of rules of a counter slot, ids[i] being
-// rules[i]'s id. The map holds the named rules alone: it is read whole
-// rather than looked up for each of maybe 100,000 rules.
-func (f *Firewall) readNames(slot uint32, ids []uint32, rules []Rule) error {
+// slotNames are the names of a counter slot, by rule id.
+func (f *Firewall) slotNames(slot uint32) (map[uint32]string, error) {
 	m, err := f.namesMap(false)
 	if err != nil || m == nil {
-		return err
+		return nil, err
 	}
 	names := map[uint32]string{}
 	var k uint32
@@ -145,10 +143,18 @@ func (f *Firewall) readNames(slot uint32, ids []uint32, rules []Rule) error {
 		names[k&(1<<statsSlotShift-1)] = string(v[:n])
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the rule names: %w", err)
+		return nil, fmt.Errorf("read the rule names: %w", err)
 	}
-	if len(names) == 0 {
-		return nil
+	return names, nil
+}
+
+// readNames fills in the names of rules of a counter slot, ids[i] being
+// rules[i]'s id. The map holds the named rules alone: it is read whole
+// rather than looked up for each of maybe 100,000 rules.
+func (f *Firewall) readNames(slot uint32, ids []uint32, rules []Rule) error {
+	names, err := f.slotNames(slot)
+	if err != nil || len(names) == 0 {
+		return err
 	}
 	for i := range rules {
 		rules[i].Name = names[ids[i]]
