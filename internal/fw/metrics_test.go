@@ -235,3 +235,27 @@ dport = 9
 	}
 	obstest.CheckMetrics(t, got)
 }
+
+// Every counter of the program is exported, in a family for what it is: a
+// counter added to enum fw_counter and left out of them would be served
+// by fw stats alone.
+func TestEveryCounterExported(t *testing.T) {
+	seen := map[string]bool{}
+	for _, d := range dropReasons {
+		seen[d.counter] = true
+	}
+	for _, list := range [][]string{passCounters, eventCounters} {
+		for _, c := range list {
+			seen[c] = true
+		}
+	}
+	for _, s := range CtStateNames() {
+		seen["ct_"+s] = true
+	}
+	for c := fwFwCounter(0); c < fwFwCounterFW_C_MAX; c++ {
+		name, ok := counterNames[c]
+		if !ok || !seen[name] {
+			t.Errorf("counter %d (%q) is in no metrics family", c, name)
+		}
+	}
+}
