@@ -4,6 +4,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -172,5 +173,31 @@ func TestCollectorDoesNotGC(t *testing.T) {
 	}
 	if n, err := loaded.ExpireConns(); err != nil || n != 1 {
 		t.Fatalf("the gc after the scrapes removed %d, %v; want the expired connection the scrapes left", n, err)
+	}
+}
+
+// Generated rules of every shape (nested prefixes, port ranges, both
+// families) have the same identity read back from the kernel as written.
+func TestRuleIdentityClassBench(t *testing.T) {
+	rs, err := ClassBench("fw", 2000, 7, 30, netip.Prefix{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rs.WriteTOML(&b); err != nil {
+		t.Fatal(err)
+	}
+	f := newFirewall(t, b.String())
+	got, err := f.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rules) != len(rs.Rules) {
+		t.Fatalf("%d rules read back, %d written", len(got.Rules), len(rs.Rules))
+	}
+	for i := range rs.Rules {
+		if a, b := rs.Rules[i].ID(), got.Rules[i].ID(); a != b {
+			t.Fatalf("rule %d (%s): %s written, %s read back (%s)", i+1, rs.Rules[i], a, b, got.Rules[i])
+		}
 	}
 }
