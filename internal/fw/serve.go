@@ -187,7 +187,7 @@ func (s *server) run(ctx context.Context) error {
 			s.m.gcRemoved.Add(float64(n))
 			if err != nil {
 				if err.Error() != s.lastGC {
-					s.log.Warn("cannot remove expired connections, trying again each interval", "error", err, "interval", s.o.GCInterval)
+					s.log.Warn("cannot remove expired connections, trying again each interval", "error", err, "interval", s.o.GCInterval.String())
 				}
 				s.lastGC = err.Error()
 			} else {
@@ -255,7 +255,7 @@ func (s *server) attach() error {
 	err := Attach(o)
 	if errors.Is(err, xdp.ErrNoDevice) || errors.Is(err, netns.ErrNotExist) {
 		if err.Error() != s.lastAttach {
-			s.log.Warn("cannot attach yet, trying again later and less often", "error", err, "retry_in", s.wait, "max_wait", attachBackoff)
+			s.log.Warn("cannot attach yet, trying again later and less often", "error", err, "retry_in", s.wait.String(), "max_wait", attachBackoff.String())
 			s.lastAttach = err.Error()
 		}
 		s.retry.Reset(s.wait)
@@ -270,7 +270,7 @@ func (s *server) attach() error {
 		return err
 	}
 	s.f, s.pending, s.lastAttach = f, false, ""
-	attrs := []any{"devices", s.devices(), "pins", s.dir, "file", s.o.Rules, "gc_interval", s.o.GCInterval}
+	attrs := []any{"devices", s.devices(), "pins", s.dir, "file", s.o.Rules, "gc_interval", s.o.GCInterval.String()}
 	if s.rules != nil {
 		attrs = append(attrs, "rules", len(s.rules.Rules), "rules_from", s.rules.File, "default", s.rules.Default.String())
 	} else {
@@ -340,7 +340,7 @@ func (s *server) reload(why string) error {
 	s.m.reloaded(nil)
 	gen, _ := s.f.Generation()
 	s.log.Info("rules installed in place", "trigger", why, "file", s.o.Rules, "rules", len(rs.Rules), "default", rs.Default.String(),
-		"generation", gen, "took", time.Since(start).Round(time.Millisecond))
+		"generation", gen, "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 
