@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"runtime/debug"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
@@ -51,7 +53,7 @@ running rules in one step. Maps and links are pinned under /sys/fs/bpf/fastpath/
 	}
 	cmd.AddCommand(fwAttachCmd(&name), fwServeCmd(&name), fwDetachCmd(&name), fwLoadCmd(open), fwCheckCmd(), fwAddCmd(open), fwDelCmd(open),
 		fwListCmd(), fwRulesCmd(open), fwClassBenchCmd(), fwBlockCmd(open), fwUnblockCmd(open), fwListBlockedCmd(open), fwTopCmd(open), fwStatsCmd(&name, open),
-		fwCtCmd(open), fwMetricsCmd(open))
+		fwCtCmd(open), fwMetricsCmd(&name))
 	return cmd
 }
 
@@ -81,7 +83,7 @@ func (a *attachFlags) options(cmd *cobra.Command, name string, args []string) (f
 	if err != nil {
 		return fw.AttachOptions{}, err
 	}
-	o := fw.AttachOptions{Name: name, Devices: ifaces(a.ns, args), Warn: os.Stderr}
+	o := fw.AttachOptions{Name: name, Devices: ifaces(a.ns, args), Warn: obs.Writer(slog.Default(), slog.LevelWarn)}
 	o.Mode, o.NoFallback = xdpAttach(mode)
 	fs := cmd.Flags()
 	for _, s := range []struct {
@@ -236,7 +238,7 @@ func fwCheckCmd() *cobra.Command {
 }
 
 // ruleFlags are the match fields of fw add.
-type ruleFlags struct{ action, src, dst, proto, sport, dport, ctState string }
+type ruleFlags struct{ action, name, src, dst, proto, sport, dport, ctState string }
 
 func (r *ruleFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&r.action, "action", "", "drop, pass or synproxy (required)")
@@ -246,6 +248,7 @@ func (r *ruleFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&r.sport, "sport", "", "source port or range lo-hi (tcp/udp)")
 	fs.StringVar(&r.dport, "dport", "", "destination port or range lo-hi (tcp/udp)")
 	fs.StringVar(&r.ctState, "ct-state", "", "connection-tracking states, e.g. established,related")
+	fs.StringVar(&r.name, "rule-name", "", "the rule's name: its identity in metrics and fw rules, unique in the set (letters, digits, '_', '.', '-')")
 }
 
 // rule parses the flags the way a rules file is parsed.
@@ -255,7 +258,7 @@ func (r *ruleFlags) rule() (fw.Rule, error) {
 	}
 	var b strings.Builder
 	b.WriteString("[[rule]]\n")
-	for _, kv := range [][2]string{{"action", r.action}, {"src", r.src}, {"dst", r.dst}, {"proto", r.proto}, {"sport", r.sport}, {"dport", r.dport}, {"ct_state", r.ctState}} {
+	for _, kv := range [][2]string{{"action", r.action}, {"name", r.name}, {"src", r.src}, {"dst", r.dst}, {"proto", r.proto}, {"sport", r.sport}, {"dport", r.dport}, {"ct_state", r.ctState}} {
 		if kv[1] != "" {
 			fmt.Fprintf(&b, "%s = %s\n", kv[0], strconv.Quote(kv[1]))
 		}
@@ -274,7 +277,7 @@ func fwAddCmd(open openFunc) *cobra.Command {
 		at int
 	)
 	cmd := &cobra.Command{
-		Use:   "add [--name NAME] --action drop|pass|synproxy [--src P] [--dst P] [--proto P] [--sport R] [--dport R] [--ct-state S] [--at N]",
+		Use:   "add [--name NAME] --action drop|pass|synproxy [--rule-name RULE] [--src P] [--dst P] [--proto P] [--sport R] [--dport R] [--ct-state S] [--at N]",
 		Short: "add one rule (at the end, or as rule N) and swap the rule set",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -301,7 +304,7 @@ func fwAddCmd(open openFunc) *cobra.Command {
 			if err := f.Insert(at, r); err != nil {
 				return err
 			}
-			fmt.Printf("rule %d: %s (%s)\n", at, r, time.Since(start).Round(time.Microsecond))
+			fmt.Printf("rule %d (%s): %s (%s)\n", at, r.ID(), r, time.Since(start).Round(time.Microsecond))
 			return nil
 		},
 	}
@@ -399,7 +402,7 @@ func fwRulesCmd(open openFunc) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "rules [--name NAME] [--json]",
-		Short: "the running rules of an instance with their packet and byte counters",
+		Short: "the running rules of an instance with their identity (RULE: the metrics' rule label) and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := open()
@@ -422,30 +425,34 @@ func fwRulesCmd(open openFunc) *cobra.Command {
 				return fw.RuleStats{}
 			}
 			if asJSON {
+				// rule is the identity the per-rule metrics use as their
+				// rule label (the name, or a hash of the fields).
 				type row struct {
-					N int `json:"n"`
+					N  int    `json:"n"`
+					ID string `json:"rule"`
 					fw.Rule
 					fw.RuleStats
 				}
 				out := struct {
 					Default      fw.Action     `json:"default"`
+					DefaultID    string        `json:"default_rule"`
 					DefaultStats fw.RuleStats  `json:"default_stats"`
 					RateLimit    *fw.RateLimit `json:"rate_limit,omitempty"`
 					Rules        []row         `json:"rules"`
-				}{Default: rs.Default, DefaultStats: stat(0), RateLimit: rs.RateLimit, Rules: []row{}}
+				}{Default: rs.Default, DefaultID: fw.DefaultRuleID, DefaultStats: stat(0), RateLimit: rs.RateLimit, Rules: []row{}}
 				for i, r := range rs.Rules {
-					out.Rules = append(out.Rules, row{i + 1, r, stat(i + 1)})
+					out.Rules = append(out.Rules, row{i + 1, r.ID(), r, stat(i + 1)})
 				}
 				return printJSON(out)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "#\tACTION\tSRC\tDST\tPROTO\tSPORT\tDPORT\tPACKETS\tBYTES")
+			fmt.Fprintln(w, "#\tRULE\tACTION\tSRC\tDST\tPROTO\tSPORT\tDPORT\tPACKETS\tBYTES")
 			for i, r := range rs.Rules {
 				s := stat(i + 1)
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", i+1, r.Action, r.Src, r.Dst, r.Proto, r.SPort, r.DPort, s.Packets, s.Bytes)
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", i+1, r.ID(), r.Action, r.Src, r.Dst, r.Proto, r.SPort, r.DPort, s.Packets, s.Bytes)
 			}
 			s := stat(0)
-			fmt.Fprintf(w, "-\t%s\t(default policy)\t\t\t\t\t%d\t%d\n", rs.Default, s.Packets, s.Bytes)
+			fmt.Fprintf(w, "-\t%s\t%s\t(default policy)\t\t\t\t\t%d\t%d\n", fw.DefaultRuleID, rs.Default, s.Packets, s.Bytes)
 			if rl := rs.RateLimit; rl != nil {
 				fmt.Fprintf(w, "rate limit: %d pps, %d bit/s per source, block for %s\n", rl.PPS, rl.BPS, rl.BlockFor)
 			}

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
-	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -14,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
+	"github.com/fastpath-dev/fastpath/internal/obs"
+	"github.com/fastpath-dev/fastpath/internal/preflight"
 )
 
 func fwCtCmd(open openFunc) *cobra.Command {
@@ -113,7 +113,7 @@ func fwCtFlushCmd(open openFunc) *cobra.Command {
 }
 
 func fwCtGCCmd(open openFunc) *cobra.Command {
-	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw serve and fw metrics do it every --gc-interval)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
+	return fwCtSweepCmd(open, "gc", "remove expired connections now (fw serve does it every --gc-interval; fw metrics does not)", "removed %d expired connections", (*fw.Firewall).ExpireConns)
 }
 
 func fwCtStatsCmd(open openFunc) *cobra.Command {
@@ -154,47 +154,44 @@ func fwCtStatsCmd(open openFunc) *cobra.Command {
 	return cmd
 }
 
-func fwMetricsCmd(open openFunc) *cobra.Command {
-	var listen string
-	var gcEvery time.Duration
+func fwMetricsCmd(name *string) *cobra.Command {
+	var (
+		listen, ruleMetrics string
+		gcEvery             time.Duration
+	)
 	cmd := &cobra.Command{
-		Use:   "metrics",
-		Short: "serve Prometheus metrics (counters, rules, conntrack) and remove expired connections",
-		Args:  cobra.NoArgs,
+		Use:   "metrics [--name NAME] [--listen ADDR] [--rule-metrics none|named|all]",
+		Short: "serve an instance's Prometheus metrics (read-only: it removes no expired connections)",
+		Long: `Serve the Prometheus /metrics of a firewall attached with fw attach, read from its
+pinned maps at each scrape: the same families fw serve --metrics serves, without
+serve's own (reloads, gc). fw metrics only reads: it does not remove expired
+connections, which fw serve does every --gc-interval, or fw ct gc once (from a
+timer, for an instance attached without fw serve). Before, fw metrics removed them
+every 10 s: an instance that relied on that needs fw serve, or fw ct gc on a
+timer, now; fastpath_fw_ct_expired_entries shows expired connections piling up.
+See docs/fw.md, Metrics.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := open()
+			if cmd.Flags().Changed("gc-interval") && gcEvery > 0 {
+				return fmt.Errorf("--gc-interval %s: fw metrics no longer removes expired connections: run fw serve (it does, every --gc-interval), or fw ct gc from a timer", gcEvery)
+			}
+			rm, err := fw.ParseRuleMetrics(ruleMetrics)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			ctx := cmd.Context()
-			if gcEvery > 0 {
-				go func() {
-					t := time.NewTicker(gcEvery)
-					defer t.Stop()
-					for {
-						select {
-						case <-ctx.Done():
-							return
-						case <-t.C:
-							if _, err := f.ExpireConns(); err != nil {
-								fmt.Fprintf(os.Stderr, "remove expired connections: %v\n", err)
-							}
-						}
-					}
-				}()
+			if err := preflight.BPF(); err != nil {
+				return err
 			}
-			return serveMetrics(ctx, listen, func(w http.ResponseWriter, _ *http.Request) {
-				var b bytes.Buffer
-				if err := f.WriteMetrics(&b); err != nil {
-					http.Error(w, err.Error(), http.StatusInternalServerError)
-					return
-				}
-				w.Write(b.Bytes())
-			})
+			c := fw.NewCollector(*name, fw.MetricsOptions{Rules: rm})
+			defer c.Close()
+			reg := obs.NewRegistry("fw")
+			reg.MustRegister(c)
+			return obs.Serve(cmd.Context(), listen, reg)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9436", "address for /metrics")
-	cmd.Flags().DurationVar(&gcEvery, "gc-interval", 10*time.Second, "how often to remove expired connections (0: never)")
+	cmd.Flags().StringVar(&listen, "listen", obs.AddrFW, "address for /metrics")
+	cmd.Flags().StringVar(&ruleMetrics, "rule-metrics", string(fw.RuleMetricsNamed), "rules with series of their own: none, named (the rules with a name, and the default policy) or all (two series a rule)")
+	cmd.Flags().DurationVar(&gcEvery, "gc-interval", 0, "removed: fw metrics only reads; fw serve or fw ct gc remove expired connections")
+	cmd.Flags().MarkHidden("gc-interval")
 	return cmd
 }

@@ -1,39 +1,42 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/preflight"
 )
 
 func fwServeCmd(name *string) *cobra.Command {
 	var (
 		rules, metrics string
+		ruleMetrics    string
 		af             attachFlags
 		gcEvery        time.Duration
 		failClosed     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --rules FILE [--name NAME] [--mode auto|native|generic] [--netns NS] [--metrics ADDR] [--gc-interval 10s] [--fail-closed] IFACE...",
+		Use:   "serve --rules FILE [--name NAME] [--mode auto|native|generic] [--netns NS] [--metrics ADDR] [--rule-metrics none|named|all] [--gc-interval 10s] [--fail-closed] IFACE...",
 		Short: "attach the firewall and keep it: reload on SIGHUP and file changes, remove expired connections",
 		Long: `Attach the firewall with the rules of --rules as fw attach does (waiting for devices
 that are not there yet), then keep it until SIGINT or SIGTERM: the file is read
 again on SIGHUP and when it changes (an edit, or a file renamed over it), and a
 valid file replaces the running rules in one step; a bad one changes nothing and
 its error is logged with the file and line. Expired connections are removed every
---gc-interval. --metrics serves Prometheus /metrics as fw metrics does.
+--gc-interval. --metrics serves Prometheus /metrics (the instance's maps, as fw
+metrics serves them, and serve's own reloads and gc; the service passes
+127.0.0.1:30491); --rule-metrics chooses the rules with series of their own
+(named: those with a name, and the default policy). See docs/fw.md, Metrics.
 
 A bad file at start: the instance keeps the rules it runs, if it has any; else,
 with --fail-closed, the devices get a rule set that drops every IP packet until
@@ -50,6 +53,10 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 			}
 			if gcEvery <= 0 {
 				return fmt.Errorf("--gc-interval %s: give a positive duration, such as 10s", gcEvery)
+			}
+			rm, err := fw.ParseRuleMetrics(ruleMetrics)
+			if err != nil {
+				return err
 			}
 			attach, err := af.options(cmd, *name, args)
 			if err != nil {
@@ -73,12 +80,15 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 					}
 				}
 			}()
+			own := fw.NewServeMetrics(*name)
 			metricsErr := make(chan error, 1)
 			if metrics != "" {
-				m := &fwMetrics{name: *name}
-				defer m.close()
+				reg := obs.NewRegistry("fw")
+				c := fw.NewCollector(*name, fw.MetricsOptions{Rules: rm})
+				defer c.Close()
+				reg.MustRegister(c, own)
 				go func() {
-					err := serveMetrics(ctx, metrics, m.write)
+					err := obs.Serve(ctx, metrics, reg)
 					// A metrics server that cannot listen ends serve
 					// with its error rather than serving without it.
 					metricsErr <- err
@@ -89,7 +99,7 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 			}
 			notify := func(state string) {
 				if err := sdNotify(state); err != nil {
-					fmt.Fprintf(os.Stderr, "warning: %v\n", err)
+					slog.Warn("cannot notify the service manager", "state", state, "error", err)
 				}
 			}
 			err = fw.Serve(ctx, fw.ServeOptions{
@@ -97,7 +107,7 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 				Attach:     attach,
 				FailClosed: failClosed,
 				GCInterval: gcEvery,
-				Log:        os.Stderr,
+				Metrics:    own,
 				Reload:     reload,
 				Ready:      func() { notify("READY=1") },
 				Reloading:  func() { notify("RELOADING=1") },
@@ -113,48 +123,11 @@ Ready for systemd's Type=notify (deploy/systemd/fastpath-fw@.service).`,
 	}
 	cmd.Flags().StringVar(&rules, "rules", "", "rules file to attach with and watch (TOML; see deploy/examples/fw.example.toml) (required)")
 	af.register(cmd)
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9436)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (the service uses "+obs.AddrFW+")")
+	cmd.Flags().StringVar(&ruleMetrics, "rule-metrics", string(fw.RuleMetricsNamed), "rules with series of their own: none, named (the rules with a name, and the default policy) or all (two series a rule)")
 	cmd.Flags().DurationVar(&gcEvery, "gc-interval", fw.DefaultGCInterval, "how often to remove expired connections")
 	cmd.Flags().BoolVar(&failClosed, "fail-closed", false, "with a bad rules file at start, drop every IP packet until it is valid (default: attach nothing until then)")
 	return cmd
-}
-
-// fwMetrics writes an instance's metrics, through maps it opens at the
-// first scrape after the firewall is attached.
-type fwMetrics struct {
-	name string
-	mu   sync.Mutex
-	f    *fw.Firewall
-}
-
-func (m *fwMetrics) write(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.f == nil {
-		f, err := fw.OpenPinned(m.name)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		m.f = f
-	}
-	var b bytes.Buffer
-	if err := m.f.WriteMetrics(&b); err != nil {
-		m.f.Close()
-		m.f = nil
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Write(b.Bytes())
-}
-
-func (m *fwMetrics) close() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.f != nil {
-		m.f.Close()
-		m.f = nil
-	}
 }
 
 // sdNotify sends a state (READY=1, RELOADING=1) to the service manager

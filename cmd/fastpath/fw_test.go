@@ -13,6 +13,7 @@ import (
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
 	"github.com/fastpath-dev/fastpath/internal/labtest"
+	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
 )
 
 // fastpath runs the CLI in-process and returns what it printed.
@@ -164,5 +165,114 @@ func TestSdNotify(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	if err := sdNotify("READY=1"); err != nil {
 		t.Fatalf("without NOTIFY_SOCKET: %v", err)
+	}
+}
+
+// freeAddr is a loopback address with a port nothing listens on (now).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// ruleIDs are fw rules --json's identities, by the rules' fields.
+func ruleIDs(t *testing.T, name string) map[string]string {
+	t.Helper()
+	out, err := fastpath(t, "fw", "rules", "--name", name, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		DefaultRule string `json:"default_rule"`
+		Rules       []struct {
+			ID string `json:"rule"`
+			fw.Rule
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("fw rules --json: %v\n%s", err, out)
+	}
+	ids := map[string]string{"default": l.DefaultRule}
+	for _, r := range l.Rules {
+		ids[r.Rule.String()] = r.ID
+	}
+	return ids
+}
+
+// fw metrics serves an attached instance's figures, promtool-clean, and
+// reads only (it refuses the --gc-interval it had); fw add --at 1 renames
+// no other rule: fw rules and the metrics' rule label keep each rule's
+// identity, named or hashed, while its position moves.
+func TestFwMetricsAndRuleIdentity(t *testing.T) {
+	tb := labtest.Testbed(t)
+	name := tb.Prefix + "mx"
+	rules := filepath.Join(t.TempDir(), "fw.toml")
+	os.WriteFile(rules, []byte("default = \"pass\"\n[[rule]]\nname = \"no-ntp\"\naction = \"drop\"\nproto = \"udp\"\ndport = 123\n\n[[rule]]\naction = \"drop\"\nproto = \"udp\"\ndport = \"1-100\"\n"), 0o644)
+	t.Cleanup(func() {
+		if _, err := os.Stat(fw.PinDir(name)); err == nil {
+			fw.Detach(name, nil)
+		}
+	})
+	if _, err := fastpath(t, "fw", "attach", "--name", name, "--netns", tb.DUTIn().Netns, "--rules", rules, tb.DUTIn().Dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fastpath(t, "fw", "metrics", "--name", name, "--gc-interval", "10s"); err == nil || !strings.Contains(err.Error(), "no longer removes expired connections") {
+		t.Fatalf("fw metrics --gc-interval 10s: %v, want a refusal that says why", err)
+	}
+
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		cmd := rootCmd()
+		cmd.SetArgs([]string{"fw", "metrics", "--name", name, "--listen", addr, "--rule-metrics", "all"})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fw metrics: %v", err)
+		}
+	})
+	labels := func() map[string]bool {
+		body := obstest.Scrape(t, "http://"+addr+"/metrics")
+		obstest.CheckMetrics(t, body)
+		out := map[string]bool{}
+		for _, line := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(line, "fastpath_fw_rule_packets_total{name=\""+name+"\",rule=\""); ok {
+				out[rest[:strings.IndexByte(rest, '"')]] = true
+			}
+		}
+		return out
+	}
+
+	before := ruleIDs(t, name)
+	if before["drop proto udp dport 123"] != "no-ntp" || !strings.HasPrefix(before["drop proto udp dport 1-100"], "h:") || before["default"] != "default" {
+		t.Fatalf("fw rules identities: %v", before)
+	}
+	if got := labels(); len(got) != 3 || !got["no-ntp"] || !got[before["drop proto udp dport 1-100"]] || !got["default"] {
+		t.Fatalf("rule labels %v, want no-ntp, the unnamed rule's hash and default", got)
+	}
+	if _, err := fastpath(t, "fw", "add", "--name", name, "--action", "drop", "--src", "192.0.2.0/24", "--at", "1"); err != nil {
+		t.Fatal(err)
+	}
+	after := ruleIDs(t, name)
+	for rule, id := range before {
+		if after[rule] != id {
+			t.Errorf("fw add --at 1 changed %s's identity from %s to %s", rule, id, after[rule])
+		}
+	}
+	got := labels()
+	for _, id := range before {
+		if !got[id] {
+			t.Errorf("after fw add --at 1 the metrics have no rule=%q: %v", id, got)
+		}
+	}
+	if len(got) != 4 || !got[after["drop src 192.0.2.0/24"]] {
+		t.Errorf("after fw add --at 1: rule labels %v, want the new rule's beside the others", got)
 	}
 }

@@ -75,9 +75,18 @@ func TestFwServiceRuns(t *testing.T) {
 
 	m := startManager(t)
 	s := startService(t, m, "fastpath-fw@.service", dev, "")
-	s.waitOutput(t, "firewall "+dev+" attached to", 10*time.Second)
+	s.waitOutput(t, "firewall attached", 10*time.Second)
 	if !xdpAttached(t, "", dev) {
 		t.Fatalf("%s active, and %s has no XDP program:\n%s", s.name, dev, s.output())
+	}
+	// Its metrics, on the port the unit gives, from the sandbox.
+	body := obstest.Scrape(t, "http://"+obs.AddrFW+"/metrics")
+	obstest.CheckMetrics(t, body)
+	for _, series := range []string{`fastpath_fw_rules{name="` + dev + `"}`, `fastpath_fw_reloads_total{name="` + dev + `",result="ok"}`,
+		`fastpath_fw_device_attached{device="` + dev + `",mode="native",name="` + dev + `"}`} {
+		if v, ok := obstest.Value(body, series); !ok || v != "1" {
+			t.Errorf("%s: %q, want 1:\n%s", series, v, body)
+		}
 	}
 	if _, err := os.Stat(fw.PinDir(dev)); err != nil {
 		t.Fatalf("%s active, and no pins: %v", s.name, err)

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"sort"
 	"time"
@@ -332,63 +331,4 @@ func (f *Firewall) ctStats(cnt Counters) (*CtStats, error) {
 		}
 	}
 	return st, nil
-}
-
-// WriteMetrics writes the firewall's counters, per-rule counters and
-// connection tracking's figures in Prometheus' text format.
-func (f *Firewall) WriteMetrics(w io.Writer) error {
-	cnt, err := f.Counters()
-	if err != nil {
-		return err
-	}
-	ct, err := f.ctStats(cnt)
-	if err != nil {
-		return err
-	}
-	rules, err := f.Stats()
-	if err != nil {
-		return err
-	}
-	names := make([]string, 0, len(cnt))
-	for k := range cnt {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "# HELP fastpath_fw_packets_total Packets by verdict reason and conntrack event.")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_packets_total counter")
-	for _, k := range names {
-		fmt.Fprintf(w, "fastpath_fw_packets_total{reason=%q} %d\n", k, cnt[k])
-	}
-	fmt.Fprintln(w, "# HELP fastpath_fw_ct_packets_total Packets by connection-tracking state.")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_packets_total counter")
-	for _, s := range CtStateNames() {
-		fmt.Fprintf(w, "fastpath_fw_ct_packets_total{state=%q} %d\n", s, ct.Packets[s])
-	}
-	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries Tracked connections by table.")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_entries gauge")
-	fmt.Fprintf(w, "fastpath_fw_ct_entries{table=\"established\"} %d\nfastpath_fw_ct_entries{table=\"embryonic\"} %d\n", ct.Established, ct.Embryonic)
-	fmt.Fprintln(w, "# HELP fastpath_fw_ct_expired_entries Expired connections not yet removed, which still take room in each table.")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_expired_entries gauge")
-	fmt.Fprintf(w, "fastpath_fw_ct_expired_entries{table=\"established\"} %d\nfastpath_fw_ct_expired_entries{table=\"embryonic\"} %d\n", ct.EstablishedExpired, ct.EmbryonicExpired)
-	fmt.Fprintln(w, "# HELP fastpath_fw_ct_entries_max Size of each table.")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_entries_max gauge")
-	fmt.Fprintf(w, "fastpath_fw_ct_entries_max{table=\"established\"} %d\nfastpath_fw_ct_entries_max{table=\"embryonic\"} %d\n", ct.EstMax, ct.EmbryoMax)
-	fmt.Fprintln(w, "# HELP fastpath_fw_ct_tcp_connections Tracked TCP connections by state.")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_ct_tcp_connections gauge")
-	for _, s := range tcpStateNames {
-		if n, ok := ct.ByState[s]; ok {
-			fmt.Fprintf(w, "fastpath_fw_ct_tcp_connections{state=%q} %d\n", s, n)
-		}
-	}
-	fmt.Fprintln(w, "# HELP fastpath_fw_rule_packets_total Packets per rule (0: the default policy).")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_rule_packets_total counter")
-	for i, r := range rules {
-		fmt.Fprintf(w, "fastpath_fw_rule_packets_total{rule=\"%d\"} %d\n", i, r.Packets)
-	}
-	fmt.Fprintln(w, "# HELP fastpath_fw_rule_bytes_total Bytes per rule (0: the default policy).")
-	fmt.Fprintln(w, "# TYPE fastpath_fw_rule_bytes_total counter")
-	for i, r := range rules {
-		fmt.Fprintf(w, "fastpath_fw_rule_bytes_total{rule=\"%d\"} %d\n", i, r.Bytes)
-	}
-	return nil
 }

@@ -504,13 +504,13 @@ func TestCtExpireFlushMetrics(t *testing.T) {
 	if err != nil || len(conns) != 2 {
 		t.Fatalf("connections %+v, %v: want 2", conns, err)
 	}
-	var b strings.Builder
-	if err := f.WriteMetrics(&b); err != nil {
+	b, err := scrapeCollector(f.Collector("ct", MetricsOptions{}))
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`fastpath_fw_ct_packets_total{state="new"} 2`, `fastpath_fw_ct_entries{table="embryonic"} 2`, `fastpath_fw_ct_tcp_connections{state="SYN_SENT"} 1`} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("metrics lack %s:\n%s", want, b.String())
+	for _, want := range []string{`fastpath_fw_ct_packets_total{name="ct",state="new"} 2`, `fastpath_fw_ct_entries{name="ct",table="embryonic"} 2`, `fastpath_fw_ct_tcp_connections{name="ct",state="syn_sent"} 1`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s:\n%s", want, b)
 		}
 	}
 	// UDP lives 30 s unanswered, a SYN 120 s.

@@ -1,7 +1,6 @@
 package fw
 
 import (
-	"io"
 	"net/netip"
 	"sync"
 	"testing"
@@ -66,7 +65,7 @@ func TestCtReadUnderFlood(t *testing.T) {
 		if _, err := f.ConntrackStats(); err != nil {
 			t.Fatalf("fw ct stats, read %d under the flood: %v", i, err)
 		}
-		if err := f.WriteMetrics(io.Discard); err != nil {
+		if _, err := scrapeCollector(f.Collector("flood", MetricsOptions{Rules: RuleMetricsAll})); err != nil {
 			t.Fatalf("metrics, read %d under the flood: %v", i, err)
 		}
 		if _, err := f.ExpireConns(); err != nil {

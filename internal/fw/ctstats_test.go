@@ -34,13 +34,14 @@ func TestCtStatsCountExpired(t *testing.T) {
 	if st.Embryonic != 1 || st.EmbryonicExpired != 2 || st.Established != 0 || st.EstablishedExpired != 0 || st.ByState["SYN_SENT"] != 1 {
 		t.Errorf("stats %+v: want 1 live (the SYN) and 2 expired embryonic entries", st)
 	}
-	var b strings.Builder
-	if err := f.WriteMetrics(&b); err != nil {
+	b, err := scrapeCollector(f.Collector("ct", MetricsOptions{}))
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`fastpath_fw_ct_entries{table="embryonic"} 1`, `fastpath_fw_ct_expired_entries{table="embryonic"} 2`, `fastpath_fw_ct_expired_entries{table="established"} 0`} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("metrics lack %s:\n%s", want, b.String())
+	for _, want := range []string{`fastpath_fw_ct_entries{name="ct",table="embryonic"} 1`, `fastpath_fw_ct_expired_entries{name="ct",table="embryonic"} 2`,
+		`fastpath_fw_ct_expired_entries{name="ct",table="established"} 0`, `fastpath_fw_map_entries{map="fw_ct_new",name="ct"} 3`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s:\n%s", want, b)
 		}
 	}
 	if _, err := f.ExpireConns(); err != nil {

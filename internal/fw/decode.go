@@ -61,11 +61,7 @@ func ParseRules(name string, b []byte) (*RuleSet, error) {
 }
 
 func (d *decoder) errorf(line int, format string, args ...any) error {
-	where := d.file
-	if line > 0 {
-		where = fmt.Sprintf("%s:%d", d.file, line)
-	}
-	return fmt.Errorf("%w: %s: %s", ErrInvalid, where, fmt.Sprintf(format, args...))
+	return &RulesError{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
 // line is the line of b, a slice of the document (0 if it is not one).
@@ -117,7 +113,7 @@ func (d *decoder) keyOf(n *unstable.Node) ([]string, int) {
 	return parts, line
 }
 
-const knownKeys = "known are default, rate_limit.{pps,bps,block_for}, conntrack.{enabled,no_pickup,liberal,strict,per_source,per_network,network_prefix4,network_prefix6} and rule.{action,src,dst,proto,sport,dport,ct_state,comment}"
+const knownKeys = "known are default, rate_limit.{pps,bps,block_for}, conntrack.{enabled,no_pickup,liberal,strict,per_source,per_network,network_prefix4,network_prefix6} and rule.{action,name,src,dst,proto,sport,dport,ct_state,comment}"
 
 func (d *decoder) expression(e *unstable.Node) error {
 	switch e.Kind {
@@ -395,6 +391,16 @@ func (d *decoder) ruleKey(r *Rule, n int, key string, v *unstable.Node, line int
 		s, err := d.str(v, line, key)
 		r.Comment = s
 		return err
+	case "name":
+		s, err := d.str(v, line, key)
+		if err != nil {
+			return err
+		}
+		r.Name = s
+		if err := checkRuleName(s); err != nil {
+			return d.errorf(line, "rule %d: %v", n, err)
+		}
+		return nil
 	case "default", "rate_limit", "conntrack":
 		return d.errorf(line, "%s is a key of rule %d here: top-level keys must come before the first [[rule]]: move it up", key, n)
 	}

@@ -68,6 +68,10 @@ type Firewall struct {
 	generic *ebpf.Program
 	// pinnedReap is the reaper loaded for an instance opened from pins.
 	pinnedReap *ebpf.Program
+	// names is the rule names' map (names.go), once opened; namesRW says
+	// it was opened to write.
+	names   *ebpf.Map
+	namesRW bool
 	// migration carries the pinned maps of another release into this
 	// one's layout (an upgrade or a rollback); Attach commits it once the
 	// program runs on every device.
@@ -270,6 +274,9 @@ func (f *Firewall) Close() error {
 	if f.pinnedReap != nil {
 		f.pinnedReap.Close()
 	}
+	if f.names != nil {
+		f.names.Close()
+	}
 	f.migration.Close()
 	if f.objs.FwXdp != nil {
 		return f.objs.Close()
@@ -344,7 +351,7 @@ func (f *Firewall) Install(rs *RuleSet) error {
 			return err
 		}
 	}
-	if err := f.install(c, rs.RateLimit); err != nil {
+	if err := f.install(c, rs); err != nil {
 		return err
 	}
 	if !on {
@@ -442,8 +449,8 @@ func (f *Firewall) ensureConntrack() error {
 	return f.setConntrack(true, nil)
 }
 
-// install makes a compiled set the active one; the caller holds the lock.
-func (f *Firewall) install(c *compiled, rl *RateLimit) error {
+// install makes rs, compiled, the active set; the caller holds the lock.
+func (f *Firewall) install(c *compiled, rs *RuleSet) error {
 	gen, ov, err := f.overlay()
 	if err != nil {
 		return err
@@ -459,12 +466,19 @@ func (f *Firewall) install(c *compiled, rl *RateLimit) error {
 	if err := f.resetStats(stats, 0, len(c.rules)); err != nil {
 		return err
 	}
+	ids := make([]uint32, len(rs.Rules))
+	for i := range ids {
+		ids[i] = uint32(i + 1)
+	}
+	if err := f.writeNames(stats, true, ids, rs.Rules); err != nil {
+		return err
+	}
 	for i, outer := range f.outers() {
 		if err := outer.Put(base, *s.all()[i]); err != nil {
 			return fmt.Errorf("install %s: %w", outerNames[i], err)
 		}
 	}
-	if err := f.setRateLimit(rl); err != nil {
+	if err := f.setRateLimit(rs.RateLimit); err != nil {
 		return err
 	}
 	n := uint32(len(c.rules) - 1)
@@ -740,32 +754,34 @@ func (f *Firewall) activeSlot(names ...string) (map[string]*ebpf.Map, uint32, er
 }
 
 // Rules reads the active rule set back from the kernel: what is enforced,
-// not what a file says. Comments are not kept.
+// not what a file says. Names are kept (names.go), comments are not.
 func (f *Firewall) Rules() (*RuleSet, error) {
-	rs, _, err := f.rules()
+	rs, _, _, err := f.rules()
 	return rs, err
 }
 
-// rules also returns each rule's kernel id, in rule order.
-func (f *Firewall) rules() (*RuleSet, []uint32, error) {
+// rules also returns each rule's kernel id, in rule order, and the counter
+// slot the ids key into (statsKey).
+func (f *Firewall) rules() (*RuleSet, []uint32, uint32, error) {
 	rs := &RuleSet{}
 	ord, err := f.order()
 	if err != nil || ord.gen == 0 {
-		return rs, nil, err
+		return rs, nil, 0, err
 	}
+	slot := ord.ov.Stats
 	ms, _, err := f.activeSlot("fw_rule_slots", "fw_set_slots")
 	if err != nil || ms == nil {
-		return rs, nil, err
+		return rs, nil, slot, err
 	}
 	defer closeAll(ms)
 	var set fwFwSet
 	if err := ms["fw_set_slots"].Lookup(uint32(0), &set); err != nil {
-		return nil, nil, fmt.Errorf("read the rule-set header: %w", err)
+		return nil, nil, 0, fmt.Errorf("read the rule-set header: %w", err)
 	}
 	rs.Default = Action(set.DefaultAction)
 	base, err := readArray[fwFwRule](ms["fw_rule_slots"], int(ord.ov.Nbase)+1)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the rules: %w", err)
+		return nil, nil, 0, fmt.Errorf("read the rules: %w", err)
 	}
 	rs.Rules = make([]Rule, 0, len(ord.rules))
 	ids := make([]uint32, 0, len(ord.rules))
@@ -777,9 +793,12 @@ func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 		rs.Rules = append(rs.Rules, ruleFromKernel(k))
 		ids = append(ids, o.id)
 	}
+	if err := f.readNames(slot, ids, rs.Rules); err != nil {
+		return nil, nil, 0, err
+	}
 	var c fwFwConfig
 	if err := f.objs.FwConf.Lookup(uint32(0), &c); err != nil {
-		return nil, nil, fmt.Errorf("read the rate limit: %w", err)
+		return nil, nil, 0, fmt.Errorf("read the rate limit: %w", err)
 	}
 	if c.RatePps > 0 || c.RateBps > 0 {
 		rs.RateLimit = &RateLimit{PPS: c.RatePps, BPS: c.RateBps, BlockFor: Duration{time.Duration(c.RateBlockNs)}}
@@ -789,7 +808,24 @@ func (f *Firewall) rules() (*RuleSet, []uint32, error) {
 		rs.Conntrack = &Conntrack{Enabled: true, NoPickup: c.CtFlags&ctfLoose == 0, Liberal: c.CtFlags&ctfLiberal != 0, Strict: c.CtFlags&ctfStrict != 0,
 			PerSource: &perSource, PerNetwork: &perNetwork, NetworkPrefix4: int(c.CtSrcWideBits[0]), NetworkPrefix6: int(c.CtSrcWideBits[1])}
 	}
-	return rs, ids, nil
+	return rs, ids, slot, nil
+}
+
+// ruleStats reads the counters of the rules with these ids (0: the
+// default policy) in a counter slot.
+func (f *Firewall) ruleStats(slot uint32, ids []uint32) ([]RuleStats, error) {
+	out := make([]RuleStats, len(ids))
+	var per []fwFwRuleStats
+	for i, id := range ids {
+		if err := f.objs.FwStats.Lookup(statsKey(slot, int(id)), &per); err != nil {
+			return nil, fmt.Errorf("read counters of rule id %d: %w", id, err)
+		}
+		for _, p := range per {
+			out[i].Packets += p.Packets
+			out[i].Bytes += p.Bytes
+		}
+	}
+	return out, nil
 }
 
 func closeAll(ms map[string]*ebpf.Map) {
@@ -866,11 +902,15 @@ var counterNames = map[fwFwCounter]string{
 	fwFwCounterFW_C_SYNPROXY_INVALID:  "synproxy_invalid",
 }
 
-// Counters reads the per-reason counters.
+// Counters reads the per-reason counters. They are read last to first: a
+// packet the synproxy answers or drops counts its pass (an earlier
+// counter) before its synproxy counter, so a pass read after the synproxy
+// counters is never less than they (the verdicts in metrics subtract them).
 func (f *Firewall) Counters() (Counters, error) {
 	out := Counters{}
 	var per []uint64
-	for c := fwFwCounter(0); c < fwFwCounterFW_C_MAX; c++ {
+	for i := int(fwFwCounterFW_C_MAX) - 1; i >= 0; i-- {
+		c := fwFwCounter(i)
 		if err := f.objs.FwCounters.Lookup(uint32(c), &per); err != nil {
 			return nil, fmt.Errorf("read counters: %w", err)
 		}

@@ -636,6 +636,9 @@ func TestExampleFile(t *testing.T) {
 	if rs.Default != Pass || rs.RateLimit == nil || rs.RateLimit.BlockFor.Duration != 30*time.Second {
 		t.Fatalf("default %s, rate limit %+v", rs.Default, rs.RateLimit)
 	}
+	if rs.Rules[0].ID() != "ssh-jump-host" || rs.Rules[1].ID() != "ssh-blocked-net" || !strings.HasPrefix(rs.Rules[2].ID(), "h:") {
+		t.Errorf("identities %q, %q, %q: want the two names and a hash", rs.Rules[0].ID(), rs.Rules[1].ID(), rs.Rules[2].ID())
+	}
 	for _, c := range []struct {
 		fl   Flow
 		want int

@@ -2,12 +2,15 @@ package fw
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -309,9 +312,55 @@ type Rule struct {
 	DPort  Ports  `toml:"dport" json:"dport"`
 	// CtState is the connection-tracking states the rule matches (0: any).
 	CtState CtStates `toml:"ct_state" json:"ct_state,omitempty"`
-	Comment string   `toml:"comment" json:"comment,omitempty"`
+	// Name, optional, identifies the rule in metrics and in fw rules
+	// (ID): unique in its set, letters, digits, '_', '.' and '-', at most
+	// 64 characters. The kernel keeps it beside the rule.
+	Name    string `toml:"name" json:"name,omitempty"`
+	Comment string `toml:"comment" json:"comment,omitempty"`
 	// Line is where the rule starts in its file (0 if not from a file).
 	Line int `toml:"-" json:"-"`
+}
+
+// validRuleName is what a rule's name may hold: it is a metric label's
+// value and a word on the command line.
+var validRuleName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// DefaultRuleID is the default policy's identity, beside the rules' (ID).
+const DefaultRuleID = "default"
+
+// ID is the rule's stable identity, the value of the rule label of the
+// per-rule metrics and fw rules' RULE column: its name if it has one, else
+// "h:" and 12 hex digits of a SHA-256 of what it matches and does (its
+// action and match fields, written canonically: not its comment, not its
+// position). Inserting or deleting other rules never changes it; editing
+// an unnamed rule's fields makes it another rule. Two rules that are the
+// same in every field share an identity (the second never matches: the
+// first does). A name holds no ':', so no name is ever taken for a hash.
+func (r Rule) ID() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	sum := sha256.Sum256([]byte(r.identityText()))
+	return "h:" + hex.EncodeToString(sum[:6])
+}
+
+// identityText is the canonical form ID hashes. Its format is part of the
+// metrics' stability: changing it renames every unnamed rule's series.
+func (r Rule) identityText() string {
+	pfx := func(p Prefix) string {
+		if !p.IsValid() {
+			return "any"
+		}
+		return p.Prefix.Masked().String()
+	}
+	ports := func(p Ports) string {
+		if p.IsAny() {
+			return "any"
+		}
+		return fmt.Sprintf("%d-%d", p.Lo, p.Hi)
+	}
+	return fmt.Sprintf("fw-rule-v1 action=%d src=%s dst=%s proto=%d sport=%s dport=%s ct_state=%d",
+		r.Action, pfx(r.Src), pfx(r.Dst), r.Proto, ports(r.SPort), ports(r.DPort), r.CtState)
 }
 
 // Family is 4 or 6 for a rule with an address, 0 for one that matches both.
@@ -503,6 +552,33 @@ const MaxRules = 1<<18 - 1
 // ErrInvalid wraps every rule-file and rule error.
 var ErrInvalid = errors.New("invalid rules")
 
+// RulesError is an invalid rules file or rule: where (the file, and the
+// line when known) and what. errors.Is(err, ErrInvalid) holds for it; logs
+// take File and Line as attributes.
+type RulesError struct {
+	File string
+	// Line is 0 when the error is not about one line.
+	Line int
+	Msg  string
+}
+
+func (e *RulesError) Error() string {
+	where := e.File
+	switch {
+	case e.Line > 0:
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
+	case e.File == "":
+		where = "rule"
+	}
+	return fmt.Sprintf("%v: %s: %s", ErrInvalid, where, e.Msg)
+}
+
+func (e *RulesError) Unwrap() error { return ErrInvalid }
+
+func (rs *RuleSet) errorf(line int, format string, args ...any) error {
+	return &RulesError{File: rs.File, Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
 // LoadRules reads and validates a TOML rules file.
 func LoadRules(path string) (*RuleSet, error) {
 	b, err := os.ReadFile(path)
@@ -515,13 +591,14 @@ func LoadRules(path string) (*RuleSet, error) {
 // Validate checks every rule, naming the file and line of the first bad one.
 func (rs *RuleSet) Validate() error {
 	if len(rs.Rules) > MaxRules {
-		return fmt.Errorf("%w: %s: %d rules, at most %d", ErrInvalid, rs.File, len(rs.Rules), MaxRules)
+		return rs.errorf(0, "%d rules, at most %d", len(rs.Rules), MaxRules)
 	}
 	if rs.Conntrack != nil {
 		if err := rs.Conntrack.Validate(); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrInvalid, rs.File, err)
+			return rs.errorf(0, "%v", err)
 		}
 	}
+	named := map[string]int{}
 	for i := range rs.Rules {
 		r := &rs.Rules[i]
 		if !r.SPort.given {
@@ -531,23 +608,41 @@ func (rs *RuleSet) Validate() error {
 			r.DPort = AnyPort
 		}
 		if err := r.Validate(); err != nil {
-			return fmt.Errorf("%w: %s: rule %d: %v", ErrInvalid, rs.where(r), i+1, err)
+			return rs.errorf(r.Line, "rule %d: %v", i+1, err)
 		}
+		if r.Name == "" {
+			continue
+		}
+		if err := checkRuleName(r.Name); err != nil {
+			return rs.errorf(r.Line, "rule %d: %v", i+1, err)
+		}
+		if j, dup := named[r.Name]; dup {
+			return rs.errorf(r.Line, "rule %d: name %q is rule %d's already%s: names identify rules in metrics, give each its own", i+1, r.Name, j+1, lineOf(rs.Rules[j]))
+		}
+		named[r.Name] = i
 	}
 	if rl := rs.RateLimit; rl != nil && rl.Enabled() && rl.BlockFor.Duration <= 0 {
-		return fmt.Errorf("%w: %s: rate_limit has thresholds but no block_for: add block_for = \"10s\"", ErrInvalid, rs.File)
+		return rs.errorf(0, "rate_limit has thresholds but no block_for: add block_for = \"10s\"")
 	}
 	return nil
 }
 
-func (rs *RuleSet) where(r *Rule) string {
+func lineOf(r Rule) string {
 	if r.Line > 0 {
-		return fmt.Sprintf("%s:%d", rs.File, r.Line)
+		return fmt.Sprintf(" (line %d)", r.Line)
 	}
-	if rs.File == "" {
-		return "rule"
+	return ""
+}
+
+// checkRuleName says what is wrong with a rule's name, if anything.
+func checkRuleName(name string) error {
+	if !validRuleName.MatchString(name) {
+		return fmt.Errorf("name %q: use 1 to 64 letters, digits, '_', '.' or '-'", name)
 	}
-	return rs.File
+	if name == DefaultRuleID {
+		return fmt.Errorf("name %q is the default policy's in metrics: choose another", name)
+	}
+	return nil
 }
 
 // Matches says whether the rule matches the flow: the semantics the kernel
@@ -637,6 +732,9 @@ func (rs *RuleSet) WriteTOML(w io.Writer) error {
 		}
 		if r.CtState != 0 {
 			fmt.Fprintf(bw, "ct_state = %q\n", r.CtState)
+		}
+		if r.Name != "" {
+			fmt.Fprintf(bw, "name = %q\n", r.Name)
 		}
 		if r.Comment != "" {
 			fmt.Fprintf(bw, "comment = %q\n", r.Comment)

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fastpath-dev/fastpath/internal/netns"
+	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -41,8 +44,13 @@ type ServeOptions struct {
 	// Poll is how often the file and the pins are looked at; DefaultPoll
 	// if 0.
 	Poll time.Duration
-	// Log receives attach's warnings and serve's lines.
-	Log io.Writer
+	// Log receives serve's records and attach's warnings; slog.Default()
+	// if nil. Every record carries the instance's name.
+	Log *slog.Logger
+	// Metrics, if set, gets serve's own counters (NewServeMetrics): the
+	// rules file's reloads and the connections its gc removed. The maps'
+	// figures are a Collector's.
+	Metrics *ServeMetrics
 	// Reload: each value reads the file again, changed or not.
 	Reload <-chan struct{}
 	// Ready, if set, is called when serve has done what it can at start
@@ -75,7 +83,7 @@ func dropAll() *RuleSet {
 // failure must not attach it again.
 func Serve(ctx context.Context, o ServeOptions) error {
 	if o.Log == nil {
-		o.Log = io.Discard
+		o.Log = slog.Default()
 	}
 	if o.Rules == "" {
 		return errors.New("no rules file: name one with --rules")
@@ -92,17 +100,21 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			*d.v = d.def
 		}
 	}
-	o.Attach.Warn = o.Log
 	if o.Attach.Name == "" {
 		o.Attach.Name = DefaultName
 	}
+	o.Log = o.Log.With("name", o.Attach.Name)
+	o.Attach.Warn = obs.Writer(o.Log, slog.LevelWarn)
 	if !validName.MatchString(o.Attach.Name) || o.Attach.Name == "." || o.Attach.Name == ".." {
 		return fmt.Errorf("instance name %q: use letters, digits, '.', '_' or '-'", o.Attach.Name)
 	}
 	if len(o.Attach.Devices) == 0 {
 		return errors.New("no device given: name at least one")
 	}
-	s := &server{o: o, name: o.Attach.Name, dir: PinDir(o.Attach.Name)}
+	s := &server{o: o, log: o.Log, name: o.Attach.Name, dir: PinDir(o.Attach.Name), m: o.Metrics}
+	if s.m == nil {
+		s.m = NewServeMetrics(o.Attach.Name)
+	}
 	defer func() {
 		if s.f != nil {
 			s.f.Close()
@@ -114,6 +126,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 // server is one Serve's state.
 type server struct {
 	o         ServeOptions
+	log       *slog.Logger
+	m         *ServeMetrics
 	name, dir string
 	// f is the attached instance's maps; nil until attached.
 	f *Firewall
@@ -130,8 +144,6 @@ type server struct {
 	// lastErr is the last attach or gc error logged, each said once.
 	lastAttach, lastGC string
 }
-
-func (s *server) logf(format string, args ...any) { fmt.Fprintf(s.o.Log, format+"\n", args...) }
 
 func (s *server) run(ctx context.Context) error {
 	s.retry = time.NewTimer(time.Hour)
@@ -150,7 +162,7 @@ func (s *server) run(ctx context.Context) error {
 			s.stop()
 			return nil
 		case <-s.o.Reload:
-			if err := s.reload("reload asked for"); err != nil {
+			if err := s.reload("reload"); err != nil {
 				return err
 			}
 		case <-s.retry.C:
@@ -159,11 +171,11 @@ func (s *server) run(ctx context.Context) error {
 			}
 		case <-poll.C:
 			if s.f != nil && s.detached() {
-				s.logf("firewall %s was detached (its pins in %s are gone): serve ends; start it again to attach", s.name, s.dir)
+				s.log.Info("firewall was detached, serve ends; start it again to attach", "pins", s.dir)
 				return nil
 			}
 			if s.changed() {
-				if err := s.reload(s.o.Rules + " changed"); err != nil {
+				if err := s.reload("file_changed"); err != nil {
 					return err
 				}
 			}
@@ -171,12 +183,17 @@ func (s *server) run(ctx context.Context) error {
 			if s.f == nil {
 				continue
 			}
-			if _, err := s.f.ExpireConns(); err != nil {
+			n, err := s.f.ExpireConns()
+			s.m.gcRemoved.Add(float64(n))
+			if err != nil {
 				if err.Error() != s.lastGC {
-					s.logf("remove expired connections: %v; trying again every %s", err, s.o.GCInterval)
+					s.log.Warn("cannot remove expired connections, trying again each interval", "error", err, "interval", s.o.GCInterval.String())
 				}
 				s.lastGC = err.Error()
 			} else {
+				if n > 0 {
+					s.log.Debug("expired connections removed", "removed", n)
+				}
 				s.lastGC = ""
 			}
 		}
@@ -188,17 +205,18 @@ func (s *server) start() error {
 	s.seen = stampOf(s.o.Rules)
 	s.next = s.seen
 	rs, err := LoadRules(s.o.Rules)
+	s.m.reloaded(err)
 	switch {
 	case err == nil:
 		s.rules = rs
 	case s.hasRules():
-		s.logf("%v\nthe firewall keeps the rules it runs, and serve reads %s again when it changes or on SIGHUP", err, s.o.Rules)
+		s.log.Error("rules file invalid at start: the firewall keeps the rules it runs; serve reads the file again when it changes or on SIGHUP", s.rulesErr(err)...)
 		s.rules = nil
 	case s.o.FailClosed:
-		s.logf("%v\nfailing closed (--fail-closed): %s is attached with a rule set that drops every IP packet until %s is valid", err, s.devices(), s.o.Rules)
+		s.log.Error("rules file invalid at start: failing closed (--fail-closed), the devices drop every IP packet until the file is valid", append(s.rulesErr(err), "devices", s.devices())...)
 		s.rules = dropAll()
 	default:
-		s.logf("%v\nfailing open: nothing is attached to %s until %s is valid (serve reads it again when it changes or on SIGHUP; --fail-closed drops every packet instead)", err, s.devices(), s.o.Rules)
+		s.log.Error("rules file invalid at start: failing open, nothing is attached until the file is valid (serve reads it again when it changes or on SIGHUP; --fail-closed drops every packet instead)", append(s.rulesErr(err), "devices", s.devices())...)
 		s.setReady()
 		return nil
 	}
@@ -237,7 +255,7 @@ func (s *server) attach() error {
 	err := Attach(o)
 	if errors.Is(err, xdp.ErrNoDevice) || errors.Is(err, netns.ErrNotExist) {
 		if err.Error() != s.lastAttach {
-			s.logf("attach: %v; trying again in %s, and less often after (at most every %s)", err, s.wait, attachBackoff)
+			s.log.Warn("cannot attach yet, trying again later and less often", "error", err, "retry_in", s.wait.String(), "max_wait", attachBackoff.String())
 			s.lastAttach = err.Error()
 		}
 		s.retry.Reset(s.wait)
@@ -252,12 +270,13 @@ func (s *server) attach() error {
 		return err
 	}
 	s.f, s.pending, s.lastAttach = f, false, ""
-	what := "the rules it had"
+	attrs := []any{"devices", s.devices(), "pins", s.dir, "file", s.o.Rules, "gc_interval", s.o.GCInterval.String()}
 	if s.rules != nil {
-		what = fmt.Sprintf("%d rules of %s, default %s", len(s.rules.Rules), s.rules.File, s.rules.Default)
+		attrs = append(attrs, "rules", len(s.rules.Rules), "rules_from", s.rules.File, "default", s.rules.Default.String())
+	} else {
+		attrs = append(attrs, "rules_from", "the instance (the rules it had)")
 	}
-	s.logf("firewall %s attached to %s with %s; pins in %s; reading %s again when it changes or on SIGHUP, removing expired connections every %s",
-		s.name, s.devices(), what, s.dir, s.o.Rules, s.o.GCInterval)
+	s.log.Info("firewall attached", attrs...)
 	s.setReady()
 	return nil
 }
@@ -280,13 +299,15 @@ func (s *server) reload(why string) error {
 	s.next = s.seen
 	rs, err := LoadRules(s.o.Rules)
 	if err != nil {
+		s.m.reloaded(err)
+		attrs := append(s.rulesErr(err), "trigger", why)
 		switch {
 		case s.f != nil:
-			s.logf("%s: %v\nthe firewall goes on with the rules it has", why, err)
+			s.log.Error("rules file invalid: the firewall goes on with the rules it has", attrs...)
 		case s.pending:
-			s.logf("%s: %v\nthe attach that waits for the devices keeps the rules it had", why, err)
+			s.log.Error("rules file invalid: the attach that waits for the devices keeps the rules it had", attrs...)
 		default:
-			s.logf("%s: %v\nnothing is attached until the file is valid", why, err)
+			s.log.Error("rules file invalid: nothing is attached until the file is valid", attrs...)
 		}
 		return nil
 	}
@@ -298,7 +319,8 @@ func (s *server) reload(why string) error {
 			s.pending, s.wait = true, time.Second
 		}
 		s.retry.Stop()
-		s.logf("%s: valid, %d rules; attaching", why, len(rs.Rules))
+		s.m.reloaded(nil)
+		s.log.Info("rules file valid, attaching", "trigger", why, "file", s.o.Rules, "rules", len(rs.Rules))
 		return s.attach()
 	}
 	if s.o.Reloading != nil {
@@ -311,21 +333,92 @@ func (s *server) reload(why string) error {
 	}()
 	start := time.Now()
 	if err := s.f.Install(rs); err != nil {
-		s.logf("%s: install %s: %v\nthe firewall goes on with the rules it has", why, s.o.Rules, err)
+		s.m.reloaded(err)
+		s.log.Error("cannot install the rules file: the firewall goes on with the rules it has", "trigger", why, "file", s.o.Rules, "error", err)
 		return nil
 	}
+	s.m.reloaded(nil)
 	gen, _ := s.f.Generation()
-	s.logf("%s: %d rules of %s installed in place, default %s (generation %d, %s)", why, len(rs.Rules), s.o.Rules, rs.Default, gen, time.Since(start).Round(time.Millisecond))
+	s.log.Info("rules installed in place", "trigger", why, "file", s.o.Rules, "rules", len(rs.Rules), "default", rs.Default.String(),
+		"generation", gen, "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 
 // stop says what stays when serve ends.
 func (s *server) stop() {
 	if s.f == nil {
-		s.logf("serve ends; nothing was attached")
+		s.log.Info("serve ends; nothing was attached")
 		return
 	}
-	s.logf("serve ends; firewall %s stays attached to %s and filters with the rules it has; `fastpath fw serve` again takes over, `fastpath fw detach --name %s` removes it", s.name, s.devices(), s.name)
+	s.log.Info("serve ends; the firewall stays attached and filters with the rules it has (fw serve again takes over, fw detach removes it)", "devices", s.devices())
+}
+
+// rulesErr are a rules file error's attributes: the file, the line when
+// the error names one, and what is wrong.
+func (s *server) rulesErr(err error) []any {
+	var re *RulesError
+	if errors.As(err, &re) {
+		attrs := []any{"file", re.File}
+		if re.Line > 0 {
+			attrs = append(attrs, "line", re.Line)
+		}
+		return append(attrs, "error", re.Msg)
+	}
+	return []any{"file", s.o.Rules, "error", err}
+}
+
+// ServeMetrics are what Serve itself counts, for its /metrics beside a
+// Collector of the instance's maps.
+type ServeMetrics struct {
+	reloads    *prometheus.CounterVec
+	lastReload prometheus.Gauge
+	gcRemoved  prometheus.Counter
+}
+
+// NewServeMetrics makes serve's counters for the instance name; Register
+// them with the registry serve's /metrics serves.
+func NewServeMetrics(name string) *ServeMetrics {
+	labels := prometheus.Labels{"name": name}
+	m := &ServeMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fastpath_fw_reloads_total", ConstLabels: labels,
+			Help: "Reads of the rules file by fw serve (at start, on SIGHUP, when it changed), by result: ok (valid, and installed or attached with), error (invalid or not installed: the running rules stay).",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fastpath_fw_last_reload_successful", ConstLabels: labels,
+			Help: "1 if fw serve's last read of the rules file was valid and installed, 0 if the firewall runs older rules (or none) than the file says.",
+		}),
+		gcRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fastpath_fw_ct_gc_removed_total", ConstLabels: labels,
+			Help: "Expired connections fw serve's gc removed.",
+		}),
+	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	return m
+}
+
+// Describe and Collect make ServeMetrics a prometheus.Collector.
+func (m *ServeMetrics) Describe(ch chan<- *prometheus.Desc) {
+	m.reloads.Describe(ch)
+	m.lastReload.Describe(ch)
+	m.gcRemoved.Describe(ch)
+}
+
+func (m *ServeMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.reloads.Collect(ch)
+	m.lastReload.Collect(ch)
+	m.gcRemoved.Collect(ch)
+}
+
+func (m *ServeMetrics) reloaded(err error) {
+	if err != nil {
+		m.reloads.WithLabelValues("error").Inc()
+		m.lastReload.Set(0)
+		return
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+	m.lastReload.Set(1)
 }
 
 // detached says the instance's pins are gone: `fw detach` removed it.

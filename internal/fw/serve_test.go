@@ -3,6 +3,7 @@ package fw
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,16 +39,17 @@ func (s *syncBuffer) String() string {
 // count is how many times the log says want.
 func (s *syncBuffer) count(want string) int { return strings.Count(s.String(), want) }
 
-// waitLog waits up to 20 s (an attach verifies the program, seconds on a
-// loaded machine) for the log to say want n times.
+// waitLog waits up to 90 s (an attach verifies the program: seconds, and
+// tens of seconds on a machine loaded with other tests) for the log to say
+// want n times.
 func waitLog(t *testing.T, log *syncBuffer, want string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if log.count(want) >= n {
 			return
 		}
 	}
-	t.Fatalf("the log does not say %q %d times after 20 s:\n%s", want, n, log)
+	t.Fatalf("the log does not say %q %d times after 90 s:\n%s", want, n, log)
 }
 
 // served is a Serve running in the background for a test.
@@ -66,7 +68,8 @@ type served struct {
 func serve(t *testing.T, o ServeOptions) *served {
 	t.Helper()
 	s := &served{log: &syncBuffer{}, reload: make(chan struct{}), done: make(chan error, 1)}
-	o.Log, o.Reload, o.Poll, o.GCInterval = s.log, s.reload, 50*time.Millisecond, 100*time.Millisecond
+	o.Log = slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	o.Reload, o.Poll, o.GCInterval = s.reload, 50*time.Millisecond, 100*time.Millisecond
 	o.Attach.NoFallback = true
 	readyc := make(chan struct{}, 1)
 	o.Ready = func() {
@@ -92,8 +95,8 @@ func serve(t *testing.T, o ServeOptions) *served {
 	case <-readyc:
 	case err := <-s.done:
 		t.Fatalf("serve ended before it was ready: %v\n%s", err, s.log)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve not ready after 30 s:\n%s", s.log)
+	case <-time.After(90 * time.Second):
+		t.Fatalf("serve not ready after 90 s:\n%s", s.log)
 	}
 	return s
 }
@@ -164,7 +167,10 @@ func TestServe(t *testing.T) {
 	rules := filepath.Join(t.TempDir(), "fw.toml")
 	writeFile(t, rules, dropPorts("7"))
 	s := serve(t, ServeOptions{Rules: rules, Attach: AttachOptions{Name: name, Devices: []xdp.Iface{dev}}})
-	waitLog(t, s.log, "firewall "+name+" attached to "+dev.String()+" with 1 rules", 1)
+	waitLog(t, s.log, `msg="firewall attached" name=`+name+" devices="+dev.String(), 1)
+	if !strings.Contains(s.log.String(), "rules=1 ") {
+		t.Errorf("the attach does not say it has 1 rule:\n%s", s.log)
+	}
 	if got := verdicts(t, name, dev, 7, 9, 11); got != "drop pass pass" {
 		t.Fatalf("ports 7, 9, 11 after the attach: %s, want drop pass pass", got)
 	}
@@ -174,21 +180,21 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.reload <- struct{}{}
-	waitLog(t, s.log, "reload asked for: 2 rules of "+rules+" installed in place", 1)
+	waitLog(t, s.log, `msg="rules installed in place" name=`+name+" trigger=reload file="+rules+" rules=2 ", 1)
 	if got := verdicts(t, name, dev, 7, 9, 11); got != "drop drop pass" {
 		t.Fatalf("ports 7, 9, 11 after the reload: %s, want drop drop pass", got)
 	}
 	// A file renamed into place is read without being asked.
 	writeFile(t, rules, dropPorts("7", "9", "11"))
-	waitLog(t, s.log, rules+" changed: 3 rules of "+rules+" installed in place", 1)
+	waitLog(t, s.log, `msg="rules installed in place" name=`+name+" trigger=file_changed file="+rules+" rules=3 ", 1)
 	if got := verdicts(t, name, dev, 7, 9, 11); got != "drop drop drop" {
 		t.Fatalf("ports 7, 9, 11 after the file changed: %s, want drop drop drop", got)
 	}
 	// A bad file changes nothing, and says where it is bad.
 	writeFile(t, rules, dropPorts("7")+"\n[[rule]]\naction = \"pass\"\ndport = 9\n")
-	waitLog(t, s.log, "the firewall goes on with the rules it has", 1)
-	if !strings.Contains(s.log.String(), rules+":") {
-		t.Errorf("the bad file's error does not name %s and its line:\n%s", rules, s.log)
+	waitLog(t, s.log, `level=ERROR msg="rules file invalid: the firewall goes on with the rules it has"`, 1)
+	if !strings.Contains(s.log.String(), "file="+rules+" line=10 ") {
+		t.Errorf("the bad file's error does not name %s and its line, 10, as attributes:\n%s", rules, s.log)
 	}
 	if got := verdicts(t, name, dev, 7, 9, 11); got != "drop drop drop" {
 		t.Fatalf("ports 7, 9, 11 after a bad file: %s, want the rules as they were", got)
@@ -231,7 +237,7 @@ func TestServe(t *testing.T) {
 	if err := s.stop(t); err != nil {
 		t.Fatalf("serve: %v\n%s", err, s.log)
 	}
-	if !strings.Contains(s.log.String(), "stays attached") {
+	if !strings.Contains(s.log.String(), "the firewall stays attached") {
 		t.Errorf("serve did not say the firewall stays attached:\n%s", s.log)
 	}
 	if got := verdicts(t, name, dev, 7, 9, 12); got != "drop drop pass" {
@@ -251,14 +257,14 @@ func TestServeFailClosed(t *testing.T) {
 	writeFile(t, rules, "default = \"pass\"\n[[rule]]\naction = \"frobnicate\"\n")
 	s := serve(t, ServeOptions{Rules: rules, Attach: AttachOptions{Name: name, Devices: []xdp.Iface{dev}}, FailClosed: true})
 	waitLog(t, s.log, "failing closed (--fail-closed)", 1)
-	if !strings.Contains(s.log.String(), rules+":3") {
-		t.Errorf("the bad file's error does not name %s:3:\n%s", rules, s.log)
+	if !strings.Contains(s.log.String(), "file="+rules+" line=3 ") {
+		t.Errorf("the bad file's error does not name %s and line 3:\n%s", rules, s.log)
 	}
 	if got := verdicts(t, name, dev, 7, 9); got != "drop drop" {
 		t.Fatalf("ports 7, 9 while the file is bad: %s, want everything dropped", got)
 	}
 	writeFile(t, rules, dropPorts("7"))
-	waitLog(t, s.log, "1 rules of "+rules+" installed in place", 1)
+	waitLog(t, s.log, `msg="rules installed in place" name=`+name+" trigger=file_changed file="+rules+" rules=1 ", 1)
 	if got := verdicts(t, name, dev, 7, 9); got != "drop pass" {
 		t.Fatalf("ports 7, 9 once the file is valid: %s, want drop pass", got)
 	}
@@ -275,7 +281,7 @@ func TestServeFailClosed(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve still runs 10 s after fw detach:\n%s", s.log)
 	}
-	if !strings.Contains(s.log.String(), "was detached") {
+	if !strings.Contains(s.log.String(), "firewall was detached") {
 		t.Errorf("serve did not say why it ended:\n%s", s.log)
 	}
 	labtest.RequireDetached(t, dev)
@@ -297,12 +303,12 @@ func TestServeFailOpenAndLateDevice(t *testing.T) {
 		t.Fatalf("%s with no valid file, failing open: %v", PinDir(name), err)
 	}
 	writeFile(t, rules, dropPorts("7"))
-	waitLog(t, s.log, "trying again in 1s", 1)
+	waitLog(t, s.log, "retry_in=1s", 1)
 	if _, err := os.Stat(PinDir(name)); !os.IsNotExist(err) {
 		t.Fatalf("%s with a device missing: %v, want nothing attached yet", PinDir(name), err)
 	}
 	vethPair(t, late.Netns, "fw2", "fw3")
-	waitLog(t, s.log, "firewall "+name+" attached", 1)
+	waitLog(t, s.log, `msg="firewall attached" name=`+name, 1)
 	for _, d := range []xdp.Iface{dev, late} {
 		if got := verdicts(t, name, d, 7, 9); got != "drop pass" {
 			t.Fatalf("ports 7, 9 on %s: %s, want drop pass", d, got)

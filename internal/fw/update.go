@@ -124,6 +124,18 @@ func (f *Firewall) Insert(at int, r Rule) error {
 	if at < 1 || at > len(o.rules)+1 {
 		return fmt.Errorf("position %d: the set has %d rules, use 1 to %d", at, len(o.rules), len(o.rules)+1)
 	}
+	if r.Name != "" {
+		// Names are unique in a set: they name the rules' series.
+		rs, _, _, err := f.rules()
+		if err != nil {
+			return err
+		}
+		for i, have := range rs.Rules {
+			if have.Name == r.Name {
+				return fmt.Errorf("%w: rule name %q is rule %d's already: give the new rule its own", ErrInvalid, r.Name, i+1)
+			}
+		}
+	}
 	// A rule on ct states needs tracking on before it is active.
 	if r.CtState != 0 || r.Action == Synproxy {
 		if err := f.ensureConntrack(); err != nil {
@@ -156,8 +168,12 @@ func (f *Firewall) insert(o *ordering, at int, r Rule) error {
 	}
 	k := kernelRule(r, o.ov.NextId)
 	k.Prio = lo + (hi-lo)/2
-	// Its counters start at zero before any packet can find it.
+	// Its counters start at zero, and its name is there, before any
+	// packet can find it.
 	if err := f.resetStats(o.ov.Stats, int(k.Id), 1); err != nil {
+		return err
+	}
+	if err := f.writeNames(o.ov.Stats, false, []uint32{k.Id}, []Rule{r}); err != nil {
 		return err
 	}
 	i, _ := slices.BinarySearchFunc(o.added, k.Prio, func(a fwFwRule, p uint32) int { return int(int64(a.Prio) - int64(p)) })
@@ -280,5 +296,5 @@ func (f *Firewall) rebuild(change func(*RuleSet) error) error {
 	if err := rs.Validate(); err != nil {
 		return err
 	}
-	return f.install(compile(rs), rs.RateLimit)
+	return f.install(compile(rs), rs)
 }
