@@ -16,6 +16,7 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/netns"
 	"github.com/fastpath-dev/fastpath/internal/obs"
 	"github.com/fastpath-dev/fastpath/internal/obs/obstest"
+	"github.com/fastpath-dev/fastpath/internal/obs/promtest"
 	"github.com/fastpath-dev/fastpath/internal/xdp"
 )
 
@@ -43,11 +44,17 @@ func scrapeCollector(c prometheus.Collector) ([]byte, error) {
 // socket: they arrive on its veth partner, where the firewall runs.
 func sendFrames(t *testing.T, peer xdp.Iface, frames ...[]byte) {
 	t.Helper()
-	attrs, err := xdp.Lookup(peer)
-	if err != nil {
+	if err := trySendFrames(peer, frames...); err != nil {
 		t.Fatal(err)
 	}
-	if err := netns.Run(peer.Netns, func() error {
+}
+
+func trySendFrames(peer xdp.Iface, frames ...[]byte) error {
+	attrs, err := xdp.Lookup(peer)
+	if err != nil {
+		return err
+	}
+	return netns.Run(peer.Netns, func() error {
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
 		if err != nil {
 			return err
@@ -61,9 +68,7 @@ func sendFrames(t *testing.T, peer xdp.Iface, frames ...[]byte) {
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // serveMetrics serves reg on a free loopback port as fw serve --metrics
@@ -234,6 +239,37 @@ dport = 9
 		}
 	}
 	obstest.CheckMetrics(t, got)
+
+	// The firewall's dashboard and the alert rules, run by a real
+	// Prometheus that scrapes this exporter while frames pass and drop:
+	// every query is accepted and every panel has data, but for the logs'
+	// (this test's process does not log through obs, whose counts
+	// internal/obs tests).
+	p := promtest.Start(t, promtest.Target{Job: "fastpath-fw", Addr: strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/metrics")})
+	stop := make(chan struct{})
+	flowing := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				flowing <- nil
+				return
+			case <-time.After(50 * time.Millisecond):
+				if err := trySendFrames(peer, frames...); err != nil {
+					flowing <- err
+					return
+				}
+			}
+		}
+	}()
+	p.WaitScraped(t, 4)
+	res := promtest.RunQueries(t, p.URL)
+	close(stop)
+	if err := <-flowing; err != nil {
+		t.Fatal(err)
+	}
+	promtest.RequireData(t, res, "grafana/fastpath-fw.json", "Log messages")
+	promtest.CheckRules(t, p.URL)
 }
 
 // Every counter of the program is exported, in a family for what it is: a
