@@ -135,7 +135,7 @@ func Devices(dir string) map[uint32]string {
 		if !ok {
 			continue
 		}
-		l, err := link.LoadPinnedLink(p, &ebpf.LoadPinOptions{ReadOnly: true})
+		l, err := link.LoadPinnedLink(p, nil)
 		if err != nil {
 			continue
 		}
