@@ -202,3 +202,51 @@ func TestMonitor(t *testing.T) {
 		t.Errorf("the stale lease stays: until %d", c.Until)
 	}
 }
+
+// BenchmarkMonitorCost is the firewall's pass path (no rules, the default
+// passes) through BPF_PROG_TEST_RUN: nobody listening, a monitor listening
+// for drops only (the pass path checks and goes on), and one listening for
+// passes, each frame copied into the ring while a reader empties it.
+func BenchmarkMonitorCost(b *testing.B) {
+	tb := labTestbed()
+	f, err := Load(LoadOptions{MaxFlows: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Install(LabRules(tb.Gen().Addr.Masked(), tb.Sink().Addr.Masked(), 0)); err != nil {
+		b.Fatal(err)
+	}
+	r, err := ringbuf.NewReader(f.objs.FwMonRing)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		for {
+			if _, err := r.Read(); errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+		}
+	}()
+	pkt := packet(b, flow("198.18.0.1", "198.18.1.1", 17, 1024, 9), 96)
+	for _, c := range []struct {
+		name string
+		want monitor.Want
+	}{{"none", 0}, {"drops", monitor.WantDrops}, {"passes", monitor.WantPasses}} {
+		until := uint64(0)
+		if c.want != 0 {
+			until = monitor.Monotonic() + uint64(time.Hour)
+		}
+		if err := f.objs.FwMonCtl.Put(uint32(0), fwMonCtl{Until: until, Flags: uint32(c.want), Snaplen: monitor.SnapMax}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("listener="+c.name, func(b *testing.B) {
+			ret, d, err := f.Program().Benchmark(pkt, b.N, nil)
+			if err != nil || ret != xdpPass {
+				b.Fatal(ret, err)
+			}
+			b.ReportMetric(float64(d.Nanoseconds()), "kernel-ns/pkt")
+		})
+	}
+}
