@@ -43,6 +43,12 @@ func OpenMonitor(name string) (monitor.Source, error) {
 		closeAll()
 		return nil, fmt.Errorf("translator %q: its monitor ring is of another fastpath (tra_mon_buf of %d bytes): attach it again", name, buf.ValueSize())
 	}
+	return monitorRing(name, dir, ctl, ring, buf, closeAll)
+}
+
+// monitorRing is the monitor's Source over the translator's maps; dir is
+// the directory locked while it listens.
+func monitorRing(name, dir string, ctl, ring, buf *ebpf.Map, closeAll func()) (monitor.Source, error) {
 	return monitor.NewRing(monitor.RingConfig{
 		Function: "tra", Name: name, Dir: dir, Ring: ring,
 		SetCtl: func(until uint64, flags, snaplen uint32) error {
