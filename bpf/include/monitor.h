@@ -7,8 +7,8 @@
  * inlined array lookup, one load of `until` and a branch, nothing else while
  * nobody listens; only then the out-of-line mon_emit_xdp copies the frame.
  * The monitor moves `until` on every second; a monitor that dies leaves an
- * expired lease, which the first frame after it clears (so the cost is back
- * to one load and a branch). */
+ * expired lease, which the first frame of a verdict it asked for clears (so
+ * the cost is back to one load and a branch). */
 #ifndef FASTPATH_MONITOR_H
 #define FASTPATH_MONITOR_H
 
@@ -92,25 +92,26 @@ static __always_inline int mon_listening(void)
 	return c && c->until;
 }
 
-/* Whether the lease is current and wants this action; clears an expired
- * one. */
-static __always_inline int mon_wants(struct mon_ctl *c, __u64 now, __u32 want)
+/* Whether the lease is current and wants this action (and the time, in
+ * *nowp); clears an expired one. */
+static __always_inline int mon_wants(struct mon_ctl *c, __u32 want, __u64 *nowp)
 {
-	__u64 until = c->until;
+	__u64 until = c->until, now;
 
-	if (!until)
+	/* The verdict first: a monitor of drops costs a pass no clock read. */
+	if (!until || !(c->flags & want))
 		return 0;
+	now = bpf_ktime_get_ns();
 	if (now >= until) {
-		/* The monitor is gone: back to one load and a branch. A
-		 * monitor that wrote a new lease meanwhile keeps it. */
-#if defined(__BPF_CPU_VERSION__) && __BPF_CPU_VERSION__ >= 3
-		__sync_val_compare_and_swap(&c->until, until, 0);
-#else
-		c->until = 0; /* renewed within a second if a monitor just started */
-#endif
+		/* The monitor is gone: back to one load and a branch. A plain
+		 * store (a compare-and-swap needs -mcpu=v3, which tra is not
+		 * built with): a monitor that wrote its first lease in the same
+		 * instant loses it until its renewal, a second later. */
+		c->until = 0;
 		return 0;
 	}
-	return (c->flags & want) != 0;
+	*nowp = now;
+	return 1;
 }
 
 /* The event into the ring: the header and cap bytes (already in b->data). */
@@ -148,8 +149,7 @@ static __noinline int mon_emit_xdp(struct xdp_md *ctx, __u32 reason, __u32 actio
 
 	if (!c || !ctx)
 		return 0;
-	now = bpf_ktime_get_ns();
-	if (!mon_wants(c, now, action == XDP_PASS ? MON_F_PASSES : MON_F_DROPS))
+	if (!mon_wants(c, action == XDP_PASS ? MON_F_PASSES : MON_F_DROPS, &now))
 		return 0;
 	b = bpf_map_lookup_elem(&MON_BUF, &zero);
 	if (!b)
