@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/fastpath-dev/fastpath/internal/fw"
@@ -45,8 +47,19 @@ func TestMonitorCommand(t *testing.T) {
 	u.DstPort = 9
 	pass, _ := lab.UDPPackets(u)
 	go func() {
-		// Sent once the monitor listens.
-		time.Sleep(time.Second)
+		// Sent once the monitor listens: its lease, fw_mon_ctl's first
+		// 8 bytes, is set.
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			m, err := ebpf.LoadPinnedMap(filepath.Join(fw.PinDir(name), "fw_mon_ctl"), nil)
+			if err != nil {
+				continue
+			}
+			v, err := m.LookupBytes(uint32(0))
+			m.Close()
+			if err == nil && len(v) >= 8 && binary.NativeEndian.Uint64(v) != 0 {
+				break
+			}
+		}
 		gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: append(pass, drop...), CPU: -1})
 		if err != nil {
 			t.Error(err)

@@ -42,6 +42,21 @@ func tapRingEmpty(t *testing.T, name string) bool {
 	return n == 0
 }
 
+// leaseOf is br_vars' capture_until.
+func leaseOf(t *testing.T, name string) uint64 {
+	t.Helper()
+	p, err := OpenPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	until, err := getVar(p.Vars, varCapture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return until
+}
+
 // TestMonitor: on a router attached in native mode, the tap's ring gets
 // nothing while nobody listens; a monitor sees what the router drops (a
 // datagram from another port than the neighbour's) and what it passes up to
@@ -87,7 +102,14 @@ func TestMonitor(t *testing.T) {
 		})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if until := leaseOf(t, name); until != 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the monitor set no lease")
+		}
+	}
 	sendAll()
 	want := []struct {
 		verdict monitor.Verdict

@@ -63,6 +63,31 @@ func ringEmpty(t *testing.T, name string) bool {
 	return n == 0
 }
 
+// openedCtl is the instance's fw_mon_ctl, closed when the test ends.
+func openedCtl(t *testing.T, name string) *ebpf.Map {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(PinDir(name), "fw_mon_ctl"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// waitLease waits until a monitor started in another goroutine has set
+// its lease.
+func waitLease(t *testing.T, until func() (uint64, error)) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if u, err := until(); err != nil {
+			t.Fatal(err)
+		} else if u != 0 {
+			return
+		}
+	}
+	t.Fatal("the monitor set no lease")
+}
+
 // TestMonitor: with nobody listening the ring gets nothing; a monitor sees
 // each dropped and passed frame with the counters' reason, the rule and
 // the flow, and its pcapng holds the frames; a monitor that dies without
@@ -109,7 +134,11 @@ func TestMonitor(t *testing.T) {
 		})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the lease is set
+	waitLease(t, func() (uint64, error) {
+		var c fwMonCtl
+		err := openedCtl(t, name).Lookup(uint32(0), &c)
+		return c.Until, err
+	})
 	sendFrames(t, tb, pkts)
 	select {
 	case err := <-done:

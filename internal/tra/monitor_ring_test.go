@@ -77,7 +77,18 @@ func TestMonitor(t *testing.T) {
 		})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var c translatorMonCtl
+		if err := tr.objs.TraMonCtl.Lookup(uint32(0), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Until != 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the monitor set no lease")
+		}
+	}
 	runAll()
 	want := []struct {
 		verdict monitor.Verdict
