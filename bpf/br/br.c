@@ -364,15 +364,16 @@ static __always_inline void count(const struct br_pkt *p, __u32 verdict)
 
 /* The tap (below) keeps what is dropped, with the verdict. */
 static __always_inline int capturing(const struct br_pkt *p);
-static __noinline int capture_drop(__u64 now, __u32 verdict);
+static __noinline int capture_drop(__u64 now, __u32 verdict, __u32 action);
 
 /* verdict: count it and return its action. */
 static __always_inline int verdict(const struct br_pkt *p, __u32 v, int action)
 {
 	count(p, v);
-	/* Constant at every call but slow_path's: a test on drops only. */
-	if (action == XDP_DROP && capturing(p))
-		capture_drop(p->mono, v);
+	/* Constant at every call but slow_path's: a test on drops and passes
+	 * only (the monitor shows what goes up to the reference router). */
+	if ((action == XDP_DROP || action == XDP_PASS) && capturing(p))
+		capture_drop(p->mono, v, action);
 	return action;
 }
 
@@ -1919,8 +1920,9 @@ static __noinline int capture_departure(struct xdp_md *ctx, __u64 now)
 	return 0;
 }
 
-/* A dropped frame: as it arrived, and why. */
-static __noinline int capture_drop(__u64 now, __u32 verdict)
+/* A dropped frame, or one passed up to the reference router: as it
+ * arrived, why, and which (the action above the generic flag). */
+static __noinline int capture_drop(__u64 now, __u32 verdict, __u32 action)
 {
 	struct br_capture_frame *f;
 	__u32 zero = 0;
@@ -1930,7 +1932,7 @@ static __noinline int capture_drop(__u64 now, __u32 verdict)
 		return 0;
 	f->hdr.out_len = 0;
 	f->hdr.verdict = verdict;
-	f->hdr.generic = br_generic;
+	f->hdr.generic = br_generic | (action & 0xff) << BR_CAPTURE_ACTION_SHIFT;
 	capture_send(f, kept(f->hdr.in_len));
 	return 0;
 }

@@ -242,10 +242,14 @@ struct br_capture_hdr {
 	__u32 in_len;  /* the frame's whole length as it arrived */
 	__u32 out_len; /* and as it left; 0 if it was dropped */
 	__u32 verdict; /* enum br_verdict: BR_FORWARDED, or why it was dropped */
-	/* 1: by the copy attached in generic mode, which leaves a pending UDP
-	 * checksum pending (its skb is completed by the device that sends it). */
+	/* Bit 0: by the copy attached in generic mode, which leaves a pending
+	 * UDP checksum pending (its skb is completed by the device that sends
+	 * it). From BR_CAPTURE_ACTION_SHIFT: the XDP action of a frame not
+	 * forwarded, XDP_DROP (0 in older records: dropped) or XDP_PASS (up to
+	 * the reference router, for the monitor). */
 	__u32 generic;
 };
+#define BR_CAPTURE_ACTION_SHIFT 8
 
 /* Value of br_capture_in, per CPU: the record being made. */
 struct br_capture_frame {

@@ -1189,7 +1189,8 @@ static __always_inline struct fw_flow *flow_lookup(const struct fw_config *cfg, 
 /* Step 5: the rules, through the flow's cached verdict when it is tracked
  * and the verdict belongs to the active rule set. Returns the action
  * (enum fw_action), or -1 to abort. */
-static __always_inline int apply_rules(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len)
+static __always_inline int apply_rules(const struct fw_config *cfg, const struct fw_flow_key *k, __u64 len,
+				       __u32 *rulep)
 {
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&fw_gen, &zero);
@@ -1227,6 +1228,7 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 			f->verdict = verdict; /* only after a classification */
 	}
 	count_rule(ov->stats, rule, len);
+	*rulep = rule;
 	if (action == FW_ACT_DROP)
 		count(rule ? FW_C_DROP_RULE : FW_C_DROP_DEFAULT);
 	else
@@ -1235,6 +1237,17 @@ static __always_inline int apply_rules(const struct fw_config *cfg, const struct
 }
 
 #ifndef FW_EGRESS
+/* The monitor's ring (fastpath monitor): what the firewall drops or passes,
+ * copied only while a monitor listens. FW_MON is the one check on a drop or
+ * pass path: an inlined array lookup, a load and a branch. */
+#define MON_PREFIX fw
+#include "monitor.h"
+#define FW_MON(reason, action, rule)                               \
+	do {                                                       \
+		if (mon_listening())                               \
+			mon_emit_xdp(ctx, (reason), (action), (rule)); \
+	} while (0)
+
 /* What runs after the firewall on a device (the border router, the
  * translator), by the device's ifindex: a frame the firewall passes goes on
  * to it. The control plane fills a slot when a program is attached behind
@@ -1274,7 +1287,7 @@ int fw_xdp(struct xdp_md *ctx)
 	 * frame's one (a helper call costs some 17 ns). */
 	__u64 len = fw_whole_len ? bpf_xdp_get_buff_len(ctx) : (__u64)(long)ctx->data_end - (__u64)(long)ctx->data;
 	struct fw_config *cfg;
-	__u32 zero = 0;
+	__u32 zero = 0, rule = 0;
 	int rc;
 
 #ifdef FW_BENCH_PROLOGUE
@@ -1290,10 +1303,12 @@ int fw_xdp(struct xdp_md *ctx)
 	rc = parse_flow(ctx, key, pkt);
 	if (rc == XDP_PASS) {
 		count(FW_C_PASS_NOT_IP);
+		FW_MON(FW_C_PASS_NOT_IP, XDP_PASS, 0);
 		return rc;
 	}
 	if (rc != CONTINUE) {
 		count(FW_C_DROP_MALFORMED);
+		FW_MON(FW_C_DROP_MALFORMED, rc, 0);
 		return rc;
 	}
 	cfg = bpf_map_lookup_elem(&fw_conf, &zero);
@@ -1301,22 +1316,32 @@ int fw_xdp(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	if (pkt->frag)
 		frag_flow(cfg, key, pkt, t);
-	if ((rc = check_blocked_flow(cfg, key, len)) != CONTINUE)
+	if ((rc = check_blocked_flow(cfg, key, len)) != CONTINUE) {
+		FW_MON(FW_C_DROP_BLOCKED, rc, 0);
 		return rc;
-	if ((rc = check_rate_limit(cfg, key, len)) != CONTINUE)
+	}
+	if ((rc = check_rate_limit(cfg, key, len)) != CONTINUE) {
+		FW_MON(FW_C_DROP_RATE, rc, 0);
 		return rc;
+	}
 	track_conn(ctx, cfg, key, pkt, ct, len);
-	rc = apply_rules(cfg, key, len);
+	rc = apply_rules(cfg, key, len, &rule);
 	if (rc < 0)
 		return XDP_ABORTED;
-	if (rc == FW_ACT_DROP)
+	if (rc == FW_ACT_DROP) {
+		FW_MON(rule ? FW_C_DROP_RULE : FW_C_DROP_DEFAULT, XDP_DROP, rule);
 		return XDP_DROP;
+	}
 	/* The synproxy: the action's handshake, and every packet of the
 	 * connections it opened (whatever rule passed them). */
 	if ((rc == FW_ACT_SYNPROXY || (ct->status & FW_CTS_SYNPROXY)) &&
-	    (rc = fw_synproxy(ctx, pkt, ct)) != CONTINUE)
+	    (rc = fw_synproxy(ctx, pkt, ct)) != CONTINUE) {
+		if (rc != XDP_TX)
+			FW_MON(FW_MON_SYNPROXY, rc, rule);
 		return rc;
+	}
 	ct_confirm(cfg, ct);
+	FW_MON(rule ? FW_C_PASS_RULE : FW_C_PASS_DEFAULT, XDP_PASS, rule);
 	return fw_pass(ctx);
 }
 

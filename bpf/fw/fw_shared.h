@@ -584,6 +584,10 @@ enum fw_counter {
 	FW_C_MAX,
 };
 
+/* The monitor's reason for a frame the synproxy dropped or passed (its
+ * own counters, synproxy_*, say why); the others are enum fw_counter's. */
+#define FW_MON_SYNPROXY 1000
+
 /* Two rule sets exist: the active one, gen & 1, and the one being built. */
 #define FW_SLOTS 2
 

@@ -167,7 +167,9 @@ static __always_inline void count(__u32 dir, __u32 v, __u32 bytes)
 }
 
 #define count_out(v, bytes) count(TRA_DIR_OUT, v, bytes)
-#define count_in(v, bytes) count(TRA_DIR_IN, v, bytes)
+/* tra_in's verdicts also note themselves in its packet (p->verdict), for
+ * the monitor: every caller has the packet as p. */
+#define count_in(v, bytes) (p->verdict = (v), count(TRA_DIR_IN, v, bytes))
 
 /* How much of a packet an event carries: the mask bounds it for the
  * verifier (a clamp alone is lost in clang's rewrites), the clamp for us. */
@@ -1179,7 +1181,7 @@ struct tra_in_pkt {
 	__u8 path_type;
 	__u8 multi;        /* the frame is in several buffers */
 	__u8 any_port;     /* it came to a port only a router delivers to (routers_to_port) */
-	__u8 pad;
+	__u8 verdict;      /* the last verdict counted (count_in), for the monitor */
 	__u32 len;         /* the frame's length, every buffer's */
 	__u32 flow;
 	struct tra_addr4 from; /* the underlay sender */
@@ -1637,32 +1639,49 @@ static __always_inline void measure_frame(struct xdp_md *ctx, struct tra_in_pkt 
 	p->multi = p->len != (__u32)(ctx->data_end - ctx->data);
 }
 
+/* The monitor's ring (fastpath monitor): what tra_in drops or passes up,
+ * copied only while a monitor listens. */
+#define MON_PREFIX tra
+#include "monitor.h"
+
+static __always_inline int tra_in_main(struct xdp_md *ctx, struct tra_in_pkt *p)
+{
+	__u32 zero = 0;
+	int ret;
+
+	p->cfg = bpf_map_lookup_elem(&tra_conf, &zero);
+	if (!p->cfg || !p->cfg->host_ifindex)
+		return XDP_PASS;
+	if ((ret = parse_underlay_in(ctx, p)) != CONTINUE)
+		return ret;
+	measure_frame(ctx, p);
+	if ((ret = check_underlay_in(ctx, p)) != CONTINUE)
+		return ret;
+	if ((ret = parse_scion_in(ctx, p)) != CONTINUE)
+		return ret;
+	if ((ret = check_sender(ctx, p)) != CONTINUE)
+		return ret;
+	if ((ret = map_source(ctx, p)) != CONTINUE)
+		return ret;
+	if ((ret = translate_l4_in(ctx, p)) != CONTINUE)
+		return ret;
+	if ((ret = check_pair_mtu(ctx, p)) != CONTINUE)
+		return ret;
+	return to_ipv6(ctx, p);
+}
+
 SEC("xdp.frags")
 int tra_in(struct xdp_md *ctx)
 {
 	struct tra_in_pkt p = {};
-	__u32 zero = 0;
-	int ret;
+	int ret = tra_in_main(ctx, &p);
 
-	p.cfg = bpf_map_lookup_elem(&tra_conf, &zero);
-	if (!p.cfg || !p.cfg->host_ifindex)
-		return XDP_PASS;
-	if ((ret = parse_underlay_in(ctx, &p)) != CONTINUE)
-		return ret;
-	measure_frame(ctx, &p);
-	if ((ret = check_underlay_in(ctx, &p)) != CONTINUE)
-		return ret;
-	if ((ret = parse_scion_in(ctx, &p)) != CONTINUE)
-		return ret;
-	if ((ret = check_sender(ctx, &p)) != CONTINUE)
-		return ret;
-	if ((ret = map_source(ctx, &p)) != CONTINUE)
-		return ret;
-	if ((ret = translate_l4_in(ctx, &p)) != CONTINUE)
-		return ret;
-	if ((ret = check_pair_mtu(ctx, &p)) != CONTINUE)
-		return ret;
-	return to_ipv6(ctx, &p);
+	/* Only frames tra_in counted a verdict for: what it leaves to the
+	 * kernel uncounted (the host's own traffic) is not the translator's.
+	 * A redirect (translated) is not looked at. */
+	if (ret != XDP_REDIRECT && p.verdict != TRA_OUT && mon_listening())
+		mon_emit_xdp(ctx, p.verdict, ret, TRA_DIR_IN);
+	return ret;
 }
 
 /* ---- Transmit failures into the host --------------------------------------- */

@@ -74,6 +74,6 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&logs.Format, "log-format", "auto", "logs as "+strings.Join(obs.LogFormats, ", ")+" (auto: text on a terminal, journald's form under systemd, else JSON)")
 	root.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(obs.LogLevels, cobra.ShellCompDirectiveNoFileComp))
 	root.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions(obs.LogFormats, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd(), traCmd(), versionCmd(), manCmd())
+	root.AddCommand(labCmd(), brCmd(), fwCmd(), rtCmd(), traCmd(), monitorCmd(), versionCmd(), manCmd())
 	return root
 }

@@ -192,8 +192,13 @@ func parseTapRecord(s []byte) (f TapFrame, long, ok bool) {
 	if in+out > len(s) {
 		return f, false, false
 	}
+	// Frames passed up to the reference router are the monitor's
+	// (monitor_ring.go): it got them itself.
+	if h.OutLen == 0 && tapAction(h.Generic) == tapPass {
+		return f, false, false
+	}
 	f.Verdict = VerdictName(Verdict(h.Verdict))
-	f.Generic = h.Generic != 0
+	f.Generic = h.Generic&1 != 0
 	if h.InLen == 0 || in == 0 || (h.OutLen > 0 && out == 0) {
 		return f, true, true
 	}

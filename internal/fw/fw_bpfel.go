@@ -444,6 +444,29 @@ const (
 	fwFwTcpStateFW_TCP_PROXY_SYN   fwFwTcpState = 12
 )
 
+type fwMonBuf struct {
+	_    structs.HostLayout
+	Lost uint64
+	Ev   struct {
+		_       structs.HostLayout
+		TsNs    uint64
+		Ifindex uint32
+		Len     uint32
+		Cap     uint32
+		Reason  uint32
+		Action  uint32
+		Aux     uint32
+	}
+	Data [2048]uint8
+}
+
+type fwMonCtl struct {
+	_       structs.HostLayout
+	Until   uint64
+	Flags   uint32
+	Snaplen uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -465,6 +488,9 @@ const (
 	fwMapFwHullSlots    = "fw_hull_slots"
 	fwMapFwIvl6Slots    = "fw_ivl6_slots"
 	fwMapFwLeaf4Slots   = "fw_leaf4_slots"
+	fwMapFwMonBuf       = "fw_mon_buf"
+	fwMapFwMonCtl       = "fw_mon_ctl"
+	fwMapFwMonRing      = "fw_mon_ring"
 	fwMapFwNext         = "fw_next"
 	fwMapFwNodeSlots    = "fw_node_slots"
 	fwMapFwOverlays     = "fw_overlays"
@@ -551,6 +577,9 @@ type fwMapSpecs struct {
 	FwHullSlots    *ebpf.MapSpec `ebpf:"fw_hull_slots"`
 	FwIvl6Slots    *ebpf.MapSpec `ebpf:"fw_ivl6_slots"`
 	FwLeaf4Slots   *ebpf.MapSpec `ebpf:"fw_leaf4_slots"`
+	FwMonBuf       *ebpf.MapSpec `ebpf:"fw_mon_buf"`
+	FwMonCtl       *ebpf.MapSpec `ebpf:"fw_mon_ctl"`
+	FwMonRing      *ebpf.MapSpec `ebpf:"fw_mon_ring"`
 	FwNext         *ebpf.MapSpec `ebpf:"fw_next"`
 	FwNodeSlots    *ebpf.MapSpec `ebpf:"fw_node_slots"`
 	FwOverlays     *ebpf.MapSpec `ebpf:"fw_overlays"`
@@ -611,6 +640,9 @@ type fwMaps struct {
 	FwHullSlots    *ebpf.Map `ebpf:"fw_hull_slots"`
 	FwIvl6Slots    *ebpf.Map `ebpf:"fw_ivl6_slots"`
 	FwLeaf4Slots   *ebpf.Map `ebpf:"fw_leaf4_slots"`
+	FwMonBuf       *ebpf.Map `ebpf:"fw_mon_buf"`
+	FwMonCtl       *ebpf.Map `ebpf:"fw_mon_ctl"`
+	FwMonRing      *ebpf.Map `ebpf:"fw_mon_ring"`
 	FwNext         *ebpf.Map `ebpf:"fw_next"`
 	FwNodeSlots    *ebpf.Map `ebpf:"fw_node_slots"`
 	FwOverlays     *ebpf.Map `ebpf:"fw_overlays"`
@@ -645,6 +677,9 @@ func (m *fwMaps) Close() error {
 		m.FwHullSlots,
 		m.FwIvl6Slots,
 		m.FwLeaf4Slots,
+		m.FwMonBuf,
+		m.FwMonCtl,
+		m.FwMonRing,
 		m.FwNext,
 		m.FwNodeSlots,
 		m.FwOverlays,

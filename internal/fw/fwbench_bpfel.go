@@ -302,6 +302,29 @@ type fwBenchFwRuleStats struct {
 	Bytes   uint64
 }
 
+type fwBenchMonBuf struct {
+	_    structs.HostLayout
+	Lost uint64
+	Ev   struct {
+		_       structs.HostLayout
+		TsNs    uint64
+		Ifindex uint32
+		Len     uint32
+		Cap     uint32
+		Reason  uint32
+		Action  uint32
+		Aux     uint32
+	}
+	Data [2048]uint8
+}
+
+type fwBenchMonCtl struct {
+	_       structs.HostLayout
+	Until   uint64
+	Flags   uint32
+	Snaplen uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -324,6 +347,9 @@ const (
 	fwBenchMapFwHullSlots    = "fw_hull_slots"
 	fwBenchMapFwIvl6Slots    = "fw_ivl6_slots"
 	fwBenchMapFwLeaf4Slots   = "fw_leaf4_slots"
+	fwBenchMapFwMonBuf       = "fw_mon_buf"
+	fwBenchMapFwMonCtl       = "fw_mon_ctl"
+	fwBenchMapFwMonRing      = "fw_mon_ring"
 	fwBenchMapFwNext         = "fw_next"
 	fwBenchMapFwNodeSlots    = "fw_node_slots"
 	fwBenchMapFwOverlays     = "fw_overlays"
@@ -413,6 +439,9 @@ type fwBenchMapSpecs struct {
 	FwHullSlots    *ebpf.MapSpec `ebpf:"fw_hull_slots"`
 	FwIvl6Slots    *ebpf.MapSpec `ebpf:"fw_ivl6_slots"`
 	FwLeaf4Slots   *ebpf.MapSpec `ebpf:"fw_leaf4_slots"`
+	FwMonBuf       *ebpf.MapSpec `ebpf:"fw_mon_buf"`
+	FwMonCtl       *ebpf.MapSpec `ebpf:"fw_mon_ctl"`
+	FwMonRing      *ebpf.MapSpec `ebpf:"fw_mon_ring"`
 	FwNext         *ebpf.MapSpec `ebpf:"fw_next"`
 	FwNodeSlots    *ebpf.MapSpec `ebpf:"fw_node_slots"`
 	FwOverlays     *ebpf.MapSpec `ebpf:"fw_overlays"`
@@ -476,6 +505,9 @@ type fwBenchMaps struct {
 	FwHullSlots    *ebpf.Map `ebpf:"fw_hull_slots"`
 	FwIvl6Slots    *ebpf.Map `ebpf:"fw_ivl6_slots"`
 	FwLeaf4Slots   *ebpf.Map `ebpf:"fw_leaf4_slots"`
+	FwMonBuf       *ebpf.Map `ebpf:"fw_mon_buf"`
+	FwMonCtl       *ebpf.Map `ebpf:"fw_mon_ctl"`
+	FwMonRing      *ebpf.Map `ebpf:"fw_mon_ring"`
 	FwNext         *ebpf.Map `ebpf:"fw_next"`
 	FwNodeSlots    *ebpf.Map `ebpf:"fw_node_slots"`
 	FwOverlays     *ebpf.Map `ebpf:"fw_overlays"`
@@ -511,6 +543,9 @@ func (m *fwBenchMaps) Close() error {
 		m.FwHullSlots,
 		m.FwIvl6Slots,
 		m.FwLeaf4Slots,
+		m.FwMonBuf,
+		m.FwMonCtl,
+		m.FwMonRing,
 		m.FwNext,
 		m.FwNodeSlots,
 		m.FwOverlays,

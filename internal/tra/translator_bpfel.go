@@ -13,6 +13,29 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type translatorMonBuf struct {
+	_    structs.HostLayout
+	Lost uint64
+	Ev   struct {
+		_       structs.HostLayout
+		TsNs    uint64
+		Ifindex uint32
+		Len     uint32
+		Cap     uint32
+		Reason  uint32
+		Action  uint32
+		Aux     uint32
+	}
+	Data [2048]uint8
+}
+
+type translatorMonCtl struct {
+	_       structs.HostLayout
+	Until   uint64
+	Flags   uint32
+	Snaplen uint32
+}
+
 type translatorTraAddr4 struct {
 	_    structs.HostLayout
 	Addr uint32
@@ -190,6 +213,9 @@ const (
 	translatorMapTraHeartbeat        = "tra_heartbeat"
 	translatorMapTraHeld             = "tra_held"
 	translatorMapTraHostPort         = "tra_host_port"
+	translatorMapTraMonBuf           = "tra_mon_buf"
+	translatorMapTraMonCtl           = "tra_mon_ctl"
+	translatorMapTraMonRing          = "tra_mon_ring"
 	translatorMapTraProbes           = "tra_probes"
 	translatorMapTraRouters          = "tra_routers"
 	translatorMapTraSets             = "tra_sets"
@@ -264,6 +290,9 @@ type translatorMapSpecs struct {
 	TraHeartbeat *ebpf.MapSpec `ebpf:"tra_heartbeat"`
 	TraHeld      *ebpf.MapSpec `ebpf:"tra_held"`
 	TraHostPort  *ebpf.MapSpec `ebpf:"tra_host_port"`
+	TraMonBuf    *ebpf.MapSpec `ebpf:"tra_mon_buf"`
+	TraMonCtl    *ebpf.MapSpec `ebpf:"tra_mon_ctl"`
+	TraMonRing   *ebpf.MapSpec `ebpf:"tra_mon_ring"`
 	TraProbes    *ebpf.MapSpec `ebpf:"tra_probes"`
 	TraRouters   *ebpf.MapSpec `ebpf:"tra_routers"`
 	TraSets      *ebpf.MapSpec `ebpf:"tra_sets"`
@@ -308,6 +337,9 @@ type translatorMaps struct {
 	TraHeartbeat *ebpf.Map `ebpf:"tra_heartbeat"`
 	TraHeld      *ebpf.Map `ebpf:"tra_held"`
 	TraHostPort  *ebpf.Map `ebpf:"tra_host_port"`
+	TraMonBuf    *ebpf.Map `ebpf:"tra_mon_buf"`
+	TraMonCtl    *ebpf.Map `ebpf:"tra_mon_ctl"`
+	TraMonRing   *ebpf.Map `ebpf:"tra_mon_ring"`
 	TraProbes    *ebpf.Map `ebpf:"tra_probes"`
 	TraRouters   *ebpf.Map `ebpf:"tra_routers"`
 	TraSets      *ebpf.Map `ebpf:"tra_sets"`
@@ -324,6 +356,9 @@ func (m *translatorMaps) Close() error {
 		m.TraHeartbeat,
 		m.TraHeld,
 		m.TraHostPort,
+		m.TraMonBuf,
+		m.TraMonCtl,
+		m.TraMonRing,
 		m.TraProbes,
 		m.TraRouters,
 		m.TraSets,
