@@ -21,8 +21,8 @@ import (
 	"github.com/fastpath-dev/fastpath/internal/pcap"
 )
 
-// sendFrames sends the frames once from the testbed's generator.
-func sendFrames(t *testing.T, tb lab.Testbed, pkts [][]byte) {
+// genSend sends the frames once from the testbed's generator.
+func genSend(t *testing.T, tb lab.Testbed, pkts [][]byte) {
 	t.Helper()
 	gen, err := lab.NewGenerator(lab.GenOptions{Iface: tb.Gen().Iface(), Packets: pkts, CPU: -1})
 	if err != nil {
@@ -99,7 +99,7 @@ func TestMonitor(t *testing.T) {
 	name := tb.Prefix + "fw"
 	pkts := twoFlows(t, tb)[:20] // 10 passed (port 9), 10 dropped (port 7)
 
-	sendFrames(t, tb, pkts)
+	genSend(t, tb, pkts)
 	if !ringEmpty(t, name) {
 		t.Fatal("the ring got events with nobody listening")
 	}
@@ -139,7 +139,7 @@ func TestMonitor(t *testing.T) {
 		err := openedCtl(t, name).Lookup(uint32(0), &c)
 		return c.Until, err
 	})
-	sendFrames(t, tb, pkts)
+	genSend(t, tb, pkts)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -199,7 +199,7 @@ func TestMonitor(t *testing.T) {
 		t.Error("no packet comment names the reason")
 	}
 	// Closed: nothing more.
-	sendFrames(t, tb, pkts)
+	genSend(t, tb, pkts)
 	if !ringEmpty(t, name) {
 		t.Fatal("the ring got events after the monitor closed")
 	}
@@ -214,12 +214,12 @@ func TestMonitor(t *testing.T) {
 	if err := ctl.Put(uint32(0), fwMonCtl{Until: monitor.Monotonic() + uint64(time.Second), Flags: uint32(monitor.WantAll), Snaplen: 64}); err != nil {
 		t.Fatal(err)
 	}
-	sendFrames(t, tb, pkts[:2])
+	genSend(t, tb, pkts[:2])
 	if ringEmpty(t, name) {
 		t.Fatal("no events while the lease lasts")
 	}
 	time.Sleep(1500 * time.Millisecond)
-	sendFrames(t, tb, pkts)
+	genSend(t, tb, pkts)
 	if !ringEmpty(t, name) {
 		t.Fatal("events after the lease ran out")
 	}
