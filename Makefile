@@ -56,8 +56,9 @@ demo: deps build
 		--json-file results/scion-jumbo.json --md results/scion-jumbo.md
 	@# The border router behind the firewall on one device (40 rules, conntrack off), against the router alone.
 	./$(BIN) lab bench xdp-redirect br br-fw --runs 5 --interleave --json-file results/br-fw.json --md results/br-fw.md
-	@# The firewall's cost as its rule set grows, beside iptables, nftables and xdp-filter (the curve of docs/figures.md).
-	./$(BIN) lab bench routed fw-1k fw-10k iptables-1k nft-1k xdp-filter-1k --runs 3 --interleave \
+	@# The firewall's cost as its rule set grows, beside iptables, nftables and xdp-filter (the curve of docs/figures.md),
+	@# and what fastpath monitor costs: a tenth of the flows dropped with nobody listening, and with a monitor of the drops.
+	./$(BIN) lab bench routed fw-0 fw-0-drops fw-0-monitor fw-1k fw-10k iptables-1k nft-1k xdp-filter-1k --runs 3 --interleave \
 		--json-file results/fw-rules.json --md results/fw-rules.md
 	@# A host protected by its own firewall with the host policy, iperf3 to it: fastpath (native, generic) and nftables.
 	./$(BIN) lab tcp fw-host-tcp --runs 3 --seconds 3 --json-file results/fw-host.json --md results/fw-host.md
