@@ -27,7 +27,7 @@ func TestMonitorCommand(t *testing.T) {
 	tb := labtest.Testbed(t)
 	name := tb.Prefix + "mon"
 	rules := filepath.Join(t.TempDir(), "r.toml")
-	os.WriteFile(rules, []byte("default = \"pass\"\n[[rule]]\naction = \"drop\"\nproto = \"udp\"\ndport = \"7\"\n"), 0o644)
+	os.WriteFile(rules, []byte("default = \"pass\"\n[[rule]]\nname = \"echo\"\naction = \"drop\"\nproto = \"udp\"\ndport = \"7\"\n"), 0o644)
 	t.Cleanup(func() {
 		if _, err := os.Stat(fw.PinDir(name)); err == nil {
 			fw.Detach(name, nil)
@@ -105,7 +105,7 @@ func TestMonitorCommand(t *testing.T) {
 		}
 		n++
 	}
-	if n != 5 || !bytes.Contains(b, []byte("drop drop_rule rule=1")) {
+	if n != 5 || !bytes.Contains(b, []byte("drop drop_rule rule=echo")) {
 		t.Errorf("pcapng: %d frames, comment found: %v", n, bytes.Contains(b, []byte("drop_rule")))
 	}
 }

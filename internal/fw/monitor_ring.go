@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/fastpath-dev/fastpath/internal/monitor"
@@ -62,25 +63,87 @@ func OpenMonitor(name string) (monitor.Source, error) {
 			}
 			return n, nil
 		},
-		Decode: decodeMonitorEvent,
+		Decode: (&ruleIdentities{name: name}).decode,
 		Close:  closeAll,
 	})
 }
 
+// ruleIdentities names the rule of an event as the metrics and fw rules
+// do (its name, else h:HASH) rather than by the kernel's id for it, which
+// means nothing to an operator and moves when rules are added. The table
+// is read again when an event names a rule it does not know (the rules
+// changed), at most once a second.
+type ruleIdentities struct {
+	name string
+	ids  map[uint32]string
+	read time.Time
+}
+
+func (r *ruleIdentities) identity(id uint32) string {
+	if id == 0 {
+		return "default"
+	}
+	if s, ok := r.ids[id]; ok {
+		return s
+	}
+	if time.Since(r.read) >= time.Second {
+		r.read = time.Now()
+		if ids, err := RuleIdentities(r.name); err == nil {
+			r.ids = ids
+		}
+		if s, ok := r.ids[id]; ok {
+			return s
+		}
+	}
+	return fmt.Sprintf("id:%d", id)
+}
+
+// RuleIdentities maps the kernel's ids of an attached firewall's rules to
+// the rules' identities (Rule.ID).
+func RuleIdentities(name string) (map[uint32]string, error) {
+	f, err := OpenPinned(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rs, ids, _, err := f.rules()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[uint32]string, len(ids))
+	for i, id := range ids {
+		if i < len(rs.Rules) {
+			m[id] = rs.Rules[i].ID()
+		}
+	}
+	return m, nil
+}
+
+func (r *ruleIdentities) decode(rec []byte) (monitor.Raw, bool) {
+	raw, aux, ok := decodeMonitorEvent(rec)
+	switch raw.Reason {
+	case "drop_rule", "pass_rule", "drop_default", "pass_default", "synproxy":
+		// Only these went through the rules: the others' id is 0 for
+		// no rule, not for the default policy.
+		raw.Rule = r.identity(aux)
+	}
+	return raw, ok
+}
+
 // decodeMonitorEvent reads one record of fw_mon_ring: a struct mon_event
-// and the kept bytes of the frame.
-func decodeMonitorEvent(rec []byte) (monitor.Raw, bool) {
+// and the kept bytes of the frame, and the kernel's id of the rule.
+func decodeMonitorEvent(rec []byte) (monitor.Raw, uint32, bool) {
 	var b fwMonBuf
 	n, err := binary.Decode(rec, binary.NativeEndian, &b.Ev)
 	if err != nil || int(b.Ev.Cap) > len(rec)-n {
-		return monitor.Raw{}, false
+		return monitor.Raw{}, 0, false
 	}
 	ev := b.Ev
 	return monitor.Raw{
 		Mono: ev.TsNs, Ifindex: ev.Ifindex, Len: int(ev.Len),
-		Verdict: monitor.XDPVerdict(ev.Action), Reason: MonitorReason(ev.Reason), Rule: int(ev.Aux),
+		Verdict: monitor.XDPVerdict(ev.Action), Reason: MonitorReason(ev.Reason),
 		Data: append([]byte(nil), rec[n:n+int(ev.Cap)]...),
-	}, true
+	}, ev.Aux, true
 }
 
 // MonitorReason names a reason of fw_mon_ring's events as the counters do.

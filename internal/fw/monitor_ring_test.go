@@ -94,7 +94,7 @@ func waitLease(t *testing.T, until func() (uint64, error)) {
 // closing stops the copying when its lease runs out.
 func TestMonitor(t *testing.T) {
 	tb := labtest.Testbed(t)
-	rs := &RuleSet{Default: Pass, Rules: []Rule{{Action: Drop, Src: Prefix{tb.Gen().Addr.Masked()}, Proto: 17, SPort: AnyPort, DPort: Ports{7, 7, true}}}}
+	rs := &RuleSet{Default: Pass, Rules: []Rule{{Name: "echo", Action: Drop, Src: Prefix{tb.Gen().Addr.Masked()}, Proto: 17, SPort: AnyPort, DPort: Ports{7, 7, true}}}}
 	attachLab(t, tb, rs)
 	name := tb.Prefix + "fw"
 	pkts := twoFlows(t, tb)[:20] // 10 passed (port 9), 10 dropped (port 7)
@@ -160,7 +160,7 @@ func TestMonitor(t *testing.T) {
 	var drops, passes int
 	for _, e := range events {
 		switch {
-		case e.Verdict == monitor.Drop && e.Reason == "drop_rule" && e.Rule == 1 && e.Flow.DstPort == 7 && e.Flow.Proto == 17:
+		case e.Verdict == monitor.Drop && e.Reason == "drop_rule" && e.Rule == "echo" && e.Flow.DstPort == 7 && e.Flow.Proto == 17:
 			drops++
 		case e.Verdict == monitor.Pass && e.Reason == "pass_default" && e.Flow.DstPort == 9:
 			passes++
@@ -195,7 +195,7 @@ func TestMonitor(t *testing.T) {
 			t.Errorf("frame %d differs from its event's", i)
 		}
 	}
-	if !bytes.Contains(file, []byte("fw "+name+" drop drop_rule rule=1")) {
+	if !bytes.Contains(file, []byte("fw "+name+" drop drop_rule rule=echo")) {
 		t.Error("no packet comment names the reason")
 	}
 	// Closed: nothing more.

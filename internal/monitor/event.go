@@ -17,7 +17,7 @@ type Event struct {
 	Device    string    `json:"device"`
 	Verdict   Verdict   `json:"verdict"`
 	Reason    string    `json:"reason"`
-	Rule      int       `json:"rule,omitempty"`
+	Rule      string    `json:"rule,omitempty"`
 	Direction string    `json:"direction,omitempty"`
 	Len       int       `json:"len"`
 	Flow      Flow      `json:"flow"`
@@ -213,8 +213,8 @@ func (e Event) String() string {
 		dev = "-"
 	}
 	fmt.Fprintf(&s, "%s %s %s %s %s", e.Time.Format("15:04:05.000000"), e.Function, dev, e.Verdict, e.Reason)
-	if e.Rule > 0 {
-		fmt.Fprintf(&s, " rule=%d", e.Rule)
+	if e.Rule != "" && e.Rule != "default" {
+		fmt.Fprintf(&s, " rule=%s", e.Rule)
 	}
 	s.WriteString(" ")
 	s.WriteString(e.Flow.String())

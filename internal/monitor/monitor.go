@@ -44,7 +44,7 @@ type Raw struct {
 	Len       int    // the frame's whole length
 	Verdict   Verdict
 	Reason    string // as the function's counters name it
-	Rule      int    // fw: the rule's index (0: the default policy)
+	Rule      string // fw: the rule's identity (its name, else h:HASH; "default": the default policy)
 	Direction string // tra: scion_to_ip
 	Data      []byte // what was kept of the frame, from its start
 }

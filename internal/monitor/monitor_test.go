@@ -3,6 +3,7 @@ package monitor
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -137,7 +138,7 @@ func TestPcapng(t *testing.T) {
 	}
 	now := time.Now()
 	for i, f := range frames {
-		e := Event{Time: now, Function: "fw", Name: "eth0", Device: []string{"eth0", "eth1"}[i], Verdict: Drop, Reason: "drop_rule", Rule: i + 1, Len: len(f) + 10, Data: f}
+		e := Event{Time: now, Function: "fw", Name: "eth0", Device: []string{"eth0", "eth1"}[i], Verdict: Drop, Reason: "drop_rule", Rule: fmt.Sprint("r", i+1), Len: len(f) + 10, Data: f}
 		if err := out.Write(e); err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func TestPcapng(t *testing.T) {
 	if r.NInterfaces() != 2 {
 		t.Errorf("%d interfaces, want 2", r.NInterfaces())
 	}
-	for _, c := range []string{"fw eth0 drop drop_rule rule=1", "fw eth0 drop drop_rule rule=2"} {
+	for _, c := range []string{"fw eth0 drop drop_rule rule=r1", "fw eth0 drop drop_rule rule=r2"} {
 		if !strings.Contains(string(file), c) {
 			t.Errorf("no comment %q", c)
 		}

@@ -18,11 +18,11 @@ type Output struct {
 	Pcap  *pcap.Writer
 }
 
-// Comment is an event's pcapng comment: "fw fw-0 drop drop_rule rule=3".
+// Comment is an event's pcapng comment: "fw fw-0 drop drop_rule rule=no-dns".
 func (e Event) Comment() string {
 	c := fmt.Sprintf("%s %s %s %s", e.Function, e.Name, e.Verdict, e.Reason)
-	if e.Rule > 0 {
-		c += fmt.Sprintf(" rule=%d", e.Rule)
+	if e.Rule != "" && e.Rule != "default" {
+		c += fmt.Sprintf(" rule=%s", e.Rule)
 	}
 	return c
 }

@@ -276,6 +276,9 @@ var requirements = map[Function][]Feature{
 		optional(helper(ebpf.SchedCLS, asm.FnSkbLoadBytes, "4.5", "the egress tracker reads the host's packets")),
 		helper(ebpf.XDP, asm.FnXdpGetBuffLen, "5.18", "the frame's whole length, for the synproxy's answers and fragments"),
 		helper(ebpf.XDP, asm.FnXdpLoadBytes, "5.18", "reads the headers of IPv6 extension chains and fragments"),
+		helper(ebpf.XDP, asm.FnKtimeGetNs, "4.1", "fastpath monitor: its lease's deadline and each event's time"),
+		helper(ebpf.XDP, asm.FnRingbufOutput, "5.8", "fastpath monitor: hands the frames it drops or passes to userspace while one listens"),
+		mapType(ebpf.RingBuf, "RINGBUF", "5.8", "fastpath monitor's ring"),
 	},
 	TRA: append([]Feature{
 		xdpLink, xdpLookup,
@@ -302,6 +305,8 @@ var requirements = map[Function][]Feature{
 		helper(ebpf.XDP, asm.FnXdpAdjustHead, "4.10", "removes the SCION header"),
 		helper(ebpf.XDP, asm.FnXdpAdjustTail, "4.18", "trims packets to their new length"),
 		helper(ebpf.XDP, asm.FnRingbufReserve, "5.8", "events for the daemon (path probes' replies)"),
+		helper(ebpf.XDP, asm.FnKtimeGetNs, "4.1", "fastpath monitor: its lease's deadline and each event's time"),
+		helper(ebpf.XDP, asm.FnRingbufOutput, "5.8", "fastpath monitor: hands the frames tra_in drops or passes to userspace while one listens"),
 		mapType(ebpf.DevMap, "DEVMAP", "4.14", "the host's end of the pair"),
 		mapType(ebpf.RingBuf, "RINGBUF", "5.8", "events and held packets for the daemon"),
 		mapType(ebpf.PerCPUArray, "PERCPU_ARRAY", "4.6", "counters"),
