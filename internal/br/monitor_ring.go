@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
-	"github.com/cilium/ebpf"
 	"github.com/fastpath-dev/fastpath/internal/monitor"
 )
 
@@ -28,24 +26,12 @@ const (
 // monitor leaves those out. One tap or monitor at a time.
 func OpenMonitor(name string) (monitor.Source, error) {
 	dir := PinDir(name)
-	var ms [3]*ebpf.Map
-	closeAll := func() {
-		for _, m := range ms {
-			if m != nil {
-				m.Close()
-			}
+	ms, closeAll, err := monitor.OpenPinned(dir, "br_vars", "br_capture", "br_capture_in")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("router %s has no tap (not attached, or attached by a fastpath before the tap: attach it again): %w", name, ErrNotAttached)
 		}
-	}
-	for i, n := range []string{"br_vars", "br_capture", "br_capture_in"} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
-		if err != nil {
-			closeAll()
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("router %s has no tap (not attached, or attached by a fastpath before the tap: attach it again): %w", name, ErrNotAttached)
-			}
-			return nil, fmt.Errorf("router %s: open %s: %w", name, n, err)
-		}
-		ms[i] = m
+		return nil, fmt.Errorf("router %s: %w", name, err)
 	}
 	vars, ring, in := ms[0], ms[1], ms[2]
 	if in.ValueSize() != uint32(binary.Size(routerBrCaptureFrame{})) {

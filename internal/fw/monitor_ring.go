@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/fastpath-dev/fastpath/internal/monitor"
 )
 
@@ -20,27 +19,15 @@ const monReasonSynproxy = 1000
 // the frames it drops or passes, while the monitor's lease lasts.
 func OpenMonitor(name string) (monitor.Source, error) {
 	dir := PinDir(name)
-	var ms [3]*ebpf.Map
-	closeAll := func() {
-		for _, m := range ms {
-			if m != nil {
-				m.Close()
+	ms, closeAll, err := monitor.OpenPinned(dir, "fw_mon_ctl", "fw_mon_ring", "fw_mon_buf")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if _, serr := os.Stat(filepath.Join(dir, "fw_gen")); serr != nil {
+				return nil, fmt.Errorf("firewall %q: %w", name, ErrNotAttached)
 			}
+			return nil, fmt.Errorf("firewall %q was attached by a fastpath without the monitor: attach it again (fw attach or a restart of fw serve)", name)
 		}
-	}
-	for i, n := range []string{"fw_mon_ctl", "fw_mon_ring", "fw_mon_buf"} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
-		if err != nil {
-			closeAll()
-			if errors.Is(err, os.ErrNotExist) {
-				if _, serr := os.Stat(filepath.Join(dir, "fw_gen")); serr != nil {
-					return nil, fmt.Errorf("firewall %q: %w", name, ErrNotAttached)
-				}
-				return nil, fmt.Errorf("firewall %q was attached by a fastpath without the monitor: attach it again (fw attach or a restart of fw serve)", name)
-			}
-			return nil, fmt.Errorf("firewall %q: open %s: %w", name, n, err)
-		}
-		ms[i] = m
+		return nil, fmt.Errorf("firewall %q: %w", name, err)
 	}
 	ctl, ring, buf := ms[0], ms[1], ms[2]
 	if buf.ValueSize() != uint32(binary.Size(fwMonBuf{})) {

@@ -159,3 +159,25 @@ func XDPVerdict(action uint32) Verdict {
 	}
 	return Drop // XDP_ABORTED, XDP_DROP
 }
+
+// OpenPinned opens the maps pinned in dir under names, all or none, and
+// gives a function that closes them. A map that is not there fails it
+// with an error that wraps os.ErrNotExist, for the function to say why
+// (not attached, or attached by a fastpath without the monitor).
+func OpenPinned(dir string, names ...string) ([]*ebpf.Map, func(), error) {
+	ms := make([]*ebpf.Map, 0, len(names))
+	closeAll := func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	}
+	for _, n := range names {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("open %s: %w", n, err)
+		}
+		ms = append(ms, m)
+	}
+	return ms, closeAll, nil
+}

@@ -16,27 +16,15 @@ import (
 // while the monitor's lease lasts.
 func OpenMonitor(name string) (monitor.Source, error) {
 	dir := PinDir(name)
-	var ms [3]*ebpf.Map
-	closeAll := func() {
-		for _, m := range ms {
-			if m != nil {
-				m.Close()
+	ms, closeAll, err := monitor.OpenPinned(dir, "tra_mon_ctl", "tra_mon_ring", "tra_mon_buf")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			if _, serr := os.Stat(filepath.Join(dir, "tra_conf")); serr != nil {
+				return nil, fmt.Errorf("translator %q: %w", name, ErrNotAttached)
 			}
+			return nil, fmt.Errorf("translator %q was attached by a fastpath without the monitor: attach it again (a restart of tra run)", name)
 		}
-	}
-	for i, n := range []string{"tra_mon_ctl", "tra_mon_ring", "tra_mon_buf"} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
-		if err != nil {
-			closeAll()
-			if errors.Is(err, os.ErrNotExist) {
-				if _, serr := os.Stat(filepath.Join(dir, "tra_conf")); serr != nil {
-					return nil, fmt.Errorf("translator %q: %w", name, ErrNotAttached)
-				}
-				return nil, fmt.Errorf("translator %q was attached by a fastpath without the monitor: attach it again (a restart of tra run)", name)
-			}
-			return nil, fmt.Errorf("translator %q: open %s: %w", name, n, err)
-		}
-		ms[i] = m
+		return nil, fmt.Errorf("translator %q: %w", name, err)
 	}
 	ctl, ring, buf := ms[0], ms[1], ms[2]
 	if buf.ValueSize() != uint32(binary.Size(translatorMonBuf{})) {
