@@ -12,6 +12,7 @@ pub mod interp;
 pub mod jit;
 pub mod kernel;
 pub mod maps;
+pub mod mapsfile;
 pub mod metrics;
 pub mod pcap;
 pub mod sys;
