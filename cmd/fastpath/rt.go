@@ -206,9 +206,13 @@ func rtBenchCmd() *cobra.Command {
 	var (
 		repeat, rounds int
 		jsonOut, mdOut string
+		peers, own     bool
+		ubpfLib        string
+		plugins        map[string]string
+		programs       []string
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--repeat N] [--rounds N] [--json-file FILE] [--md FILE]",
+		Use:   "bench [--repeat N] [--rounds N] [--json-file FILE] [--md FILE] [--peers [--ubpf-lib LIB] [--plugin NAME=LIB] [--own]]",
 		Short: "ns per execution of each benchmark program: kernel JIT beside the runtime's engines (JIT, AOT, interpreter)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -219,21 +223,15 @@ func rtBenchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if peers {
+				return rtBenchPeers(dir, repeat, rounds, ubpfLib, plugins, programs, own, jsonOut, mdOut)
+			}
 			rows, err := rt.Bench(rt.BenchOptions{Repeat: repeat, Rounds: rounds, Dir: dir})
 			if err != nil {
 				return err
 			}
 			fmt.Print(rt.BenchTable(rows, false))
-			if jsonOut != "" {
-				b, _ := json.MarshalIndent(rows, "", "  ")
-				if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
-					return err
-				}
-			}
-			if mdOut != "" {
-				return os.WriteFile(mdOut, []byte("# fastpath rt bench\n\n"+rt.BenchTable(rows, true)), 0o644)
-			}
-			return nil
+			return writeBenchOutputs(rows, jsonOut, mdOut, func() string { return rt.BenchTable(rows, true) })
 		},
 	}
 	cmd.Flags().IntVar(&repeat, "repeat", 100_000, "runs per measurement")
@@ -242,7 +240,39 @@ func rtBenchCmd() *cobra.Command {
 	cmd.Flags().StringVar(&jsonOut, "json", "", "write the rows as JSON to this file")
 	cmd.Flags().MarkDeprecated("json", "use --json-file")
 	cmd.Flags().StringVar(&mdOut, "md", "", "write the table as Markdown")
+	cmd.Flags().BoolVar(&peers, "peers", false, "run other userspace engines beside the runtime's (rbpf, ubpf, plugins), built on first use")
+	cmd.Flags().StringVar(&ubpfLib, "ubpf-lib", "", "with --peers: a ubpf shared library to use instead of the one built from crates.io")
+	cmd.Flags().StringToStringVar(&plugins, "plugin", nil, "with --peers: more engines, NAME=LIB.so (a library with the harness's plugin interface)")
+	cmd.Flags().StringSliceVar(&programs, "programs", nil, "with --peers: only these benchmark programs")
+	cmd.Flags().BoolVar(&own, "own", false, "with --peers: also run the runtime's own test programs, which no engine was written for")
 	return cmd
+}
+
+// writeBenchOutputs writes --json-file and --md.
+func writeBenchOutputs(rows any, jsonOut, mdOut string, md func() string) error {
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(rows, "", "  ")
+		if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if mdOut != "" {
+		return os.WriteFile(mdOut, []byte("# fastpath rt bench\n\n"+md()), 0o644)
+	}
+	return nil
+}
+
+func rtBenchPeers(dir string, repeat, rounds int, ubpfLib string, plugins map[string]string, programs []string, own bool, jsonOut, mdOut string) error {
+	o := rt.PeersOptions{BenchOptions: rt.BenchOptions{Repeat: repeat, Rounds: rounds, Dir: dir}, Src: filepath.Dir(filepath.Dir(dir)), UbpfLib: ubpfLib, Plugins: plugins, Programs: programs}
+	if own {
+		o.Extra = rt.OwnPrograms(filepath.Join(filepath.Dir(dir), "rt"))
+	}
+	rows, err := rt.BenchPeers(o)
+	if err != nil {
+		return err
+	}
+	fmt.Print(rt.PeersTable(rows, false))
+	return writeBenchOutputs(rows, jsonOut, mdOut, func() string { return rt.PeersTable(rows, true) })
 }
 
 // benchDir finds the benchmark objects: internal/bench of the source tree

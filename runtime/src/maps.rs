@@ -314,6 +314,11 @@ impl Ringbuf {
         8 + round8(len)
     }
 
+    /// The memory reserved records lie in.
+    pub fn region(&self) -> (u64, u64) {
+        self.arena.region()
+    }
+
     pub fn reserve(&mut self, len: usize) -> Option<u64> {
         let c = Self::charge(len);
         if len == 0 || self.used + c > self.size {
