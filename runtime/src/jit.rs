@@ -424,6 +424,72 @@ impl Jit {
     }
 }
 
+impl Jit {
+    /// A runner for many runs of the compiled program on one packet: the
+    /// environment is set up once, so a run costs what the call costs, as
+    /// in a loop over frames or test runs.
+    pub fn runner<'a>(&'a self, vm: &'a mut Vm, prog: usize, pkt: &'a mut Packet) -> Result<Runner<'a>, Fault> {
+        if prog != self.prog {
+            return Err(Fault::Bad("program not compiled".into()));
+        }
+        let stack_lo = vm.stack.as_ptr() as u64;
+        let cpu = vm.cpu as u64;
+        let env = Env {
+            exec: std::ptr::null_mut(),
+            pkt_lo: 0,
+            pkt_hi: 0,
+            stack_lo,
+            stack_hi: stack_lo + STACK_TOTAL as u64,
+            ctx: 0,
+            fault: 0,
+            jit: self,
+            prog: prog as u64,
+            cpu,
+            tail_fn: 0,
+            pkt_data: 0,
+            fault_pc: 0,
+            fault_addr: 0,
+            fault_size: 0,
+            fault_write: 0,
+        };
+        Ok(Runner { entry: self.entry, prog: prog as u64, frame: stack_lo + STACK_SIZE as u64, x: Exec::new(vm, pkt), env })
+    }
+}
+
+/// Runs one compiled program on one packet, again and again.
+pub struct Runner<'a> {
+    entry: EntryFn,
+    prog: u64,
+    frame: u64,
+    x: Exec<'a>,
+    env: Env,
+}
+
+impl Runner<'_> {
+    #[inline]
+    pub fn run(&mut self) -> Result<u64, Fault> {
+        let ctx = self.x.prepare();
+        // The runner may have moved since the last run.
+        self.env.exec = unsafe { std::mem::transmute::<&mut Exec, *mut Exec<'static>>(&mut self.x) };
+        self.env.ctx = ctx;
+        self.env.prog = self.prog;
+        self.env.tail_fn = 0;
+        self.env.refresh_packet();
+        let r0 = unsafe { (self.entry)(&mut self.env, ctx, 0, 0, 0, 0, self.frame) };
+        if self.env.fault != 0 {
+            self.env.fault = 0;
+            let e = &self.env;
+            return Err(self.x.jit_fault.take().unwrap_or(Fault::Memory { pc: e.fault_pc as usize, addr: e.fault_addr, len: e.fault_size, write: e.fault_write != 0 }));
+        }
+        Ok(r0)
+    }
+
+    /// The packet as the runs left it.
+    pub fn packet(&mut self) -> &mut Packet {
+        self.x.pkt
+    }
+}
+
 #[derive(Clone, Copy)]
 struct ArrayLayout {
     elem: usize,
@@ -441,6 +507,9 @@ struct Tr<'a, 'b> {
     /// Registers known to hold the context (R1 at a program's entry, and
     /// copies), for the instruction being translated.
     ctx_regs: u16,
+    /// Packet accesses the program's own comparisons with data_end bound
+    /// (see ranges.rs): no check of ours.
+    proven: Vec<bool>,
     /// Registers known to hold R10 plus a constant, in this block (the
     /// `r2 = r10; r2 += -4` of a map key): accesses through them at a
     /// constant offset inside the frame need no check, as through R10.
@@ -645,7 +714,8 @@ fn translate(
     let ctx_in = ctx_registers(p, start, end, &leaders);
     let fault = b.create_block();
     b.set_cold_block(fault);
-    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
+    let proven = crate::ranges::packet_proven(&p.insns, start, end, ctx_in[&start]);
+    let mut t = Tr { b, regs, scratch, bounds, proven, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
     t.load_bounds();
 
     let mut terminated = false;
@@ -714,6 +784,9 @@ impl Tr<'_, '_> {
     /// constant offset inside the frame needs none: R10 is read-only and
     /// every frame lies inside the stack.
     fn check(&mut self, pc: usize, base_reg: usize, off: i16, addr: Value, size: i64, write: bool) {
+        if self.proven[pc] {
+            return;
+        }
         if let Some(k) = self.fp_off.get(base_reg).copied().flatten() {
             let at = k + off as i64;
             if at >= -(STACK_SIZE as i64) && at + size <= 0 {
@@ -760,11 +833,12 @@ impl Tr<'_, '_> {
         while i < self.block_end {
             let ins = self.prog.insns[i];
             let class = ins.class();
-            let through = match class {
-                CLASS_LDX => (ins.regs >> 4) as usize == reg && !(ins.size() == 4 && ins.code & 0xe0 == MODE_MEM && self.ctx_regs & (1 << reg) != 0),
-                CLASS_ST | CLASS_STX => ins.dst() == reg,
-                _ => false,
-            };
+            let through = !self.proven[i]
+                && match class {
+                    CLASS_LDX => (ins.regs >> 4) as usize == reg && !(ins.size() == 4 && ins.code & 0xe0 == MODE_MEM && self.ctx_regs & (1 << reg) != 0),
+                    CLASS_ST | CLASS_STX => ins.dst() == reg,
+                    _ => false,
+                };
             if through {
                 lo = lo.min(ins.off as i64);
                 hi = hi.max(ins.off as i64 + ins.size() as i64);

@@ -281,8 +281,9 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         let mut steps = 0;
         match &jit {
             Some(j) => {
+                let mut r = j.runner(&mut vm, prog, &mut pkt).map_err(|e| e.to_string())?;
                 for _ in 0..o.repeat {
-                    ret = j.run(&mut vm, prog, &mut pkt).map_err(|e| format!("packet {}: {e}", n + 1))?;
+                    ret = r.run().map_err(|e| format!("packet {}: {e}", n + 1))?;
                 }
             }
             None => {

@@ -276,10 +276,9 @@ impl Engine {
                 }
             }
             Kind::FpJit { jit, prog, pkt } => {
+                let mut r = jit.runner(&mut self.vm, *prog, pkt).map_err(|e| e.to_string())?;
                 for _ in 0..repeat {
-                    ret = jit
-                        .run(&mut self.vm, *prog, pkt)
-                        .map_err(|e| e.to_string())?;
+                    ret = r.run().map_err(|e| e.to_string())?;
                 }
             }
             Kind::Rbpf { vm, low, mode } => {
