@@ -310,6 +310,9 @@ fn alu64(op: u8, d: Val, x: Val, off: i16, pc: usize, reg: usize) -> Val {
         (0x00, Val::Pkt { off, low, .. }, Val::NonNeg) | (0x00, Val::NonNeg, Val::Pkt { off, low, .. }) => Val::Pkt { id: new_id(pc, reg), off: 0, low: low && off >= 0 },
         (0x00, Val::Pkt { .. }, _) | (0x00, _, Val::Pkt { .. }) => Val::Pkt { id: new_id(pc, reg), off: 0, low: false },
         (0x00, Val::Const(a), Val::Const(b)) => Val::Const(a.wrapping_add(b)),
+        // A counter that starts at or above 0 and grows by steps below 2^31
+        // would need 2^32 steps to wrap: no program runs that long.
+        (0x00, Val::NonNeg, Val::Const(c)) | (0x00, Val::Const(c), Val::NonNeg) if (0..1 << 31).contains(&c) => Val::NonNeg,
         // and with a non-negative constant, a logical shift right: non-negative.
         (0x50, _, Val::Const(c)) if c >= 0 => Val::NonNeg,
         (0x70, _, Val::Const(c)) if c > 0 => Val::NonNeg,
