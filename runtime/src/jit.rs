@@ -111,6 +111,133 @@ const HOST_CTX: u32 = 1;
 const HOST_HELPER: u32 = 2;
 const HOST_MAP: u32 = 3;
 
+/// What the compiler may do beyond translating instruction by instruction;
+/// each switch alone. The AOT compiles with all of them by default, the JIT
+/// with [`Opts::JIT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opts {
+    /// Loads and stores through a pointer to one map value (what
+    /// bpf_map_lookup_elem returned, after its NULL check, or a global's
+    /// address), at a constant offset inside the value, skip the bounds
+    /// check. The value's size comes from BTF, which must agree with the
+    /// map's value_size.
+    pub typed_values: bool,
+    /// bpf_map_lookup_elem on arrays and bpf_csum_diff with constant sizes
+    /// compiled inline; off, both are calls.
+    pub inline_helpers: bool,
+    /// Loads from read-only maps (and maps named constant) at an address
+    /// known when compiling become the value they read.
+    pub const_maps: bool,
+}
+
+impl Opts {
+    pub const NONE: Opts = Opts { typed_values: false, inline_helpers: false, const_maps: false };
+    pub const ALL: Opts = Opts { typed_values: true, inline_helpers: true, const_maps: true };
+    /// The JIT's: helpers inline (array lookups as before, bpf_csum_diff with
+    /// the semantics of the kernel this process behaves as, which cannot
+    /// change under it); values are not typed nor maps folded.
+    pub const JIT: Opts = Opts { typed_values: false, inline_helpers: true, const_maps: false };
+
+    /// `none`, `all`, or a comma list of typed-values, inline-helpers, const-maps.
+    pub fn parse(s: &str) -> Result<Opts, String> {
+        match s {
+            "none" => return Ok(Opts::NONE),
+            "all" => return Ok(Opts::ALL),
+            _ => {}
+        }
+        let mut o = Opts::NONE;
+        for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match w {
+                "typed-values" => o.typed_values = true,
+                "inline-helpers" => o.inline_helpers = true,
+                "const-maps" => o.const_maps = true,
+                _ => return Err(format!("--opt {s:?}: {w:?} is none of typed-values, inline-helpers, const-maps (or use none, all)")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// The form [`Opts::parse`] reads: `none`, or the switches that are on.
+    pub fn names(&self) -> String {
+        let mut v = Vec::new();
+        if self.typed_values {
+            v.push("typed-values");
+        }
+        if self.inline_helpers {
+            v.push("inline-helpers");
+        }
+        if self.const_maps {
+            v.push("const-maps");
+        }
+        if v.is_empty() { "none".into() } else { v.join(",") }
+    }
+
+    pub fn bits(&self) -> u32 {
+        self.typed_values as u32 | (self.inline_helpers as u32) << 1 | (self.const_maps as u32) << 2
+    }
+
+    pub fn from_bits(b: u32) -> Opts {
+        Opts { typed_values: b & 1 != 0, inline_helpers: b & 2 != 0, const_maps: b & 4 != 0 }
+    }
+}
+
+/// What the options did in one compilation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Bounds checks left out for accesses inside a typed map value.
+    pub elided_checks: u32,
+    /// bpf_map_lookup_elem calls compiled inline.
+    pub inlined_lookups: u32,
+    /// bpf_csum_diff calls compiled inline.
+    pub inlined_csum: u32,
+    /// Loads replaced by the constant they read.
+    pub folded_loads: u32,
+    /// The bpf_csum_diff semantics inlined code computes (true: folded to
+    /// 16 bits), when some was inlined: fixed in the code.
+    pub csum_folded: Option<bool>,
+    /// Maps whose contents the code holds, by index.
+    pub folded_maps: BTreeSet<usize>,
+}
+
+/// What the translator knows of one map.
+#[derive(Clone, Copy, Default)]
+struct MapInfo {
+    /// Bytes a pointer to one of its values may reach; None: no typing.
+    typed: Option<u32>,
+    readonly: bool,
+    /// Element stride and slots of a plain array, whose addresses
+    /// ld_imm64 or a lookup of a constant key give whole.
+    array: Option<(usize, usize)>,
+    /// Its contents may be folded into the code.
+    constant: bool,
+    /// Named constant by the operator: the program must not write it.
+    named: bool,
+}
+
+/// Everything translation reads besides the program.
+struct Cx<'a> {
+    opts: Opts,
+    maps: Vec<MapInfo>,
+    vm: &'a Vm,
+}
+
+/// What a register holds, as far as typing values goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Unknown,
+    /// A map (ld_imm64 of its handle).
+    Map(u32),
+    /// What bpf_map_lookup_elem of the map returned at instruction `id`,
+    /// not yet tested against NULL; only copies keep it.
+    MaybeNull { map: u32, id: u32 },
+    /// A pointer to one value of the map, plus `off`.
+    Value { map: u32, off: i64 },
+    /// The start of the map's values plus `off`, known when compiling.
+    At { map: u32, off: i64 },
+}
+
+const TY_UNKNOWN: [Ty; 11] = [Ty::Unknown; 11];
+
 /// Executable memory holding a placed image.
 struct ExecMem {
     mem: *mut u8,
@@ -246,14 +373,55 @@ fn native_isa() -> Result<OwnedTargetIsa, String> {
 }
 
 /// Compiles every program the runtime can run, each BPF function (entry,
-/// call targets, callbacks) to one native function, into one image.
+/// call targets, callbacks) to one native function, into one image, with
+/// the JIT's options.
 pub fn compile_image(vm: &Vm) -> Result<Image, String> {
+    compile_with(vm, Opts::JIT, &[]).map(|(img, _)| img)
+}
+
+/// What the translator may know of each map under `opts`; `named` are
+/// arrays the operator declares constant (by index).
+fn map_infos(vm: &Vm, opts: Opts, named: &[usize]) -> Result<Vec<MapInfo>, String> {
+    use crate::elf::map_type as mt;
+    let mut out = Vec::new();
+    for (i, m) in vm.maps.iter().enumerate() {
+        let d = &m.def;
+        let vs = d.value_size;
+        let valued = matches!(d.map_type, mt::ARRAY | mt::PERCPU_ARRAY | mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH | mt::LPM_TRIE) && m.region().is_some();
+        // BTF's size, where the map has BTF, and value_size must agree: a
+        // data section's variables end at or before its size (padding), a
+        // `.maps` value type is the value.
+        let typed = match (valued, d.btf_value_size) {
+            (false, _) => None,
+            (true, None) => Some(vs),
+            (true, Some(b)) if d.data.is_some() && b <= vs => Some(b),
+            (true, Some(b)) if b == vs => Some(vs),
+            (true, Some(_)) => None,
+        };
+        let array = match m.array_layout() {
+            Some((_, elem, slots, _)) if d.map_type == mt::ARRAY => Some((elem, slots)),
+            _ => None,
+        };
+        let is_named = named.contains(&i);
+        if is_named && array.is_none() {
+            return Err(format!("--const-map {}: a {} map, and only arrays can be constant", d.name, mt::name(d.map_type)));
+        }
+        out.push(MapInfo { typed, readonly: d.readonly, array, constant: opts.const_maps && array.is_some() && (d.readonly || is_named), named: is_named });
+    }
+    Ok(out)
+}
+
+/// Compiles every program with `opts`, arrays `named` (by index) taken
+/// as constant: the image and what the options did.
+pub fn compile_with(vm: &Vm, opts: Opts, named: &[usize]) -> Result<(Image, Stats), String> {
     // A test proves that AOT runs compile nothing.
     if std::env::var_os("FASTPATH_RT_NO_CRANELIFT").is_some() {
         return Err("compiling is off (FASTPATH_RT_NO_CRANELIFT)".into());
     }
     let isa = native_isa()?;
     let cc = isa.default_call_conv();
+    let cx = Cx { opts, maps: map_infos(vm, opts, named)?, vm };
+    let mut stats = Stats::default();
     // Arrays' layouts, for lookups compiled inline as the kernel does.
     let arrays: HashMap<usize, ArrayLayout> = vm
         .maps
@@ -290,7 +458,13 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         ctx.clear();
         ctx.func.signature = bpf_sig(cc);
         ctx.func.name = UserFuncName::user(NS_FUNC, fi as u32);
-        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata, &map_sizes).map_err(|e| format!("program {}: {e}", p.name))?;
+        let st = translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata, &map_sizes, &cx).map_err(|e| format!("program {}: {e}", p.name))?;
+        stats.elided_checks += st.elided_checks;
+        stats.inlined_lookups += st.inlined_lookups;
+        stats.inlined_csum += st.inlined_csum;
+        stats.folded_loads += st.folded_loads;
+        stats.csum_folded = stats.csum_folded.or(st.csum_folded);
+        stats.folded_maps.extend(st.folded_maps);
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx.compile(&*isa, &mut Default::default()).map_err(|e| format!("program {}: compile: {:?}", p.name, e.inner))?;
         while img.code.len() % 16 != 0 {
@@ -316,7 +490,7 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         }
         img.funcs.push((pi as u32, start as u32, base));
     }
-    Ok(img)
+    Ok((img, stats))
 }
 
 impl Jit {
@@ -466,6 +640,11 @@ struct Tr<'a, 'b> {
     runs: Vec<(usize, usize, Variable)>,
     /// The program being translated.
     prog: &'a crate::vm::Program,
+    cx: &'a Cx<'a>,
+    /// What each register holds, for typed values and folded loads, before
+    /// the instruction being translated.
+    ty: [Ty; 11],
+    stats: Stats,
 }
 
 fn flags() -> MemFlags {
@@ -550,6 +729,229 @@ fn fp_after(mut f: [Option<i64>; 11], ins: Insn) -> [Option<i64>; 11] {
     f
 }
 
+/// Whether an instruction writes register `r` (calls aside).
+fn writes_reg(ins: Insn, r: usize) -> bool {
+    match ins.class() {
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => ins.dst() == r,
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => (ins.regs >> 4) as usize == r || r == 0,
+        _ => false,
+    }
+}
+
+/// The instruction before `i` in the block that starts at `start`,
+/// stepping over the second half of a 64-bit load.
+fn prev_insn(p: &crate::vm::Program, start: usize, i: usize) -> Option<usize> {
+    if i <= start {
+        return None;
+    }
+    let j = i - 1;
+    if j > start && p.insns[j - 1].is_ld_imm64() { Some(j - 1) } else { Some(j) }
+}
+
+/// The constant register `r` holds at `pc`, when a move of an immediate
+/// in the same block put it there and nothing wrote it since.
+fn reg_const(p: &crate::vm::Program, start: usize, pc: usize, r: usize) -> Option<i64> {
+    let mut i = pc;
+    while let Some(j) = prev_insn(p, start, i) {
+        i = j;
+        let ins = p.insns[i];
+        if ins.is_call() {
+            return None;
+        }
+        if writes_reg(ins, r) {
+            return match ins.code {
+                0xb7 if ins.off == 0 => Some(ins.imm as i64),
+                0xb4 if ins.off == 0 => Some(ins.imm as u32 as i64),
+                _ => None,
+            };
+        }
+    }
+    None
+}
+
+/// The u32 key R2 points at for a call at `pc`, when this block made it:
+/// R2 = R10 + k, and the four bytes at k stored whole from a constant by
+/// the last store there, with no call nor store through another register
+/// (which might reach the stack) in between.
+fn const_key(p: &crate::vm::Program, start: usize, pc: usize) -> Option<u32> {
+    let mut k = 0i64;
+    let mut i = pc;
+    loop {
+        i = prev_insn(p, start, i)?;
+        let ins = p.insns[i];
+        if ins.is_call() {
+            return None;
+        }
+        if writes_reg(ins, 2) {
+            match ins.code {
+                0x07 => k += ins.imm as i64,
+                0xbf if ins.off == 0 && (ins.regs >> 4) == 10 => break,
+                _ => return None,
+            }
+        }
+    }
+    let mut i = pc;
+    while let Some(j) = prev_insn(p, start, i) {
+        i = j;
+        let ins = p.insns[i];
+        if ins.is_call() {
+            return None;
+        }
+        let class = ins.class();
+        if class != CLASS_ST && class != CLASS_STX {
+            continue;
+        }
+        if ins.code & 0xe0 != MODE_MEM || ins.dst() != 10 {
+            return None;
+        }
+        let (o, n) = (ins.off as i64, ins.size() as i64);
+        if o + n <= k || o >= k + 4 {
+            continue;
+        }
+        if o != k || n != 4 {
+            return None;
+        }
+        return if class == CLASS_ST { Some(ins.imm as u32) } else { reg_const(p, start, i, (ins.regs >> 4) as usize).map(|v| v as u32) };
+    }
+    None
+}
+
+fn ty_add(t: Ty, k: i64) -> Ty {
+    match t {
+        Ty::Value { map, off } => off.checked_add(k).map_or(Ty::Unknown, |off| Ty::Value { map, off }),
+        Ty::At { map, off } => off.checked_add(k).map_or(Ty::Unknown, |off| Ty::At { map, off }),
+        _ => Ty::Unknown,
+    }
+}
+
+/// What registers hold after the instruction at `pc`, in the block that
+/// starts at `start`.
+fn ty_after(cx: &Cx, p: &crate::vm::Program, start: usize, pc: usize, mut t: [Ty; 11]) -> [Ty; 11] {
+    let ins = p.insns[pc];
+    let dst = ins.dst();
+    let src = (ins.regs >> 4) as usize;
+    match ins.class() {
+        CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => t[dst] = t[src],
+        CLASS_ALU64 if ins.code == 0x07 => t[dst] = ty_add(t[dst], ins.imm as i64),
+        CLASS_ALU64 if ins.code == 0x17 => t[dst] = ty_add(t[dst], -(ins.imm as i64)),
+        CLASS_LD if ins.is_ld_imm64() => {
+            let m = ins.imm as u32;
+            t[dst] = match ins.src() {
+                PSEUDO_MAP_FD if (m as usize) < cx.maps.len() => Ty::Map(m),
+                PSEUDO_MAP_VALUE if cx.maps.get(m as usize).is_some_and(|i| i.array.is_some()) => Ty::At { map: m, off: p.insns[pc + 1].imm as u32 as i64 },
+                _ => Ty::Unknown,
+            }
+        }
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => t[dst] = Ty::Unknown,
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => {
+            t[src] = Ty::Unknown;
+            t[0] = Ty::Unknown;
+        }
+        CLASS_JMP | CLASS_JMP32 if ins.is_call() => {
+            let r1 = t[1];
+            t[..6].fill(Ty::Unknown);
+            if let (true, 1, Ty::Map(m)) = (ins.src() != PSEUDO_CALL, ins.imm, r1) {
+                let info = cx.maps[m as usize];
+                match (info.constant, info.array, const_key(p, start, pc)) {
+                    (true, Some((elem, slots)), Some(k)) if (k as usize) < slots => t[0] = Ty::At { map: m, off: k as i64 * elem as i64 },
+                    _ if info.typed.is_some() => {
+                        // A new result of this call: copies of an older
+                        // one are another pointer.
+                        for r in t.iter_mut() {
+                            if matches!(*r, Ty::MaybeNull { id, .. } if id == pc as u32) {
+                                *r = Ty::Unknown;
+                            }
+                        }
+                        t[0] = Ty::MaybeNull { map: m, id: pc as u32 };
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    t
+}
+
+/// A conditional jump's states (taken, not taken): `if rX == 0` and `if
+/// rX != 0` on a lookup's result make it and its copies a value pointer
+/// where it is not NULL.
+fn ty_edges(t: [Ty; 11], ins: Insn) -> ([Ty; 11], [Ty; 11]) {
+    let op = ins.code & 0xf0;
+    if ins.class() == CLASS_JMP && ins.code & 0x08 == 0 && ins.imm == 0 && (op == 0x10 || op == 0x50) {
+        if let Ty::MaybeNull { map, .. } = t[ins.dst()] {
+            let (mut non, mut null) = (t, t);
+            for i in 0..11 {
+                if t[i] == t[ins.dst()] {
+                    non[i] = Ty::Value { map, off: 0 };
+                    null[i] = Ty::Unknown;
+                }
+            }
+            return if op == 0x10 { (null, non) } else { (non, null) };
+        }
+    }
+    (t, t)
+}
+
+/// What registers hold at the start of each block (None: no path reaches
+/// it). Forward dataflow; a register keeps what every path agrees on.
+fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leaders: &BTreeSet<usize>) -> HashMap<usize, Option<[Ty; 11]>> {
+    let ls: Vec<usize> = leaders.iter().copied().collect();
+    let mut state: HashMap<usize, Option<[Ty; 11]>> = ls.iter().map(|&l| (l, None)).collect();
+    state.insert(start, Some(TY_UNKNOWN));
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (i, &l) in ls.iter().enumerate() {
+            let Some(mut t) = state[&l] else { continue };
+            let block_end = ls.get(i + 1).copied().unwrap_or(end);
+            let mut edges: Vec<(usize, [Ty; 11])> = Vec::new();
+            let mut falls = true;
+            let mut pc = l;
+            while pc < block_end {
+                let ins = p.insns[pc];
+                let class = ins.class();
+                if (class == CLASS_JMP || class == CLASS_JMP32) && !ins.is_call() {
+                    let op = ins.code & 0xf0;
+                    if op == 0x90 {
+                        falls = false;
+                    } else {
+                        let off = if op == 0x00 && class == CLASS_JMP32 { ins.imm as i64 } else { ins.off as i64 };
+                        let target = (pc as i64 + off + 1) as usize;
+                        if op == 0x00 {
+                            edges.push((target, t));
+                            falls = false;
+                        } else {
+                            let (taken, not) = ty_edges(t, ins);
+                            edges.push((target, taken));
+                            t = not;
+                        }
+                    }
+                } else {
+                    t = ty_after(cx, p, l, pc, t);
+                }
+                pc += if ins.is_ld_imm64() { 2 } else { 1 };
+            }
+            if falls && block_end < end {
+                edges.push((block_end, t));
+            }
+            for (target, e) in edges {
+                if let Some(s) = state.get_mut(&target) {
+                    let new = match s {
+                        None => e,
+                        Some(old) => std::array::from_fn(|r| if old[r] == e[r] { old[r] } else { Ty::Unknown }),
+                    };
+                    if *s != Some(new) {
+                        *s = Some(new);
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+    state
+}
+
 /// The context registers after an instruction.
 fn ctx_after(m: u16, ins: Insn) -> u16 {
     let dst = ins.dst();
@@ -590,7 +992,8 @@ fn translate(
     arrays: &HashMap<usize, ArrayLayout>,
     rodata: &[(usize, u64)],
     map_sizes: &[(usize, usize)],
-) -> Result<(), String> {
+    cx: &Cx,
+) -> Result<Stats, String> {
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
         funcrefs.insert(e, import(func, NS_FUNC, id, bpf_sig(cc)));
@@ -643,9 +1046,10 @@ fn translate(
     b.def_var(scratch, zero);
     let bounds: [Variable; 2] = std::array::from_fn(|_| b.declare_var(types::I64));
     let ctx_in = ctx_registers(p, start, end, &leaders);
+    let ty_in = ty_registers(cx, p, start, end, &leaders);
     let fault = b.create_block();
     b.set_cold_block(fault);
-    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
+    let mut t = Tr { b, regs, scratch, bounds, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start, cx, ty: TY_UNKNOWN, stats: Stats::default() };
     t.load_bounds();
 
     let mut terminated = false;
@@ -661,6 +1065,7 @@ fn translate(
             t.runs.clear();
             t.ctx_regs = ctx_in[&pc];
             t.fp_off = FP_UNKNOWN;
+            t.ty = ty_in.get(&pc).copied().flatten().unwrap_or(TY_UNKNOWN);
         } else if terminated {
             // Unreachable until the next leader.
             pc += 1;
@@ -670,6 +1075,7 @@ fn translate(
         terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
         t.ctx_regs = ctx_after(t.ctx_regs, ins);
         t.fp_off = fp_after(t.fp_off, ins);
+        t.ty = ty_after(cx, p, t.block_start, pc, t.ty);
         pc += if ins.is_ld_imm64() { 2 } else { 1 };
     }
     if !terminated {
@@ -681,7 +1087,7 @@ fn translate(
     t.b.ins().return_(&[z]);
     t.b.seal_all_blocks();
     t.b.finalize();
-    Ok(())
+    Ok(t.stats)
 }
 
 impl Tr<'_, '_> {
@@ -714,6 +1120,10 @@ impl Tr<'_, '_> {
     /// constant offset inside the frame needs none: R10 is read-only and
     /// every frame lies inside the stack.
     fn check(&mut self, pc: usize, base_reg: usize, off: i16, addr: Value, size: i64, write: bool) {
+        if self.typed_ok(base_reg, off as i64, size, write) {
+            self.stats.elided_checks += 1;
+            return;
+        }
         if let Some(k) = self.fp_off.get(base_reg).copied().flatten() {
             let at = k + off as i64;
             if at >= -(STACK_SIZE as i64) && at + size <= 0 {
@@ -957,6 +1367,10 @@ impl Tr<'_, '_> {
                 Ok(false)
             }
             CLASS_LDX => {
+                if let Some(v) = self.fold_load(src, ins) {
+                    self.set(dst, v);
+                    return Ok(false);
+                }
                 let size = ins.size();
                 let base = self.get(src);
                 let addr = self.b.ins().iadd_imm(base, ins.off as i64);
@@ -972,7 +1386,7 @@ impl Tr<'_, '_> {
                     self.set(dst, v);
                     return Ok(false);
                 }
-                if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 {
+                if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 && !self.typed_ok(src, ins.off as i64, 4, false) {
                     // A 32-bit load may be of the context, whose data fields
                     // read as full pointers.
                     let ctx = self.env_field(ENV_CTX);
@@ -1011,6 +1425,11 @@ impl Tr<'_, '_> {
                 Ok(false)
             }
             CLASS_ST | CLASS_STX => {
+                if let Ty::Value { map, .. } | Ty::At { map, .. } = self.ty[dst] {
+                    if self.cx.maps[map as usize].named {
+                        return Err(format!("instruction {pc}: writes map {}, which --const-map names constant", self.cx.vm.maps[map as usize].def.name));
+                    }
+                }
                 let size = ins.size();
                 let base = self.get(dst);
                 let addr = self.b.ins().iadd_imm(base, ins.off as i64);
@@ -1038,6 +1457,11 @@ impl Tr<'_, '_> {
                         Ok(true)
                     }
                     0x80 => {
+                        if let (true, 2 | 3, Ty::Map(m)) = (ins.src() != PSEUDO_CALL, ins.imm, self.ty[1]) {
+                            if self.cx.maps[m as usize].named {
+                                return Err(format!("instruction {pc}: updates map {}, which --const-map names constant", self.cx.vm.maps[m as usize].def.name));
+                            }
+                        }
                         let fp = self.get(10);
                         let args: Vec<Value> = (1..=5).map(|r| self.get(r)).collect();
                         if ins.src() == PSEUDO_CALL {
@@ -1050,6 +1474,9 @@ impl Tr<'_, '_> {
                             let call = self.b.ins().call(f, &a);
                             let r = self.b.inst_results(call)[0];
                             self.set(0, r);
+                        } else if let Some(r) = self.inline_csum_diff(p, pc, ins) {
+                            self.set(0, r);
+                            return Ok(false);
                         } else if let Some(r) = self.inline_array_lookup(p, pc, ins) {
                             self.set(0, r);
                             return Ok(false);
@@ -1185,11 +1612,12 @@ impl Tr<'_, '_> {
     /// bpf_map_lookup_elem on an array, compiled inline: bounds-checked
     /// index to value pointer, NULL past the end.
     fn inline_array_lookup(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
-        if ins.imm != 1 {
+        if ins.imm != 1 || !self.cx.opts.inline_helpers {
             return None;
         }
         let map = self.map_in_r1(p, pc)?;
         let a = *self.arrays.get(&map)?;
+        self.stats.inlined_lookups += 1;
         let key = self.get(2);
         self.check(pc, 2, 0, key, 4, false);
         let idx = self.b.ins().uload32(flags(), key, 0);
@@ -1204,6 +1632,167 @@ impl Tr<'_, '_> {
         let ptr = self.b.ins().iadd(base, off);
         let z = self.b.ins().iconst(types::I64, 0);
         Some(self.b.ins().select(inb, ptr, z))
+    }
+
+    /// Whether an access through `reg` at `off` lies inside one value of a
+    /// map, as the register's type proves: then it needs no check.
+    fn typed_ok(&self, reg: usize, off: i64, size: i64, write: bool) -> bool {
+        if !self.cx.opts.typed_values {
+            return false;
+        }
+        let (map, k, whole) = match self.ty[reg] {
+            Ty::Value { map, off } => (map, off, false),
+            Ty::At { map, off } => (map, off, true),
+            _ => return false,
+        };
+        let info = self.cx.maps[map as usize];
+        let Some(bound) = info.typed else { return false };
+        if write && info.readonly {
+            return false; // must fault, as the check makes it
+        }
+        let Some(a) = k.checked_add(off) else { return false };
+        if a < 0 || size <= 0 {
+            return false;
+        }
+        if whole {
+            // Known from the values' start: inside one element.
+            let Some((elem, slots)) = info.array else { return false };
+            let (i, w) = (a / elem as i64, a % elem as i64);
+            i < slots as i64 && w + size <= bound as i64
+        } else {
+            a + size <= bound as i64
+        }
+    }
+
+    /// A load from a constant map at an address known here: the value it
+    /// reads, from the map as it is now.
+    fn fold_load(&mut self, reg: usize, ins: Insn) -> Option<Value> {
+        if !self.cx.opts.const_maps {
+            return None;
+        }
+        let mode = ins.code & 0xe0;
+        if mode != MODE_MEM && mode != MODE_MEMSX {
+            return None;
+        }
+        let Ty::At { map, off } = self.ty[reg] else { return None };
+        let info = self.cx.maps[map as usize];
+        if !info.constant {
+            return None;
+        }
+        let (elem, slots) = info.array?;
+        let size = ins.size() as i64;
+        let a = off.checked_add(ins.off as i64)?;
+        if a < 0 {
+            return None;
+        }
+        let (idx, w) = ((a / elem as i64) as usize, a % elem as i64);
+        let m = &self.cx.vm.maps[map as usize];
+        if idx >= slots || w + size > m.def.value_size as i64 {
+            return None;
+        }
+        let bytes = m.get(&(idx as u32).to_le_bytes())?;
+        let b = bytes.get(w as usize..(w + size) as usize)?;
+        let mut buf = [0u8; 8];
+        buf[..b.len()].copy_from_slice(b);
+        let mut v = u64::from_le_bytes(buf);
+        if mode == MODE_MEMSX && size < 8 {
+            let sh = 64 - 8 * size as u32;
+            v = (((v << sh) as i64) >> sh) as u64;
+        }
+        self.stats.folded_loads += 1;
+        self.stats.folded_maps.insert(map as usize);
+        Some(self.b.ins().iconst(types::I64, v as i64))
+    }
+
+    /// bpf_csum_diff with sizes this block sets to constants (multiples
+    /// of 4, 512 bytes together at most), inline: as helpers::csum_diff_of
+    /// computes it under the semantics of the kernel the runtime behaves
+    /// as now, which the code then holds.
+    fn inline_csum_diff(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
+        if ins.imm != 28 || !self.cx.opts.inline_helpers {
+            return None;
+        }
+        let fs = reg_const(p, self.block_start, pc, 2)? as u32 as usize;
+        let ts = reg_const(p, self.block_start, pc, 4)? as u32 as usize;
+        if (fs | ts) & 3 != 0 || fs + ts > 512 {
+            return None;
+        }
+        let folded = self.cx.vm.sem.csum_diff_folded;
+        let (from, to) = (self.get(1), self.get(3));
+        if fs > 0 {
+            self.check(pc, 1, 0, from, fs as i64, false);
+        }
+        if ts > 0 {
+            self.check(pc, 3, 0, to, ts as i64, false);
+        }
+        let seed = self.get(5);
+        let seed = self.b.ins().band_imm(seed, 0xffff_ffff);
+        let r = if !folded {
+            // One sum over ~from, then to, from seed; carries folded in.
+            let mut sum = seed;
+            for i in 0..fs / 4 {
+                let w = self.b.ins().uload32(flags(), from, 4 * i as i32);
+                let w = self.b.ins().bxor_imm(w, 0xffff_ffff);
+                sum = self.b.ins().iadd(sum, w);
+            }
+            sum = self.csum_words(to, ts, sum);
+            self.fold32(sum)
+        } else {
+            let r = match (fs > 0, ts > 0) {
+                (true, true) => {
+                    let a = self.csum_words(to, ts, seed);
+                    let a = self.fold32(a);
+                    let z = self.b.ins().iconst(types::I64, 0);
+                    let b = self.csum_words(from, fs, z);
+                    let b = self.fold32(b);
+                    let b = self.b.ins().bxor_imm(b, 0xffff_ffff);
+                    let s = self.b.ins().iadd(a, b);
+                    self.fold32(s)
+                }
+                (false, true) => {
+                    let a = self.csum_words(to, ts, seed);
+                    self.fold32(a)
+                }
+                (true, false) => {
+                    let ns = self.b.ins().bxor_imm(seed, 0xffff_ffff);
+                    let a = self.csum_words(from, fs, ns);
+                    let a = self.fold32(a);
+                    self.b.ins().bxor_imm(a, 0xffff_ffff)
+                }
+                (false, false) => seed,
+            };
+            // from32to16
+            let mut r = r;
+            for _ in 0..2 {
+                let lo = self.b.ins().band_imm(r, 0xffff);
+                let hi = self.b.ins().ushr_imm(r, 16);
+                r = self.b.ins().iadd(lo, hi);
+            }
+            r
+        };
+        self.stats.inlined_csum += 1;
+        self.stats.csum_folded = Some(folded);
+        Some(r)
+    }
+
+    /// `sum` plus the little-endian u32 words of [addr, addr+len), in 64 bits.
+    fn csum_words(&mut self, addr: Value, len: usize, mut sum: Value) -> Value {
+        for i in 0..len / 4 {
+            let w = self.b.ins().uload32(flags(), addr, 4 * i as i32);
+            sum = self.b.ins().iadd(sum, w);
+        }
+        sum
+    }
+
+    /// A sum of at most 2^7 words folded to 32 bits with its carries: two
+    /// rounds always suffice.
+    fn fold32(&mut self, mut sum: Value) -> Value {
+        for _ in 0..2 {
+            let lo = self.b.ins().band_imm(sum, 0xffff_ffff);
+            let hi = self.b.ins().ushr_imm(sum, 32);
+            sum = self.b.ins().iadd(lo, hi);
+        }
+        sum
     }
 
     fn alu(&mut self, op: u8, off: i16, ty: cranelift_codegen::ir::Type, d: Value, x: Value) -> Result<Value, String> {
