@@ -281,7 +281,7 @@ mod tests {
         assert!(is_native(out.to_str().unwrap()));
         let n = read(out.to_str().unwrap()).unwrap();
         assert_eq!(n.image, image);
-        assert_eq!((n.opts, n.stats, n.maps), (Opts::ALL, stats, maps));
+        assert_eq!((n.opts, &n.stats, &n.maps), (Opts::ALL, &stats, &maps));
         assert!(elf_of(&n, "x.native", None).is_ok());
         std::fs::write(&elf, b"other bytes").unwrap();
         assert!(elf_of(&n, "x.native", None).unwrap_err().contains("not the ELF object"));

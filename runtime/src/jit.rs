@@ -1889,3 +1889,210 @@ impl Tr<'_, '_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::{map_type as mt, BpfObject, MapDef, ProgramDef};
+
+    fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { code, regs: dst | src << 4, off, imm }
+    }
+
+    /// ld_imm64 of kind `src` (a map, a map's value) into `dst`.
+    fn ld64(dst: u8, src: u8, map: i32, off: i32) -> [Insn; 2] {
+        [ins(0x18, dst, src, 0, map), ins(0, 0, 0, 0, off)]
+    }
+
+    const EXIT: Insn = Insn { code: 0x95, regs: 0, off: 0, imm: 0 };
+
+    fn object(maps: Vec<MapDef>, insns: Vec<Insn>) -> BpfObject {
+        BpfObject { maps, programs: vec![ProgramDef { name: "p".into(), section: "xdp".into(), insns, func_info: Vec::new() }], license: "GPL".into(), btf: None }
+    }
+
+    /// Runs program 0 on `frame`: interpreter, then code compiled with
+    /// `opts`; both verdicts, the maps after each, and what compiling did.
+    fn run_both(obj: &BpfObject, opts: Opts, named: &[usize], frame: &[u8], setup: impl Fn(&mut Vm)) -> ((u64, Vec<Vec<u8>>), (u64, Vec<Vec<u8>>), Stats) {
+        let dump = |vm: &Vm| vm.maps.iter().map(|m| m.entries().into_iter().flat_map(|(k, v)| [k, v].concat()).collect::<Vec<u8>>()).collect::<Vec<_>>();
+        let mut vm = Vm::new(obj, 1).unwrap();
+        setup(&mut vm);
+        let mut pkt = Packet::for_test_run(frame, 1, 0).unwrap();
+        let r = Exec::new(&mut vm, &mut pkt).run(0).unwrap();
+        let want = (r, dump(&vm));
+        let mut vm = Vm::new(obj, 1).unwrap();
+        setup(&mut vm);
+        let (img, stats) = compile_with(&vm, opts, named).unwrap();
+        let jit = Jit::load(&vm, 0, &img).unwrap();
+        let mut pkt = Packet::for_test_run(frame, 1, 0).unwrap();
+        let r = jit.run(&mut vm, 0, &mut pkt).unwrap();
+        (want, (r, dump(&vm)), stats)
+    }
+
+    /// key 0 on the stack, lookup in map 0, NULL check, then `body`.
+    fn lookup_then(body: &[Insn]) -> Vec<Insn> {
+        let mut v = vec![ins(0x62, 10, 0, -4, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)];
+        v.extend(ld64(1, PSEUDO_MAP_FD, 0, 0));
+        v.push(ins(0x85, 0, 0, 0, 1));
+        v.push(ins(0x15, 0, 0, body.len() as i16, 0)); // if r0 == 0 goto exit
+        v.extend_from_slice(body);
+        v.push(EXIT);
+        v
+    }
+
+    #[test]
+    fn typed_values_elide_checks_inside_the_value() {
+        let body = [
+            ins(0xbf, 6, 0, 0, 0),  // r6 = r0 (a copy)
+            ins(0xb7, 1, 0, 0, 7),  // r1 = 7
+            ins(0x7b, 6, 1, 8, 0),  // *(u64 *)(r6 + 8) = r1
+            ins(0x07, 6, 0, 0, 4),  // r6 += 4
+            ins(0x61, 2, 6, 8, 0),  // r2 = *(u32 *)(r6 + 8): value bytes 12..16
+            ins(0x79, 3, 6, 8, 0),  // r3 = *(u64 *)(r6 + 8): 12..20, past the value
+            ins(0x79, 0, 0, 8, 0),  // r0 = *(u64 *)(r0 + 8)
+            ins(0x0f, 0, 2, 0, 0),  // r0 += r2
+        ];
+        for t in [mt::ARRAY, mt::PERCPU_ARRAY, mt::HASH, mt::PERCPU_HASH] {
+            let mut d = MapDef::new("m", t, 4, 16, 4);
+            d.btf_value_size = Some(16);
+            let obj = object(vec![d], lookup_then(&body));
+            let setup = |vm: &mut Vm| {
+                if matches!(t, mt::HASH | mt::PERCPU_HASH) {
+                    assert_eq!(vm.maps[0].update(&0u32.to_le_bytes(), &[0xab; 16], 0, None), 0);
+                }
+            };
+            let (want, got, stats) = run_both(&obj, Opts { typed_values: true, ..Opts::NONE }, &[], &[0; 64], setup);
+            assert_eq!(want, got, "map type {t}");
+            assert_eq!(want.0 & 0xff, 7, "map type {t}");
+            // The store, the 4-byte load and r0's load; not the load past the value.
+            assert_eq!(stats.elided_checks, 3, "map type {t}");
+            let (_, got, stats) = run_both(&obj, Opts::NONE, &[], &[0; 64], setup);
+            assert_eq!(want, got);
+            assert_eq!(stats.elided_checks, 0);
+        }
+    }
+
+    #[test]
+    fn typed_values_stay_off_when_btf_disagrees_or_before_the_null_check() {
+        let body = [ins(0x79, 0, 0, 0, 0)];
+        let mut d = MapDef::new("m", mt::ARRAY, 4, 16, 4);
+        d.btf_value_size = Some(8);
+        let (want, got, stats) = run_both(&object(vec![d], lookup_then(&body)), Opts::ALL, &[], &[0; 64], |_| {});
+        assert_eq!(want, got);
+        assert_eq!(stats.elided_checks, 0);
+        // A load through the result before its NULL check keeps its check.
+        let mut v = vec![ins(0x62, 10, 0, -4, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)];
+        v.extend(ld64(1, PSEUDO_MAP_FD, 0, 0));
+        v.extend([ins(0x85, 0, 0, 0, 1), ins(0x79, 0, 0, 0, 0), EXIT]);
+        let vm = Vm::new(&object(vec![MapDef::new("m", mt::ARRAY, 4, 16, 4)], v), 1).unwrap();
+        assert_eq!(compile_with(&vm, Opts::ALL, &[]).unwrap().1.elided_checks, 0);
+    }
+
+    /// bpf_csum_diff(data, fs, data + 8, ts, seed) on a frame of 64 bytes.
+    fn csum_prog(fs: i32, ts: i32) -> Vec<Insn> {
+        vec![
+            ins(0x61, 2, 1, 0, 0), // r2 = ctx->data
+            ins(0x61, 3, 1, 4, 0), // r3 = ctx->data_end
+            ins(0xbf, 4, 2, 0, 0),
+            ins(0x07, 4, 0, 0, 8 + 512),
+            ins(0x2d, 4, 3, 7, 0), // if r4 > r3 goto exit
+            ins(0xbf, 1, 2, 0, 0),
+            ins(0xbf, 3, 2, 0, 0),
+            ins(0x07, 3, 0, 0, 8),
+            ins(0xb7, 2, 0, 0, fs),
+            ins(0xb7, 4, 0, 0, ts),
+            ins(0xb7, 5, 0, 0, 0x1234_5678),
+            ins(0x85, 0, 0, 0, 28),
+            EXIT,
+        ]
+    }
+
+    #[test]
+    fn inline_csum_diff_computes_as_the_helper() {
+        let frame: Vec<u8> = (0..600u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 | 0x80).collect();
+        for folded in [false, true] {
+            for (fs, ts) in [(8, 16), (0, 16), (8, 0), (0, 0), (4, 4), (256, 256), (20, 20)] {
+                let obj = object(Vec::new(), csum_prog(fs, ts));
+                let setup = |vm: &mut Vm| vm.sem.csum_diff_folded = folded;
+                let (want, got, stats) = run_both(&obj, Opts { inline_helpers: true, ..Opts::NONE }, &[], &frame, setup);
+                assert_eq!(want, got, "folded {folded}, sizes {fs} {ts}");
+                assert_eq!((stats.inlined_csum, stats.csum_folded), (1, Some(folded)));
+                let (_, got, stats) = run_both(&obj, Opts::NONE, &[], &frame, setup);
+                assert_eq!(want, got);
+                assert_eq!(stats.inlined_csum, 0);
+            }
+            // Sizes the kernel refuses (or folds) stay calls.
+            let (want, got, stats) = run_both(&object(Vec::new(), csum_prog(6, 4)), Opts::ALL, &[], &frame, |vm| vm.sem.csum_diff_folded = folded);
+            assert_eq!((want, stats.inlined_csum), (got, 0));
+        }
+    }
+
+    #[test]
+    fn inline_helpers_off_calls_array_lookups_too() {
+        let obj = object(vec![MapDef::new("m", mt::ARRAY, 4, 16, 4)], lookup_then(&[ins(0x79, 0, 0, 0, 0)]));
+        let (want, got, stats) = run_both(&obj, Opts::NONE, &[], &[0; 64], |_| {});
+        assert_eq!((want, stats.inlined_lookups), (got, 0));
+        let (want, got, stats) = run_both(&obj, Opts { inline_helpers: true, ..Opts::NONE }, &[], &[0; 64], |_| {});
+        assert_eq!((want, stats.inlined_lookups), (got, 1));
+    }
+
+    #[test]
+    fn const_maps_fold_read_only_data_and_named_arrays() {
+        // .rodata's u32 at 4, then slot 1 of the array "cfg", bytes 2..4.
+        let mut ro = MapDef::new(".rodata", mt::ARRAY, 4, 8, 1);
+        ro.data = Some(vec![1, 2, 3, 4, 0x78, 0x56, 0x34, 0x12]);
+        ro.readonly = true;
+        let cfg = MapDef::new("cfg", mt::ARRAY, 4, 4, 2);
+        let mut v = ld64(1, PSEUDO_MAP_VALUE, 0, 4).to_vec();
+        v.push(ins(0x61, 6, 1, 0, 0)); // r6 = *(u32 *)(r1 + 0)
+        v.extend([ins(0xb7, 1, 0, 0, 1), ins(0x63, 10, 1, -4, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)]);
+        v.extend(ld64(1, PSEUDO_MAP_FD, 1, 0));
+        v.extend([ins(0x85, 0, 0, 0, 1), ins(0x15, 0, 0, 2, 0), ins(0x69, 0, 0, 2, 0), ins(0x0f, 0, 6, 0, 0), EXIT]);
+        let obj = object(vec![ro, cfg], v);
+        let setup = |vm: &mut Vm| assert_eq!(vm.maps[1].update(&1u32.to_le_bytes(), &[0, 0, 0x22, 0x11], 0, None), 0);
+        let opts = Opts { const_maps: true, ..Opts::NONE };
+        let (want, got, stats) = run_both(&obj, opts, &[1], &[0; 64], setup);
+        assert_eq!(want, got);
+        assert_eq!(want.0, 0x1234_5678 + 0x1122);
+        assert_eq!(stats.folded_loads, 2);
+        assert_eq!(stats.folded_maps, BTreeSet::from([0, 1]));
+        // Not named: the array is read at run time.
+        let (_, _, stats) = run_both(&obj, opts, &[], &[0; 64], setup);
+        assert_eq!((stats.folded_loads, stats.folded_maps), (1, BTreeSet::from([0])));
+        assert_eq!(run_both(&obj, Opts::NONE, &[], &[0; 64], setup).2.folded_loads, 0);
+    }
+
+    #[test]
+    fn a_named_constant_map_the_program_writes_is_refused() {
+        let obj = object(vec![MapDef::new("cfg", mt::ARRAY, 4, 8, 2)], lookup_then(&[ins(0x7a, 0, 0, 0, 1)]));
+        let vm = Vm::new(&obj, 1).unwrap();
+        let e = compile_with(&vm, Opts::ALL, &[0]).unwrap_err();
+        assert!(e.contains("--const-map"), "{e}");
+        assert!(compile_with(&vm, Opts::ALL, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_changed_constant_map_is_refused_at_load() {
+        let obj = object(vec![MapDef::new("cfg", mt::ARRAY, 4, 8, 2)], lookup_then(&[ins(0x79, 0, 0, 0, 0)]));
+        let vm = Vm::new(&obj, 1).unwrap();
+        vm.maps[0].update(&0u32.to_le_bytes(), &[9; 8], 0, None);
+        let (image, stats) = compile_with(&vm, Opts::ALL, &[0]).unwrap();
+        assert_eq!(stats.folded_loads, 1);
+        let maps = vec![("cfg".to_string(), crate::aot::map_digest(&vm.maps[0]))];
+        let n = crate::aot::Native { elf: String::new(), sha256: [0; 32], abi: String::new(), features: Vec::new(), image, opts: Opts::ALL, stats, maps };
+        assert!(crate::aot::check_vm(&n, &vm, "x.native").is_ok());
+        vm.maps[0].update(&0u32.to_le_bytes(), &[8; 8], 0, None);
+        let e = crate::aot::check_vm(&n, &vm, "x.native").unwrap_err();
+        assert!(e.contains("map cfg is compiled in as a constant"), "{e}");
+    }
+
+    #[test]
+    fn opts_parse_and_name() {
+        assert_eq!(Opts::parse("all").unwrap(), Opts::ALL);
+        assert_eq!(Opts::parse("none").unwrap(), Opts::NONE);
+        let o = Opts::parse("typed-values,const-maps").unwrap();
+        assert_eq!((o.typed_values, o.inline_helpers, o.const_maps), (true, false, true));
+        assert_eq!(Opts::parse(&o.names()).unwrap(), o);
+        assert_eq!(Opts::from_bits(o.bits()), o);
+        assert!(Opts::parse("fast").is_err());
+    }
+}
