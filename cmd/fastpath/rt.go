@@ -28,7 +28,7 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
   fastpath rt forward --dev IFACE --dev IFACE [--metrics ADDR] (AF_XDP forwarding with no program: the runtime's I/O alone)
   fastpath rt list OBJ
   fastpath rt verify OBJ [--prog NAME]       (also says which kernel's helper semantics the runtime uses)
-  fastpath rt bench [--repeat N] [--json-file FILE] [--md FILE]
+  fastpath rt bench [--repeat N] [--aot-opts] [--json-file FILE] [--md FILE]
 Any command takes --kernel X.Y to behave as that kernel's helpers rather than the running kernel's;
 fastpath rt COMMAND --help lists a command's flags.`,
 	}
@@ -83,6 +83,9 @@ var rtPassThrough = []rtPass{
 `},
 	{use: "compile OBJ [-o OBJ.native]", short: "compile every program of an object ahead of time, for run and test-run without Cranelift", flags: `  -o OBJ.native        output (default: OBJ.native)
   --no-verify          do not load the programs into the kernel's verifier first
+  --opt LIST           none, all (default), or typed-values,inline-helpers,const-maps
+  --const-map NAME     an array the programs only read, compiled in (again for several)
+  --maps-in FILE.json  fill maps from this file first (the contents --const-map compiles in)
 `},
 	{use: "forward --dev IFACE --dev IFACE [flags]", short: "forward frames between interfaces over AF_XDP with no program: the runtime's I/O ceiling", mode: true, flags: `  --dev IFACE          a device (two or more: each frame leaves by the next)
   --mode native|generic  XDP mode of the AF_XDP redirect program (default native; no fallback)
@@ -206,6 +209,7 @@ func rtBenchCmd() *cobra.Command {
 	var (
 		repeat, rounds int
 		jsonOut, mdOut string
+		aotOpts        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--repeat N] [--rounds N] [--json-file FILE] [--md FILE]",
@@ -218,6 +222,9 @@ func rtBenchCmd() *cobra.Command {
 			dir, err := benchDir()
 			if err != nil {
 				return err
+			}
+			if aotOpts {
+				return rtBenchAOTOpts(rt.BenchOptions{Repeat: repeat, Rounds: rounds, Dir: dir}, jsonOut, mdOut)
 			}
 			rows, err := rt.Bench(rt.BenchOptions{Repeat: repeat, Rounds: rounds, Dir: dir})
 			if err != nil {
@@ -242,6 +249,7 @@ func rtBenchCmd() *cobra.Command {
 	cmd.Flags().StringVar(&jsonOut, "json", "", "write the rows as JSON to this file")
 	cmd.Flags().MarkDeprecated("json", "use --json-file")
 	cmd.Flags().StringVar(&mdOut, "md", "", "write the table as Markdown")
+	cmd.Flags().BoolVar(&aotOpts, "aot-opts", false, "time AOT objects compiled with each --opt (none, each alone, all) instead")
 	return cmd
 }
 

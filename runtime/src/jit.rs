@@ -234,9 +234,48 @@ enum Ty {
     Value { map: u32, off: i64 },
     /// The start of the map's values plus `off`, known when compiling.
     At { map: u32, off: i64 },
+    /// A number known when compiling.
+    Const(i64),
+    /// The frame pointer plus `off`.
+    Fp(i64),
 }
 
-const TY_UNKNOWN: [Ty; 11] = [Ty::Unknown; 11];
+/// What registers hold, and u32 constants stored in the frame (offset
+/// from R10, value), for map keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TyState {
+    r: [Ty; 11],
+    slots: [Option<(i64, u32)>; 8],
+}
+
+impl std::ops::Index<usize> for TyState {
+    type Output = Ty;
+    fn index(&self, i: usize) -> &Ty {
+        &self.r[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for TyState {
+    fn index_mut(&mut self, i: usize) -> &mut Ty {
+        &mut self.r[i]
+    }
+}
+
+impl TyState {
+    /// What both hold.
+    fn meet(&self, o: &TyState) -> TyState {
+        let mut slots = self.slots;
+        for s in slots.iter_mut() {
+            if s.is_some() && !o.slots.contains(s) {
+                *s = None;
+            }
+        }
+        TyState { r: std::array::from_fn(|i| if self.r[i] == o.r[i] { self.r[i] } else { Ty::Unknown }), slots }
+    }
+}
+
+const U: Ty = Ty::Unknown;
+const TY_UNKNOWN: TyState = TyState { r: [U, U, U, U, U, U, U, U, U, U, Ty::Fp(0)], slots: [None; 8] };
 
 /// Executable memory holding a placed image.
 struct ExecMem {
@@ -643,7 +682,7 @@ struct Tr<'a, 'b> {
     cx: &'a Cx<'a>,
     /// What each register holds, for typed values and folded loads, before
     /// the instruction being translated.
-    ty: [Ty; 11],
+    ty: TyState,
     stats: Stats,
 }
 
@@ -769,69 +808,26 @@ fn reg_const(p: &crate::vm::Program, start: usize, pc: usize, r: usize) -> Optio
     None
 }
 
-/// The u32 key R2 points at for a call at `pc`, when this block made it:
-/// R2 = R10 + k, and the four bytes at k stored whole from a constant by
-/// the last store there, with no call nor store through another register
-/// (which might reach the stack) in between.
-fn const_key(p: &crate::vm::Program, start: usize, pc: usize) -> Option<u32> {
-    let mut k = 0i64;
-    let mut i = pc;
-    loop {
-        i = prev_insn(p, start, i)?;
-        let ins = p.insns[i];
-        if ins.is_call() {
-            return None;
-        }
-        if writes_reg(ins, 2) {
-            match ins.code {
-                0x07 => k += ins.imm as i64,
-                0xbf if ins.off == 0 && (ins.regs >> 4) == 10 => break,
-                _ => return None,
-            }
-        }
-    }
-    let mut i = pc;
-    while let Some(j) = prev_insn(p, start, i) {
-        i = j;
-        let ins = p.insns[i];
-        if ins.is_call() {
-            return None;
-        }
-        let class = ins.class();
-        if class != CLASS_ST && class != CLASS_STX {
-            continue;
-        }
-        if ins.code & 0xe0 != MODE_MEM || ins.dst() != 10 {
-            return None;
-        }
-        let (o, n) = (ins.off as i64, ins.size() as i64);
-        if o + n <= k || o >= k + 4 {
-            continue;
-        }
-        if o != k || n != 4 {
-            return None;
-        }
-        return if class == CLASS_ST { Some(ins.imm as u32) } else { reg_const(p, start, i, (ins.regs >> 4) as usize).map(|v| v as u32) };
-    }
-    None
-}
-
 fn ty_add(t: Ty, k: i64) -> Ty {
     match t {
+        Ty::Const(c) => Ty::Const(c.wrapping_add(k)),
+        Ty::Fp(off) => off.checked_add(k).map_or(Ty::Unknown, Ty::Fp),
         Ty::Value { map, off } => off.checked_add(k).map_or(Ty::Unknown, |off| Ty::Value { map, off }),
         Ty::At { map, off } => off.checked_add(k).map_or(Ty::Unknown, |off| Ty::At { map, off }),
         _ => Ty::Unknown,
     }
 }
 
-/// What registers hold after the instruction at `pc`, in the block that
-/// starts at `start`.
-fn ty_after(cx: &Cx, p: &crate::vm::Program, start: usize, pc: usize, mut t: [Ty; 11]) -> [Ty; 11] {
+/// What registers (and the frame's u32 slots) hold after the instruction
+/// at `pc`.
+fn ty_after(cx: &Cx, p: &crate::vm::Program, pc: usize, mut t: TyState) -> TyState {
     let ins = p.insns[pc];
     let dst = ins.dst();
     let src = (ins.regs >> 4) as usize;
     match ins.class() {
         CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => t[dst] = t[src],
+        CLASS_ALU64 if ins.code == 0xb7 => t[dst] = Ty::Const(ins.imm as i64),
+        CLASS_ALU if ins.code == 0xb4 && ins.off == 0 => t[dst] = Ty::Const(ins.imm as u32 as i64),
         CLASS_ALU64 if ins.code == 0x07 => t[dst] = ty_add(t[dst], ins.imm as i64),
         CLASS_ALU64 if ins.code == 0x17 => t[dst] = ty_add(t[dst], -(ins.imm as i64)),
         CLASS_LD if ins.is_ld_imm64() => {
@@ -843,21 +839,58 @@ fn ty_after(cx: &Cx, p: &crate::vm::Program, start: usize, pc: usize, mut t: [Ty
             }
         }
         CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => t[dst] = Ty::Unknown,
-        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => {
-            t[src] = Ty::Unknown;
-            t[0] = Ty::Unknown;
+        CLASS_ST | CLASS_STX => {
+            let atomic = ins.code & 0xe0 == MODE_ATOMIC;
+            let stored = match (ins.class(), t[src]) {
+                (CLASS_ST, _) => Some(ins.imm as u32),
+                (_, Ty::Const(c)) => Some(c as u32),
+                _ => None,
+            };
+            match t[dst] {
+                Ty::Fp(k) => {
+                    let (a, n) = (k + ins.off as i64, ins.size() as i64);
+                    for s in t.slots.iter_mut() {
+                        if matches!(*s, Some((o, _)) if o < a + n && a < o + 4) {
+                            *s = None;
+                        }
+                    }
+                    if let (false, 4, Some(v)) = (atomic || ins.code & 0xe0 != MODE_MEM, n, stored) {
+                        if let Some(s) = t.slots.iter_mut().find(|s| s.is_none()) {
+                            *s = Some((a, v));
+                        }
+                    }
+                }
+                // Map values are not the stack.
+                Ty::Value { .. } | Ty::At { .. } => {}
+                // Anything else might point into the frame.
+                _ => t.slots = [None; 8],
+            }
+            if atomic {
+                t[src] = Ty::Unknown;
+                t[0] = Ty::Unknown;
+            }
         }
         CLASS_JMP | CLASS_JMP32 if ins.is_call() => {
-            let r1 = t[1];
-            t[..6].fill(Ty::Unknown);
-            if let (true, 1, Ty::Map(m)) = (ins.src() != PSEUDO_CALL, ins.imm, r1) {
+            let (r1, r2) = (t[1], t[2]);
+            t.r[..6].fill(Ty::Unknown);
+            // bpf_map_lookup_elem writes no memory; any other call might
+            // write the frame through a pointer.
+            let lookup = ins.src() != PSEUDO_CALL && ins.imm == 1;
+            if !lookup {
+                t.slots = [None; 8];
+            }
+            let key = match r2 {
+                Ty::Fp(k) => t.slots.iter().flatten().find(|s| s.0 == k).map(|s| s.1),
+                _ => None,
+            };
+            if let (true, Ty::Map(m)) = (lookup, r1) {
                 let info = cx.maps[m as usize];
-                match (info.constant, info.array, const_key(p, start, pc)) {
+                match (info.constant, info.array, key) {
                     (true, Some((elem, slots)), Some(k)) if (k as usize) < slots => t[0] = Ty::At { map: m, off: k as i64 * elem as i64 },
                     _ if info.typed.is_some() => {
                         // A new result of this call: copies of an older
                         // one are another pointer.
-                        for r in t.iter_mut() {
+                        for r in t.r.iter_mut() {
                             if matches!(*r, Ty::MaybeNull { id, .. } if id == pc as u32) {
                                 *r = Ty::Unknown;
                             }
@@ -870,13 +903,14 @@ fn ty_after(cx: &Cx, p: &crate::vm::Program, start: usize, pc: usize, mut t: [Ty
         }
         _ => {}
     }
+    t[10] = Ty::Fp(0);
     t
 }
 
 /// A conditional jump's states (taken, not taken): `if rX == 0` and `if
 /// rX != 0` on a lookup's result make it and its copies a value pointer
 /// where it is not NULL.
-fn ty_edges(t: [Ty; 11], ins: Insn) -> ([Ty; 11], [Ty; 11]) {
+fn ty_edges(t: TyState, ins: Insn) -> (TyState, TyState) {
     let op = ins.code & 0xf0;
     if ins.class() == CLASS_JMP && ins.code & 0x08 == 0 && ins.imm == 0 && (op == 0x10 || op == 0x50) {
         if let Ty::MaybeNull { map, .. } = t[ins.dst()] {
@@ -895,9 +929,9 @@ fn ty_edges(t: [Ty; 11], ins: Insn) -> ([Ty; 11], [Ty; 11]) {
 
 /// What registers hold at the start of each block (None: no path reaches
 /// it). Forward dataflow; a register keeps what every path agrees on.
-fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leaders: &BTreeSet<usize>) -> HashMap<usize, Option<[Ty; 11]>> {
+fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leaders: &BTreeSet<usize>) -> HashMap<usize, Option<TyState>> {
     let ls: Vec<usize> = leaders.iter().copied().collect();
-    let mut state: HashMap<usize, Option<[Ty; 11]>> = ls.iter().map(|&l| (l, None)).collect();
+    let mut state: HashMap<usize, Option<TyState>> = ls.iter().map(|&l| (l, None)).collect();
     state.insert(start, Some(TY_UNKNOWN));
     let mut changed = true;
     while changed {
@@ -905,7 +939,7 @@ fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leade
         for (i, &l) in ls.iter().enumerate() {
             let Some(mut t) = state[&l] else { continue };
             let block_end = ls.get(i + 1).copied().unwrap_or(end);
-            let mut edges: Vec<(usize, [Ty; 11])> = Vec::new();
+            let mut edges: Vec<(usize, TyState)> = Vec::new();
             let mut falls = true;
             let mut pc = l;
             while pc < block_end {
@@ -928,7 +962,7 @@ fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leade
                         }
                     }
                 } else {
-                    t = ty_after(cx, p, l, pc, t);
+                    t = ty_after(cx, p, pc, t);
                 }
                 pc += if ins.is_ld_imm64() { 2 } else { 1 };
             }
@@ -939,7 +973,7 @@ fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leade
                 if let Some(s) = state.get_mut(&target) {
                     let new = match s {
                         None => e,
-                        Some(old) => std::array::from_fn(|r| if old[r] == e[r] { old[r] } else { Ty::Unknown }),
+                        Some(old) => old.meet(&e),
                     };
                     if *s != Some(new) {
                         *s = Some(new);
@@ -1075,7 +1109,7 @@ fn translate(
         terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
         t.ctx_regs = ctx_after(t.ctx_regs, ins);
         t.fp_off = fp_after(t.fp_off, ins);
-        t.ty = ty_after(cx, p, t.block_start, pc, t.ty);
+        t.ty = ty_after(cx, p, pc, t.ty);
         pc += if ins.is_ld_imm64() { 2 } else { 1 };
     }
     if !terminated {
@@ -2044,7 +2078,8 @@ mod tests {
         let cfg = MapDef::new("cfg", mt::ARRAY, 4, 4, 2);
         let mut v = ld64(1, PSEUDO_MAP_VALUE, 0, 4).to_vec();
         v.push(ins(0x61, 6, 1, 0, 0)); // r6 = *(u32 *)(r1 + 0)
-        v.extend([ins(0xb7, 1, 0, 0, 1), ins(0x63, 10, 1, -4, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)]);
+        // The key stored in one block, looked up in the next.
+        v.extend([ins(0xb7, 1, 0, 0, 1), ins(0x63, 10, 1, -4, 0), ins(0x05, 0, 0, 0, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)]);
         v.extend(ld64(1, PSEUDO_MAP_FD, 1, 0));
         v.extend([ins(0x85, 0, 0, 0, 1), ins(0x15, 0, 0, 2, 0), ins(0x69, 0, 0, 2, 0), ins(0x0f, 0, 6, 0, 0), EXIT]);
         let obj = object(vec![ro, cfg], v);
