@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 
 	"github.com/fastpath-dev/fastpath/internal/bench"
@@ -83,6 +84,11 @@ func CompileWith(object, out string, o CompileOptions) error {
 // option alone, all.
 var AOTVariants = []string{"none", "typed-values", "inline-helpers", "const-maps", "all"}
 
+// benchConstMaps are the benchmark programs' configuration arrays, which
+// they only read: compiled in (--const-map, with bench.Setup's contents)
+// where const-maps is on.
+var benchConstMaps = map[string][]string{"xdp_lb": {"lb_config"}}
+
 // AOTOptRow is one program's ns per run as AOT objects compiled with each
 // of AOTVariants, and what each compilation did.
 type AOTOptRow struct {
@@ -123,7 +129,11 @@ func BenchAOTOpts(o BenchOptions) ([]AOTOptRow, error) {
 		for i, v := range AOTVariants {
 			natives[v] = filepath.Join(o.Tmp, fmt.Sprintf("%s.%s.native", p.Object, v))
 			// Compiled once each, outside the timed runs; verified once.
-			if err := CompileWith(filepath.Join(o.Dir, p.Object), natives[v], CompileOptions{Opt: v, NoVerify: i > 0}); err != nil {
+			co := CompileOptions{Opt: v, NoVerify: i > 0}
+			if v == "const-maps" || v == "all" {
+				co.ConstMaps, co.Maps = benchConstMaps[p.Name], init
+			}
+			if err := CompileWith(filepath.Join(o.Dir, p.Object), natives[v], co); err != nil {
 				return nil, fmt.Errorf("%s --opt %s: %w", p.Name, v, err)
 			}
 		}
@@ -186,6 +196,11 @@ func AOTOptTable(rows []AOTOptRow, markdown bool) string {
 			fmt.Fprintf(&b, "  %-16s %d / %d / %d / %d\n", r.Program, i.ElidedChecks, i.InlinedLookups, i.InlinedCsum, i.FoldedLoads)
 		}
 	}
-	fmt.Fprintf(&b, "ns per run of fastpath-rt's aot engine, best of rounds, per-run overhead included; (×) is the ratio to --opt none; %s, %d CPUs\n", runtime.GOARCH, runtime.NumCPU())
+	var named []string
+	for p, ms := range benchConstMaps {
+		named = append(named, p+": "+strings.Join(ms, ", "))
+	}
+	sort.Strings(named)
+	fmt.Fprintf(&b, "ns per run of fastpath-rt's aot engine, best of rounds, per-run overhead included; (×) is the ratio to --opt none; const-maps and all with --const-map %s; %s, %d CPUs\n", strings.Join(named, "; "), runtime.GOARCH, runtime.NumCPU())
 	return b.String()
 }
