@@ -24,7 +24,7 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
 
   fastpath rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--mode native|generic] [--tap NAME] [--duration S] [--json] [--metrics ADDR]
   fastpath rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N] [--engine interp|jit] [--json] [--dump-maps]
-  fastpath rt compile OBJ [-o OBJ.native]   (run and test-run take OBJ.native in place of OBJ: engine aot)
+  fastpath rt compile OBJ [-o OBJ.native] [--opt none|all|LIST]   (run and test-run take OBJ.native in place of OBJ: engine aot)
   fastpath rt forward --dev IFACE --dev IFACE [--metrics ADDR] (AF_XDP forwarding with no program: the runtime's I/O alone)
   fastpath rt list OBJ
   fastpath rt verify OBJ [--prog NAME]       (also says which kernel's helper semantics the runtime uses)

@@ -1944,9 +1944,12 @@ mod tests {
         BpfObject { maps, programs: vec![ProgramDef { name: "p".into(), section: "xdp".into(), insns, func_info: Vec::new() }], license: "GPL".into(), btf: None }
     }
 
+    /// A run's verdict and every map's entries after it.
+    type Outcome = (u64, Vec<Vec<u8>>);
+
     /// Runs program 0 on `frame`: interpreter, then code compiled with
     /// `opts`; both verdicts, the maps after each, and what compiling did.
-    fn run_both(obj: &BpfObject, opts: Opts, named: &[usize], frame: &[u8], setup: impl Fn(&mut Vm)) -> ((u64, Vec<Vec<u8>>), (u64, Vec<Vec<u8>>), Stats) {
+    fn run_both(obj: &BpfObject, opts: Opts, named: &[usize], frame: &[u8], setup: impl Fn(&mut Vm)) -> (Outcome, Outcome, Stats) {
         let dump = |vm: &Vm| vm.maps.iter().map(|m| m.entries().into_iter().flat_map(|(k, v)| [k, v].concat()).collect::<Vec<u8>>()).collect::<Vec<_>>();
         let mut vm = Vm::new(obj, 1).unwrap();
         setup(&mut vm);
