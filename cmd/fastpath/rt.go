@@ -24,11 +24,11 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
 
   fastpath rt run OBJ --dev IFACE [--prog NAME] [--engine interp|jit] [--mode native|generic] [--tap NAME] [--duration S] [--json] [--metrics ADDR]
   fastpath rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N] [--engine interp|jit] [--json] [--dump-maps]
-  fastpath rt compile OBJ [-o OBJ.native]   (run and test-run take OBJ.native in place of OBJ: engine aot)
+  fastpath rt compile OBJ [-o OBJ.native] [--opt none|all|LIST]   (run and test-run take OBJ.native in place of OBJ: engine aot)
   fastpath rt forward --dev IFACE --dev IFACE [--metrics ADDR] (AF_XDP forwarding with no program: the runtime's I/O alone)
   fastpath rt list OBJ
   fastpath rt verify OBJ [--prog NAME]       (also says which kernel's helper semantics the runtime uses)
-  fastpath rt bench [--repeat N] [--json-file FILE] [--md FILE]
+  fastpath rt bench [--repeat N] [--aot-opts] [--json-file FILE] [--md FILE]
 Any command takes --kernel X.Y to behave as that kernel's helpers rather than the running kernel's;
 fastpath rt COMMAND --help lists a command's flags.`,
 	}
@@ -83,6 +83,9 @@ var rtPassThrough = []rtPass{
 `},
 	{use: "compile OBJ [-o OBJ.native]", short: "compile every program of an object ahead of time, for run and test-run without Cranelift", flags: `  -o OBJ.native        output (default: OBJ.native)
   --no-verify          do not load the programs into the kernel's verifier first
+  --opt LIST           none, all (default), or typed-values,inline-helpers,const-maps
+  --const-map NAME     an array the programs only read, compiled in (again for several)
+  --maps-in FILE.json  fill maps from this file first (the contents --const-map compiles in)
 `},
 	{use: "forward --dev IFACE --dev IFACE [flags]", short: "forward frames between interfaces over AF_XDP with no program: the runtime's I/O ceiling", mode: true, flags: `  --dev IFACE          a device (two or more: each frame leaves by the next)
   --mode native|generic  XDP mode of the AF_XDP redirect program (default native; no fallback)
@@ -210,6 +213,7 @@ func rtBenchCmd() *cobra.Command {
 		ubpfLib        string
 		plugins        map[string]string
 		programs       []string
+		aotOpts        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--repeat N] [--rounds N] [--json-file FILE] [--md FILE] [--peers [--ubpf-lib LIB] [--plugin NAME=LIB] [--own]]",
@@ -223,8 +227,14 @@ func rtBenchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if peers && aotOpts {
+				return fmt.Errorf("--peers and --aot-opts are two different tables: give one")
+			}
 			if peers {
 				return rtBenchPeers(dir, repeat, rounds, ubpfLib, plugins, programs, own, jsonOut, mdOut)
+			}
+			if aotOpts {
+				return rtBenchAOTOpts(rt.BenchOptions{Repeat: repeat, Rounds: rounds, Dir: dir}, jsonOut, mdOut)
 			}
 			rows, err := rt.Bench(rt.BenchOptions{Repeat: repeat, Rounds: rounds, Dir: dir})
 			if err != nil {
@@ -245,6 +255,7 @@ func rtBenchCmd() *cobra.Command {
 	cmd.Flags().StringToStringVar(&plugins, "plugin", nil, "with --peers: more engines, NAME=LIB.so (a library with the harness's plugin interface)")
 	cmd.Flags().StringSliceVar(&programs, "programs", nil, "with --peers: only these benchmark programs")
 	cmd.Flags().BoolVar(&own, "own", false, "with --peers: also run the runtime's own test programs, which no engine was written for")
+	cmd.Flags().BoolVar(&aotOpts, "aot-opts", false, "time AOT objects compiled with each --opt (none, each alone, all) instead")
 	return cmd
 }
 

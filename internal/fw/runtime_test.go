@@ -84,7 +84,7 @@ func TestRuntimeAgrees(t *testing.T) {
 			want = append(want, run(t, f, p))
 		}
 		maps := runtimeMaps(t, compile(rs), gen, ov)
-		for _, engine := range []string{"interp", "jit"} {
+		for _, engine := range []string{"interp", "jit", "aot"} {
 			got, err := rt.TestRun(rt.TestRunOptions{Object: "fw_bpfel.o", Program: "fw_xdp", Packets: pkts, Engine: engine, Maps: maps})
 			if err != nil {
 				t.Fatal(err)

@@ -138,6 +138,8 @@ type Result struct {
 	NsPerInsn   float64
 	Packets     []PacketResult
 	Maps        map[string]MapDump
+	// AOT is how an AOT object was compiled (Engine "aot" only).
+	AOT *AOTInfo
 }
 
 // isNative tells an AOT object (from Compile) by its first bytes.
@@ -165,20 +167,10 @@ func (h *hexBytes) UnmarshalJSON(b []byte) error {
 }
 
 // Compile compiles every program of an ELF object ahead of time into
-// out (fastpath rt compile), for Engine "aot".
+// out (fastpath rt compile), for Engine "aot", with the runtime's default
+// options (all of them; see CompileWith).
 func Compile(object, out string, verify bool) error {
-	bin, err := Binary()
-	if err != nil {
-		return err
-	}
-	args := []string{"compile", object, "-o", out}
-	if !verify {
-		args = append(args, "--no-verify")
-	}
-	if b, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(string(b), "fastpath-rt: ")))
-	}
-	return nil
+	return CompileWith(object, out, CompileOptions{NoVerify: !verify})
 }
 
 // TestRun runs the program over the packets in fastpath-rt. With Engine
@@ -248,13 +240,14 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		return nil, fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(stderr.String(), "fastpath-rt: ")))
 	}
 	var raw struct {
-		Program     string  `json:"program"`
-		Engine      string  `json:"engine"`
-		Runs        int     `json:"runs"`
-		NsPerRun    float64 `json:"ns_per_run"`
-		InsnsPerRun float64 `json:"insns_per_run"`
-		NsPerInsn   float64 `json:"ns_per_insn"`
-		Semantics   string  `json:"semantics"`
+		Program     string   `json:"program"`
+		Engine      string   `json:"engine"`
+		Runs        int      `json:"runs"`
+		NsPerRun    float64  `json:"ns_per_run"`
+		InsnsPerRun float64  `json:"insns_per_run"`
+		NsPerInsn   float64  `json:"ns_per_insn"`
+		Semantics   string   `json:"semantics"`
+		AOT         *AOTInfo `json:"aot"`
 		Packets     []struct {
 			Errno   int      `json:"errno"`
 			Ret     uint32   `json:"ret"`
@@ -273,7 +266,7 @@ func TestRun(o TestRunOptions) (*Result, error) {
 	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
 		return nil, fmt.Errorf("read fastpath-rt's output: %w", err)
 	}
-	r := &Result{Program: raw.Program, Engine: raw.Engine, Semantics: raw.Semantics, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, Maps: map[string]MapDump{}}
+	r := &Result{Program: raw.Program, Engine: raw.Engine, Semantics: raw.Semantics, Runs: raw.Runs, NsPerRun: raw.NsPerRun, InsnsPerRun: raw.InsnsPerRun, NsPerInsn: raw.NsPerInsn, AOT: raw.AOT, Maps: map[string]MapDump{}}
 	for _, p := range raw.Packets {
 		pr := PacketResult{Errno: p.Errno, Ret: p.Ret, Out: p.Out}
 		for _, rec := range p.Ringbuf {

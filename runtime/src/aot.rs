@@ -2,14 +2,20 @@
 //! ELF object, written to a file (`fastpath rt compile OBJ -o OBJ.native`)
 //! and loaded later without Cranelift. The file names the ELF it came from
 //! and its SHA-256: a run refuses an ELF that differs, a CPU that lacks a
-//! feature the code was compiled for, and a runtime of another ABI.
+//! feature the code was compiled for, and a runtime of another ABI. It
+//! records the options it was compiled with (`fastpath rt compile --opt`)
+//! and what they fixed in the code: the bpf_csum_diff semantics of inlined
+//! calls, and the contents of maps folded in as constants (by SHA-256); a
+//! run refuses a runtime of other semantics and maps whose contents differ.
 
 use sha2::{Digest, Sha256};
 
-use crate::jit::{Image, ImageReloc};
+use crate::jit::{Image, ImageReloc, Opts, Stats};
+use crate::maps::Map;
+use crate::vm::Vm;
 
 const MAGIC: &[u8; 8] = b"FPRTAOT\0";
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 /// The contract between native code and the runtime: the Env layout, the
 /// host functions and the relocation namespaces. Change it when they change.
 pub const ABI: &str = concat!("fastpath-rt ", env!("CARGO_PKG_VERSION"), " abi 1");
@@ -24,6 +30,49 @@ pub struct Native {
     pub abi: String,
     pub features: Vec<String>,
     pub image: Image,
+    /// The options it was compiled with and what they did (folded_maps
+    /// aside, which `maps` names).
+    pub opts: Opts,
+    pub stats: Stats,
+    /// Maps whose contents the code holds: name and SHA-256 of the contents.
+    pub maps: Vec<(String, [u8; 32])>,
+}
+
+/// What the code holds of a map: every slot's value, in order (arrays are
+/// what can be folded), hashed.
+pub fn map_digest(m: &Map) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for i in 0..m.def.max_entries {
+        match m.get(&i.to_le_bytes()) {
+            Some(v) => h.update(&v),
+            None => h.update(b"-"),
+        }
+    }
+    h.finalize().into()
+}
+
+/// Refuses to run code whose fixed parts this Vm contradicts: inlined
+/// bpf_csum_diff of other semantics, folded maps whose contents differ.
+pub fn check_vm(n: &Native, vm: &Vm, path: &str) -> Result<(), String> {
+    if let Some(f) = n.stats.csum_folded {
+        if f != vm.sem.csum_diff_folded {
+            let what = |f: bool| if f { "folded (kernel 6.13 and later)" } else { "unfolded (up to 6.12)" };
+            return Err(format!(
+                "{path}: bpf_csum_diff compiled inline {}, and this runtime behaves as {}: compile it again here, or run with the --kernel it was compiled for",
+                what(f),
+                vm.sem.describe()
+            ));
+        }
+    }
+    for (name, h) in &n.maps {
+        let m = vm.map_index(name).ok_or_else(|| format!("{path}: compiled with map {name} as a constant, which the object lacks"))?;
+        if map_digest(&vm.maps[m]) != *h {
+            return Err(format!(
+                "{path}: map {name} is compiled in as a constant and its contents differ now: compile again with the maps it will run with (fastpath rt compile --maps-in FILE)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub fn sha256(data: &[u8]) -> [u8; 32] {
@@ -103,7 +152,7 @@ impl R<'_> {
 }
 
 /// Writes the image compiled from the ELF at `elf` (whose bytes are `data`).
-pub fn write(path: &str, elf: &str, data: &[u8], image: &Image) -> Result<(), String> {
+pub fn write(path: &str, elf: &str, data: &[u8], image: &Image, opts: Opts, stats: &Stats, maps: &[(String, [u8; 32])]) -> Result<(), String> {
     let mut w = W(MAGIC.to_vec());
     w.u32(FORMAT);
     w.bytes(ABI.as_bytes());
@@ -111,6 +160,20 @@ pub fn write(path: &str, elf: &str, data: &[u8], image: &Image) -> Result<(), St
     let elf = std::fs::canonicalize(elf).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| elf.to_string());
     w.bytes(elf.as_bytes());
     w.bytes(cpu_features().join(",").as_bytes());
+    w.u32(opts.bits());
+    for v in [stats.elided_checks, stats.inlined_lookups, stats.inlined_csum, stats.folded_loads] {
+        w.u32(v);
+    }
+    w.u32(match stats.csum_folded {
+        None => 0,
+        Some(false) => 1,
+        Some(true) => 2,
+    });
+    w.u32(maps.len() as u32);
+    for (name, h) in maps {
+        w.bytes(name.as_bytes());
+        w.0.extend_from_slice(h);
+    }
     w.u32(image.funcs.len() as u32);
     for &(p, s, o) in &image.funcs {
         w.u32(p);
@@ -152,6 +215,18 @@ pub fn read(path: &str) -> Result<Native, String> {
     if let Some(f) = features.iter().find(|f| !here.contains(f)) {
         return Err(format!("{path}: compiled for a CPU with {f}, which this one lacks: compile it here"));
     }
+    let opts = Opts::from_bits(r.u32()?);
+    let mut stats = Stats { elided_checks: r.u32()?, inlined_lookups: r.u32()?, inlined_csum: r.u32()?, folded_loads: r.u32()?, ..Default::default() };
+    stats.csum_folded = match r.u32()? {
+        0 => None,
+        1 => Some(false),
+        _ => Some(true),
+    };
+    let mut maps = Vec::new();
+    for _ in 0..r.u32()? {
+        let name = r.string()?;
+        maps.push((name, r.take(32)?.try_into().unwrap()));
+    }
     let mut image = Image { code: Vec::new(), funcs: Vec::new(), relocs: Vec::new() };
     for _ in 0..r.u32()? {
         image.funcs.push((r.u32()?, r.u32()?, r.u32()?));
@@ -165,7 +240,7 @@ pub fn read(path: &str) -> Result<Native, String> {
         image.relocs.push(ImageReloc { at, kind, ns, index, addend });
     }
     image.code = r.bytes()?;
-    Ok(Native { elf, sha256, abi, features, image })
+    Ok(Native { elf, sha256, abi, features, image, opts, stats, maps })
 }
 
 /// The ELF object an AOT object was compiled from: `elf` if given, else the
@@ -200,10 +275,13 @@ mod tests {
         let elf = dir.join("x.o");
         std::fs::write(&elf, b"elf bytes").unwrap();
         let out = dir.join("x.native");
-        write(out.to_str().unwrap(), elf.to_str().unwrap(), b"elf bytes", &image).unwrap();
+        let stats = Stats { elided_checks: 3, inlined_csum: 1, csum_folded: Some(true), ..Default::default() };
+        let maps = vec![("cfg".to_string(), [7u8; 32])];
+        write(out.to_str().unwrap(), elf.to_str().unwrap(), b"elf bytes", &image, Opts::ALL, &stats, &maps).unwrap();
         assert!(is_native(out.to_str().unwrap()));
         let n = read(out.to_str().unwrap()).unwrap();
         assert_eq!(n.image, image);
+        assert_eq!((n.opts, &n.stats, &n.maps), (Opts::ALL, &stats, &maps));
         assert!(elf_of(&n, "x.native", None).is_ok());
         std::fs::write(&elf, b"other bytes").unwrap();
         assert!(elf_of(&n, "x.native", None).unwrap_err().contains("not the ELF object"));

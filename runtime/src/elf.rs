@@ -68,11 +68,15 @@ pub struct MapDef {
     /// them from `.maps` initialisers (`.values = { [i] = &sym }`): slot and
     /// the program's or map's name.
     pub init: Vec<(u32, String)>,
+    /// The value's size as the object's BTF gives it: the `value` type of
+    /// a `.maps` definition, the end of the last variable of a data
+    /// section's DATASEC. None without BTF for the map.
+    pub btf_value_size: Option<u32>,
 }
 
 impl MapDef {
     pub fn new(name: &str, map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
-        MapDef { name: name.to_string(), map_type, key_size, value_size, max_entries, flags: 0, inner: None, data: None, readonly: false, init: Vec::new() }
+        MapDef { name: name.to_string(), map_type, key_size, value_size, max_entries, flags: 0, inner: None, data: None, readonly: false, init: Vec::new(), btf_value_size: None }
     }
 }
 
@@ -159,6 +163,7 @@ impl BpfObject {
                     let mut d = MapDef::new(name, map_type::ARRAY, 4, size.max(1) as u32, 1);
                     d.data = Some(init);
                     d.readonly = name.starts_with(".rodata");
+                    d.btf_value_size = btf.as_ref().and_then(|b| b.datasec(name)).and_then(|vars| vars.iter().map(|v| v.offset + v.size).max());
                     maps.push(d);
                 }
                 _ => {}
@@ -454,7 +459,10 @@ fn parse_map_def(btf: &Btf, name: &str, ty: u32) -> Result<(MapDef, Option<u32>)
             "key_size" => d.key_size = uint(m.ty)?,
             "value_size" => d.value_size = uint(m.ty)?,
             "key" => d.key_size = pointee_size(m.ty)?,
-            "value" => d.value_size = pointee_size(m.ty)?,
+            "value" => {
+                d.value_size = pointee_size(m.ty)?;
+                d.btf_value_size = Some(d.value_size);
+            }
             "values" => {
                 // __array(values, struct inner): an array of pointers to the inner definition.
                 let a = btf.resolve(m.ty)?;

@@ -111,6 +111,172 @@ const HOST_CTX: u32 = 1;
 const HOST_HELPER: u32 = 2;
 const HOST_MAP: u32 = 3;
 
+/// What the compiler may do beyond translating instruction by instruction;
+/// each switch alone. The AOT compiles with all of them by default, the JIT
+/// with [`Opts::JIT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opts {
+    /// Loads and stores through a pointer to one map value (what
+    /// bpf_map_lookup_elem returned, after its NULL check, or a global's
+    /// address), at a constant offset inside the value, skip the bounds
+    /// check. The value's size comes from BTF, which must agree with the
+    /// map's value_size.
+    pub typed_values: bool,
+    /// bpf_map_lookup_elem on arrays and bpf_csum_diff with constant sizes
+    /// compiled inline; off, both are calls.
+    pub inline_helpers: bool,
+    /// Loads from read-only maps (and maps named constant) at an address
+    /// known when compiling become the value they read.
+    pub const_maps: bool,
+}
+
+impl Opts {
+    pub const NONE: Opts = Opts { typed_values: false, inline_helpers: false, const_maps: false };
+    pub const ALL: Opts = Opts { typed_values: true, inline_helpers: true, const_maps: true };
+    /// The JIT's: helpers inline (array lookups as before, bpf_csum_diff with
+    /// the semantics of the kernel this process behaves as, which cannot
+    /// change under it); values are not typed nor maps folded.
+    pub const JIT: Opts = Opts { typed_values: false, inline_helpers: true, const_maps: false };
+
+    /// `none`, `all`, or a comma list of typed-values, inline-helpers, const-maps.
+    pub fn parse(s: &str) -> Result<Opts, String> {
+        match s {
+            "none" => return Ok(Opts::NONE),
+            "all" => return Ok(Opts::ALL),
+            _ => {}
+        }
+        let mut o = Opts::NONE;
+        for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match w {
+                "typed-values" => o.typed_values = true,
+                "inline-helpers" => o.inline_helpers = true,
+                "const-maps" => o.const_maps = true,
+                _ => return Err(format!("--opt {s:?}: {w:?} is none of typed-values, inline-helpers, const-maps (or use none, all)")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// The form [`Opts::parse`] reads: `none`, or the switches that are on.
+    pub fn names(&self) -> String {
+        let mut v = Vec::new();
+        if self.typed_values {
+            v.push("typed-values");
+        }
+        if self.inline_helpers {
+            v.push("inline-helpers");
+        }
+        if self.const_maps {
+            v.push("const-maps");
+        }
+        if v.is_empty() { "none".into() } else { v.join(",") }
+    }
+
+    pub fn bits(&self) -> u32 {
+        self.typed_values as u32 | (self.inline_helpers as u32) << 1 | (self.const_maps as u32) << 2
+    }
+
+    pub fn from_bits(b: u32) -> Opts {
+        Opts { typed_values: b & 1 != 0, inline_helpers: b & 2 != 0, const_maps: b & 4 != 0 }
+    }
+}
+
+/// What the options did in one compilation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Bounds checks left out for accesses inside a typed map value.
+    pub elided_checks: u32,
+    /// bpf_map_lookup_elem calls compiled inline.
+    pub inlined_lookups: u32,
+    /// bpf_csum_diff calls compiled inline.
+    pub inlined_csum: u32,
+    /// Loads replaced by the constant they read.
+    pub folded_loads: u32,
+    /// The bpf_csum_diff semantics inlined code computes (true: folded to
+    /// 16 bits), when some was inlined: fixed in the code.
+    pub csum_folded: Option<bool>,
+    /// Maps whose contents the code holds, by index.
+    pub folded_maps: BTreeSet<usize>,
+}
+
+/// What the translator knows of one map.
+#[derive(Clone, Copy, Default)]
+struct MapInfo {
+    /// Bytes a pointer to one of its values may reach; None: no typing.
+    typed: Option<u32>,
+    readonly: bool,
+    /// Element stride and slots of a plain array, whose addresses
+    /// ld_imm64 or a lookup of a constant key give whole.
+    array: Option<(usize, usize)>,
+    /// Its contents may be folded into the code.
+    constant: bool,
+    /// Named constant by the operator: the program must not write it.
+    named: bool,
+}
+
+/// Everything translation reads besides the program.
+struct Cx<'a> {
+    opts: Opts,
+    maps: Vec<MapInfo>,
+    vm: &'a Vm,
+}
+
+/// What a register holds, as far as typing values goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Unknown,
+    /// A map (ld_imm64 of its handle).
+    Map(u32),
+    /// What bpf_map_lookup_elem of the map returned at instruction `id`,
+    /// not yet tested against NULL; only copies keep it.
+    MaybeNull { map: u32, id: u32 },
+    /// A pointer to one value of the map, plus `off`.
+    Value { map: u32, off: i64 },
+    /// The start of the map's values plus `off`, known when compiling.
+    At { map: u32, off: i64 },
+    /// A number known when compiling.
+    Const(i64),
+    /// The frame pointer plus `off`.
+    Fp(i64),
+}
+
+/// What registers hold, and u32 constants stored in the frame (offset
+/// from R10, value), for map keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TyState {
+    r: [Ty; 11],
+    slots: [Option<(i64, u32)>; 8],
+}
+
+impl std::ops::Index<usize> for TyState {
+    type Output = Ty;
+    fn index(&self, i: usize) -> &Ty {
+        &self.r[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for TyState {
+    fn index_mut(&mut self, i: usize) -> &mut Ty {
+        &mut self.r[i]
+    }
+}
+
+impl TyState {
+    /// What both hold.
+    fn meet(&self, o: &TyState) -> TyState {
+        let mut slots = self.slots;
+        for s in slots.iter_mut() {
+            if s.is_some() && !o.slots.contains(s) {
+                *s = None;
+            }
+        }
+        TyState { r: std::array::from_fn(|i| if self.r[i] == o.r[i] { self.r[i] } else { Ty::Unknown }), slots }
+    }
+}
+
+const U: Ty = Ty::Unknown;
+const TY_UNKNOWN: TyState = TyState { r: [U, U, U, U, U, U, U, U, U, U, Ty::Fp(0)], slots: [None; 8] };
+
 /// Executable memory holding a placed image.
 struct ExecMem {
     mem: *mut u8,
@@ -246,14 +412,55 @@ fn native_isa() -> Result<OwnedTargetIsa, String> {
 }
 
 /// Compiles every program the runtime can run, each BPF function (entry,
-/// call targets, callbacks) to one native function, into one image.
+/// call targets, callbacks) to one native function, into one image, with
+/// the JIT's options.
 pub fn compile_image(vm: &Vm) -> Result<Image, String> {
+    compile_with(vm, Opts::JIT, &[]).map(|(img, _)| img)
+}
+
+/// What the translator may know of each map under `opts`; `named` are
+/// arrays the operator declares constant (by index).
+fn map_infos(vm: &Vm, opts: Opts, named: &[usize]) -> Result<Vec<MapInfo>, String> {
+    use crate::elf::map_type as mt;
+    let mut out = Vec::new();
+    for (i, m) in vm.maps.iter().enumerate() {
+        let d = &m.def;
+        let vs = d.value_size;
+        let valued = matches!(d.map_type, mt::ARRAY | mt::PERCPU_ARRAY | mt::HASH | mt::PERCPU_HASH | mt::LRU_HASH | mt::LRU_PERCPU_HASH | mt::LPM_TRIE) && m.region().is_some();
+        // BTF's size, where the map has BTF, and value_size must agree: a
+        // data section's variables end at or before its size (padding), a
+        // `.maps` value type is the value.
+        let typed = match (valued, d.btf_value_size) {
+            (false, _) => None,
+            (true, None) => Some(vs),
+            (true, Some(b)) if d.data.is_some() && b <= vs => Some(b),
+            (true, Some(b)) if b == vs => Some(vs),
+            (true, Some(_)) => None,
+        };
+        let array = match m.array_layout() {
+            Some((_, elem, slots, _)) if d.map_type == mt::ARRAY => Some((elem, slots)),
+            _ => None,
+        };
+        let is_named = named.contains(&i);
+        if is_named && array.is_none() {
+            return Err(format!("--const-map {}: a {} map, and only arrays can be constant", d.name, mt::name(d.map_type)));
+        }
+        out.push(MapInfo { typed, readonly: d.readonly, array, constant: opts.const_maps && array.is_some() && (d.readonly || is_named), named: is_named });
+    }
+    Ok(out)
+}
+
+/// Compiles every program with `opts`, arrays `named` (by index) taken
+/// as constant: the image and what the options did.
+pub fn compile_with(vm: &Vm, opts: Opts, named: &[usize]) -> Result<(Image, Stats), String> {
     // A test proves that AOT runs compile nothing.
     if std::env::var_os("FASTPATH_RT_NO_CRANELIFT").is_some() {
         return Err("compiling is off (FASTPATH_RT_NO_CRANELIFT)".into());
     }
     let isa = native_isa()?;
     let cc = isa.default_call_conv();
+    let cx = Cx { opts, maps: map_infos(vm, opts, named)?, vm };
+    let mut stats = Stats::default();
     // Arrays' layouts, for lookups compiled inline as the kernel does.
     let arrays: HashMap<usize, ArrayLayout> = vm
         .maps
@@ -290,7 +497,13 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         ctx.clear();
         ctx.func.signature = bpf_sig(cc);
         ctx.func.name = UserFuncName::user(NS_FUNC, fi as u32);
-        translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata, &map_sizes).map_err(|e| format!("program {}: {e}", p.name))?;
+        let st = translate(cc, &mut ctx.func, &mut fbc, p, start, end, &ids, &arrays, &rodata, &map_sizes, &cx).map_err(|e| format!("program {}: {e}", p.name))?;
+        stats.elided_checks += st.elided_checks;
+        stats.inlined_lookups += st.inlined_lookups;
+        stats.inlined_csum += st.inlined_csum;
+        stats.folded_loads += st.folded_loads;
+        stats.csum_folded = stats.csum_folded.or(st.csum_folded);
+        stats.folded_maps.extend(st.folded_maps);
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx.compile(&*isa, &mut Default::default()).map_err(|e| format!("program {}: compile: {:?}", p.name, e.inner))?;
         while img.code.len() % 16 != 0 {
@@ -316,7 +529,7 @@ pub fn compile_image(vm: &Vm) -> Result<Image, String> {
         }
         img.funcs.push((pi as u32, start as u32, base));
     }
-    Ok(img)
+    Ok((img, stats))
 }
 
 impl Jit {
@@ -535,6 +748,11 @@ struct Tr<'a, 'b> {
     runs: Vec<(usize, usize, Variable)>,
     /// The program being translated.
     prog: &'a crate::vm::Program,
+    cx: &'a Cx<'a>,
+    /// What each register holds, for typed values and folded loads, before
+    /// the instruction being translated.
+    ty: TyState,
+    stats: Stats,
 }
 
 fn flags() -> MemFlags {
@@ -619,6 +837,224 @@ fn fp_after(mut f: [Option<i64>; 11], ins: Insn) -> [Option<i64>; 11] {
     f
 }
 
+/// Whether an instruction writes register `r` (calls aside).
+fn writes_reg(ins: Insn, r: usize) -> bool {
+    match ins.class() {
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => ins.dst() == r,
+        CLASS_STX if ins.code & 0xe0 == MODE_ATOMIC => (ins.regs >> 4) as usize == r || r == 0,
+        _ => false,
+    }
+}
+
+/// The instruction before `i` in the block that starts at `start`,
+/// stepping over the second half of a 64-bit load.
+fn prev_insn(p: &crate::vm::Program, start: usize, i: usize) -> Option<usize> {
+    if i <= start {
+        return None;
+    }
+    let j = i - 1;
+    if j > start && p.insns[j - 1].is_ld_imm64() { Some(j - 1) } else { Some(j) }
+}
+
+/// The constant register `r` holds at `pc`, when a move of an immediate
+/// in the same block put it there and nothing wrote it since.
+fn reg_const(p: &crate::vm::Program, start: usize, pc: usize, r: usize) -> Option<i64> {
+    let mut i = pc;
+    while let Some(j) = prev_insn(p, start, i) {
+        i = j;
+        let ins = p.insns[i];
+        if ins.is_call() {
+            return None;
+        }
+        if writes_reg(ins, r) {
+            return match ins.code {
+                0xb7 if ins.off == 0 => Some(ins.imm as i64),
+                0xb4 if ins.off == 0 => Some(ins.imm as u32 as i64),
+                _ => None,
+            };
+        }
+    }
+    None
+}
+
+fn ty_add(t: Ty, k: i64) -> Ty {
+    match t {
+        Ty::Const(c) => Ty::Const(c.wrapping_add(k)),
+        Ty::Fp(off) => off.checked_add(k).map_or(Ty::Unknown, Ty::Fp),
+        Ty::Value { map, off } => off.checked_add(k).map_or(Ty::Unknown, |off| Ty::Value { map, off }),
+        Ty::At { map, off } => off.checked_add(k).map_or(Ty::Unknown, |off| Ty::At { map, off }),
+        _ => Ty::Unknown,
+    }
+}
+
+/// What registers (and the frame's u32 slots) hold after the instruction
+/// at `pc`.
+fn ty_after(cx: &Cx, p: &crate::vm::Program, pc: usize, mut t: TyState) -> TyState {
+    let ins = p.insns[pc];
+    let dst = ins.dst();
+    let src = (ins.regs >> 4) as usize;
+    match ins.class() {
+        CLASS_ALU64 if ins.code == 0xbf && ins.off == 0 => t[dst] = t[src],
+        CLASS_ALU64 if ins.code == 0xb7 => t[dst] = Ty::Const(ins.imm as i64),
+        CLASS_ALU if ins.code == 0xb4 && ins.off == 0 => t[dst] = Ty::Const(ins.imm as u32 as i64),
+        CLASS_ALU64 if ins.code == 0x07 => t[dst] = ty_add(t[dst], ins.imm as i64),
+        CLASS_ALU64 if ins.code == 0x17 => t[dst] = ty_add(t[dst], -(ins.imm as i64)),
+        CLASS_LD if ins.is_ld_imm64() => {
+            let m = ins.imm as u32;
+            t[dst] = match ins.src() {
+                PSEUDO_MAP_FD if (m as usize) < cx.maps.len() => Ty::Map(m),
+                PSEUDO_MAP_VALUE if cx.maps.get(m as usize).is_some_and(|i| i.array.is_some()) => Ty::At { map: m, off: p.insns[pc + 1].imm as u32 as i64 },
+                _ => Ty::Unknown,
+            }
+        }
+        CLASS_ALU | CLASS_ALU64 | CLASS_LD | CLASS_LDX => t[dst] = Ty::Unknown,
+        CLASS_ST | CLASS_STX => {
+            let atomic = ins.code & 0xe0 == MODE_ATOMIC;
+            let stored = match (ins.class(), t[src]) {
+                (CLASS_ST, _) => Some(ins.imm as u32),
+                (_, Ty::Const(c)) => Some(c as u32),
+                _ => None,
+            };
+            match t[dst] {
+                Ty::Fp(k) => {
+                    let (a, n) = (k + ins.off as i64, ins.size() as i64);
+                    for s in t.slots.iter_mut() {
+                        if matches!(*s, Some((o, _)) if o < a + n && a < o + 4) {
+                            *s = None;
+                        }
+                    }
+                    if let (false, 4, Some(v)) = (atomic || ins.code & 0xe0 != MODE_MEM, n, stored) {
+                        if let Some(s) = t.slots.iter_mut().find(|s| s.is_none()) {
+                            *s = Some((a, v));
+                        }
+                    }
+                }
+                // Map values are not the stack.
+                Ty::Value { .. } | Ty::At { .. } => {}
+                // Anything else might point into the frame.
+                _ => t.slots = [None; 8],
+            }
+            if atomic {
+                t[src] = Ty::Unknown;
+                t[0] = Ty::Unknown;
+            }
+        }
+        CLASS_JMP | CLASS_JMP32 if ins.is_call() => {
+            let (r1, r2) = (t[1], t[2]);
+            t.r[..6].fill(Ty::Unknown);
+            // bpf_map_lookup_elem writes no memory; any other call might
+            // write the frame through a pointer.
+            let lookup = ins.src() != PSEUDO_CALL && ins.imm == 1;
+            if !lookup {
+                t.slots = [None; 8];
+            }
+            let key = match r2 {
+                Ty::Fp(k) => t.slots.iter().flatten().find(|s| s.0 == k).map(|s| s.1),
+                _ => None,
+            };
+            if let (true, Ty::Map(m)) = (lookup, r1) {
+                let info = cx.maps[m as usize];
+                match (info.constant, info.array, key) {
+                    (true, Some((elem, slots)), Some(k)) if (k as usize) < slots => t[0] = Ty::At { map: m, off: k as i64 * elem as i64 },
+                    _ if info.typed.is_some() => {
+                        // A new result of this call: copies of an older
+                        // one are another pointer.
+                        for r in t.r.iter_mut() {
+                            if matches!(*r, Ty::MaybeNull { id, .. } if id == pc as u32) {
+                                *r = Ty::Unknown;
+                            }
+                        }
+                        t[0] = Ty::MaybeNull { map: m, id: pc as u32 };
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    t[10] = Ty::Fp(0);
+    t
+}
+
+/// A conditional jump's states (taken, not taken): `if rX == 0` and `if
+/// rX != 0` on a lookup's result make it and its copies a value pointer
+/// where it is not NULL.
+fn ty_edges(t: TyState, ins: Insn) -> (TyState, TyState) {
+    let op = ins.code & 0xf0;
+    if ins.class() == CLASS_JMP && ins.code & 0x08 == 0 && ins.imm == 0 && (op == 0x10 || op == 0x50) {
+        if let Ty::MaybeNull { map, .. } = t[ins.dst()] {
+            let (mut non, mut null) = (t, t);
+            for i in 0..11 {
+                if t[i] == t[ins.dst()] {
+                    non[i] = Ty::Value { map, off: 0 };
+                    null[i] = Ty::Unknown;
+                }
+            }
+            return if op == 0x10 { (null, non) } else { (non, null) };
+        }
+    }
+    (t, t)
+}
+
+/// What registers hold at the start of each block (None: no path reaches
+/// it). Forward dataflow; a register keeps what every path agrees on.
+fn ty_registers(cx: &Cx, p: &crate::vm::Program, start: usize, end: usize, leaders: &BTreeSet<usize>) -> HashMap<usize, Option<TyState>> {
+    let ls: Vec<usize> = leaders.iter().copied().collect();
+    let mut state: HashMap<usize, Option<TyState>> = ls.iter().map(|&l| (l, None)).collect();
+    state.insert(start, Some(TY_UNKNOWN));
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (i, &l) in ls.iter().enumerate() {
+            let Some(mut t) = state[&l] else { continue };
+            let block_end = ls.get(i + 1).copied().unwrap_or(end);
+            let mut edges: Vec<(usize, TyState)> = Vec::new();
+            let mut falls = true;
+            let mut pc = l;
+            while pc < block_end {
+                let ins = p.insns[pc];
+                let class = ins.class();
+                if (class == CLASS_JMP || class == CLASS_JMP32) && !ins.is_call() {
+                    let op = ins.code & 0xf0;
+                    if op == 0x90 {
+                        falls = false;
+                    } else {
+                        let off = if op == 0x00 && class == CLASS_JMP32 { ins.imm as i64 } else { ins.off as i64 };
+                        let target = (pc as i64 + off + 1) as usize;
+                        if op == 0x00 {
+                            edges.push((target, t));
+                            falls = false;
+                        } else {
+                            let (taken, not) = ty_edges(t, ins);
+                            edges.push((target, taken));
+                            t = not;
+                        }
+                    }
+                } else {
+                    t = ty_after(cx, p, pc, t);
+                }
+                pc += if ins.is_ld_imm64() { 2 } else { 1 };
+            }
+            if falls && block_end < end {
+                edges.push((block_end, t));
+            }
+            for (target, e) in edges {
+                if let Some(s) = state.get_mut(&target) {
+                    let new = match s {
+                        None => e,
+                        Some(old) => old.meet(&e),
+                    };
+                    if *s != Some(new) {
+                        *s = Some(new);
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+    state
+}
+
 /// The context registers after an instruction.
 fn ctx_after(m: u16, ins: Insn) -> u16 {
     let dst = ins.dst();
@@ -659,7 +1095,8 @@ fn translate(
     arrays: &HashMap<usize, ArrayLayout>,
     rodata: &[(usize, u64)],
     map_sizes: &[(usize, usize)],
-) -> Result<(), String> {
+    cx: &Cx,
+) -> Result<Stats, String> {
     let mut funcrefs = HashMap::new();
     for (&e, &id) in ids {
         funcrefs.insert(e, import(func, NS_FUNC, id, bpf_sig(cc)));
@@ -712,10 +1149,11 @@ fn translate(
     b.def_var(scratch, zero);
     let bounds: [Variable; 2] = std::array::from_fn(|_| b.declare_var(types::I64));
     let ctx_in = ctx_registers(p, start, end, &leaders);
+    let ty_in = ty_registers(cx, p, start, end, &leaders);
     let fault = b.create_block();
     b.set_cold_block(fault);
     let proven = crate::ranges::packet_proven(&p.insns, start, end, ctx_in[&start]);
-    let mut t = Tr { b, regs, scratch, bounds, proven, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start };
+    let mut t = Tr { b, regs, scratch, bounds, proven, ctx_regs: ctx_in[&start], fp_off: FP_UNKNOWN, map_sizes, block_end: leaders.range(start + 1..).next().copied().unwrap_or(end), runs: Vec::new(), prog: p, env, fault, hosts, rodata, bpf_sig, arrays, block_start: start, cx, ty: TY_UNKNOWN, stats: Stats::default() };
     t.load_bounds();
 
     let mut terminated = false;
@@ -731,6 +1169,7 @@ fn translate(
             t.runs.clear();
             t.ctx_regs = ctx_in[&pc];
             t.fp_off = FP_UNKNOWN;
+            t.ty = ty_in.get(&pc).copied().flatten().unwrap_or(TY_UNKNOWN);
         } else if terminated {
             // Unreachable until the next leader.
             pc += 1;
@@ -740,6 +1179,7 @@ fn translate(
         terminated = t.insn(p, pc, ins, &blocks, &funcrefs)?;
         t.ctx_regs = ctx_after(t.ctx_regs, ins);
         t.fp_off = fp_after(t.fp_off, ins);
+        t.ty = ty_after(cx, p, pc, t.ty);
         pc += if ins.is_ld_imm64() { 2 } else { 1 };
     }
     if !terminated {
@@ -751,7 +1191,7 @@ fn translate(
     t.b.ins().return_(&[z]);
     t.b.seal_all_blocks();
     t.b.finalize();
-    Ok(())
+    Ok(t.stats)
 }
 
 impl Tr<'_, '_> {
@@ -785,6 +1225,10 @@ impl Tr<'_, '_> {
     /// every frame lies inside the stack.
     fn check(&mut self, pc: usize, base_reg: usize, off: i16, addr: Value, size: i64, write: bool) {
         if self.proven[pc] {
+            return;
+        }
+        if self.typed_ok(base_reg, off as i64, size, write) {
+            self.stats.elided_checks += 1;
             return;
         }
         if let Some(k) = self.fp_off.get(base_reg).copied().flatten() {
@@ -1031,6 +1475,10 @@ impl Tr<'_, '_> {
                 Ok(false)
             }
             CLASS_LDX => {
+                if let Some(v) = self.fold_load(src, ins) {
+                    self.set(dst, v);
+                    return Ok(false);
+                }
                 let size = ins.size();
                 let base = self.get(src);
                 let addr = self.b.ins().iadd_imm(base, ins.off as i64);
@@ -1046,7 +1494,7 @@ impl Tr<'_, '_> {
                     self.set(dst, v);
                     return Ok(false);
                 }
-                if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 {
+                if size == 4 && ins.code & 0xe0 == MODE_MEM && src != 10 && !self.typed_ok(src, ins.off as i64, 4, false) {
                     // A 32-bit load may be of the context, whose data fields
                     // read as full pointers.
                     let ctx = self.env_field(ENV_CTX);
@@ -1085,6 +1533,11 @@ impl Tr<'_, '_> {
                 Ok(false)
             }
             CLASS_ST | CLASS_STX => {
+                if let Ty::Value { map, .. } | Ty::At { map, .. } = self.ty[dst] {
+                    if self.cx.maps[map as usize].named {
+                        return Err(format!("instruction {pc}: writes map {}, which --const-map names constant", self.cx.vm.maps[map as usize].def.name));
+                    }
+                }
                 let size = ins.size();
                 let base = self.get(dst);
                 let addr = self.b.ins().iadd_imm(base, ins.off as i64);
@@ -1112,6 +1565,11 @@ impl Tr<'_, '_> {
                         Ok(true)
                     }
                     0x80 => {
+                        if let (true, 2 | 3, Ty::Map(m)) = (ins.src() != PSEUDO_CALL, ins.imm, self.ty[1]) {
+                            if self.cx.maps[m as usize].named {
+                                return Err(format!("instruction {pc}: updates map {}, which --const-map names constant", self.cx.vm.maps[m as usize].def.name));
+                            }
+                        }
                         let fp = self.get(10);
                         let args: Vec<Value> = (1..=5).map(|r| self.get(r)).collect();
                         if ins.src() == PSEUDO_CALL {
@@ -1124,6 +1582,9 @@ impl Tr<'_, '_> {
                             let call = self.b.ins().call(f, &a);
                             let r = self.b.inst_results(call)[0];
                             self.set(0, r);
+                        } else if let Some(r) = self.inline_csum_diff(p, pc, ins) {
+                            self.set(0, r);
+                            return Ok(false);
                         } else if let Some(r) = self.inline_array_lookup(p, pc, ins) {
                             self.set(0, r);
                             return Ok(false);
@@ -1259,11 +1720,12 @@ impl Tr<'_, '_> {
     /// bpf_map_lookup_elem on an array, compiled inline: bounds-checked
     /// index to value pointer, NULL past the end.
     fn inline_array_lookup(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
-        if ins.imm != 1 {
+        if ins.imm != 1 || !self.cx.opts.inline_helpers {
             return None;
         }
         let map = self.map_in_r1(p, pc)?;
         let a = *self.arrays.get(&map)?;
+        self.stats.inlined_lookups += 1;
         let key = self.get(2);
         self.check(pc, 2, 0, key, 4, false);
         let idx = self.b.ins().uload32(flags(), key, 0);
@@ -1278,6 +1740,167 @@ impl Tr<'_, '_> {
         let ptr = self.b.ins().iadd(base, off);
         let z = self.b.ins().iconst(types::I64, 0);
         Some(self.b.ins().select(inb, ptr, z))
+    }
+
+    /// Whether an access through `reg` at `off` lies inside one value of a
+    /// map, as the register's type proves: then it needs no check.
+    fn typed_ok(&self, reg: usize, off: i64, size: i64, write: bool) -> bool {
+        if !self.cx.opts.typed_values {
+            return false;
+        }
+        let (map, k, whole) = match self.ty[reg] {
+            Ty::Value { map, off } => (map, off, false),
+            Ty::At { map, off } => (map, off, true),
+            _ => return false,
+        };
+        let info = self.cx.maps[map as usize];
+        let Some(bound) = info.typed else { return false };
+        if write && info.readonly {
+            return false; // must fault, as the check makes it
+        }
+        let Some(a) = k.checked_add(off) else { return false };
+        if a < 0 || size <= 0 {
+            return false;
+        }
+        if whole {
+            // Known from the values' start: inside one element.
+            let Some((elem, slots)) = info.array else { return false };
+            let (i, w) = (a / elem as i64, a % elem as i64);
+            i < slots as i64 && w + size <= bound as i64
+        } else {
+            a + size <= bound as i64
+        }
+    }
+
+    /// A load from a constant map at an address known here: the value it
+    /// reads, from the map as it is now.
+    fn fold_load(&mut self, reg: usize, ins: Insn) -> Option<Value> {
+        if !self.cx.opts.const_maps {
+            return None;
+        }
+        let mode = ins.code & 0xe0;
+        if mode != MODE_MEM && mode != MODE_MEMSX {
+            return None;
+        }
+        let Ty::At { map, off } = self.ty[reg] else { return None };
+        let info = self.cx.maps[map as usize];
+        if !info.constant {
+            return None;
+        }
+        let (elem, slots) = info.array?;
+        let size = ins.size() as i64;
+        let a = off.checked_add(ins.off as i64)?;
+        if a < 0 {
+            return None;
+        }
+        let (idx, w) = ((a / elem as i64) as usize, a % elem as i64);
+        let m = &self.cx.vm.maps[map as usize];
+        if idx >= slots || w + size > m.def.value_size as i64 {
+            return None;
+        }
+        let bytes = m.get(&(idx as u32).to_le_bytes())?;
+        let b = bytes.get(w as usize..(w + size) as usize)?;
+        let mut buf = [0u8; 8];
+        buf[..b.len()].copy_from_slice(b);
+        let mut v = u64::from_le_bytes(buf);
+        if mode == MODE_MEMSX && size < 8 {
+            let sh = 64 - 8 * size as u32;
+            v = (((v << sh) as i64) >> sh) as u64;
+        }
+        self.stats.folded_loads += 1;
+        self.stats.folded_maps.insert(map as usize);
+        Some(self.b.ins().iconst(types::I64, v as i64))
+    }
+
+    /// bpf_csum_diff with sizes this block sets to constants (multiples
+    /// of 4, 512 bytes together at most), inline: as helpers::csum_diff_of
+    /// computes it under the semantics of the kernel the runtime behaves
+    /// as now, which the code then holds.
+    fn inline_csum_diff(&mut self, p: &crate::vm::Program, pc: usize, ins: Insn) -> Option<Value> {
+        if ins.imm != 28 || !self.cx.opts.inline_helpers {
+            return None;
+        }
+        let fs = reg_const(p, self.block_start, pc, 2)? as u32 as usize;
+        let ts = reg_const(p, self.block_start, pc, 4)? as u32 as usize;
+        if (fs | ts) & 3 != 0 || fs + ts > 512 {
+            return None;
+        }
+        let folded = self.cx.vm.sem.csum_diff_folded;
+        let (from, to) = (self.get(1), self.get(3));
+        if fs > 0 {
+            self.check(pc, 1, 0, from, fs as i64, false);
+        }
+        if ts > 0 {
+            self.check(pc, 3, 0, to, ts as i64, false);
+        }
+        let seed = self.get(5);
+        let seed = self.b.ins().band_imm(seed, 0xffff_ffff);
+        let r = if !folded {
+            // One sum over ~from, then to, from seed; carries folded in.
+            let mut sum = seed;
+            for i in 0..fs / 4 {
+                let w = self.b.ins().uload32(flags(), from, 4 * i as i32);
+                let w = self.b.ins().bxor_imm(w, 0xffff_ffff);
+                sum = self.b.ins().iadd(sum, w);
+            }
+            sum = self.csum_words(to, ts, sum);
+            self.fold32(sum)
+        } else {
+            let r = match (fs > 0, ts > 0) {
+                (true, true) => {
+                    let a = self.csum_words(to, ts, seed);
+                    let a = self.fold32(a);
+                    let z = self.b.ins().iconst(types::I64, 0);
+                    let b = self.csum_words(from, fs, z);
+                    let b = self.fold32(b);
+                    let b = self.b.ins().bxor_imm(b, 0xffff_ffff);
+                    let s = self.b.ins().iadd(a, b);
+                    self.fold32(s)
+                }
+                (false, true) => {
+                    let a = self.csum_words(to, ts, seed);
+                    self.fold32(a)
+                }
+                (true, false) => {
+                    let ns = self.b.ins().bxor_imm(seed, 0xffff_ffff);
+                    let a = self.csum_words(from, fs, ns);
+                    let a = self.fold32(a);
+                    self.b.ins().bxor_imm(a, 0xffff_ffff)
+                }
+                (false, false) => seed,
+            };
+            // from32to16
+            let mut r = r;
+            for _ in 0..2 {
+                let lo = self.b.ins().band_imm(r, 0xffff);
+                let hi = self.b.ins().ushr_imm(r, 16);
+                r = self.b.ins().iadd(lo, hi);
+            }
+            r
+        };
+        self.stats.inlined_csum += 1;
+        self.stats.csum_folded = Some(folded);
+        Some(r)
+    }
+
+    /// `sum` plus the little-endian u32 words of [addr, addr+len), in 64 bits.
+    fn csum_words(&mut self, addr: Value, len: usize, mut sum: Value) -> Value {
+        for i in 0..len / 4 {
+            let w = self.b.ins().uload32(flags(), addr, 4 * i as i32);
+            sum = self.b.ins().iadd(sum, w);
+        }
+        sum
+    }
+
+    /// A sum of at most 2^7 words folded to 32 bits with its carries: two
+    /// rounds always suffice.
+    fn fold32(&mut self, mut sum: Value) -> Value {
+        for _ in 0..2 {
+            let lo = self.b.ins().band_imm(sum, 0xffff_ffff);
+            let hi = self.b.ins().ushr_imm(sum, 32);
+            sum = self.b.ins().iadd(lo, hi);
+        }
+        sum
     }
 
     fn alu(&mut self, op: u8, off: i16, ty: cranelift_codegen::ir::Type, d: Value, x: Value) -> Result<Value, String> {
@@ -1372,5 +1995,216 @@ impl Tr<'_, '_> {
             self.set(src, old);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::{map_type as mt, BpfObject, MapDef, ProgramDef};
+
+    fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { code, regs: dst | src << 4, off, imm }
+    }
+
+    /// ld_imm64 of kind `src` (a map, a map's value) into `dst`.
+    fn ld64(dst: u8, src: u8, map: i32, off: i32) -> [Insn; 2] {
+        [ins(0x18, dst, src, 0, map), ins(0, 0, 0, 0, off)]
+    }
+
+    const EXIT: Insn = Insn { code: 0x95, regs: 0, off: 0, imm: 0 };
+
+    fn object(maps: Vec<MapDef>, insns: Vec<Insn>) -> BpfObject {
+        BpfObject { maps, programs: vec![ProgramDef { name: "p".into(), section: "xdp".into(), insns, func_info: Vec::new() }], license: "GPL".into(), btf: None }
+    }
+
+    /// A run's verdict and every map's entries after it.
+    type Outcome = (u64, Vec<Vec<u8>>);
+
+    /// Runs program 0 on `frame`: interpreter, then code compiled with
+    /// `opts`; both verdicts, the maps after each, and what compiling did.
+    fn run_both(obj: &BpfObject, opts: Opts, named: &[usize], frame: &[u8], setup: impl Fn(&mut Vm)) -> (Outcome, Outcome, Stats) {
+        let dump = |vm: &Vm| vm.maps.iter().map(|m| m.entries().into_iter().flat_map(|(k, v)| [k, v].concat()).collect::<Vec<u8>>()).collect::<Vec<_>>();
+        let mut vm = Vm::new(obj, 1).unwrap();
+        setup(&mut vm);
+        let mut pkt = Packet::for_test_run(frame, 1, 0).unwrap();
+        let r = Exec::new(&mut vm, &mut pkt).run(0).unwrap();
+        let want = (r, dump(&vm));
+        let mut vm = Vm::new(obj, 1).unwrap();
+        setup(&mut vm);
+        let (img, stats) = compile_with(&vm, opts, named).unwrap();
+        let jit = Jit::load(&vm, 0, &img).unwrap();
+        let mut pkt = Packet::for_test_run(frame, 1, 0).unwrap();
+        let r = jit.run(&mut vm, 0, &mut pkt).unwrap();
+        (want, (r, dump(&vm)), stats)
+    }
+
+    /// key 0 on the stack, lookup in map 0, NULL check, then `body`.
+    fn lookup_then(body: &[Insn]) -> Vec<Insn> {
+        let mut v = vec![ins(0x62, 10, 0, -4, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)];
+        v.extend(ld64(1, PSEUDO_MAP_FD, 0, 0));
+        v.push(ins(0x85, 0, 0, 0, 1));
+        v.push(ins(0x15, 0, 0, body.len() as i16, 0)); // if r0 == 0 goto exit
+        v.extend_from_slice(body);
+        v.push(EXIT);
+        v
+    }
+
+    #[test]
+    fn typed_values_elide_checks_inside_the_value() {
+        let body = [
+            ins(0xbf, 6, 0, 0, 0),  // r6 = r0 (a copy)
+            ins(0xb7, 1, 0, 0, 7),  // r1 = 7
+            ins(0x7b, 6, 1, 8, 0),  // *(u64 *)(r6 + 8) = r1
+            ins(0x07, 6, 0, 0, 4),  // r6 += 4
+            ins(0x61, 2, 6, 8, 0),  // r2 = *(u32 *)(r6 + 8): value bytes 12..16
+            ins(0x79, 3, 6, 8, 0),  // r3 = *(u64 *)(r6 + 8): 12..20, past the value
+            ins(0x79, 0, 0, 8, 0),  // r0 = *(u64 *)(r0 + 8)
+            ins(0x0f, 0, 2, 0, 0),  // r0 += r2
+        ];
+        for t in [mt::ARRAY, mt::PERCPU_ARRAY, mt::HASH, mt::PERCPU_HASH] {
+            let mut d = MapDef::new("m", t, 4, 16, 4);
+            d.btf_value_size = Some(16);
+            let obj = object(vec![d], lookup_then(&body));
+            let setup = |vm: &mut Vm| {
+                if matches!(t, mt::HASH | mt::PERCPU_HASH) {
+                    assert_eq!(vm.maps[0].update(&0u32.to_le_bytes(), &[0xab; 16], 0, None), 0);
+                }
+            };
+            let (want, got, stats) = run_both(&obj, Opts { typed_values: true, ..Opts::NONE }, &[], &[0; 64], setup);
+            assert_eq!(want, got, "map type {t}");
+            assert_eq!(want.0 & 0xff, 7, "map type {t}");
+            // The store, the 4-byte load and r0's load; not the load past the value.
+            assert_eq!(stats.elided_checks, 3, "map type {t}");
+            let (_, got, stats) = run_both(&obj, Opts::NONE, &[], &[0; 64], setup);
+            assert_eq!(want, got);
+            assert_eq!(stats.elided_checks, 0);
+        }
+    }
+
+    #[test]
+    fn typed_values_stay_off_when_btf_disagrees_or_before_the_null_check() {
+        let body = [ins(0x79, 0, 0, 0, 0)];
+        let mut d = MapDef::new("m", mt::ARRAY, 4, 16, 4);
+        d.btf_value_size = Some(8);
+        let (want, got, stats) = run_both(&object(vec![d], lookup_then(&body)), Opts::ALL, &[], &[0; 64], |_| {});
+        assert_eq!(want, got);
+        assert_eq!(stats.elided_checks, 0);
+        // A load through the result before its NULL check keeps its check.
+        let mut v = vec![ins(0x62, 10, 0, -4, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)];
+        v.extend(ld64(1, PSEUDO_MAP_FD, 0, 0));
+        v.extend([ins(0x85, 0, 0, 0, 1), ins(0x79, 0, 0, 0, 0), EXIT]);
+        let vm = Vm::new(&object(vec![MapDef::new("m", mt::ARRAY, 4, 16, 4)], v), 1).unwrap();
+        assert_eq!(compile_with(&vm, Opts::ALL, &[]).unwrap().1.elided_checks, 0);
+    }
+
+    /// bpf_csum_diff(data, fs, data + 8, ts, seed) on a frame of 64 bytes.
+    fn csum_prog(fs: i32, ts: i32) -> Vec<Insn> {
+        vec![
+            ins(0x61, 2, 1, 0, 0), // r2 = ctx->data
+            ins(0x61, 3, 1, 4, 0), // r3 = ctx->data_end
+            ins(0xbf, 4, 2, 0, 0),
+            ins(0x07, 4, 0, 0, 8 + 512),
+            ins(0x2d, 4, 3, 7, 0), // if r4 > r3 goto exit
+            ins(0xbf, 1, 2, 0, 0),
+            ins(0xbf, 3, 2, 0, 0),
+            ins(0x07, 3, 0, 0, 8),
+            ins(0xb7, 2, 0, 0, fs),
+            ins(0xb7, 4, 0, 0, ts),
+            ins(0xb7, 5, 0, 0, 0x1234_5678),
+            ins(0x85, 0, 0, 0, 28),
+            EXIT,
+        ]
+    }
+
+    #[test]
+    fn inline_csum_diff_computes_as_the_helper() {
+        let frame: Vec<u8> = (0..600u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 | 0x80).collect();
+        for folded in [false, true] {
+            for (fs, ts) in [(8, 16), (0, 16), (8, 0), (0, 0), (4, 4), (256, 256), (20, 20)] {
+                let obj = object(Vec::new(), csum_prog(fs, ts));
+                let setup = |vm: &mut Vm| vm.sem.csum_diff_folded = folded;
+                let (want, got, stats) = run_both(&obj, Opts { inline_helpers: true, ..Opts::NONE }, &[], &frame, setup);
+                assert_eq!(want, got, "folded {folded}, sizes {fs} {ts}");
+                assert_eq!((stats.inlined_csum, stats.csum_folded), (1, Some(folded)));
+                let (_, got, stats) = run_both(&obj, Opts::NONE, &[], &frame, setup);
+                assert_eq!(want, got);
+                assert_eq!(stats.inlined_csum, 0);
+            }
+            // Sizes the kernel refuses (or folds) stay calls.
+            let (want, got, stats) = run_both(&object(Vec::new(), csum_prog(6, 4)), Opts::ALL, &[], &frame, |vm| vm.sem.csum_diff_folded = folded);
+            assert_eq!((want, stats.inlined_csum), (got, 0));
+        }
+    }
+
+    #[test]
+    fn inline_helpers_off_calls_array_lookups_too() {
+        let obj = object(vec![MapDef::new("m", mt::ARRAY, 4, 16, 4)], lookup_then(&[ins(0x79, 0, 0, 0, 0)]));
+        let (want, got, stats) = run_both(&obj, Opts::NONE, &[], &[0; 64], |_| {});
+        assert_eq!((want, stats.inlined_lookups), (got, 0));
+        let (want, got, stats) = run_both(&obj, Opts { inline_helpers: true, ..Opts::NONE }, &[], &[0; 64], |_| {});
+        assert_eq!((want, stats.inlined_lookups), (got, 1));
+    }
+
+    #[test]
+    fn const_maps_fold_read_only_data_and_named_arrays() {
+        // .rodata's u32 at 4, then slot 1 of the array "cfg", bytes 2..4.
+        let mut ro = MapDef::new(".rodata", mt::ARRAY, 4, 8, 1);
+        ro.data = Some(vec![1, 2, 3, 4, 0x78, 0x56, 0x34, 0x12]);
+        ro.readonly = true;
+        let cfg = MapDef::new("cfg", mt::ARRAY, 4, 4, 2);
+        let mut v = ld64(1, PSEUDO_MAP_VALUE, 0, 4).to_vec();
+        v.push(ins(0x61, 6, 1, 0, 0)); // r6 = *(u32 *)(r1 + 0)
+        // The key stored in one block, looked up in the next.
+        v.extend([ins(0xb7, 1, 0, 0, 1), ins(0x63, 10, 1, -4, 0), ins(0x05, 0, 0, 0, 0), ins(0xbf, 2, 10, 0, 0), ins(0x07, 2, 0, 0, -4)]);
+        v.extend(ld64(1, PSEUDO_MAP_FD, 1, 0));
+        v.extend([ins(0x85, 0, 0, 0, 1), ins(0x15, 0, 0, 2, 0), ins(0x69, 0, 0, 2, 0), ins(0x0f, 0, 6, 0, 0), EXIT]);
+        let obj = object(vec![ro, cfg], v);
+        let setup = |vm: &mut Vm| assert_eq!(vm.maps[1].update(&1u32.to_le_bytes(), &[0, 0, 0x22, 0x11], 0, None), 0);
+        let opts = Opts { const_maps: true, ..Opts::NONE };
+        let (want, got, stats) = run_both(&obj, opts, &[1], &[0; 64], setup);
+        assert_eq!(want, got);
+        assert_eq!(want.0, 0x1234_5678 + 0x1122);
+        assert_eq!(stats.folded_loads, 2);
+        assert_eq!(stats.folded_maps, BTreeSet::from([0, 1]));
+        // Not named: the array is read at run time.
+        let (_, _, stats) = run_both(&obj, opts, &[], &[0; 64], setup);
+        assert_eq!((stats.folded_loads, stats.folded_maps), (1, BTreeSet::from([0])));
+        assert_eq!(run_both(&obj, Opts::NONE, &[], &[0; 64], setup).2.folded_loads, 0);
+    }
+
+    #[test]
+    fn a_named_constant_map_the_program_writes_is_refused() {
+        let obj = object(vec![MapDef::new("cfg", mt::ARRAY, 4, 8, 2)], lookup_then(&[ins(0x7a, 0, 0, 0, 1)]));
+        let vm = Vm::new(&obj, 1).unwrap();
+        let e = compile_with(&vm, Opts::ALL, &[0]).unwrap_err();
+        assert!(e.contains("--const-map"), "{e}");
+        assert!(compile_with(&vm, Opts::ALL, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_changed_constant_map_is_refused_at_load() {
+        let obj = object(vec![MapDef::new("cfg", mt::ARRAY, 4, 8, 2)], lookup_then(&[ins(0x79, 0, 0, 0, 0)]));
+        let vm = Vm::new(&obj, 1).unwrap();
+        vm.maps[0].update(&0u32.to_le_bytes(), &[9; 8], 0, None);
+        let (image, stats) = compile_with(&vm, Opts::ALL, &[0]).unwrap();
+        assert_eq!(stats.folded_loads, 1);
+        let maps = vec![("cfg".to_string(), crate::aot::map_digest(&vm.maps[0]))];
+        let n = crate::aot::Native { elf: String::new(), sha256: [0; 32], abi: String::new(), features: Vec::new(), image, opts: Opts::ALL, stats, maps };
+        assert!(crate::aot::check_vm(&n, &vm, "x.native").is_ok());
+        vm.maps[0].update(&0u32.to_le_bytes(), &[8; 8], 0, None);
+        let e = crate::aot::check_vm(&n, &vm, "x.native").unwrap_err();
+        assert!(e.contains("map cfg is compiled in as a constant"), "{e}");
+    }
+
+    #[test]
+    fn opts_parse_and_name() {
+        assert_eq!(Opts::parse("all").unwrap(), Opts::ALL);
+        assert_eq!(Opts::parse("none").unwrap(), Opts::NONE);
+        let o = Opts::parse("typed-values,const-maps").unwrap();
+        assert_eq!((o.typed_values, o.inline_helpers, o.const_maps), (true, false, true));
+        assert_eq!(Opts::parse(&o.names()).unwrap(), o);
+        assert_eq!(Opts::from_bits(o.bits()), o);
+        assert!(Opts::parse("fast").is_err());
     }
 }

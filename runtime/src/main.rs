@@ -10,9 +10,12 @@ use fastpath_rt::mapsfile::fill_maps;
 use fastpath_rt::{kernel, pcap};
 
 const USAGE: &str = "usage:
-  fastpath-rt compile OBJ [-o OBJ.native] [--no-verify]
+  fastpath-rt compile OBJ [-o OBJ.native] [--no-verify] [--opt none|all|typed-values,inline-helpers,const-maps]
+                      [--const-map NAME…] [--maps-in FILE.json]
                       (every program compiled ahead of time; run and test-run take OBJ.native in place
-                      of OBJ, with --engine aot, and check it was compiled from that ELF: --elf PATH)
+                      of OBJ, with --engine aot, and check it was compiled from that ELF: --elf PATH;
+                      --const-map: an array the programs only read, its contents (from --maps-in) compiled
+                      in: a run refuses the object when the map then holds anything else)
   fastpath-rt test-run OBJ --in IN.pcap [--out OUT.pcap] [--prog NAME] [--repeat N]
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
@@ -60,12 +63,15 @@ struct Opts {
     elf: Option<String>,
     /// --metrics: where to serve Prometheus metrics (run, forward).
     metrics: Option<String>,
-    /// An AOT object's image, when OBJ is one.
-    native: Option<fastpath_rt::jit::Image>,
+    /// An AOT object, when OBJ is one.
+    native: Option<fastpath_rt::aot::Native>,
+    /// compile: --opt, and the maps --const-map names.
+    opt: Option<String>,
+    const_maps: Vec<String>,
 }
 
 fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, metrics: None, native: None };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, metrics: None, native: None, opt: None, const_maps: Vec::new() };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -82,6 +88,8 @@ fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
             }
             "-o" => o.output = Some(val(&mut i, "-o")?),
             "--elf" => o.elf = Some(val(&mut i, "--elf")?),
+            "--opt" => o.opt = Some(val(&mut i, "--opt")?),
+            "--const-map" => o.const_maps.push(val(&mut i, "--const-map")?),
             "--repeat" => {
                 let v = val(&mut i, "--repeat")?;
                 o.repeat = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("--repeat {v:?}: a positive count"))?;
@@ -150,7 +158,7 @@ fn run(args: &[String]) -> Result<(), String> {
         if !o.engine_given {
             o.engine = "aot".into();
         }
-        o.native = Some(native.image);
+        o.native = Some(native);
         BpfObject::parse(&elf, &data)?
     } else {
         if o.engine == "aot" {
@@ -218,11 +226,25 @@ fn compile(obj: &BpfObject, o: &Opts) -> Result<(), String> {
             kernel::verify(obj, p)?;
         }
     }
-    let vm = Vm::new(obj, 1)?;
-    let image = fastpath_rt::jit::compile_image(&vm)?;
+    let opts = fastpath_rt::jit::Opts::parse(o.opt.as_deref().unwrap_or("all"))?;
+    let mut vm = Vm::new(obj, 1)?;
+    if let Some(path) = &o.maps_in {
+        fill_maps(&mut vm, path)?;
+    }
+    let mut named = Vec::new();
+    for n in &o.const_maps {
+        named.push(vm.map_index(n).ok_or_else(|| format!("--const-map {n}: the object has no such map"))?);
+    }
+    if !named.is_empty() && !opts.const_maps {
+        return Err(format!("--const-map with --opt {}: add const-maps", opts.names()));
+    }
+    let (image, stats) = fastpath_rt::jit::compile_with(&vm, opts, &named)?;
+    // Every map the code holds, and every one named constant, by content.
+    let held: std::collections::BTreeSet<usize> = stats.folded_maps.iter().copied().chain(named.iter().copied()).collect();
+    let maps: Vec<(String, [u8; 32])> = held.iter().map(|&i| (vm.maps[i].def.name.clone(), fastpath_rt::aot::map_digest(&vm.maps[i]))).collect();
     let out = o.output.clone().unwrap_or_else(|| format!("{}.native", o.obj));
     let data = std::fs::read(&o.obj).map_err(|e| format!("{}: {e}", o.obj))?;
-    fastpath_rt::aot::write(&out, &o.obj, &data, &image)?;
+    fastpath_rt::aot::write(&out, &o.obj, &data, &image, opts, &stats, &maps)?;
     let refused: Vec<&str> = vm.programs.iter().filter(|p| p.refused.is_some()).map(|p| p.name.as_str()).collect();
     println!(
         "{out}: {} program(s), {} functions, {} bytes of code, from {} (sha256 {}){}",
@@ -233,7 +255,46 @@ fn compile(obj: &BpfObject, o: &Opts) -> Result<(), String> {
         hex(&fastpath_rt::aot::sha256(&data)),
         if refused.is_empty() { String::new() } else { format!("; not compiled (the runtime cannot run them): {}", refused.join(", ")) }
     );
+    println!("{out}: {}", aot_summary(opts, &stats, &maps.iter().map(|m| m.0.clone()).collect::<Vec<_>>()));
     Ok(())
+}
+
+/// One line on an AOT object's options and what they did.
+fn aot_summary(opts: fastpath_rt::jit::Opts, s: &fastpath_rt::jit::Stats, maps: &[String]) -> String {
+    format!(
+        "--opt {}: {} bounds checks left out, {} lookups and {} bpf_csum_diff inline{}, {} loads folded{}",
+        opts.names(),
+        s.elided_checks,
+        s.inlined_lookups,
+        s.inlined_csum,
+        match s.csum_folded {
+            Some(true) => " (folded semantics)",
+            Some(false) => " (unfolded semantics)",
+            None => "",
+        },
+        s.folded_loads,
+        if maps.is_empty() { String::new() } else { format!(", maps compiled in: {}", maps.join(", ")) }
+    )
+}
+
+/// The "aot" object of test-run's JSON.
+fn aot_json(n: &fastpath_rt::aot::Native) -> String {
+    let s = &n.stats;
+    let maps: Vec<String> = n.maps.iter().map(|m| format!("\"{}\"", m.0)).collect();
+    format!(
+        "{{\"opts\":\"{}\",\"elided_checks\":{},\"inlined_lookups\":{},\"inlined_csum\":{},\"csum_diff\":\"{}\",\"folded_loads\":{},\"const_maps\":[{}]}}",
+        n.opts.names(),
+        s.elided_checks,
+        s.inlined_lookups,
+        s.inlined_csum,
+        match s.csum_folded {
+            Some(true) => "folded",
+            Some(false) => "unfolded",
+            None => "none",
+        },
+        s.folded_loads,
+        maps.join(",")
+    )
 }
 
 /// The compiled code for an engine: none for the interpreter, compiled now
@@ -241,7 +302,10 @@ fn compile(obj: &BpfObject, o: &Opts) -> Result<(), String> {
 fn native_code(vm: &Vm, prog: usize, o: &Opts) -> Result<Option<Jit>, String> {
     match (o.engine.as_str(), &o.native) {
         ("jit", _) => Jit::compile(vm, prog).map(Some),
-        ("aot", Some(img)) => Jit::load(vm, prog, img).map(Some),
+        ("aot", Some(n)) => {
+            fastpath_rt::aot::check_vm(n, vm, &o.obj)?;
+            Jit::load(vm, prog, &n.image).map(Some)
+        }
         ("aot", None) => Err("--engine aot needs an object from fastpath rt compile".into()),
         _ => Ok(None),
     }
@@ -319,15 +383,22 @@ fn test_run(obj: &BpfObject, o: &Opts) -> Result<(), String> {
     if o.json {
         let maps = if o.dump { maps_json(&vm) } else { String::new() };
         println!(
-            "{{\"program\":\"{}\",\"engine\":\"{}\",\"semantics\":\"{}\",\"runs\":{runs},\"ns_per_run\":{ns:.1},\"insns_per_run\":{insns:.1},\"ns_per_insn\":{per_insn:.2},\"packets\":[{}],\"maps\":{{{}}}}}",
+            "{{\"program\":\"{}\",\"engine\":\"{}\",\"semantics\":\"{}\",{}\"runs\":{runs},\"ns_per_run\":{ns:.1},\"insns_per_run\":{insns:.1},\"ns_per_insn\":{per_insn:.2},\"packets\":[{}],\"maps\":{{{}}}}}",
             def.name,
             o.engine,
             vm.sem.describe(),
+            match (&o.native, o.engine.as_str()) {
+                (Some(n), "aot") => format!("\"aot\":{},", aot_json(n)),
+                _ => String::new(),
+            },
             results.join(","),
             maps
         );
     } else {
         println!("{}: {} packets, {runs} runs, {ns:.1} ns per run, {insns:.1} instructions per run, {per_insn:.2} ns per instruction ({})", def.name, pkts.len(), o.engine);
+        if let (Some(n), "aot") = (&o.native, o.engine.as_str()) {
+            println!("{}: {}", o.obj, aot_summary(n.opts, &n.stats, &n.maps.iter().map(|m| m.0.clone()).collect::<Vec<_>>()));
+        }
     }
     Ok(())
 }
