@@ -1,7 +1,10 @@
 /* Per-flow counters with a limit, for the runtime's comparison with other
  * engines: an IPv4 TCP or UDP flow's packets and bytes are counted in a
- * per-CPU hash map (a new flow is inserted, a known one updated in place),
- * and a flow past the limit the configuration array holds is dropped. */
+ * hash map (a new flow is inserted, a known one updated in place), and a
+ * flow past the limit the configuration array holds is dropped. The counts
+ * are plain additions, not atomic ones: two CPUs may lose an increment
+ * between them, which a limit tolerates, and engines without atomic
+ * instructions can run it. */
 #include "common.h"
 #include <linux/ip.h>
 #include <linux/in.h>
@@ -19,7 +22,7 @@ struct flow_stats {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct flow_key);
 	__type(value, struct flow_stats);
