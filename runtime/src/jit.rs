@@ -665,7 +665,13 @@ impl Jit {
             fault_size: 0,
             fault_write: 0,
         };
-        Ok(Runner { entry: self.entry, prog: prog as u64, frame: stack_lo + STACK_SIZE as u64, x: Exec::new(vm, pkt), env })
+        let mut r = Runner { entry: self.entry, prog: prog as u64, frame: stack_lo + STACK_SIZE as u64, x: Exec::new(vm, pkt), env };
+        // The packet's bounds in the environment follow the packet: set
+        // here, and after every helper that moves it, by that helper.
+        r.env.ctx = r.x.prepare();
+        r.env.exec = unsafe { std::mem::transmute::<&mut Exec, *mut Exec<'static>>(&mut r.x) };
+        r.env.refresh_packet();
+        Ok(r)
     }
 }
 
@@ -684,10 +690,8 @@ impl Runner<'_> {
         let ctx = self.x.prepare();
         // The runner may have moved since the last run.
         self.env.exec = unsafe { std::mem::transmute::<&mut Exec, *mut Exec<'static>>(&mut self.x) };
-        self.env.ctx = ctx;
         self.env.prog = self.prog;
         self.env.tail_fn = 0;
-        self.env.refresh_packet();
         let r0 = unsafe { (self.entry)(&mut self.env, ctx, 0, 0, 0, 0, self.frame) };
         if self.env.fault != 0 {
             self.env.fault = 0;
