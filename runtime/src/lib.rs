@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod maps;
 pub mod metrics;
 pub mod pcap;
+pub mod profile;
 pub mod sys;
 pub mod vm;
 pub mod xsk;
