@@ -800,10 +800,7 @@ fn serve_queue<L: profile::Laps>(
                     4 => {
                         let target = match &pkt.redirect {
                             Some(Redirect::Ifindex(i)) => Some(*i),
-                            Some(Redirect::Map { map, key }) => vm
-                                .map_index(map)
-                                .and_then(|m| vm.maps[m].get(&key.to_le_bytes()))
-                                .map(|v| u32::from_le_bytes(v[..4].try_into().unwrap())),
+                            Some(Redirect::Map { target, .. }) => Some(*target),
                             None => None,
                         };
                         match target.and_then(|t| ports.iter().position(|p| p.ifindex == t)) {
