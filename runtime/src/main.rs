@@ -756,7 +756,7 @@ fn serve_queue<L: profile::Laps>(
             c.last = Some(now);
             c.first.get_or_insert(now);
             laps.lap(Stage::Rx);
-            if vm.is_none() {
+            let Some(vm) = vm.as_deref_mut() else {
                 // No program: on to the next port, as they came.
                 let next = (pi + 1) % n;
                 for d in &rx {
@@ -765,10 +765,9 @@ fn serve_queue<L: profile::Laps>(
                 }
                 laps.lap(Stage::Redirect);
                 continue;
-            }
+            };
             for d in &rx {
                 let base = d.addr & !(FRAME as u64 - 1);
-                let Some(vm) = vm.as_deref_mut() else { unreachable!() };
                 let chunk = umem.chunk(d.addr);
                 // The program runs on the frame in the UMEM: no copy.
                 if unsafe { pkt.attach(chunk, (d.addr - base) as usize, d.len as usize) }.is_err() {
