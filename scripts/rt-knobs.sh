@@ -29,7 +29,8 @@ trap 'rm -rf "$dir"' EXIT
 # and fastpath-rt's CPU ns per frame sent (0 without the profile).
 one() {
 	local label=$1 flags=$2 f="$dir/$RANDOM$RANDOM.json"
-	FASTPATH_RT_ARGS="$base $flags" "$fastpath" lab bench xdp-redirect rt-jit --runs 1 --no-ceiling --json-file "$f" >/dev/null
+	FASTPATH_RT_ARGS="$base $flags" "$fastpath" lab bench xdp-redirect rt-jit --runs 1 --no-ceiling --json-file "$f" >"$dir/log" 2>&1 ||
+		{ cat "$dir/log" >&2; return 1; }
 	jq -r --arg l "$label" '
 		(.rows | map({(.scenario): .}) | add) as $r
 		| ($r["rt-jit"].details[0] // {}) as $d
