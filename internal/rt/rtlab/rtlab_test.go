@@ -22,7 +22,7 @@ func TestDetail(t *testing.T) {
 		args, note string
 		detail     bool
 	}{
-		"profile": {"--batch 32 --profile-stages", "fastpath-rt worked 1200 ns a frame over 3 frames (ns: prog 60, kick 1100)", true},
+		"profile":    {"--batch 32 --profile-stages", "fastpath-rt worked 1200 ns a frame over 3 frames (ns: prog 60, kick 1100)", true},
 		"no profile": {"--batch 32", "", false},
 	} {
 		t.Run(name, func(t *testing.T) {
