@@ -248,20 +248,15 @@ impl Stages {
     pub fn table(&self) -> String {
         let (total, busy) = (self.total_ns(), self.busy_ns());
         let per = |ns: f64| if self.frames > 0 { ns / self.frames as f64 } else { 0.0 };
+        let u = &self.usage;
         let mut t = format!(
-            "stage profile: {} frames, loop {:.3} s (stages {:.3} s, {:.3} s of it working): {:.1} ns of work per frame\n{:<9} {:>12} {:>12} {:>8} {:>8}\n",
+            "stage profile: {} frames, loop {:.3} s (stages {:.3} s, {:.3} s of it working): {:.1} ns of work per frame\n",
             self.frames,
             self.wall.as_secs_f64(),
             total / 1e9,
             busy / 1e9,
-            per(busy),
-            "stage",
-            "laps",
-            "ns/frame",
-            "share",
-            "of work"
+            per(busy)
         );
-        let u = &self.usage;
         t += &format!(
             "on the CPU {:.3} s: user {:.3} s, kernel {:.3} s; switched out {} times for other work, {} waiting\n",
             (u.user + u.system).as_secs_f64(),
@@ -271,6 +266,7 @@ impl Stages {
             u.voluntary
         );
         t += &format!("the profile's own cost: {:.1} ns a lap, {:.1} ns a frame\n", self.lap_ns, self.own_ns_per_frame());
+        t += &format!("{:<9} {:>12} {:>12} {:>8} {:>8}\n", "stage", "laps", "ns/frame", "share", "of work");
         for s in Stage::ALL {
             let ns = self.ns(s);
             let of_busy = if s == Stage::Wait || busy <= 0.0 { "-".to_string() } else { format!("{:.1}%", 100.0 * ns / busy) };
