@@ -67,6 +67,11 @@ var rtPassThrough = []rtPass{
   --maps-out FILE.json write the maps here at the end, and at SIGUSR1
   --queues N           queues to serve, 1 to 64 (default 1)
   --busy-poll          poll the queues busily
+  --profile-stages     time each stage of the I/O loop; ns per frame per stage at exit (and in --json)
+  --batch N            frames taken from an RX ring per pass (default 64)
+  --kick drain|once|needed  when to sendto after a batch (default drain: until the TX ring is empty)
+  --need-wakeup        bind with XDP_USE_NEED_WAKEUP; when idle, spin unless the kernel asks to be woken
+  --fill N             frames given to a fill ring per pass (default: all it has room for)
   --elf PATH           the ELF OBJ.native was compiled from (checked by hash)
   --metrics ADDR       serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; the unit uses 127.0.0.1:30493)
 `},
@@ -91,6 +96,11 @@ var rtPassThrough = []rtPass{
   --mode native|generic  XDP mode of the AF_XDP redirect program (default native; no fallback)
   --queues N           queues to serve, 1 to 64 (default 1)
   --busy-poll          poll the queues busily
+  --profile-stages     time each stage of the I/O loop; ns per frame per stage at exit (and in --json)
+  --batch N            frames taken from an RX ring per pass (default 64)
+  --kick drain|once|needed  when to sendto after a batch (default drain: until the TX ring is empty)
+  --need-wakeup        bind with XDP_USE_NEED_WAKEUP; when idle, spin unless the kernel asks to be woken
+  --fill N             frames given to a fill ring per pass (default: all it has room for)
   --duration SECONDS   stop after this long
   --json               print the figures as JSON
   --metrics ADDR       serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; the unit uses 127.0.0.1:30493)

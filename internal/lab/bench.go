@@ -268,6 +268,7 @@ func Bench(ctx context.Context, o BenchOptions) (rep *Report, err error) {
 				return partial(), fmt.Errorf("scenario %s at --size %d: %w", s.Name, c.size, err)
 			}
 			row.Runs = append(rep.Rows[i].Runs, row.Runs...)
+			row.Details = append(rep.Rows[i].Details, row.Details...)
 			if rep.Rows[i].Note != "" && row.Note == "" {
 				row.Note = rep.Rows[i].Note
 			}
@@ -383,6 +384,15 @@ func benchScenario(ctx context.Context, s Scenario, size int, o BenchOptions, re
 		}
 		if ctx.Err() != nil {
 			return row, ctx.Err()
+		}
+	}
+	if s.Detail != nil {
+		d, err := s.Detail(tb)
+		if err != nil {
+			return row, err
+		}
+		if d != nil {
+			row.Details = append(row.Details, d)
 		}
 	}
 	if s.Describe != nil {

@@ -1,6 +1,9 @@
 package lab
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Report is everything one `lab bench` run measured. The table, the Markdown
 // and the plot are all printed from it, and it is what --json writes.
@@ -67,6 +70,9 @@ type Row struct {
 	// VsRecord is the row against the machine kind's record, nil when the
 	// report was not compared with one.
 	VsRecord *Comparison `json:"vs_record,omitempty"`
+	// Details are what the DUT reported of itself after each setup's runs
+	// (Scenario.Detail), in the order they ran.
+	Details []json.RawMessage `json:"details,omitempty"`
 	// Generator is how the frames were sent: MethodLiveFrames, or
 	// MethodPacket for frames longer than live frames take.
 	Generator string `json:"generator,omitempty"`

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,11 @@ type Scenario struct {
 	// what the DUT did with the frames, for the row's note (a router's
 	// verdicts, say).
 	Describe func(tb Testbed) (string, error)
+	// Detail, if set, is called after the runs, before Describe, and
+	// gives what the DUT reported of itself as JSON (fastpath-rt's summary
+	// with its stage profile), or nil. Each setup's goes into the row's
+	// Details.
+	Detail func(tb Testbed) (json.RawMessage, error)
 	// SCIONSink counts only SCMP echo requests on a standard path at the sink
 	// and passes the rest (AttachSCIONSink): a sink on a SCION router's link
 	// must leave its BFD and beacons alone.

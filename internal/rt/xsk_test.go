@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -338,4 +339,111 @@ func waitSummary(t *testing.T, cmd *exec.Cmd, errText chan string, out *bytes.Bu
 		t.Fatalf("summary %q: %v", out.String(), err)
 	}
 	return sum, func(k string) uint64 { v, _ := sum[k].(float64); return uint64(v) }, text
+}
+
+// TestStageProfile runs the lab's redirect program (and the forwarder,
+// which runs none) between the DUT's veths with --profile-stages: the
+// profile counts every frame forwarded once, runs the program once a frame,
+// and its stages, timed on the TSC, add up to the loop's wall time by
+// CLOCK_MONOTONIC. Without the flag there is no profile.
+func TestStageProfile(t *testing.T) {
+	type stage struct {
+		Stage      string  `json:"stage"`
+		Ns         float64 `json:"ns"`
+		Laps       uint64  `json:"laps"`
+		NsPerFrame float64 `json:"ns_per_frame"`
+		Share      float64 `json:"share"`
+	}
+	type profile struct {
+		Frames   uint64  `json:"frames"`
+		WallNs   float64 `json:"wall_ns"`
+		StagesNs float64 `json:"stages_ns"`
+		BusyNs   float64 `json:"busy_ns"`
+		Stages   []stage `json:"stages"`
+	}
+	for _, c := range []struct {
+		name    string
+		forward bool
+		flags   []string
+	}{
+		{"jit", false, []string{"--profile-stages"}},
+		{"forward", true, []string{"--profile-stages"}},
+		{"off", false, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := labtest.Testbed(t)
+			attrs, err := xdp.Lookup(tb.DUTOut().Iface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			obj, maps := filepath.Join(dir, "redirect.o"), filepath.Join(dir, "maps.json")
+			os.WriteFile(obj, lab.RedirectObject(), 0o644)
+			os.WriteFile(maps, []byte(fmt.Sprintf(`{"redirect_port": [["00000000", "%08x"]]}`, bswap32(uint32(attrs.Index)))), 0o644)
+			args := []string{"run", obj, "--dev", tb.DUTIn().Dev, "--dev", tb.DUTOut().Dev, "--engine", "jit", "--maps-in", maps, "--duration", "5", "--json"}
+			if c.forward {
+				args = []string{"forward", "--dev", tb.DUTIn().Dev, "--dev", tb.DUTOut().Dev, "--duration", "5", "--json"}
+			}
+			var out bytes.Buffer
+			cmd, errText := startRun(t, tb, append(args, c.flags...), 2, &out)
+			sink, err := lab.AttachSink(tb.Sink().Iface(), xdp.Native)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.Close()
+			sent := sendUDP(t, tb, 20000)
+			sum, num, text := waitSummary(t, cmd, errText, &out)
+			got, err := sink.Total()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent != 20000 || num("redirect") != 20000 || got.Packets != 20000 {
+				t.Fatalf("sent %d; runtime %v; at the sink %d, want 20000", sent, sum, got.Packets)
+			}
+			if c.flags == nil {
+				if _, ok := sum["profile"]; ok || strings.Contains(text, "stage profile") {
+					t.Fatalf("a profile without --profile-stages: %v\n%s", sum, text)
+				}
+				return
+			}
+			var s struct{ Profile *profile }
+			if err := json.Unmarshal(out.Bytes(), &s); err != nil || s.Profile == nil {
+				t.Fatalf("no profile in %s (%v)", out.String(), err)
+			}
+			p := s.Profile
+			if p.Frames != 20000 {
+				t.Errorf("the profile counted %d frames, the runtime forwarded 20000", p.Frames)
+			}
+			// The stages are laps on one clock: together they are the
+			// loop's time, measured on another.
+			var total, share float64
+			laps := map[string]uint64{}
+			for _, st := range p.Stages {
+				total += st.Ns
+				share += st.Share
+				laps[st.Stage] = st.Laps
+				if st.Ns < 0 || st.NsPerFrame < 0 {
+					t.Errorf("stage %+v", st)
+				}
+			}
+			if math.Abs(total-p.StagesNs) > 0.001*p.StagesNs || math.Abs(p.StagesNs-p.WallNs) > 0.02*p.WallNs {
+				t.Errorf("stages add up to %.0f ns (summary %.0f), the loop took %.0f ns", total, p.StagesNs, p.WallNs)
+			}
+			if math.Abs(share-1) > 0.01 {
+				t.Errorf("shares add up to %.3f", share)
+			}
+			// The program ran once a frame, the forwarder never; every
+			// batch received was sent with a kick.
+			wantProg := uint64(20000)
+			if c.forward {
+				wantProg = 0
+			}
+			if laps["prog"] != wantProg || laps["ctx"] != wantProg || laps["rx"] == 0 || laps["kick"] == 0 || laps["kick"] > laps["tx"] || laps["tx"] > 2*laps["rx"] {
+				t.Errorf("laps %v", laps)
+			}
+			if !strings.Contains(text, "stage profile: 20000 frames") {
+				t.Errorf("no table on stderr:\n%s", text)
+			}
+		})
+	}
 }

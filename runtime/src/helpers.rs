@@ -159,9 +159,11 @@ pub fn call(x: &mut Exec, pc: usize, id: i32, a: [u64; 5]) -> Result<Flow, Fault
             let m = map_arg(x, pc, a[0])?;
             let key = (a[1] as u32).to_le_bytes();
             let map = &x.vm.maps[m];
-            let ok = matches!(map.def.map_type, mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP) && map.get(&key).is_some();
-            if ok {
-                x.pkt.redirect = Some(Redirect::Map { map: map.def.name.clone(), key: a[1] as u32 });
+            // No allocation on this path: it runs for every frame a
+            // forwarder sends.
+            let target = if matches!(map.def.map_type, mt::DEVMAP | mt::DEVMAP_HASH | mt::CPUMAP | mt::XSKMAP) { map.ref_u32(&key) } else { None };
+            if let Some(target) = target {
+                x.pkt.redirect = Some(Redirect::Map { map: m, key: a[1] as u32, target });
                 XDP_REDIRECT as u64
             } else {
                 // The low two bits of flags are the action when the entry is missing.

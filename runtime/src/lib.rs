@@ -15,6 +15,7 @@ pub mod maps;
 pub mod mapsfile;
 pub mod metrics;
 pub mod pcap;
+pub mod profile;
 pub mod ranges;
 pub mod sys;
 pub mod vm;

@@ -7,7 +7,7 @@ use fastpath_rt::interp::Exec;
 use fastpath_rt::jit::Jit;
 use fastpath_rt::vm::{Packet, Vm};
 use fastpath_rt::mapsfile::fill_maps;
-use fastpath_rt::{kernel, pcap};
+use fastpath_rt::{kernel, pcap, profile};
 
 const USAGE: &str = "usage:
   fastpath-rt compile OBJ [-o OBJ.native] [--no-verify] [--opt none|all|typed-values,inline-helpers,const-maps]
@@ -20,14 +20,20 @@ const USAGE: &str = "usage:
                            [--engine interp|jit] [--json] [--dump-maps] [--maps-in FILE.json] [--no-verify]
   fastpath-rt run OBJ --dev IFACE [--dev IFACE…] [--prog NAME] [--engine interp|jit] [--generic] [--tap NAME]
                       [--duration SECONDS] [--json] [--maps-in FILE.json] [--maps-out FILE.json]
-                      [--queues N] [--busy-poll] [--metrics ADDR]
+                      [--queues N] [--busy-poll] [--metrics ADDR] [--profile-stages] [I/O knobs]
                       (SIGUSR1 writes the maps to --maps-out while running; SIGINT/SIGTERM stop)
   fastpath-rt forward --dev IFACE --dev IFACE… [--queues N] [--busy-poll] [--generic] [--duration S] [--json]
-                      [--metrics ADDR]
+                      [--metrics ADDR] [--profile-stages] [I/O knobs]
                       (no program: each frame goes out of the next --dev, the runtime's I/O alone)
   fastpath-rt list OBJ
   fastpath-rt verify OBJ [--prog NAME]
   --kernel X.Y (any command) behaves as kernel X.Y's helpers, not the running kernel's
+  --profile-stages (run, forward) times each stage of the I/O loop and prints, at exit, ns per frame per
+                      stage (in --json's \"profile\")
+  I/O knobs (run, forward): --batch N (frames taken from an RX ring per pass, 64), --need-wakeup (bind with
+                      XDP_USE_NEED_WAKEUP; when idle, spin unless the kernel asks to be woken), --kick drain|once|needed
+                      (sendto until the TX ring is empty (drain, the default), once a batch, or when the kernel asks),
+                      --fill N (frames given to a fill ring per pass, all it has room for by default)
   --metrics ADDR (run, forward) serves Prometheus metrics at http://ADDR/metrics (HOST:PORT; :PORT for
                       every address)";
 
@@ -68,10 +74,18 @@ struct Opts {
     /// compile: --opt, and the maps --const-map names.
     opt: Option<String>,
     const_maps: Vec<String>,
+    /// --profile-stages: time the stages of the AF_XDP loop.
+    profile: bool,
+    /// The I/O knobs: frames per RX batch, need_wakeup, the TX kick, the
+    /// fill ring's refill per pass.
+    batch: u32,
+    need_wakeup: bool,
+    kick: fastpath_rt::xsk::Kick,
+    fill: usize,
 }
 
 fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
-    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, metrics: None, native: None, opt: None, const_maps: Vec::new() };
+    let mut o = Opts { obj: String::new(), input: None, out: None, prog: None, repeat: 1, engine: "interp".into(), json: false, dump: false, verify: true, maps_in: None, devs: Vec::new(), maps_out: None, queues: 1, busy_poll: false, tap: None, generic: false, duration: 0.0, kernel: None, engine_given: false, output: None, elf: None, metrics: None, native: None, opt: None, const_maps: Vec::new(), profile: false, batch: 64, need_wakeup: false, kick: fastpath_rt::xsk::Kick::Drain, fill: fastpath_rt::xsk::RING as usize };
     let mut i = 0;
     let val = |i: &mut usize, name: &str| -> Result<String, String> {
         *i += 1;
@@ -99,6 +113,20 @@ fn parse(args: &[String], forward: bool) -> Result<Opts, String> {
             "--tap" => o.tap = Some(val(&mut i, "--tap")?),
             "--maps-out" => o.maps_out = Some(val(&mut i, "--maps-out")?),
             "--busy-poll" => o.busy_poll = true,
+            "--profile-stages" => o.profile = true,
+            "--need-wakeup" => o.need_wakeup = true,
+            "--batch" => {
+                let v = val(&mut i, "--batch")?;
+                o.batch = v.parse().ok().filter(|&n: &u32| (1..=fastpath_rt::xsk::RING).contains(&n)).ok_or_else(|| format!("--batch {v:?}: 1 to {}", fastpath_rt::xsk::RING))?;
+            }
+            "--fill" => {
+                let v = val(&mut i, "--fill")?;
+                o.fill = v.parse().ok().filter(|&n: &usize| (1..=fastpath_rt::xsk::RING as usize).contains(&n)).ok_or_else(|| format!("--fill {v:?}: 1 to {}", fastpath_rt::xsk::RING))?;
+            }
+            "--kick" => {
+                let v = val(&mut i, "--kick")?;
+                o.kick = fastpath_rt::xsk::Kick::parse(&v).ok_or_else(|| format!("--kick {v:?}: drain, once or needed"))?;
+            }
             "--queues" => {
                 let v = val(&mut i, "--queues")?;
                 o.queues = v.parse().ok().filter(|&n: &u32| (1..=64).contains(&n)).ok_or_else(|| format!("--queues {v:?}: 1 to 64"))?;
@@ -421,6 +449,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 struct QueueCounts {
     first: Option<Instant>,
     last: Option<Instant>,
+    /// The thread's stage profile (--profile-stages).
+    profile: Option<profile::Stages>,
 }
 
 /// Runs the program over AF_XDP: one thread per queue, each with a socket
@@ -503,7 +533,15 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts, listener: Option<std::net::TcpList
             let ready = ready_tx.clone();
             let go = go_rx.clone();
             let attached = attached.clone();
-            handles.push(sc.spawn(move || serve_queue(tvm.as_mut(), prog, name, o, q, devs, tap, ready, go, attached, stats)));
+            handles.push(sc.spawn(move || {
+                if o.profile {
+                    // Calibrated before the sockets open: nothing waits on it.
+                    let p = profile::Stages::calibrated(std::time::Duration::from_millis(20));
+                    serve_queue(p, tvm.as_mut(), prog, name, o, q, devs, tap, ready, go, attached, stats)
+                } else {
+                    serve_queue(profile::Off, tvm.as_mut(), prog, name, o, q, devs, tap, ready, go, attached, stats)
+                }
+            }));
         }
         drop(ready_tx);
         let mut opened = 0;
@@ -563,8 +601,15 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts, listener: Option<std::net::TcpList
         stats.set_attached(d, false);
     }
     let mut t = QueueCounts::default();
+    let mut prof: Option<profile::Stages> = None;
     for r in results {
         let c = r?;
+        if let Some(p) = &c.profile {
+            match &mut prof {
+                Some(all) => all.add(p),
+                None => prof = Some(p.clone()),
+            }
+        }
         t.first = match (t.first, c.first) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -600,11 +645,18 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts, listener: Option<std::net::TcpList
         (all.errors[metrics::PROGRAM_FAULT], all.errors[metrics::PASS_WITHOUT_TAP], all.errors[metrics::REDIRECT_NO_PORT], all.errors[metrics::TX_RING_FULL]);
     if o.json {
         println!(
-            "{{\"program\":\"{}\",\"engine\":\"{}\",\"queues\":{},\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{},\"pass_without_tap\":{},\"redirect_dropped\":{},\"tx_ring_full\":{},\"per_queue\":[{}]}}",
-            name, if vm.is_some() { o.engine.as_str() } else { "none" }, o.queues, c[0], c[1], c[2], c[3], c[4], faults, pass_without_tap, redirect_dropped, tx_ring_full, per_queue.join(",")
+            "{{\"program\":\"{}\",\"engine\":\"{}\",\"queues\":{},\"seconds\":{secs:.3},\"packets\":{total},\"pps\":{pps:.0},\"aborted\":{},\"drop\":{},\"pass\":{},\"tx\":{},\"redirect\":{},\"faults\":{},\"pass_without_tap\":{},\"redirect_dropped\":{},\"tx_ring_full\":{},\"per_queue\":[{}]{}}}",
+            name, if vm.is_some() { o.engine.as_str() } else { "none" }, o.queues, c[0], c[1], c[2], c[3], c[4], faults, pass_without_tap, redirect_dropped, tx_ring_full, per_queue.join(","),
+            prof.as_ref().map(|p| format!(",\"profile\":{}", p.json())).unwrap_or_default()
         );
+        if let Some(p) = &prof {
+            eprint!("{}", p.table());
+        }
     } else {
         println!("{}: {total} packets in {secs:.1} s ({pps:.0} pps) on {} queue(s): aborted {}, drop {}, pass {} ({} without a TAP), tx {}, redirect {} ({} to no port of the runtime), faults {}", name, o.queues, c[0], c[1], c[2], pass_without_tap, c[3], c[4], redirect_dropped, faults);
+        if let Some(p) = &prof {
+            print!("{}", p.table());
+        }
     }
     Ok(())
 }
@@ -614,7 +666,8 @@ fn run_xsk(obj: Option<&BpfObject>, o: &Opts, listener: Option<std::net::TcpList
 /// to stop. Each pass takes a batch from every port's RX ring, runs the
 /// program on each frame in place, and hands the frames on in batches.
 #[allow(clippy::too_many_arguments)]
-fn serve_queue(
+fn serve_queue<L: profile::Laps>(
+    mut laps: L,
     mut vm: Option<&mut Vm>,
     prog: usize,
     name: &str,
@@ -629,8 +682,9 @@ fn serve_queue(
 ) -> Result<QueueCounts, String> {
     use fastpath_rt::metrics::{PortCounts, PortStats, PASS_WITHOUT_TAP, PROGRAM_FAULT, REDIRECT_NO_PORT, TX_RING_FULL};
     use fastpath_rt::vm::Redirect;
+    use fastpath_rt::profile::Stage;
     use fastpath_rt::xsk::{bind_xskmap, Desc, Socket, Umem, FRAME, RING};
-    const BATCH: u32 = 64;
+    let batch = o.batch;
     struct Port<'a> {
         ifindex: u32,
         sock: Socket,
@@ -661,7 +715,7 @@ fn serve_queue(
     };
     let mut ports: Vec<Port> = Vec::new();
     for (dev, ifindex) in devs {
-        match Socket::open(&mut umem, ports.first().map(|p| &p.sock), *ifindex, q) {
+        match Socket::open(&mut umem, ports.first().map(|p| &p.sock), *ifindex, q, o.need_wakeup) {
             Ok(sock) => {
                 if o.busy_poll {
                     if let Err(e) = sock.busy_poll() {
@@ -669,7 +723,7 @@ fn serve_queue(
                     }
                 }
                 let stats = stats.port(dev, q).ok_or("no counters for a port")?;
-                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(BATCH as usize * devs.len()), counts: PortCounts::default(), stats });
+                ports.push(Port { ifindex: *ifindex, sock, tx: Vec::with_capacity(batch as usize * devs.len()), counts: PortCounts::default(), stats });
             }
             Err(e) => return fail(format!("{e}: does {dev} support AF_XDP and have {} queue(s)?", o.queues)),
         }
@@ -694,29 +748,37 @@ fn serve_queue(
     }
     let mut c = QueueCounts::default();
     let mut pkt = Packet::empty(0, q);
-    let mut rx = Vec::with_capacity(BATCH as usize);
+    let mut rx = Vec::with_capacity(batch as usize);
     let mut idle = 0usize;
     let n = ports.len();
+    laps.start();
     while !STOP.load(std::sync::atomic::Ordering::Relaxed) {
         let mut got = 0;
         for pi in 0..n {
             rx.clear();
-            ports[pi].sock.recv(BATCH, &mut rx);
+            ports[pi].sock.recv(batch, &mut rx);
             if rx.is_empty() {
+                laps.lap(Stage::Wait);
                 continue;
             }
             got += rx.len();
+            laps.frames(rx.len());
             let now = Instant::now();
             c.last = Some(now);
             c.first.get_or_insert(now);
+            laps.lap(Stage::Rx);
+            let Some(vm) = vm.as_deref_mut() else {
+                // No program: on to the next port, as they came.
+                let next = (pi + 1) % n;
+                for d in &rx {
+                    ports[pi].counts.verdict(4, d.len);
+                    ports[next].tx.push(*d);
+                }
+                laps.lap(Stage::Redirect);
+                continue;
+            };
             for d in &rx {
                 let base = d.addr & !(FRAME as u64 - 1);
-                let Some(vm) = vm.as_deref_mut() else {
-                    // No program: on to the next port, as it came.
-                    ports[pi].counts.verdict(4, d.len);
-                    ports[(pi + 1) % n].tx.push(*d);
-                    continue;
-                };
                 let chunk = umem.chunk(d.addr);
                 // The program runs on the frame in the UMEM: no copy.
                 if unsafe { pkt.attach(chunk, (d.addr - base) as usize, d.len as usize) }.is_err() {
@@ -728,10 +790,12 @@ fn serve_queue(
                 }
                 pkt.ctx.ingress_ifindex = ports[pi].ifindex;
                 pkt.ctx.rx_queue_index = q;
+                laps.lap(Stage::Ctx);
                 let r = match &jit {
                     Some(j) => j.run(vm, prog, &mut pkt),
                     None => Exec::new(vm, &mut pkt).run(prog),
                 };
+                laps.lap(Stage::Prog);
                 let ret = r.unwrap_or_else(|_| {
                     ports[pi].counts.errors[PROGRAM_FAULT] += 1;
                     0
@@ -746,10 +810,7 @@ fn serve_queue(
                     4 => {
                         let target = match &pkt.redirect {
                             Some(Redirect::Ifindex(i)) => Some(*i),
-                            Some(Redirect::Map { map, key }) => vm
-                                .map_index(map)
-                                .and_then(|m| vm.maps[m].get(&key.to_le_bytes()))
-                                .map(|v| u32::from_le_bytes(v[..4].try_into().unwrap())),
+                            Some(Redirect::Map { target, .. }) => Some(*target),
                             None => None,
                         };
                         match target.and_then(|t| ports.iter().position(|p| p.ifindex == t)) {
@@ -768,31 +829,43 @@ fn serve_queue(
                     }
                     _ => umem.recycle(d.addr),
                 }
+                laps.lap(Stage::Redirect);
             }
         }
         for p in ports.iter_mut() {
             if !p.tx.is_empty() {
-                let sent = p.sock.send(&mut umem, &p.tx);
+                let sent = p.sock.enqueue(&mut umem, &p.tx);
                 p.counts.errors[TX_RING_FULL] += (p.tx.len() - sent) as u64;
                 p.tx.clear();
+                laps.lap(Stage::Tx);
+                if sent > 0 {
+                    p.sock.kick(o.kick);
+                    laps.lap(Stage::Kick);
+                }
             }
             p.sock.reclaim(&mut umem);
+            laps.lap(Stage::Comp);
             if got > 0 {
                 p.counts.publish(p.stats);
+                laps.lap(Stage::Stats);
             }
         }
         for p in ports.iter_mut() {
-            p.sock.refill(&mut umem, RING as usize);
+            p.sock.refill(&mut umem, o.fill);
         }
+        laps.lap(Stage::Fill);
         if got == 0 {
             idle += 1;
             let i = idle % n;
             if o.busy_poll {
                 ports[i].sock.poke();
-            } else {
+            } else if ports[i].sock.rx_needs_wakeup() {
                 ports[i].sock.wait(1);
             }
+            laps.lap(Stage::Wait);
         }
     }
+    laps.stop();
+    c.profile = laps.into_stages();
     Ok(c)
 }

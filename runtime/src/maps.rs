@@ -632,6 +632,15 @@ impl Map {
         }
     }
 
+    /// The first four bytes of a device, CPU or socket map's entry (a
+    /// devmap's ifindex), without copying the value.
+    pub fn ref_u32(&self, key: &[u8]) -> Option<u32> {
+        match &self.store {
+            Store::Refs(m) => m.lock().unwrap().get(key).and_then(|v| Some(u32::from_le_bytes(v.get(..4)?.try_into().ok()?))),
+            _ => None,
+        }
+    }
+
     /// A value as userspace reads it: every CPU's for per-CPU maps.
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         let vs = self.def.value_size as usize;

@@ -36,7 +36,10 @@ pub struct Program {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Redirect {
     Ifindex(u32),
-    Map { map: String, key: u32 },
+    /// Through a map entry (bpf_redirect_map): the map's index, the key,
+    /// and the entry's first four bytes (the device's ifindex in a
+    /// devmap), read at the call, as the kernel reads its target there.
+    Map { map: usize, key: u32, target: u32 },
 }
 
 /// The xdp_md a program sees. The data fields are rewritten on access to

@@ -21,6 +21,8 @@ const XDP_UMEM_COMPLETION_RING: i32 = 6;
 const XDP_COPY: u16 = 1 << 1;
 const XDP_ZEROCOPY: u16 = 1 << 2;
 const XDP_SHARED_UMEM: u16 = 1 << 0;
+const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+const XDP_RING_NEED_WAKEUP: u32 = 1;
 const PGOFF_RX: i64 = 0;
 const PGOFF_TX: i64 = 0x8000_0000;
 const PGOFF_FILL: i64 = 0x1_0000_0000;
@@ -63,6 +65,7 @@ pub struct Desc {
 struct Ring<T: Copy> {
     producer: *const AtomicU32,
     consumer: *const AtomicU32,
+    flags: *const AtomicU32,
     descs: *mut T,
     mask: u32,
     size: u32,
@@ -81,6 +84,7 @@ impl<T: Copy> Ring<T> {
         Ok(Ring {
             producer: at(off.producer) as *const AtomicU32,
             consumer: at(off.consumer) as *const AtomicU32,
+            flags: at(off.flags) as *const AtomicU32,
             descs: at(off.desc) as *mut T,
             mask: RING - 1,
             size: RING,
@@ -112,6 +116,11 @@ impl<T: Copy> Ring<T> {
         let prod = unsafe { (*self.producer).load(Ordering::Relaxed) };
         let cons = unsafe { (*self.consumer).load(Ordering::Acquire) };
         (prod, self.size - prod.wrapping_sub(cons))
+    }
+
+    /// The kernel asks to be woken (XDP_USE_NEED_WAKEUP).
+    fn needs_wakeup(&self) -> bool {
+        unsafe { (*self.flags).load(Ordering::Relaxed) & XDP_RING_NEED_WAKEUP != 0 }
     }
 
     fn put(&self, i: u32, v: T) {
@@ -187,6 +196,9 @@ pub struct Socket {
     fill: Ring<u64>,
     comp: Ring<u64>,
     pub zero_copy: bool,
+    /// Bound with XDP_USE_NEED_WAKEUP: the kernel says when it must be
+    /// woken to send or to receive.
+    pub need_wakeup: bool,
     /// Frames given to the kernel (fill ring, TX ring) not yet back.
     pub outstanding: usize,
 }
@@ -210,7 +222,7 @@ impl Socket {
     /// registers it and binds zero-copy if the driver can, copy mode
     /// otherwise; the others share it (XDP_SHARED_UMEM, same mode) with
     /// fill and completion rings of their own.
-    pub fn open(umem: &mut Umem, first: Option<&Socket>, ifindex: u32, queue: u32) -> Result<Socket, String> {
+    pub fn open(umem: &mut Umem, first: Option<&Socket>, ifindex: u32, queue: u32, need_wakeup: bool) -> Result<Socket, String> {
         let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
             return Err(errno("open an AF_XDP socket (the kernel needs CONFIG_XDP_SOCKETS)"));
@@ -254,9 +266,11 @@ impl Socket {
         }
         let mut zero_copy = first.map(|f| f.zero_copy).unwrap_or(true);
         let mut bound = false;
+        // A socket that shares the UMEM takes need_wakeup from the first.
+        let nw = if need_wakeup { XDP_USE_NEED_WAKEUP } else { 0 };
         let tries: &[(u16, u32)] = match first {
             Some(f) => &[(XDP_SHARED_UMEM, f.fd as u32)],
-            None => &[(XDP_ZEROCOPY, 0), (XDP_COPY, 0)],
+            None => &[(XDP_ZEROCOPY | nw, 0), (XDP_COPY | nw, 0)],
         };
         for &(flags, shared) in tries {
             let sa = SockaddrXdp { family: AF_XDP as u16, flags, ifindex, queue, shared };
@@ -271,7 +285,8 @@ impl Socket {
             drop((rx, tx, fill, comp));
             return Err(close(e));
         }
-        let mut s = Socket { fd, rx, tx, fill, comp, zero_copy, outstanding: 0 };
+        let need_wakeup = first.map(|f| f.need_wakeup).unwrap_or(need_wakeup);
+        let mut s = Socket { fd, rx, tx, fill, comp, zero_copy, need_wakeup, outstanding: 0 };
         s.refill(umem, RING as usize);
         Ok(s)
     }
@@ -316,10 +331,10 @@ impl Socket {
         }
     }
 
-    /// Queues frames for sending, in one pass, and wakes the kernel;
-    /// frames that do not fit the ring go back to the UMEM. Returns how
-    /// many were queued.
-    pub fn send(&mut self, umem: &mut Umem, descs: &[Desc]) -> usize {
+    /// Queues frames for sending, in one pass; frames that do not fit the
+    /// ring go back to the UMEM. Returns how many were queued; `kick` makes
+    /// the kernel send them.
+    pub fn enqueue(&mut self, umem: &mut Umem, descs: &[Desc]) -> usize {
         let (prod, room) = self.tx.free();
         let n = room.min(descs.len() as u32);
         for (i, d) in descs[..n as usize].iter().enumerate() {
@@ -331,20 +346,51 @@ impl Socket {
         if n > 0 {
             self.tx.submit(n);
             self.outstanding += n as usize;
-            self.kick();
         }
         n as usize
     }
 
-    /// Makes the kernel send. In copy mode each sendto sends a bounded
-    /// batch (32 frames), so it is repeated while frames wait.
-    fn kick(&mut self) {
-        for _ in 0..8 {
-            unsafe { libc::sendto(self.fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
-            if self.tx.free().1 == self.tx.size {
-                break;
+    /// Queues frames and makes the kernel send them (`enqueue`, `kick`).
+    pub fn send(&mut self, umem: &mut Umem, descs: &[Desc]) -> usize {
+        let n = self.enqueue(umem, descs);
+        if n > 0 {
+            self.kick(Kick::Drain);
+        }
+        n
+    }
+
+    /// Makes the kernel send what the TX ring holds, as `how` says.
+    /// Returns the sendto calls made.
+    pub fn kick(&mut self, how: Kick) -> u32 {
+        let once = || unsafe { libc::sendto(self.fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        match how {
+            Kick::Drain => {
+                for i in 0..8 {
+                    once();
+                    if self.tx.free().1 == self.tx.size {
+                        return i + 1;
+                    }
+                }
+                8
+            }
+            Kick::Once => {
+                once();
+                1
+            }
+            Kick::Needed => {
+                if self.need_wakeup && !self.tx.needs_wakeup() {
+                    return 0;
+                }
+                once();
+                1
             }
         }
+    }
+
+    /// The kernel asks for a wake-up to fill the RX ring (need_wakeup on
+    /// the fill ring); always true without need_wakeup.
+    pub fn rx_needs_wakeup(&self) -> bool {
+        !self.need_wakeup || self.fill.needs_wakeup()
     }
 
     /// Busy polling: the socket's receive path polls the driver.
@@ -369,6 +415,30 @@ impl Socket {
     pub fn wait(&self, ms: i32) {
         let mut p = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
         unsafe { libc::poll(&mut p, 1, ms) };
+    }
+}
+
+/// How the TX ring is kicked after a batch is queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kick {
+    /// sendto until the ring is empty, at most 8 times: in copy mode each
+    /// call sends a bounded batch (32 frames).
+    Drain,
+    /// One sendto per batch; what it leaves goes with the next.
+    Once,
+    /// Only when the kernel asks (need_wakeup's flag on the TX ring), one
+    /// sendto; without need_wakeup, as Once.
+    Needed,
+}
+
+impl Kick {
+    pub fn parse(s: &str) -> Option<Kick> {
+        match s {
+            "drain" => Some(Kick::Drain),
+            "once" => Some(Kick::Once),
+            "needed" => Some(Kick::Needed),
+            _ => None,
+        }
     }
 }
 
