@@ -234,7 +234,8 @@ func RunHarness(o HarnessOptions) ([]PeerResult, error) {
 	}
 	var out []PeerResult
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		if line == "" {
+		// An engine's library may print lines of its own.
+		if !strings.HasPrefix(line, "{") {
 			continue
 		}
 		var r PeerResult

@@ -21,6 +21,9 @@ var PeerEngines = []string{"fastpath-jit", "fastpath-aot", "rbpf-jit", "rbpf-cra
 // PeerRow is one program in every engine.
 type PeerRow struct {
 	Program string `json:"program"`
+	// Set is "empty" (the program that only returns XDP_PASS), "benchmark"
+	// or "own" (written for no engine in particular).
+	Set string `json:"set"`
 	// KernelNs is BPF_PROG_TEST_RUN's time per run with the kernel's JIT;
 	// KernelEmptyNs the same for a program that only returns XDP_PASS, on
 	// the same frame; KernelNetNs the first less the second: the program's
@@ -53,8 +56,10 @@ type PeersOptions struct {
 // PeerProgram is a program outside the benchmark set.
 type PeerProgram struct {
 	Name, Object string
-	Packet       []byte
-	Maps         map[string][]Entry
+	// Set names the rows' group in the table ("own" if empty).
+	Set    string
+	Packet []byte
+	Maps   map[string][]Entry
 }
 
 // emptyXDP returns XDP_PASS and nothing else: what the kernel's test run
@@ -112,7 +117,8 @@ func BenchPeers(o PeersOptions) ([]PeerRow, error) {
 		engines = append(engines, n+"-jit", n+"-aot")
 	}
 
-	var progs []PeerProgram
+	// First, a program that does nothing: each engine's fixed cost per run.
+	progs := []PeerProgram{{Name: "xdp_pass_only", Set: "empty", Object: filepath.Join(filepath.Dir(o.Dir), "rt", "pass_bpfel.o"), Packet: bench.Sample("xdp_tx")}}
 	for _, p := range bench.Programs() {
 		if len(o.Programs) > 0 && !contains(o.Programs, p.Name) {
 			continue
@@ -123,13 +129,16 @@ func BenchPeers(o PeersOptions) ([]PeerRow, error) {
 				init[m] = append(init[m], Entry{Key: e.Key, Value: e.Value})
 			}
 		}
-		progs = append(progs, PeerProgram{Name: p.Name, Object: filepath.Join(o.Dir, p.Object), Packet: bench.Sample(p.Name), Maps: init})
+		progs = append(progs, PeerProgram{Name: p.Name, Set: "benchmark", Object: filepath.Join(o.Dir, p.Object), Packet: bench.Sample(p.Name), Maps: init})
 	}
 	progs = append(progs, o.Extra...)
 
 	var rows []PeerRow
 	for _, p := range progs {
-		row := PeerRow{Program: p.Name, Engines: map[string]float64{}, Notes: map[string]string{}}
+		row := PeerRow{Program: p.Name, Set: p.Set, Engines: map[string]float64{}, Notes: map[string]string{}}
+		if row.Set == "" {
+			row.Set = "own"
+		}
 		kprog, coll, err := loadForKernel(p)
 		if err != nil {
 			return nil, err
@@ -342,46 +351,64 @@ func PeersTable(rows []PeerRow, markdown bool) string {
 	return b.String()
 }
 
-// PeerGoals counts, per engine, the programs where fastpath's JIT (or AOT,
-// against other AOTs) is at or below it, out of those both ran.
+// PeerGoals counts, per engine and per set of programs (the benchmark
+// programs, then those of our own), the programs where fastpath's JIT (its
+// AOT against other AOTs, its interpreter against interpreters) is at or
+// below the engine's figure, out of those both ran.
 func PeerGoals(rows []PeerRow, engines []string) []string {
 	var out []string
-	count := func(ours, theirs string) (int, int) {
-		at, of := 0, 0
+	for _, set := range []string{"benchmark", "own"} {
+		var rs []PeerRow
 		for _, r := range rows {
-			a, ok1 := r.Engines[ours]
-			t, ok2 := r.Engines[theirs]
-			if ok1 && ok2 {
-				of++
-				if a <= t {
-					at++
+			if r.Set == set {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		what := "the benchmark programs"
+		if set == "own" {
+			what = "the programs of our own"
+		}
+		count := func(ours, theirs string) (int, int) {
+			at, of := 0, 0
+			for _, r := range rs {
+				a, ok1 := r.Engines[ours]
+				t, ok2 := r.Engines[theirs]
+				if ok1 && ok2 {
+					of++
+					if a <= t {
+						at++
+					}
+				}
+			}
+			return at, of
+		}
+		kat, kof := 0, 0
+		for _, r := range rs {
+			if a, ok := r.Engines["fastpath-jit"]; ok {
+				kof++
+				if a <= r.KernelNetNs {
+					kat++
 				}
 			}
 		}
-		return at, of
-	}
-	kat, kof := 0, 0
-	for _, r := range rows {
-		if a, ok := r.Engines["fastpath-jit"]; ok {
-			kof++
-			if a <= r.KernelNetNs {
-				kat++
+		out = append(out, fmt.Sprintf("%s: fastpath jit at or below the kernel's JIT less the empty program's run on %d of %d", what, kat, kof))
+		for _, e := range engines {
+			var ours string
+			switch {
+			case strings.HasPrefix(e, "fastpath-"):
+				continue
+			case strings.HasSuffix(e, "-aot"):
+				ours = "fastpath-aot"
+			case strings.HasSuffix(e, "-interp"):
+				ours = "fastpath-interp"
+			default:
+				ours = "fastpath-jit"
 			}
-		}
-	}
-	out = append(out, fmt.Sprintf("fastpath jit at or below the kernel's JIT (less the empty program's run) on %d of %d", kat, kof))
-	for _, e := range engines {
-		switch {
-		case strings.HasPrefix(e, "fastpath-"):
-		case strings.HasSuffix(e, "-aot"):
-			at, of := count("fastpath-aot", e)
-			out = append(out, fmt.Sprintf("fastpath aot at or below %s on %d of %d it ran", peerLabel(e), at, of))
-		case strings.HasSuffix(e, "-interp"):
-			at, of := count("fastpath-interp", e)
-			out = append(out, fmt.Sprintf("fastpath interp at or below %s on %d of %d it ran", peerLabel(e), at, of))
-		default:
-			at, of := count("fastpath-jit", e)
-			out = append(out, fmt.Sprintf("fastpath jit at or below %s on %d of %d it ran", peerLabel(e), at, of))
+			at, of := count(ours, e)
+			out = append(out, fmt.Sprintf("%s: %s at or below %s on %d of the %d it ran", what, peerLabel(ours), peerLabel(e), at, of))
 		}
 	}
 	return out
