@@ -18,7 +18,7 @@ BPF_PKGS := $(patsubst %/bpf.go,%,$(wildcard internal/*/bpf.go))
 BPF_STAMPS := $(BPF_PKGS:%=%/.bpf-stamp)
 BPF_INCLUDE := $(wildcard bpf/include/*.h)
 
-.PHONY: all build deps test demo soak clean bench lab-down figures install uninstall deb dist check-generated
+.PHONY: all build deps test demo soak clean bench lab-down figures install uninstall deb dist check-generated test-peers
 all: build
 
 deps:
@@ -45,6 +45,11 @@ FORCE:
 test: deps build
 	@bash scripts/test.sh
 
+# The peer harness and its engines (rbpf, ubpf), built on demand and cached
+# per machine, each held to the runtime's interpreter.
+test-peers: deps build
+	FASTPATH_PEERS=1 FASTPATH_RT=$(CURDIR)/bin/fastpath-rt $(GO) test -count=1 -v -run 'TestPeerHarness' ./internal/rt/
+
 demo: deps build
 	./$(BIN) lab bench veth bridge xdp-redirect afxdp-fwd rt-jit br br-cold br-nomac ref-router scion-ref scion-hybrid routed fw-0 fw-100k iptables-10k nft-10k xdp-filter-10k --runs 5 --interleave \
 		--json-file results/bench.json --md results/bench.md --plot results/bench.png
@@ -70,7 +75,10 @@ demo: deps build
 	@# router: every pair of leaf ASes, each kind of path proved forwarded in XDP, scionproto's router as the oracle.
 	./$(BIN) --prefix fp-topo- lab scion up --topo default --hybrid > results/scion-topo.txt
 	./$(BIN) --prefix fp-topo- lab scion check >> results/scion-topo.txt; rc=$$?; ./$(BIN) --prefix fp-topo- lab scion down; exit $$rc
-	@echo "results: results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-rules.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
+	@# The runtime beside other userspace engines (rbpf and ubpf from crates.io, built on first use), on the
+	@# benchmark programs and on programs of our own, and the kernel's JIT less its test run's fixed cost.
+	./$(BIN) rt bench --peers --own --rounds 5 --json-file results/rt-peers.json --md results/rt-peers.md
+	@echo "results: results/rt-peers.{json,md} results/bench.{json,md,png} results/br-sizes.{json,md} results/scion-jumbo.{json,md} results/br-fw.{json,md} results/fw-rules.{json,md} results/fw-host.{json,md} results/tra.{json,md,png} results/tra-jumbo.{json,md} results/scion-topo.txt"
 
 # docs/figures.md and its plots (docs/figures/*.png) from the reports make demo left in results/.
 figures: build
