@@ -68,5 +68,30 @@ func TestTailCalls(t *testing.T) {
 				t.Fatalf("runs per program %v, the kernel's %v", runs, wantRuns)
 			}
 		})
+		// Repeated runs on each frame: a run after a taken tail call starts
+		// at the entry again, with a fresh count of tail calls.
+		t.Run(engine+"/repeat", func(t *testing.T) {
+			// More runs than the 33 tail calls a run may take.
+			const repeat = 40
+			got, err := TestRun(TestRunOptions{
+				Object: "tailcall_bpfel.o", Program: "tc_entry", Packets: pkts, Engine: engine, DumpMaps: true, Repeat: repeat,
+				Maps: map[string][]Entry{"jump": {{Key: key(0), Prog: "tc_drop"}, {Key: key(1), Prog: "tc_tx"}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range got.Packets {
+				if p.Ret != want[i] {
+					t.Fatalf("packet %d (%d bytes): verdict %d after %d runs, the kernel's %d", i, len(pkts[i]), p.Ret, repeat, want[i])
+				}
+			}
+			var runs []uint64
+			for _, e := range got.Maps["runs"].Entries {
+				runs = append(runs, binary.LittleEndian.Uint64(e.Value)/repeat)
+			}
+			if fmt.Sprint(runs) != fmt.Sprint(wantRuns) {
+				t.Fatalf("runs per program, over %d runs, %v, the kernel's %v", repeat, runs, wantRuns)
+			}
+		})
 	}
 }

@@ -687,13 +687,23 @@ pub struct Runner<'a> {
 impl Runner<'_> {
     #[inline]
     pub fn run(&mut self) -> Result<u64, Fault> {
-        let ctx = self.x.prepare();
+        let ctx = self.env.ctx;
         // The runner may have moved since the last run.
-        self.env.exec = unsafe { std::mem::transmute::<&mut Exec, *mut Exec<'static>>(&mut self.x) };
-        self.env.prog = self.prog;
-        self.env.tail_fn = 0;
+        let exec = unsafe { std::mem::transmute::<&mut Exec, *mut Exec<'static>>(&mut self.x) };
+        if self.env.exec != exec {
+            self.env.exec = exec;
+        }
         let r0 = unsafe { (self.entry)(&mut self.env, ctx, 0, 0, 0, 0, self.frame) };
+        // What a run changes only when it takes a tail call or faults is
+        // put back then, not before every run.
+        if self.x.tail_calls != 0 {
+            self.x.tail_calls = 0;
+            self.env.prog = self.prog;
+        }
         if self.env.fault != 0 {
+            self.x.prepare();
+            self.env.prog = self.prog;
+            self.env.tail_fn = 0;
             self.env.fault = 0;
             let e = &self.env;
             return Err(self.x.jit_fault.take().unwrap_or(Fault::Memory { pc: e.fault_pc as usize, addr: e.fault_addr, len: e.fault_size, write: e.fault_write != 0 }));
