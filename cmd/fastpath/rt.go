@@ -28,7 +28,7 @@ loaded into the kernel so that the kernel's verifier checks it; what it refuses 
   fastpath rt forward --dev IFACE --dev IFACE [--metrics ADDR] (AF_XDP forwarding with no program: the runtime's I/O alone)
   fastpath rt list OBJ
   fastpath rt verify OBJ [--prog NAME]       (also says which kernel's helper semantics the runtime uses)
-  fastpath rt bench [--repeat N] [--aot-opts] [--json-file FILE] [--md FILE]
+  fastpath rt bench [--repeat N] [--aot-opts | --peers [--own]] [--json-file FILE] [--md FILE]
 Any command takes --kernel X.Y to behave as that kernel's helpers rather than the running kernel's;
 fastpath rt COMMAND --help lists a command's flags.`,
 	}

@@ -135,8 +135,9 @@ impl Opts {
     pub const ALL: Opts = Opts { typed_values: true, inline_helpers: true, const_maps: true };
     /// The JIT's: helpers inline (array lookups as before, bpf_csum_diff with
     /// the semantics of the kernel this process behaves as, which cannot
-    /// change under it); values are not typed nor maps folded.
-    pub const JIT: Opts = Opts { typed_values: false, inline_helpers: true, const_maps: false };
+    /// change under it) and values typed; maps are not folded, since the
+    /// JIT's maps may be written after it compiled.
+    pub const JIT: Opts = Opts { typed_values: true, inline_helpers: true, const_maps: false };
 
     /// `none`, `all`, or a comma list of typed-values, inline-helpers, const-maps.
     pub fn parse(s: &str) -> Result<Opts, String> {
