@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -120,7 +121,7 @@ func BenchPeers(o PeersOptions) ([]PeerRow, error) {
 	// First, a program that does nothing: each engine's fixed cost per run.
 	progs := []PeerProgram{{Name: "xdp_pass_only", Set: "empty", Object: filepath.Join(filepath.Dir(o.Dir), "rt", "pass_bpfel.o"), Packet: bench.Sample("xdp_tx")}}
 	for _, p := range bench.Programs() {
-		if len(o.Programs) > 0 && !contains(o.Programs, p.Name) {
+		if len(o.Programs) > 0 && !slices.Contains(o.Programs, p.Name) {
 			continue
 		}
 		init := map[string][]Entry{}
@@ -237,15 +238,6 @@ func loadForKernel(p PeerProgram) (*ebpf.Program, *ebpf.Collection, error) {
 		}
 	}
 	return prog, coll, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // peerLabel is a column's heading.

@@ -331,10 +331,9 @@ fn cstr(p: *const c_char) -> String {
     }
 }
 
-unsafe fn sym(h: *mut c_void, lib: &str, name: &str) -> Option<*mut c_void> {
+unsafe fn sym(h: *mut c_void, name: &str) -> Option<*mut c_void> {
     let n = CString::new(name).unwrap();
     let p = libc::dlsym(h, n.as_ptr());
-    let _ = lib;
     (!p.is_null()).then_some(p)
 }
 
@@ -381,16 +380,16 @@ impl Ubpf {
         let h = dlopen(path)?;
         unsafe {
             let need = |n: &str| {
-                sym(h, path, n).ok_or_else(|| format!("{path}: no {n}: not a ubpf library"))
+                sym(h, n).ok_or_else(|| format!("{path}: no {n}: not a ubpf library"))
             };
             let exec = need("ubpf_exec")?;
             // Today's ubpf has the toggle; the releases before it return
             // the program's value from ubpf_exec.
-            let bounds = sym(h, path, "ubpf_toggle_bounds_check");
+            let bounds = sym(h, "ubpf_toggle_bounds_check");
             Ok(Box::leak(Box::new(Ubpf {
                 create: std::mem::transmute::<*mut c_void, _>(need("ubpf_create")?),
                 register: std::mem::transmute::<*mut c_void, _>(need("ubpf_register")?),
-                dispatcher: sym(h, path, "ubpf_register_external_dispatcher")
+                dispatcher: sym(h, "ubpf_register_external_dispatcher")
                     .map(|p| std::mem::transmute::<*mut c_void, _>(p)),
                 load: std::mem::transmute::<*mut c_void, _>(need("ubpf_load")?),
                 compile: std::mem::transmute::<*mut c_void, _>(need("ubpf_compile")?),
@@ -491,7 +490,7 @@ impl Plugin {
         let h = dlopen(path)?;
         unsafe {
             let need = |n: &str| {
-                sym(h, path, n).ok_or_else(|| format!("{path}: no {n}: not a fastpath peer plugin"))
+                sym(h, n).ok_or_else(|| format!("{path}: no {n}: not a fastpath peer plugin"))
             };
             Ok(Plugin {
                 new: std::mem::transmute::<*mut c_void, _>(need("fastpath_peer_new")?),
