@@ -243,8 +243,9 @@ pub fn packet_proven(insns: &[Insn], start: usize, end: usize, ctx_regs: u16) ->
                 succ.push((next, s));
             }
             CLASS_ALU => {
-                // 32-bit results are zero-extended: never negative.
-                s.regs[ins.dst()] = Val::NonNeg;
+                // 32-bit results are zero-extended: never negative. A byte
+                // swap to 64 bits (BPF_END, imm 64) is the exception.
+                s.regs[ins.dst()] = if ins.code & 0xf0 == 0xd0 && ins.imm == 64 { Val::Unknown } else { Val::NonNeg };
                 succ.push((next, s));
             }
             _ => {
@@ -419,6 +420,29 @@ mod tests {
         ];
         let v = packet_proven(&p, 0, p.len(), 1 << 1);
         assert!(!v[7], "a negative offset could reach before data");
+    }
+
+    #[test]
+    fn a_byte_swap_to_64_bits_may_be_negative() {
+        // r6 = *(u32 *)(r10 - 8); r6 = be64 r6; r2 += r6; check r2 + 1; load r2[0].
+        let p = vec![
+            i(LDXW, 2, 1, 0, 0),
+            i(LDXW, 3, 1, 4, 0),
+            i(LDXW, 6, 10, -8, 0),
+            i(CLASS_ALU | 0xd0 | 0x08, 6, 0, 0, 64),
+            i(ADD_X, 2, 6, 0, 0),
+            i(MOV_X, 4, 2, 0, 0),
+            i(ADD_K, 4, 0, 0, 1),
+            i(JGT_X, 4, 3, 1, 0),
+            i(LDXB, 0, 2, 0, 0),
+            i(EXIT, 0, 0, 0, 0),
+        ];
+        let v = packet_proven(&p, 0, p.len(), 1 << 1);
+        assert!(!v[8], "a 64-bit byte swap can move the pointer before data");
+        // The same with a 32-bit swap is proven: its result is below 2^32.
+        let mut q = p.clone();
+        q[3].imm = 32;
+        assert!(packet_proven(&q, 0, q.len(), 1 << 1)[8]);
     }
 
     #[test]
