@@ -4,7 +4,7 @@ package rt
 // program does (tail calls, libbpf-style initialisers, bpf_csum_diff's raw
 // result, LPM keys, multi-buffer frames, bpf_loop's limit, functions the
 // program never calls); and programs written for no engine in particular,
-// for the comparison with other userspace engines (pass, ttl, flows, v6ext).
+// for the comparison with other userspace engines (ttl, flows, v6ext).
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel tailcall ../../bpf/rt/tailcall.c
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel csum ../../bpf/rt/csum.c
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel progarray ../../bpf/rt/progarray.c
@@ -15,4 +15,3 @@ package rt
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel ttl ../../bpf/rt/ttl.c
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel flows ../../bpf/rt/flows.c
 //go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel v6ext ../../bpf/rt/v6ext.c
-//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I/usr/include/x86_64-linux-gnu" -target bpfel pass ../../bpf/rt/pass.c

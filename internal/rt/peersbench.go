@@ -118,8 +118,9 @@ func BenchPeers(o PeersOptions) ([]PeerRow, error) {
 		engines = append(engines, n+"-jit", n+"-aot")
 	}
 
-	// First, a program that does nothing: each engine's fixed cost per run.
-	progs := []PeerProgram{{Name: "xdp_pass_only", Set: "empty", Object: filepath.Join(filepath.Dir(o.Dir), "rt", "pass_bpfel.o"), Packet: bench.Sample("xdp_tx")}}
+	// First, a program that does nothing (the lab's): each engine's fixed
+	// cost per run.
+	progs := []PeerProgram{{Name: "lab_pass", Set: "empty", Object: filepath.Join(filepath.Dir(o.Dir), "lab", "pass_bpfel.o"), Packet: bench.Sample("xdp_tx")}}
 	for _, p := range bench.Programs() {
 		if len(o.Programs) > 0 && !slices.Contains(o.Programs, p.Name) {
 			continue
