@@ -1,7 +1,6 @@
 package rt
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,22 +56,16 @@ func CompileWith(object, out string, o CompileOptions) error {
 		args = append(args, "--const-map", m)
 	}
 	if len(o.Maps) > 0 {
-		m := map[string][][2]any{}
-		for name, es := range o.Maps {
-			m[name] = entriesJSON(es)
-		}
-		b, _ := json.Marshal(m)
-		f, err := os.CreateTemp("", "fastpath-rt-maps-*.json")
+		dir, err := os.MkdirTemp("", "fastpath-rt-maps-")
 		if err != nil {
 			return err
 		}
-		defer os.Remove(f.Name())
-		if _, err := f.Write(b); err != nil {
-			f.Close()
+		defer os.RemoveAll(dir)
+		p := filepath.Join(dir, "maps.json")
+		if err := writeMapsFile(p, o.Maps); err != nil {
 			return err
 		}
-		f.Close()
-		args = append(args, "--maps-in", f.Name())
+		args = append(args, "--maps-in", p)
 	}
 	if b, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("fastpath-rt: %s", strings.TrimSpace(strings.TrimPrefix(string(b), "fastpath-rt: ")))

@@ -210,13 +210,8 @@ func RunHarness(o HarnessOptions) ([]PeerResult, error) {
 		args = append(args, "--engines", strings.Join(o.Engines, ","))
 	}
 	if len(o.Maps) > 0 {
-		m := map[string][][2]any{}
-		for name, es := range o.Maps {
-			m[name] = entriesJSON(es)
-		}
-		b, _ := json.Marshal(m)
 		p := filepath.Join(dir, "maps.json")
-		if err := os.WriteFile(p, b, 0o600); err != nil {
+		if err := writeMapsFile(p, o.Maps); err != nil {
 			return nil, err
 		}
 		args = append(args, "--maps-in", p)

@@ -65,6 +65,19 @@ type Inner struct {
 	Entries    []Entry
 }
 
+// writeMapsFile writes maps in the form fastpath-rt's --maps-in reads.
+func writeMapsFile(path string, maps map[string][]Entry) error {
+	m := map[string][][2]any{}
+	for name, es := range maps {
+		m[name] = entriesJSON(es)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
 // entriesJSON is the --maps-in form of entries.
 func entriesJSON(es []Entry) [][2]any {
 	out := [][2]any{}
@@ -222,13 +235,8 @@ func TestRun(o TestRunOptions) (*Result, error) {
 		args = append(args, "--kernel", o.Kernel)
 	}
 	if len(o.Maps) > 0 {
-		m := map[string][][2]any{}
-		for name, es := range o.Maps {
-			m[name] = entriesJSON(es)
-		}
-		b, _ := json.Marshal(m)
 		p := filepath.Join(dir, "maps.json")
-		if err := os.WriteFile(p, b, 0o600); err != nil {
+		if err := writeMapsFile(p, o.Maps); err != nil {
 			return nil, err
 		}
 		args = append(args, "--maps-in", p)
